@@ -1,0 +1,84 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
+)
+
+// bundle is what most tests need: an engine on a database of their own.
+type bundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	url  string
+	eng  *engine.Engine
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool, url := pgtest.NewPool(t)
+	eng, err := engine.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &bundle{ctx: ctx, pool: pool, url: url, eng: eng}
+}
+
+func randomID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// create records a run or fails the test.
+func (b *bundle) create(t *testing.T, p engine.CreateParams) string {
+	t.Helper()
+	res, err := b.eng.CreateRun(b.ctx, p)
+	if err != nil {
+		t.Fatalf("create run: %v", err)
+	}
+	return res.ID
+}
+
+// eventTypes returns the run's audit trail as a list of event types.
+func (b *bundle) eventTypes(t *testing.T, id string) []engine.EventType {
+	t.Helper()
+	evs, err := b.eng.ListEvents(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]engine.EventType, len(evs))
+	for i, e := range evs {
+		out[i] = e.Type
+	}
+	return out
+}
+
+func (b *bundle) get(t *testing.T, id string) engine.Run {
+	t.Helper()
+	r, err := b.eng.GetRun(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (b *bundle) claim(t *testing.T, worker string, prefixes []string, limit int) []engine.ClaimedRun {
+	t.Helper()
+	got, err := b.eng.ClaimRuns(b.ctx, engine.ClaimParams{
+		WorkerID: worker, TypePrefixes: prefixes, Runtime: "go", Limit: limit, LeaseDuration: 30 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return got
+}

@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ClaimParams asks for up to Limit runnable runs.
+type ClaimParams struct {
+	// WorkerID is recorded as leased_by; every later write is guarded by it.
+	WorkerID string
+	// TypePrefixes are literal type prefixes; empty claims every type.
+	TypePrefixes []string
+	// Runtime is the worker's runtime ("go", "python"): types registered for
+	// another runtime are never claimed. Empty skips that check.
+	Runtime string
+	// Limit is the most runs one call claims.
+	Limit int
+	// LeaseDuration is how long the lease lasts without a heartbeat.
+	LeaseDuration time.Duration
+}
+
+// ClaimedRun is a run leased to the caller.
+type ClaimedRun struct {
+	ID          string
+	Type        string
+	Payload     json.RawMessage
+	Attempt     int
+	MaxAttempts int
+	LeaseUntil  time.Time
+	CreatedAt   time.Time
+}
+
+// ClaimRuns leases runnable runs in priority, then age order (see
+// workflow.claim_runs).
+func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, error) {
+	prefixes := p.TypePrefixes
+	if prefixes == nil {
+		prefixes = []string{}
+	}
+	rows, err := e.pool.Query(ctx, e.q[qRunClaim], pgx.NamedArgs{
+		"worker_id":     p.WorkerID,
+		"type_prefixes": prefixes,
+		"runtime":       nullIfEmpty(p.Runtime),
+		"limit":         p.Limit,
+		"lease_ms":      p.LeaseDuration.Milliseconds(),
+	})
+	if err != nil {
+		return nil, translate("claim runs", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRun, error) {
+		var c ClaimedRun
+		var payload []byte
+		err := row.Scan(&c.ID, &c.Type, &payload, &c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.CreatedAt)
+		c.Payload = payload
+		return c, err
+	})
+	if err != nil {
+		return nil, translate("claim runs", err)
+	}
+	return out, nil
+}
+
+// LeaseRef names one attempt of a run held by a worker.
+type LeaseRef struct {
+	ID      string
+	Attempt int
+}
+
+// HeartbeatResult is the answer for one run of a heartbeat.
+type HeartbeatResult struct {
+	ID string
+	// Owned is true when the lease was extended: the run is still leased by
+	// the caller at the same attempt.
+	Owned bool
+	// Status is the run's current status ("missing" if it no longer exists).
+	Status Status
+}
+
+func splitRefs(refs []LeaseRef) ([]string, []int32) {
+	ids := make([]string, len(refs))
+	attempts := make([]int32, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+		attempts[i] = int32(r.Attempt)
+	}
+	return ids, attempts
+}
+
+// HeartbeatRuns extends the leases the worker still holds among refs and
+// reports, for each, whether it still holds it.
+func (e *Engine) HeartbeatRuns(ctx context.Context, workerID string, refs []LeaseRef, lease time.Duration) ([]HeartbeatResult, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids, attempts := splitRefs(refs)
+	rows, err := e.pool.Query(ctx, e.q[qRunHeartbeat], pgx.NamedArgs{
+		"worker_id": workerID, "ids": ids, "attempts": attempts, "lease_ms": lease.Milliseconds(),
+	})
+	if err != nil {
+		return nil, translate("heartbeat runs", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeartbeatResult, error) {
+		var h HeartbeatResult
+		var status string
+		err := row.Scan(&h.ID, &status, &h.Owned)
+		h.Status = Status(status)
+		return h, err
+	})
+	if err != nil {
+		return nil, translate("heartbeat runs", err)
+	}
+	return out, nil
+}
+
+// Completion is a successful attempt and its JSON result (nil for none).
+type Completion struct {
+	LeaseRef
+	Result json.RawMessage
+}
+
+// CompleteRuns marks attempts succeeded. Only runs still leased by workerID at
+// the given attempt change; their ids are returned.
+func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Completion) ([]string, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(cs))
+	attempts := make([]int32, len(cs))
+	results := make([]*string, len(cs))
+	for i, c := range cs {
+		ids[i], attempts[i] = c.ID, int32(c.Attempt)
+		if len(c.Result) > 0 {
+			s := string(c.Result)
+			results[i] = &s
+		}
+	}
+	rows, err := e.pool.Query(ctx, e.q[qRunComplete], pgx.NamedArgs{
+		"worker_id": workerID, "ids": ids, "attempts": attempts, "results": results,
+	})
+	if err != nil {
+		return nil, translate("complete runs", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, translate("complete runs", err)
+	}
+	return done, nil
+}
+
+// Failure is a failed attempt.
+type Failure struct {
+	LeaseRef
+	Error string
+	// Retryable false fails the run for good whatever attempts are left.
+	Retryable bool
+}
+
+// FailResult says what became of a failed attempt.
+type FailResult struct {
+	ID string
+	// Status is pending when the run will be retried, failed otherwise.
+	Status Status
+	// RunAt is when the next attempt may start (pending runs only).
+	RunAt time.Time
+}
+
+// FailRuns records failed attempts: runs with attempts left (and a retryable
+// error) go back to pending after their backoff; the others fail.
+func (e *Engine) FailRuns(ctx context.Context, workerID string, fs []Failure) ([]FailResult, error) {
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(fs))
+	attempts := make([]int32, len(fs))
+	errs := make([]string, len(fs))
+	retryable := make([]bool, len(fs))
+	for i, f := range fs {
+		ids[i], attempts[i], errs[i], retryable[i] = f.ID, int32(f.Attempt), f.Error, f.Retryable
+	}
+	rows, err := e.pool.Query(ctx, e.q[qRunFail], pgx.NamedArgs{
+		"worker_id": workerID, "ids": ids, "attempts": attempts, "errors": errs, "retryable": retryable,
+	})
+	if err != nil {
+		return nil, translate("fail runs", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FailResult, error) {
+		var f FailResult
+		var status string
+		err := row.Scan(&f.ID, &status, &f.RunAt)
+		f.Status = Status(status)
+		return f, err
+	})
+	if err != nil {
+		return nil, translate("fail runs", err)
+	}
+	return out, nil
+}
+
+// ReleaseRuns hands unfinished runs back: pending at once, the attempt not
+// counted. Used by a worker shutting down.
+func (e *Engine) ReleaseRuns(ctx context.Context, workerID string, refs []LeaseRef) ([]string, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids, attempts := splitRefs(refs)
+	rows, err := e.pool.Query(ctx, e.q[qRunRelease], pgx.NamedArgs{
+		"worker_id": workerID, "ids": ids, "attempts": attempts,
+	})
+	if err != nil {
+		return nil, translate("release runs", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, translate("release runs", err)
+	}
+	return done, nil
+}
+
+// ReapResult is a run whose lease had expired.
+type ReapResult struct {
+	ID string
+	// Status is pending (will be retried) or failed (no attempts left).
+	Status Status
+}
+
+// ReapExpiredLeases returns up to limit runs whose lease expired to pending,
+// or fails them when out of attempts. Safe to call from many processes.
+func (e *Engine) ReapExpiredLeases(ctx context.Context, limit int) ([]ReapResult, error) {
+	rows, err := e.pool.Query(ctx, e.q[qRunReapExpired], pgx.NamedArgs{"limit": limit})
+	if err != nil {
+		return nil, translate("reap expired leases", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReapResult, error) {
+		var r ReapResult
+		var status string
+		err := row.Scan(&r.ID, &status)
+		r.Status = Status(status)
+		return r, err
+	})
+	if err != nil {
+		return nil, translate("reap expired leases", err)
+	}
+	return out, nil
+}
+
+// DeleteFinishedRuns deletes up to limit runs (with their events) that
+// finished before before, and returns how many it deleted.
+func (e *Engine) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (int64, error) {
+	var n int64
+	err := e.pool.QueryRow(ctx, e.q[qRunDeleteFinished], pgx.NamedArgs{"before": before, "limit": limit}).Scan(&n)
+	if err != nil {
+		return 0, translate("delete finished runs", err)
+	}
+	return n, nil
+}
+
+// String formats a reference for logs.
+func (r LeaseRef) String() string { return fmt.Sprintf("%s#%d", r.ID, r.Attempt) }

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Notification channels raised by the schema's triggers.
+const (
+	// ChannelRunCreated carries the type of newly inserted runs (one
+	// notification per distinct type and transaction).
+	ChannelRunCreated = "workflow_run_created"
+	// ChannelRunCancelled carries the id of a run that was just cancelled.
+	ChannelRunCancelled = "workflow_run_cancelled"
+)
+
+// Notification is one message received on a channel.
+type Notification struct {
+	Channel string
+	Payload string
+}
+
+// ListenConfig configures Listen.
+type ListenConfig struct {
+	// Channels to LISTEN on.
+	Channels []string
+	// OnNotify is called for each notification, from the listening goroutine.
+	OnNotify func(Notification)
+	// OnConnect is called after every (re)connection once LISTEN is in
+	// place, so the caller can catch up on anything it may have missed.
+	OnConnect func()
+	// Logger receives connection errors; nil discards them.
+	Logger *slog.Logger
+	// MaxBackoff caps the delay between reconnection attempts. Defaults to 5s.
+	MaxBackoff time.Duration
+}
+
+// Listen holds a dedicated connection that LISTENs on the configured channels
+// and calls OnNotify for each notification until ctx ends. When the
+// connection drops it reconnects by itself with capped exponential backoff.
+// It returns ctx's error.
+func (e *Engine) Listen(ctx context.Context, cfg ListenConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	maxBackoff := cfg.MaxBackoff
+	if maxBackoff <= 0 {
+		maxBackoff = 5 * time.Second
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		err := e.listenOnce(ctx, cfg)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("Listen connection lost; reconnecting", "error", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		if err != nil && !errors.Is(err, errConnectedThenLost) {
+			backoff = min(backoff*2, maxBackoff)
+		} else {
+			backoff = 50 * time.Millisecond
+		}
+	}
+}
+
+// errConnectedThenLost marks a connection that worked for a while before it
+// failed, so the next attempt starts without backoff.
+var errConnectedThenLost = errors.New("listen connection lost")
+
+func (e *Engine) listenOnce(ctx context.Context, cfg ListenConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, ch := range cfg.Channels {
+		if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("listen %s: %w", ch, err)
+		}
+	}
+	if cfg.OnConnect != nil {
+		cfg.OnConnect()
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errConnectedThenLost, err)
+		}
+		if cfg.OnNotify != nil {
+			cfg.OnNotify(Notification{Channel: n.Channel, Payload: n.Payload})
+		}
+	}
+}

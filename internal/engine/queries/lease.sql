@@ -1,0 +1,23 @@
+-- name: RunClaim
+select id, type, payload, attempt, max_attempts, lease_until, created_at
+from workflow.claim_runs(@worker_id, @type_prefixes, @runtime, @limit, @lease_ms);
+
+-- name: RunHeartbeat
+select id, status, owned
+from workflow.heartbeat_runs(@worker_id, @ids, @attempts, @lease_ms);
+
+-- name: RunComplete
+select id from workflow.complete_runs(@worker_id, @ids, @attempts, @results);
+
+-- name: RunFail
+select id, status, run_at
+from workflow.fail_runs(@worker_id, @ids, @attempts, @errors, @retryable);
+
+-- name: RunRelease
+select id from workflow.release_runs(@worker_id, @ids, @attempts);
+
+-- name: RunReapExpired
+select id, status from workflow.reap_expired_leases(@limit);
+
+-- name: RunDeleteFinished
+select workflow.delete_finished_runs(@before, @limit);

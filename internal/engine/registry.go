@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Runtimes a workflow type can be registered for.
+const (
+	RuntimeGo     = "go"
+	RuntimePython = "python"
+)
+
+// RegistryEntry maps a workflow type to the runtime that executes it.
+type RegistryEntry struct {
+	WorkflowName string
+	Runtime      string
+	Enabled      bool
+	Description  string
+	// Owner names the WorkflowRegistry object that declared the entry, if any.
+	OwnerNamespace string
+	OwnerName      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// ErrOwnedElsewhere is returned when a registry entry belongs to another owner.
+var ErrOwnedElsewhere = errors.New("registered by another owner")
+
+// UpsertRegistryEntry inserts or updates an entry. An entry that exists with a
+// different owner is left alone and ErrOwnedElsewhere is returned: the first
+// owner keeps it.
+func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error {
+	if err := ValidateType(r.WorkflowName); err != nil {
+		return fmt.Errorf("register workflow: %w", err)
+	}
+	if r.Runtime != RuntimeGo && r.Runtime != RuntimePython {
+		return fmt.Errorf("register workflow %s: %w: runtime must be go or python, got %q", r.WorkflowName, ErrInvalid, r.Runtime)
+	}
+	var name string
+	err := e.pool.QueryRow(ctx, e.q[qRegistryUpsert], pgx.NamedArgs{
+		"workflow_name": r.WorkflowName, "runtime": r.Runtime, "is_enabled": r.Enabled,
+		"description": r.Description, "owner_namespace": nullIfEmpty(r.OwnerNamespace),
+		"owner_name": nullIfEmpty(r.OwnerName),
+	}).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("register workflow %s: %w", r.WorkflowName, ErrOwnedElsewhere)
+	}
+	return translate("register workflow "+r.WorkflowName, err)
+}
+
+// GetRegistryEntry returns the entry for a workflow type, or an error wrapping
+// ErrNotFound.
+func (e *Engine) GetRegistryEntry(ctx context.Context, name string) (RegistryEntry, error) {
+	var r RegistryEntry
+	var ns, owner *string
+	err := e.pool.QueryRow(ctx, e.q[qRegistryGet], pgx.NamedArgs{"workflow_name": name}).Scan(
+		&r.WorkflowName, &r.Runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return RegistryEntry{}, fmt.Errorf("registry entry %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return RegistryEntry{}, translate("registry entry "+name, err)
+	}
+	r.OwnerNamespace, r.OwnerName = deref(ns), deref(owner)
+	return r, nil
+}
+
+// DeleteRegistryEntry removes an entry if it belongs to the given owner, and
+// reports whether it did.
+func (e *Engine) DeleteRegistryEntry(ctx context.Context, name, ownerNamespace, ownerName string) (bool, error) {
+	tag, err := e.pool.Exec(ctx, e.q[qRegistryDelete], pgx.NamedArgs{
+		"workflow_name": name, "owner_namespace": nullIfEmpty(ownerNamespace), "owner_name": nullIfEmpty(ownerName),
+	})
+	if err != nil {
+		return false, translate("unregister workflow "+name, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}

@@ -1,0 +1,312 @@
+package engine
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status is the state of a run in the inbox.
+type Status string
+
+// The statuses of a run. Succeeded, Failed and Cancelled are final.
+const (
+	StatusPending   Status = "pending"
+	StatusLeased    Status = "leased"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Finished reports whether s is a final status.
+func (s Status) Finished() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
+}
+
+// RetryPolicy is a run's own backoff: the delay before attempt n+1 is
+// n² × BaseDelay plus up to 10 % jitter, capped at MaxDelay when it is set.
+// A zero BaseDelay means the default of one minute.
+type RetryPolicy struct {
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+}
+
+// Source names the Kubernetes object a run was mirrored from.
+type Source struct {
+	Namespace string
+	Name      string
+	UID       string
+}
+
+// Run is one row of the inbox.
+type Run struct {
+	ID             string
+	Type           string
+	Payload        json.RawMessage
+	Status         Status
+	Priority       int
+	RunAt          time.Time
+	IdempotencyKey string
+	Attempt        int
+	MaxAttempts    int
+	LeasedBy       string
+	LeaseUntil     *time.Time
+	LastError      string
+	Result         json.RawMessage
+	RetryPolicy    *RetryPolicy
+	Source         *Source
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeletedAt      *time.Time
+}
+
+// CreateParams describes a run to record. Zero values take the defaults:
+// priority 100, run now, 3 attempts, the default retry policy.
+type CreateParams struct {
+	Type           string
+	Payload        json.RawMessage
+	Priority       *int
+	RunAt          *time.Time
+	IdempotencyKey string
+	MaxAttempts    int
+	RetryPolicy    *RetryPolicy
+	Source         *Source
+}
+
+// CreateResult says which run holds the intent and whether this call created it.
+type CreateResult struct {
+	ID string
+	// Created is false when a run with the same idempotency key already existed;
+	// ID is then that run's.
+	Created bool
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func millisOrNil(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
+}
+
+// CreateRun records an intent. With an idempotency key, a second call with the
+// same key records nothing and returns the first run's id with Created false.
+func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, error) {
+	if err := p.Validate(); err != nil {
+		return CreateResult{}, fmt.Errorf("create run: %w", err)
+	}
+	payload := p.Payload
+	if len(strings.TrimSpace(string(payload))) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	args := pgx.NamedArgs{
+		"type":            p.Type,
+		"payload":         string(payload),
+		"priority":        p.Priority,
+		"run_at":          p.RunAt,
+		"idempotency_key": nullIfEmpty(p.IdempotencyKey),
+		"max_attempts":    nil,
+		"retry_base_ms":   nil,
+		"retry_max_ms":    nil,
+	}
+	if p.MaxAttempts > 0 {
+		args["max_attempts"] = p.MaxAttempts
+	}
+	if p.RetryPolicy != nil {
+		args["retry_base_ms"] = millisOrNil(p.RetryPolicy.BaseDelay)
+		args["retry_max_ms"] = millisOrNil(p.RetryPolicy.MaxDelay)
+	}
+	if p.Source != nil {
+		args["source_namespace"] = nullIfEmpty(p.Source.Namespace)
+		args["source_name"] = nullIfEmpty(p.Source.Name)
+		args["source_uid"] = nullIfEmpty(p.Source.UID)
+	} else {
+		args["source_namespace"], args["source_name"], args["source_uid"] = nil, nil, nil
+	}
+
+	var id string
+	err := e.pool.QueryRow(ctx, e.q[qRunInsert], args).Scan(&id)
+	if err == nil {
+		return CreateResult{ID: id, Created: true}, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return CreateResult{}, translate("create run", err)
+	}
+	// The idempotency key was taken: return the run that holds it.
+	err = e.pool.QueryRow(ctx, e.q[qRunIDByIdempotencyKey],
+		pgx.NamedArgs{"idempotency_key": p.IdempotencyKey}).Scan(&id)
+	if err != nil {
+		return CreateResult{}, translate("create run: look up existing run by idempotency key", err)
+	}
+	return CreateResult{ID: id, Created: false}, nil
+}
+
+// scanRun reads the columns selected by RunGet and RunList.
+func scanRun(row pgx.Row) (Run, error) {
+	var (
+		r                          Run
+		status                     string
+		idem, leasedBy, lastError  *string
+		baseMS, maxMS              *int64
+		srcNS, srcName, srcUID     *string
+		payload, result            []byte
+	)
+	err := row.Scan(&r.ID, &r.Type, &payload, &status, &r.Priority, &r.RunAt, &idem, &r.Attempt,
+		&r.MaxAttempts, &leasedBy, &r.LeaseUntil, &lastError, &result, &baseMS, &maxMS,
+		&srcNS, &srcName, &srcUID, &r.StartedAt, &r.FinishedAt, &r.CreatedAt, &r.UpdatedAt, &r.DeletedAt)
+	if err != nil {
+		return Run{}, err
+	}
+	r.Status = Status(status)
+	r.Payload = payload
+	if result != nil {
+		r.Result = result
+	}
+	r.IdempotencyKey = deref(idem)
+	r.LeasedBy = deref(leasedBy)
+	r.LastError = deref(lastError)
+	if baseMS != nil || maxMS != nil {
+		r.RetryPolicy = &RetryPolicy{}
+		if baseMS != nil {
+			r.RetryPolicy.BaseDelay = time.Duration(*baseMS) * time.Millisecond
+		}
+		if maxMS != nil {
+			r.RetryPolicy.MaxDelay = time.Duration(*maxMS) * time.Millisecond
+		}
+	}
+	if srcUID != nil || srcName != nil {
+		r.Source = &Source{Namespace: deref(srcNS), Name: deref(srcName), UID: deref(srcUID)}
+	}
+	return r, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// GetRun returns the run with the given id, or an error wrapping ErrNotFound.
+func (e *Engine) GetRun(ctx context.Context, id string) (Run, error) {
+	r, err := scanRun(e.pool.QueryRow(ctx, e.q[qRunGet], pgx.NamedArgs{"id": id}))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, fmt.Errorf("get run %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Run{}, translate("get run "+id, err)
+	}
+	return r, nil
+}
+
+// ListParams filters and pages ListRuns.
+type ListParams struct {
+	// TypePrefix keeps runs whose type starts with it, taken literally.
+	TypePrefix string
+	// Statuses keeps runs in one of these statuses; empty keeps all.
+	Statuses []Status
+	// Limit is the page size: 100 when zero, at most 1000.
+	Limit int
+	// Cursor continues after the page that returned it; empty starts at the
+	// oldest run.
+	Cursor string
+}
+
+// ListPage is one page of runs in creation order.
+type ListPage struct {
+	Runs []Run
+	// NextCursor fetches the next page; empty when this was the last one.
+	NextCursor string
+}
+
+// ListRuns returns runs that are not soft-deleted, oldest first, one page at a
+// time.
+func (e *Engine) ListRuns(ctx context.Context, p ListParams) (ListPage, error) {
+	limit := p.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	if limit < 1 || limit > 1000 {
+		return ListPage{}, fmt.Errorf("list runs: %w: limit must be between 1 and 1000, got %d", ErrInvalid, p.Limit)
+	}
+	statuses := make([]string, 0, len(p.Statuses))
+	for _, s := range p.Statuses {
+		statuses = append(statuses, string(s))
+	}
+	args := pgx.NamedArgs{
+		"type_prefix":      nullIfEmpty(p.TypePrefix),
+		"statuses":         statuses,
+		"after_created_at": nil,
+		"after_id":         nil,
+		"limit":            limit + 1,
+	}
+	if p.Cursor != "" {
+		at, id, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return ListPage{}, fmt.Errorf("list runs: %w", err)
+		}
+		args["after_created_at"], args["after_id"] = at, id
+	}
+	rows, err := e.pool.Query(ctx, e.q[qRunList], args)
+	if err != nil {
+		return ListPage{}, translate("list runs", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+	if err != nil {
+		return ListPage{}, translate("list runs", err)
+	}
+	page := ListPage{Runs: runs}
+	if len(runs) > limit {
+		page.Runs = runs[:limit]
+		last := page.Runs[limit-1]
+		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return page, nil
+}
+
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	if !ok {
+		return time.Time{}, "", fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	}
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	}
+	return at, id, nil
+}
+
+// CancelRun cancels a pending or leased run; a worker holding it notices at
+// its next heartbeat (or at once, through the cancellation notification). It
+// reports whether the run was cancelled by this call: false when it had
+// already finished or does not exist.
+func (e *Engine) CancelRun(ctx context.Context, id string) (bool, error) {
+	var ok bool
+	if err := e.pool.QueryRow(ctx, e.q[qRunCancel], pgx.NamedArgs{"id": id}).Scan(&ok); err != nil {
+		return false, translate("cancel run "+id, err)
+	}
+	return ok, nil
+}

@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// typePattern is the workflow type format, the same as the database's
+// workflow_run_type_format constraint.
+var typePattern = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$`)
+
+// Limits enforced on a run's fields, in Go and in the schema.
+const (
+	// MaxTypeLength is the longest workflow type accepted.
+	MaxTypeLength = 253
+	// MaxIdempotencyKeyLength is the longest idempotency key accepted.
+	MaxIdempotencyKeyLength = 512
+	// MaxAttemptsLimit is the largest max_attempts accepted.
+	MaxAttemptsLimit = 1000
+	// DefaultMaxAttempts is used when a run does not say.
+	DefaultMaxAttempts = 3
+	// DefaultPriority is used when a run does not say; lower runs first.
+	DefaultPriority = 100
+)
+
+// ValidateType reports whether t is a well-formed versioned workflow type.
+func ValidateType(t string) error {
+	if len(t) > MaxTypeLength || !typePattern.MatchString(t) {
+		return fmt.Errorf("%w: type %q: %s", ErrInvalid, t, ConstraintMessage("workflow_run_type_format"))
+	}
+	return nil
+}
+
+// ValidatePayload reports whether p is a JSON object. An empty payload is
+// accepted and means {}.
+func ValidatePayload(p []byte) error {
+	p = bytes.TrimSpace(p)
+	if len(p) == 0 {
+		return nil
+	}
+	if !json.Valid(p) {
+		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
+	}
+	if p[0] != '{' {
+		return fmt.Errorf("%w: payload must be a JSON object", ErrInvalid)
+	}
+	return nil
+}
+
+// Validate checks the parameters before they reach the database, so that bad
+// input gets a specific error and nothing is written.
+func (p CreateParams) Validate() error {
+	if err := ValidateType(p.Type); err != nil {
+		return err
+	}
+	if err := ValidatePayload(p.Payload); err != nil {
+		return err
+	}
+	if p.MaxAttempts < 0 || p.MaxAttempts > MaxAttemptsLimit {
+		return fmt.Errorf("%w: max attempts must be between 1 and %d, got %d", ErrInvalid, MaxAttemptsLimit, p.MaxAttempts)
+	}
+	if len(p.IdempotencyKey) > MaxIdempotencyKeyLength {
+		return fmt.Errorf("%w: idempotency key is %d characters, at most %d are allowed",
+			ErrInvalid, len(p.IdempotencyKey), MaxIdempotencyKeyLength)
+	}
+	if rp := p.RetryPolicy; rp != nil {
+		if rp.BaseDelay < 0 || rp.MaxDelay < 0 {
+			return fmt.Errorf("%w: retry delays must not be negative", ErrInvalid)
+		}
+		if rp.BaseDelay > 0 && rp.BaseDelay < time.Millisecond {
+			return fmt.Errorf("%w: retry base delay must be at least 1ms", ErrInvalid)
+		}
+		if rp.BaseDelay > 0 && rp.MaxDelay > 0 && rp.MaxDelay < rp.BaseDelay {
+			return fmt.Errorf("%w: retry max delay %s is below the base delay %s", ErrInvalid, rp.MaxDelay, rp.BaseDelay)
+		}
+	}
+	return nil
+}
