@@ -124,7 +124,7 @@ begin
         select e.id, 'heartbeat',
                jsonb_build_object('worker_id', p_worker_id, 'attempt', e.attempt,
                                   'lease_until', e.lease_until,
-                                  'extended_by_seconds', p_lease_ms / 1000.0)
+                                  'extended_by_seconds', p_lease_ms::double precision / 1000)
         from extended e
     )
     select req.id, coalesce(cur.status, 'missing'), (x.id is not null)

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+)
+
+// registerDemoHandlers installs the demo.*.v1 handlers used by the docs, the
+// demo and the tests.
+func registerDemoHandlers(p *simpleworkflow.Poller) error {
+	for typ, h := range map[string]simpleworkflow.HandlerFunc{
+		"demo.echo.v1":  echo,
+		"demo.sleep.v1": sleep,
+		"demo.fail.v1":  failTimes,
+	} {
+		if err := p.Handle(typ, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// echo returns its payload as its result.
+func echo(_ context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
+	return t.Payload, nil
+}
+
+// sleep waits payload.seconds seconds (heartbeats continue meanwhile) and
+// stops as soon as its context is cancelled.
+func sleep(ctx context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
+	var in struct {
+		Seconds float64 `json:"seconds"`
+	}
+	if err := t.Decode(&in); err != nil {
+		return nil, simpleworkflow.Permanent(err)
+	}
+	if in.Seconds < 0 || in.Seconds > 24*3600 {
+		return nil, simpleworkflow.Permanent(fmt.Errorf("seconds must be between 0 and 86400, got %v", in.Seconds))
+	}
+	timer := time.NewTimer(time.Duration(in.Seconds * float64(time.Second)))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("sleep interrupted: %w", context.Cause(ctx))
+	case <-timer.C:
+		return simpleworkflow.JSONResult(map[string]any{"sleptSeconds": in.Seconds})
+	}
+}
+
+// failTimes fails its first payload.failTimes attempts, then succeeds.
+func failTimes(_ context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
+	var in struct {
+		FailTimes int `json:"failTimes"`
+	}
+	if err := t.Decode(&in); err != nil {
+		return nil, simpleworkflow.Permanent(err)
+	}
+	if t.Attempt <= in.FailTimes {
+		return nil, fmt.Errorf("planned failure %d of %d", t.Attempt, in.FailTimes)
+	}
+	return simpleworkflow.JSONResult(map[string]any{"attempts": t.Attempt})
+}

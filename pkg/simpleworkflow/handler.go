@@ -1,0 +1,59 @@
+package simpleworkflow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+)
+
+// Task is the run a handler executes: one attempt of it.
+type Task struct {
+	// ID is the run's id.
+	ID string
+	// Type is the run's workflow type.
+	Type string
+	// Payload is the run's JSON object.
+	Payload json.RawMessage
+	// Attempt counts from 1.
+	Attempt int
+	// MaxAttempts is the run's attempt limit.
+	MaxAttempts int
+	// WorkerID is the worker running it.
+	WorkerID string
+}
+
+// Decode unmarshals the payload into v.
+func (t *Task) Decode(v any) error {
+	if err := json.Unmarshal(t.Payload, v); err != nil {
+		return fmt.Errorf("decode payload of %s run %s: %w", t.Type, t.ID, err)
+	}
+	return nil
+}
+
+// HandlerFunc executes one attempt of a run. ctx is cancelled when the run is
+// cancelled, the lease is lost or the worker's shutdown grace period is over;
+// context.Cause(ctx) says which (ErrRunCancelled, ErrLeaseLost,
+// ErrShuttingDown). The handler returns the run's JSON result (nil for none)
+// or an error; an error retries the run with backoff while attempts are left,
+// unless it is wrapped with Permanent.
+type HandlerFunc func(ctx context.Context, task *Task) (json.RawMessage, error)
+
+// JSONResult marshals v as a handler result.
+func JSONResult(v any) (json.RawMessage, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("marshal result: %w", err))
+	}
+	return raw, nil
+}
+
+// callHandler runs h, turning a panic into an error.
+func callHandler(ctx context.Context, h HandlerFunc, t *Task) (result json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(ctx, t)
+}

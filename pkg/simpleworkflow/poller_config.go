@@ -1,0 +1,137 @@
+package simpleworkflow
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// Defaults of PollerConfig.
+const (
+	// DefaultLeaseDuration is how long a claimed run stays leased without a
+	// heartbeat.
+	DefaultLeaseDuration = 30 * time.Second
+	// DefaultConcurrency is how many handlers run at once.
+	DefaultConcurrency = 10
+	// DefaultRuntime is the runtime a Go worker declares.
+	DefaultRuntime = engine.RuntimeGo
+	// DefaultPollInterval is the fallback poll when no notification arrives.
+	DefaultPollInterval = time.Second
+	// DefaultShutdownGracePeriod is how long in-flight handlers may finish
+	// after Run's context ends, before their runs are handed back.
+	DefaultShutdownGracePeriod = 20 * time.Second
+	// DefaultReapInterval is how often a poller returns runs whose lease
+	// expired (their worker died) to the queue.
+	DefaultReapInterval = 5 * time.Second
+	// DefaultClaimBatchSize caps the runs one claim call takes.
+	DefaultClaimBatchSize = 100
+)
+
+// PollerConfig configures a Poller. Zero values take the defaults.
+type PollerConfig struct {
+	// TypePrefixes selects the runs to claim: a run is claimed when its type
+	// starts with one of them. Prefixes are literal ('_' and '%' are not
+	// wildcards; a trailing '%', as in "billing.%", is accepted and ignored).
+	// Empty claims every type.
+	TypePrefixes []string
+	// LeaseDuration is how long a claimed run stays leased without a
+	// heartbeat. Defaults to 30s; at least 1s.
+	LeaseDuration time.Duration
+	// WorkerID identifies this worker in leases and the audit trail. Defaults
+	// to the hostname and process id.
+	WorkerID string
+	// Runtime is the runtime this worker provides: types registered for
+	// another runtime, or disabled, are never claimed. Defaults to "go".
+	Runtime string
+	// Concurrency is the number of handlers that run at once. Defaults to 10.
+	Concurrency int
+	// HeartbeatInterval is how often leases are extended (and cancellation
+	// checked). Defaults to a third of LeaseDuration.
+	HeartbeatInterval time.Duration
+	// PollInterval is the fallback poll period; new runs normally wake the
+	// poller at once through LISTEN/NOTIFY. Defaults to 1s.
+	PollInterval time.Duration
+	// ShutdownGracePeriod is how long in-flight handlers may finish once
+	// Run's context ends; after it their contexts are cancelled with
+	// ErrShuttingDown and their runs handed back. Defaults to 20s.
+	ShutdownGracePeriod time.Duration
+	// ReapInterval is how often this poller returns runs with expired leases
+	// to the queue. Defaults to 5s; negative disables reaping.
+	ReapInterval time.Duration
+	// ClaimBatchSize caps the runs claimed in one call. Defaults to 100.
+	ClaimBatchSize int
+	// Logger receives one line per transition. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with every zero value replaced by its default.
+func (c PollerConfig) withDefaults() PollerConfig {
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.WorkerID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "worker"
+		}
+		c.WorkerID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.Runtime == "" {
+		c.Runtime = DefaultRuntime
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.LeaseDuration / 3
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.ShutdownGracePeriod == 0 {
+		c.ShutdownGracePeriod = DefaultShutdownGracePeriod
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = DefaultReapInterval
+	}
+	if c.ClaimBatchSize == 0 {
+		c.ClaimBatchSize = DefaultClaimBatchSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate reports the first setting that cannot work.
+func (c PollerConfig) validate() error {
+	switch {
+	case c.LeaseDuration < time.Second:
+		return fmt.Errorf("%w: lease duration must be at least 1s, got %s", ErrInvalid, c.LeaseDuration)
+	case c.Runtime != engine.RuntimeGo && c.Runtime != engine.RuntimePython:
+		return fmt.Errorf("%w: runtime must be go or python, got %q", ErrInvalid, c.Runtime)
+	case c.Concurrency < 1:
+		return fmt.Errorf("%w: concurrency must be at least 1, got %d", ErrInvalid, c.Concurrency)
+	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseDuration:
+		return fmt.Errorf("%w: heartbeat interval must be positive and below the lease duration %s, got %s",
+			ErrInvalid, c.LeaseDuration, c.HeartbeatInterval)
+	case c.PollInterval < 0:
+		return fmt.Errorf("%w: poll interval must not be negative", ErrInvalid)
+	case c.ShutdownGracePeriod < 0:
+		return fmt.Errorf("%w: shutdown grace period must not be negative", ErrInvalid)
+	case c.ClaimBatchSize < 1 || c.ClaimBatchSize > 1000:
+		return fmt.Errorf("%w: claim batch size must be between 1 and 1000, got %d", ErrInvalid, c.ClaimBatchSize)
+	case len(c.WorkerID) > 200:
+		return fmt.Errorf("%w: worker id must be at most 200 characters", ErrInvalid)
+	}
+	for _, p := range c.TypePrefixes {
+		if p == "" {
+			return fmt.Errorf("%w: type prefixes must not be empty strings (leave the list empty to claim every type)", ErrInvalid)
+		}
+	}
+	return nil
+}
