@@ -82,3 +82,7 @@ func (b *bundle) claim(t *testing.T, worker string, prefixes []string, limit int
 	}
 	return got
 }
+
+func (b *bundle) ctxWithCancel() (context.Context, context.CancelFunc) {
+	return context.WithCancel(b.ctx)
+}
