@@ -178,16 +178,14 @@ func randomSuffix() string {
 	return hex.EncodeToString(b)
 }
 
-// NewDatabase creates a migrated database for this test alone and returns
-// its URL; it is dropped when the test ends. Main must be running the tests.
-func NewDatabase(t testing.TB) string {
-	t.Helper()
+// CreateDatabase creates a migrated database from the template prepared by
+// Main and returns its URL and a function that drops it.
+func CreateDatabase(ctx context.Context) (string, func() error, error) {
 	serverURL, template := os.Getenv(envServerURL), os.Getenv(envTemplate)
 	if serverURL == "" || template == "" {
-		t.Fatal("pgtest: call pgtest.Main from TestMain")
+		return "", nil, fmt.Errorf("pgtest: call pgtest.Main from TestMain")
 	}
 	name := "sw_test_" + randomSuffix()
-	ctx := context.Background()
 	sql := "create database " + pgx.Identifier{name}.Sanitize() + " template " + pgx.Identifier{template}.Sanitize()
 	var err error
 	for range 20 { // the template can be busy for a moment while another clone starts
@@ -197,17 +195,31 @@ func NewDatabase(t testing.TB) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
+		return "", nil, fmt.Errorf("pgtest: create database: %w", err)
 	}
-	t.Cleanup(func() {
-		if err := exec1(ctx, serverURL, "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)"); err != nil {
-			t.Logf("pgtest: drop database %s: %v", name, err)
-		}
-	})
+	drop := func() error {
+		return exec1(context.WithoutCancel(ctx), serverURL, "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)")
+	}
 	u, err := WithDatabase(serverURL, name)
+	if err != nil {
+		return "", nil, err
+	}
+	return u, drop, nil
+}
+
+// NewDatabase creates a migrated database for this test alone and returns
+// its URL; it is dropped when the test ends. Main must be running the tests.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	u, drop, err := CreateDatabase(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Logf("pgtest: drop database: %v", err)
+		}
+	})
 	return u
 }
 
