@@ -19,16 +19,16 @@ var ErrInvalid = errors.New("invalid input")
 var constraintMessages = map[string]string{
 	"workflow_run_type_format": "type must be dot-separated lowercase segments of letters, digits " +
 		"and underscores ending in a version such as .v1 (for example content.thumbnail.v1), at most 253 characters",
-	"workflow_run_status_valid":          "status must be one of pending, leased, succeeded, failed, cancelled",
-	"workflow_run_payload_object":        "payload must be a JSON object",
-	"workflow_run_max_attempts_range":    "max_attempts must be between 1 and 1000",
-	"workflow_run_attempt_range":         "attempt must be between 0 and max_attempts",
+	"workflow_run_status_valid":           "status must be one of pending, leased, succeeded, failed, cancelled",
+	"workflow_run_payload_object":         "payload must be a JSON object",
+	"workflow_run_max_attempts_range":     "max_attempts must be between 1 and 1000",
+	"workflow_run_attempt_range":          "attempt must be between 0 and max_attempts",
 	"workflow_run_idempotency_key_length": "idempotency_key must be 1 to 512 characters",
-	"workflow_run_lease_held":            "a leased run must have leased_by and lease_until",
-	"workflow_run_retry_policy_valid":    "retry delays must be positive and the maximum delay at least the base delay",
-	"workflow_registry_name_format":      "workflow name must be a versioned type such as content.thumbnail.v1",
-	"workflow_registry_runtime_valid":    "runtime must be go or python",
-	"workflow_event_type_valid":          "event type must be one of created, leased, started, heartbeat, succeeded, failed, retried, cancelled",
+	"workflow_run_lease_held":             "a leased run must have leased_by and lease_until",
+	"workflow_run_retry_policy_valid":     "retry delays must be positive and the maximum delay at least the base delay",
+	"workflow_registry_name_format":       "workflow name must be a versioned type such as content.thumbnail.v1",
+	"workflow_registry_runtime_valid":     "runtime must be go or python",
+	"workflow_event_type_valid":           "event type must be one of created, leased, started, heartbeat, succeeded, failed, retried, cancelled",
 }
 
 // ConstraintMessage returns the human explanation of a schema check constraint,

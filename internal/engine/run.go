@@ -159,12 +159,12 @@ func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, e
 // scanRun reads the columns selected by RunGet and RunList.
 func scanRun(row pgx.Row) (Run, error) {
 	var (
-		r                          Run
-		status                     string
-		idem, leasedBy, lastError  *string
-		baseMS, maxMS              *int64
-		srcNS, srcName, srcUID     *string
-		payload, result            []byte
+		r                         Run
+		status                    string
+		idem, leasedBy, lastError *string
+		baseMS, maxMS             *int64
+		srcNS, srcName, srcUID    *string
+		payload, result           []byte
 	)
 	err := row.Scan(&r.ID, &r.Type, &payload, &status, &r.Priority, &r.RunAt, &idem, &r.Attempt,
 		&r.MaxAttempts, &leasedBy, &r.LeaseUntil, &lastError, &result, &baseMS, &maxMS,

@@ -119,8 +119,9 @@ type session struct {
 	handlers map[string]HandlerFunc
 	prefixes []string
 
-	mu      sync.Mutex
-	active  map[string]*activeRun
+	mu     sync.Mutex
+	active map[string]*activeRun
+	// running counts claimed runs whose outcome is not written yet.
 	running int
 
 	wake      chan struct{}
@@ -248,9 +249,11 @@ func (s *session) claimLoop(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		s.mu.Lock()
-		free := s.cfg.Concurrency - s.running
+		free, running := s.cfg.Concurrency-s.running, s.running
 		s.mu.Unlock()
-		if free <= 0 {
+		// While handlers are busy, wait until a worthwhile batch of slots is
+		// free rather than claiming one run per round trip.
+		if free <= 0 || (running > 0 && free < s.minClaim()) {
 			select {
 			case <-ctx.Done():
 			case <-s.freed:
@@ -278,6 +281,12 @@ func (s *session) claimLoop(ctx context.Context) {
 		}
 		wait()
 	}
+}
+
+// minClaim is the fewest free slots worth a claim while handlers are busy: a
+// quarter of the claim batch size (bounded by the concurrency), at least one.
+func (s *session) minClaim() int {
+	return max(1, min(s.cfg.Concurrency, s.cfg.ClaimBatchSize)/4)
 }
 
 func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
@@ -323,10 +332,8 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 	}
 
 	s.mu.Lock()
-	s.running--
 	a.done = true
 	s.mu.Unlock()
-	signal(s.freed)
 
 	select {
 	case s.outcomes <- o:
@@ -441,11 +448,15 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 			s.log.Info("Run handed back", "run_id", id, "type", byID[id].run.typ, "reason", "worker shutting down")
 		}
 	}
+	// A slot is free once its outcome is written, so that the runs a worker
+	// holds leased never exceed its concurrency.
 	s.mu.Lock()
 	for _, o := range batch {
 		delete(s.active, o.run.ref.ID)
 	}
+	s.running -= len(batch)
 	s.mu.Unlock()
+	signal(s.freed)
 }
 
 // withRetry calls f until it succeeds, ctx ends, or five attempts failed.
@@ -589,6 +600,7 @@ func (s *session) shutdown(ctx context.Context) {
 		if !a.done {
 			refs = append(refs, a.ref)
 			delete(s.active, id)
+			s.running--
 		}
 	}
 	s.mu.Unlock()

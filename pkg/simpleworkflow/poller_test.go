@@ -242,9 +242,11 @@ func TestRetriesThenSuccessWithEventTrail(t *testing.T) {
 	// Out of attempts: failed, with a permanent error failing at once.
 	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"doomed."}, PollInterval: 50 * time.Millisecond},
 		map[string]simpleworkflow.HandlerFunc{
-			"doomed.always.v1":    func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { return nil, errTest },
-			"doomed.permanent.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { return nil, simpleworkflow.Permanent(errTest) },
-			"doomed.panics.v1":    func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { panic("boom") },
+			"doomed.always.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { return nil, errTest },
+			"doomed.permanent.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) {
+				return nil, simpleworkflow.Permanent(errTest)
+			},
+			"doomed.panics.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { panic("boom") },
 		})
 	always, _ := b.client.Create(b.ctx, "doomed.always.v1", nil, &simpleworkflow.CreateOptions{
 		MaxAttempts: 2, RetryPolicy: &simpleworkflow.RetryPolicy{BaseDelay: 50 * time.Millisecond}})

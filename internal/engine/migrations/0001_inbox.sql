@@ -51,13 +51,14 @@ create table workflow.workflow_run (
 comment on table workflow.workflow_run is
     'The durable inbox: one row per recorded intent. A pending row always runs eventually.';
 
--- Claiming walks pending rows in priority, then age order.
+-- Claiming walks pending rows in priority, then age order. Partial, so that
+-- leased and finished rows cost the index nothing.
 create index idx_workflow_run_claim
-    on workflow.workflow_run (status, priority, created_at, run_at)
-    where deleted_at is null;
+    on workflow.workflow_run (priority, created_at, run_at)
+    where status = 'pending' and deleted_at is null;
 -- Type-prefix routing and per-prefix counts (LIKE 'prefix%').
 create index idx_workflow_run_type_prefix
-    on workflow.workflow_run (type text_pattern_ops, status);
+    on workflow.workflow_run (type text_pattern_ops);
 -- Deduplication; the seed's "on conflict (idempotency_key)" infers this index.
 create unique index idx_workflow_run_idempotency
     on workflow.workflow_run (idempotency_key);
@@ -75,7 +76,11 @@ create index idx_workflow_run_source
 
 create table workflow.workflow_event (
     id          bigint      generated always as identity primary key,
-    workflow_id uuid        not null references workflow.workflow_run (id) on delete cascade,
+    -- No foreign key: checking one on every event would cost the hot path a
+    -- row lock per transition. Events are written only by the functions and
+    -- triggers of this schema, always beside their run, and deleted with it
+    -- (see workflow.on_runs_deleted).
+    workflow_id uuid        not null,
     event_type  text        not null,
     data        jsonb       not null default '{}'::jsonb,
     created_at  timestamptz not null default now(),

@@ -100,7 +100,11 @@ $$;
 create function workflow.heartbeat_runs(
     p_worker_id text, p_ids uuid[], p_attempts integer[], p_lease_ms bigint)
 returns table (id uuid, status text, owned boolean)
-language plpgsql as $$
+-- A batch is looked up by primary key (id = any (p_ids)) and matched to its
+-- request rows by hash: a nested loop over the batch would be quadratic.
+language plpgsql
+set enable_nestloop = off
+as $$
 #variable_conflict use_column
 begin
     if p_lease_ms is null or p_lease_ms < 1000 then
@@ -114,7 +118,8 @@ begin
         set lease_until = now() + p_lease_ms * interval '1 millisecond',
             updated_at  = now()
         from req
-        where r.id = req.id
+        where r.id = any (p_ids)
+          and r.id = req.id
           and r.status = 'leased'
           and r.leased_by = p_worker_id
           and r.attempt = req.attempt
@@ -139,7 +144,11 @@ $$;
 create function workflow.complete_runs(
     p_worker_id text, p_ids uuid[], p_attempts integer[], p_results jsonb[])
 returns table (id uuid)
-language sql as $$
+-- A batch is looked up by primary key (id = any (p_ids)) and matched to its
+-- request rows by hash: a nested loop over the batch would be quadratic.
+language sql
+set enable_nestloop = off
+as $$
     with req as (
         select * from unnest(p_ids, p_attempts, p_results) as t(id, attempt, result)
     ), done as (
@@ -150,7 +159,8 @@ language sql as $$
             finished_at = now(),
             updated_at  = now()
         from req
-        where r.id = req.id
+        where r.id = any (p_ids)
+          and r.id = req.id
           and r.status = 'leased'
           and r.leased_by = p_worker_id
           and r.attempt = req.attempt
@@ -169,7 +179,11 @@ $$;
 create function workflow.fail_runs(
     p_worker_id text, p_ids uuid[], p_attempts integer[], p_errors text[], p_retryable boolean[])
 returns table (id uuid, status text, run_at timestamptz)
-language sql as $$
+-- A batch is looked up by primary key (id = any (p_ids)) and matched to its
+-- request rows by hash: a nested loop over the batch would be quadratic.
+language sql
+set enable_nestloop = off
+as $$
     with req as (
         select * from unnest(p_ids, p_attempts, p_errors, p_retryable)
             as t(id, attempt, error, retryable)
@@ -189,7 +203,8 @@ language sql as $$
                                then null else now() end,
             updated_at  = now()
         from req
-        where r.id = req.id
+        where r.id = any (p_ids)
+          and r.id = req.id
           and r.status = 'leased'
           and r.leased_by = p_worker_id
           and r.attempt = req.attempt
@@ -212,7 +227,11 @@ $$;
 -- pending again at once, and the attempt is not counted.
 create function workflow.release_runs(p_worker_id text, p_ids uuid[], p_attempts integer[])
 returns table (id uuid)
-language sql as $$
+-- A batch is looked up by primary key (id = any (p_ids)) and matched to its
+-- request rows by hash: a nested loop over the batch would be quadratic.
+language sql
+set enable_nestloop = off
+as $$
     with req as (
         select * from unnest(p_ids, p_attempts) as t(id, attempt)
     ), released as (
@@ -224,7 +243,8 @@ language sql as $$
             lease_until = null,
             updated_at  = now()
         from req
-        where r.id = req.id
+        where r.id = any (p_ids)
+          and r.id = req.id
           and r.status = 'leased'
           and r.leased_by = p_worker_id
           and r.attempt = req.attempt
@@ -288,7 +308,8 @@ language sql as $$
     select x.id, x.status from reaped x
 $$;
 
--- delete_finished_runs removes finished runs (and, by cascade, their events)
+-- delete_finished_runs removes finished runs (and, through the delete trigger,
+-- their events)
 -- that finished before p_before, at most p_limit at a time.
 create function workflow.delete_finished_runs(p_before timestamptz, p_limit integer)
 returns bigint
@@ -330,6 +351,19 @@ create trigger workflow_run_inserted
     after insert on workflow.workflow_run
     referencing new table as new_runs
     for each statement execute function workflow.on_run_inserted();
+
+create function workflow.on_runs_deleted() returns trigger
+language plpgsql as $$
+begin
+    delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id;
+    return null;
+end
+$$;
+
+create trigger workflow_runs_deleted
+    after delete on workflow.workflow_run
+    referencing old table as old_runs
+    for each statement execute function workflow.on_runs_deleted();
 
 create function workflow.on_run_cancelled() returns trigger
 language plpgsql as $$
