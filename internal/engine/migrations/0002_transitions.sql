@@ -81,11 +81,13 @@ begin
                   r.created_at, r.priority
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
-        select c.id, e.event_type,
-               jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
-                                  'lease_until', c.lease_until)
-        from claimed c cross join (values (1, 'leased'), (2, 'started')) e(ord, event_type)
-        order by c.id, e.ord
+        select c.id, e.event_type, e.data
+        from claimed c
+        cross join lateral (
+            select jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
+                                      'lease_until', c.lease_until) as d) j
+        -- leased, then started: each run's pair is emitted (and numbered) in order
+        cross join lateral (values ('leased', j.d), ('started', j.d)) e(event_type, data)
     )
     select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at
     from claimed c
