@@ -42,9 +42,23 @@ fmt-check: ## Fail when gofmt would change a file.
 vet: ## Run go vet.
 	$(GO) vet ./...
 
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role from the API types and markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+
+.PHONY: check-generated
+check-generated: manifests generate ## Fail when committed generated files are stale.
+	@if [ -n "$$(git status --porcelain -- config api)" ]; then \
+		echo "Generated files are stale; run 'make manifests generate' and commit:"; \
+		git status --porcelain -- config api; git --no-pager diff --stat -- config api; exit 1; fi
+
 .PHONY: test
-test: fmt-check vet ## Run every test: engine, SDK, example worker (real Postgres).
-	$(GO) test -count=1 -timeout 20m ./...
+test: fmt-check vet check-generated envtest ## Run every test (real Postgres, real kube-apiserver).
+	$(GO) test -count=1 -timeout 30m ./...
 
 .PHONY: bench
 bench: ## Benchmark the engine (DATABASE_URL, else a throwaway Postgres).

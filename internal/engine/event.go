@@ -34,7 +34,13 @@ type Event struct {
 
 // ListEvents returns the audit trail of a run, oldest first.
 func (e *Engine) ListEvents(ctx context.Context, runID string) ([]Event, error) {
-	rows, err := e.pool.Query(ctx, e.q[qEventList], pgx.NamedArgs{"workflow_id": runID})
+	return e.ListEventsAfter(ctx, runID, 0)
+}
+
+// ListEventsAfter returns the events of a run whose id is above afterID,
+// oldest first.
+func (e *Engine) ListEventsAfter(ctx context.Context, runID string, afterID int64) ([]Event, error) {
+	rows, err := e.pool.Query(ctx, e.q[qEventListAfter], pgx.NamedArgs{"workflow_id": runID, "after_id": afterID})
 	if err != nil {
 		return nil, translate("list events of run "+runID, err)
 	}
@@ -50,4 +56,46 @@ func (e *Engine) ListEvents(ctx context.Context, runID string) ([]Event, error) 
 		return nil, translate("list events of run "+runID, err)
 	}
 	return out, nil
+}
+
+// EventCount is how many transitions of one type happened.
+type EventCount struct {
+	Type  EventType
+	Count int64
+}
+
+// CountEventsAfter counts the events above afterID by type, and returns the
+// highest event id seen (afterID when there are none).
+func (e *Engine) CountEventsAfter(ctx context.Context, afterID int64) ([]EventCount, int64, error) {
+	rows, err := e.pool.Query(ctx, e.q[qEventCountsAfter], pgx.NamedArgs{"after_id": afterID})
+	if err != nil {
+		return nil, afterID, translate("count events", err)
+	}
+	defer rows.Close()
+	maxID := afterID
+	var out []EventCount
+	for rows.Next() {
+		var c EventCount
+		var t string
+		var m int64
+		if err := rows.Scan(&t, &c.Count, &m); err != nil {
+			return nil, afterID, translate("count events", err)
+		}
+		c.Type = EventType(t)
+		out = append(out, c)
+		maxID = max(maxID, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, afterID, translate("count events", err)
+	}
+	return out, maxID, nil
+}
+
+// LatestEventID returns the id of the newest audit event, 0 when there is none.
+func (e *Engine) LatestEventID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := e.pool.QueryRow(ctx, e.q[qEventLatestID]).Scan(&id); err != nil {
+		return 0, translate("latest event id", err)
+	}
+	return id, nil
 }

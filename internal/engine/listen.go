@@ -17,6 +17,9 @@ const (
 	ChannelRunCreated = "workflow_run_created"
 	// ChannelRunCancelled carries the id of a run that was just cancelled.
 	ChannelRunCancelled = "workflow_run_cancelled"
+	// ChannelRunChanged carries "namespace/name" of the Kubernetes object a
+	// run was mirrored from, whenever its status, attempt or holder changes.
+	ChannelRunChanged = "workflow_run_changed"
 )
 
 // Notification is one message received on a channel.

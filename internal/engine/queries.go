@@ -25,6 +25,13 @@ const (
 	qRunReapExpired        = "RunReapExpired"
 	qRunDeleteFinished     = "RunDeleteFinished"
 	qEventList             = "EventList"
+	qEventListAfter        = "EventListAfter"
+	qEventCountsAfter      = "EventCountsAfter"
+	qEventLatestID         = "EventLatestID"
+	qRegistryListByOwner   = "RegistryListByOwner"
+	qStatsRunsByPrefix     = "StatsRunsByPrefix"
+	qStatsOldestRunnable   = "StatsOldestRunnable"
+	qStatsFinishedSince    = "StatsFinishedSince"
 	qRegistryUpsert        = "RegistryUpsert"
 	qRegistryGet           = "RegistryGet"
 	qRegistryDelete        = "RegistryDelete"
@@ -79,7 +86,7 @@ func loadQueries() (queries, error) {
 	for _, n := range []string{
 		qRunInsert, qRunIDByIdempotencyKey, qRunGet, qRunList, qRunCancel, qRunClaim,
 		qRunHeartbeat, qRunComplete, qRunFail, qRunRelease, qRunReapExpired,
-		qRunDeleteFinished, qEventList, qRegistryUpsert, qRegistryGet, qRegistryDelete,
+		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)

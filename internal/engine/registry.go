@@ -53,20 +53,39 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 	return translate("register workflow "+r.WorkflowName, err)
 }
 
+func scanRegistryEntry(row pgx.Row) (RegistryEntry, error) {
+	var r RegistryEntry
+	var ns, owner *string
+	err := row.Scan(&r.WorkflowName, &r.Runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt)
+	r.OwnerNamespace, r.OwnerName = deref(ns), deref(owner)
+	return r, err
+}
+
+// ListRegistryEntriesByOwner returns the entries declared by one owner.
+func (e *Engine) ListRegistryEntriesByOwner(ctx context.Context, ownerNamespace, ownerName string) ([]RegistryEntry, error) {
+	rows, err := e.pool.Query(ctx, e.q[qRegistryListByOwner], pgx.NamedArgs{
+		"owner_namespace": ownerNamespace, "owner_name": ownerName,
+	})
+	if err != nil {
+		return nil, translate("list registry entries", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RegistryEntry, error) { return scanRegistryEntry(row) })
+	if err != nil {
+		return nil, translate("list registry entries", err)
+	}
+	return out, nil
+}
+
 // GetRegistryEntry returns the entry for a workflow type, or an error wrapping
 // ErrNotFound.
 func (e *Engine) GetRegistryEntry(ctx context.Context, name string) (RegistryEntry, error) {
-	var r RegistryEntry
-	var ns, owner *string
-	err := e.pool.QueryRow(ctx, e.q[qRegistryGet], pgx.NamedArgs{"workflow_name": name}).Scan(
-		&r.WorkflowName, &r.Runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt)
+	r, err := scanRegistryEntry(e.pool.QueryRow(ctx, e.q[qRegistryGet], pgx.NamedArgs{"workflow_name": name}))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RegistryEntry{}, fmt.Errorf("registry entry %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
 		return RegistryEntry{}, translate("registry entry "+name, err)
 	}
-	r.OwnerNamespace, r.OwnerName = deref(ns), deref(owner)
 	return r, nil
 }
 

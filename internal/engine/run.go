@@ -310,3 +310,17 @@ func (e *Engine) CancelRun(ctx context.Context, id string) (bool, error) {
 	}
 	return ok, nil
 }
+
+// FindRunByIdempotencyKey returns the id of the run holding key, or an error
+// wrapping ErrNotFound.
+func (e *Engine) FindRunByIdempotencyKey(ctx context.Context, key string) (string, error) {
+	var id string
+	err := e.pool.QueryRow(ctx, e.q[qRunIDByIdempotencyKey], pgx.NamedArgs{"idempotency_key": key}).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("run with idempotency key %q: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return "", translate("find run by idempotency key", err)
+	}
+	return id, nil
+}

@@ -3,3 +3,19 @@ select id, workflow_id, event_type, data, created_at
 from workflow.workflow_event
 where workflow_id = @workflow_id
 order by id;
+
+-- name: EventListAfter
+select id, workflow_id, event_type, data, created_at
+from workflow.workflow_event
+where workflow_id = @workflow_id and id > @after_id
+order by id;
+
+-- name: EventCountsAfter
+-- Transitions since an event id, by type, for the metrics.
+select event_type, count(*), max(id)
+from workflow.workflow_event
+where id > @after_id
+group by event_type;
+
+-- name: EventLatestID
+select coalesce(max(id), 0) from workflow.workflow_event;

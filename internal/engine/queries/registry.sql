@@ -22,3 +22,10 @@ delete from workflow.workflow_registry
 where workflow_name = @workflow_name
   and owner_namespace is not distinct from @owner_namespace
   and owner_name is not distinct from @owner_name;
+
+-- name: RegistryListByOwner
+select workflow_name, runtime, is_enabled, description, owner_namespace, owner_name,
+       created_at, updated_at
+from workflow.workflow_registry
+where owner_namespace = @owner_namespace and owner_name = @owner_name
+order by workflow_name;

@@ -1,0 +1,191 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Runtime is the language a workflow type's workers are written in.
+// +kubebuilder:validation:Enum=go;python
+type Runtime string
+
+// The supported runtimes.
+const (
+	RuntimeGo     Runtime = "go"
+	RuntimePython Runtime = "python"
+)
+
+// WorkflowDefinition registers one workflow type.
+type WorkflowDefinition struct {
+	// Name is the workflow type, such as billing.invoice.v1.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9_]+(\\\\.[a-z0-9_]+)*\\\\.v[0-9]+$')",message="workflow name must be dot-separated lowercase segments of letters, digits and underscores ending in a version, such as billing.invoice.v1"
+	Name string `json:"name"`
+	// Runtime is the only runtime whose workers may claim this type.
+	Runtime Runtime `json:"runtime"`
+	// Enabled false keeps runs of this type pending. Defaults to true.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+	// Description says what the workflow does.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Description string `json:"description,omitempty"`
+}
+
+// ScaleTargetRef names the scalable object of a worker pool, in the
+// registry's namespace.
+type ScaleTargetRef struct {
+	// APIVersion of the target. Defaults to apps/v1.
+	// +optional
+	// +kubebuilder:default="apps/v1"
+	APIVersion string `json:"apiVersion,omitempty"`
+	// Kind of the target. Defaults to Deployment.
+	// +optional
+	// +kubebuilder:default="Deployment"
+	Kind string `json:"kind,omitempty"`
+	// Name of the target.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// WorkerPool is a scalable set of workers serving some type prefixes; the
+// operator owns its replica count.
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas"
+type WorkerPool struct {
+	// ScaleTargetRef is the Deployment (or other scalable object) to scale.
+	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
+	// Runtime of the pool's workers.
+	Runtime Runtime `json:"runtime"`
+	// TypePrefixes the pool's workers claim (literal prefixes).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	TypePrefixes []string `json:"typePrefixes"`
+	// MinReplicas is the floor; 0 lets the pool scale to zero. Defaults to 0.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+	// MaxReplicas is the ceiling.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+	// RunsPerReplica is how many runnable or leased runs one replica takes.
+	// Defaults to 10.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	RunsPerReplica *int32 `json:"runsPerReplica,omitempty"`
+	// ScaleDownDelay is how long the desired count must stay lower before
+	// scaling down. Defaults to 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="scaleDownDelay must be between 0s and 24h"
+	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
+	// ActivationRuns: a pool at zero stays at zero until at least this many
+	// runs are runnable. Defaults to 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ActivationRuns *int32 `json:"activationRuns,omitempty"`
+}
+
+// WorkflowRegistrySpec declares workflow types and the workers that serve
+// them.
+// +kubebuilder:validation:XValidation:rule="!has(self.workers) || self.workers.all(w, self.workers.exists_one(x, x.scaleTargetRef.name == w.scaleTargetRef.name))",message="each worker pool must scale a different target"
+type WorkflowRegistrySpec struct {
+	// Workflows registered by this object. Names are unique within the list
+	// and across registries (the first registry to claim a name keeps it).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=500
+	Workflows []WorkflowDefinition `json:"workflows,omitempty"`
+	// Workers are the worker pools scaled by queue depth.
+	// +optional
+	// +kubebuilder:validation:MaxItems=50
+	Workers []WorkerPool `json:"workers,omitempty"`
+}
+
+// WorkerPoolStatus reports a pool's queue and scale.
+type WorkerPoolStatus struct {
+	// Name of the scale target.
+	Name string `json:"name"`
+	// Runnable runs (pending, due, claimable by the pool).
+	Runnable int32 `json:"runnable"`
+	// Leased runs of the pool's prefixes.
+	Leased int32 `json:"leased"`
+	// DesiredReplicas computed from the queue.
+	DesiredReplicas int32 `json:"desiredReplicas"`
+	// Replicas the target has now.
+	Replicas int32 `json:"replicas"`
+	// LastScaleTime is when the pool was last scaled.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+	// LastScaleReason says why.
+	// +optional
+	LastScaleReason string `json:"lastScaleReason,omitempty"`
+	// Conditions: Ready (the target exists and is scalable).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WorkflowRegistryStatus reports what was registered.
+type WorkflowRegistryStatus struct {
+	// ObservedGeneration is the generation last mirrored.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// RegisteredWorkflows counts the workflows this object owns in the inbox.
+	// +optional
+	RegisteredWorkflows int32 `json:"registeredWorkflows"`
+	// ConflictingWorkflows lists names already owned by another registry.
+	// +optional
+	ConflictingWorkflows []string `json:"conflictingWorkflows,omitempty"`
+	// WorkerPools counts the declared worker pools.
+	// +optional
+	WorkerPools int32 `json:"workerPools"`
+	// Workers reports each worker pool.
+	// +optional
+	Workers []WorkerPoolStatus `json:"workers,omitempty"`
+	// Conditions: Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wfreg,categories=simpleworkflow
+// +kubebuilder:printcolumn:name="Workflows",type=integer,JSONPath=`.status.registeredWorkflows`
+// +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.workerPools`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// WorkflowRegistry declares workflow types (runtime, enabled) and the worker
+// pools that serve them.
+type WorkflowRegistry struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   WorkflowRegistrySpec   `json:"spec,omitempty"`
+	Status WorkflowRegistryStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// WorkflowRegistryList is a list of WorkflowRegistries.
+type WorkflowRegistryList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WorkflowRegistry `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&WorkflowRegistry{}, &WorkflowRegistryList{})
+}

@@ -1,0 +1,198 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// WorkflowRunSpec is the intent: which workflow type to run with which
+// payload. It cannot change after creation, except cancel (false to true).
+// +kubebuilder:validation:XValidation:rule="has(self.payload) == has(oldSelf.payload) && (!has(self.payload) || self.payload == oldSelf.payload)",message="spec.payload is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.priority) == has(oldSelf.priority) && (!has(self.priority) || self.priority == oldSelf.priority)",message="spec.priority is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && (!has(self.idempotencyKey) || self.idempotencyKey == oldSelf.idempotencyKey)",message="spec.idempotencyKey is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.maxAttempts) == has(oldSelf.maxAttempts) && (!has(self.maxAttempts) || self.maxAttempts == oldSelf.maxAttempts)",message="spec.maxAttempts is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.runAt) == has(oldSelf.runAt) && (!has(self.runAt) || self.runAt == oldSelf.runAt)",message="spec.runAt is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.retryPolicy) == has(oldSelf.retryPolicy) && (!has(self.retryPolicy) || self.retryPolicy == oldSelf.retryPolicy)",message="spec.retryPolicy is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished is immutable"
+// +kubebuilder:validation:XValidation:rule="!(has(oldSelf.cancel) && oldSelf.cancel) || (has(self.cancel) && self.cancel)",message="spec.cancel can only change from false to true"
+type WorkflowRunSpec struct {
+	// Type is the versioned workflow type, dot-separated lowercase segments
+	// ending in a version, such as content.thumbnail.v1. Workers claim runs
+	// by type prefix.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9_]+(\\\\.[a-z0-9_]+)*\\\\.v[0-9]+$')",message="type must be dot-separated lowercase segments of letters, digits and underscores ending in a version, such as content.thumbnail.v1"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.type is immutable"
+	Type string `json:"type"`
+
+	// Payload is the run's arguments: any JSON object.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:MaxProperties=256
+	Payload *apiextensionsv1.JSON `json:"payload,omitempty"`
+
+	// Priority orders runnable runs: lower runs first. Defaults to 100.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	Priority *int32 `json:"priority,omitempty"`
+
+	// IdempotencyKey deduplicates within the namespace: two WorkflowRuns of a
+	// namespace with the same key share one run. Defaults to the object's UID.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+
+	// MaxAttempts bounds the attempts, 1 to 1000. Defaults to 3.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
+
+	// RunAt delays the first attempt until this time (RFC 3339).
+	// +optional
+	RunAt *metav1.Time `json:"runAt,omitempty"`
+
+	// RetryPolicy overrides the default backoff (attempt² × 1m plus up to
+	// 10 % jitter).
+	// +optional
+	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+
+	// Cancel cancels the run when set to true; it cannot be set back.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
+
+	// TTLSecondsAfterFinished deletes this object that many seconds after the
+	// run finished. The inbox row and its audit trail stay.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=31536000
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// RetryPolicy is a run's own backoff: the delay before attempt n+1 is
+// n² × baseDelay plus up to 10 % jitter, capped at maxDelay.
+// +kubebuilder:validation:XValidation:rule="!has(self.baseDelay) || !has(self.maxDelay) || duration(self.maxDelay) >= duration(self.baseDelay)",message="retryPolicy.maxDelay must be at least retryPolicy.baseDelay"
+type RetryPolicy struct {
+	// BaseDelay is the delay unit, from 1s to 24h. Defaults to 1m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="retryPolicy.baseDelay must be between 1s and 24h"
+	BaseDelay *metav1.Duration `json:"baseDelay,omitempty"`
+	// MaxDelay caps the delay, from 1s to 168h (7 days).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="retryPolicy.maxDelay must be between 1s and 168h"
+	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
+}
+
+// WorkflowRunPhase summarises where a run is.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Cancelled
+type WorkflowRunPhase string
+
+// The phases of a WorkflowRun.
+const (
+	// PhasePending: waiting for a worker (first attempt or a retry).
+	PhasePending WorkflowRunPhase = "Pending"
+	// PhaseRunning: leased by a worker.
+	PhaseRunning WorkflowRunPhase = "Running"
+	// PhaseSucceeded: finished successfully.
+	PhaseSucceeded WorkflowRunPhase = "Succeeded"
+	// PhaseFailed: failed for good.
+	PhaseFailed WorkflowRunPhase = "Failed"
+	// PhaseCancelled: cancelled before it finished.
+	PhaseCancelled WorkflowRunPhase = "Cancelled"
+)
+
+// Finished reports whether p is a final phase.
+func (p WorkflowRunPhase) Finished() bool {
+	return p == PhaseSucceeded || p == PhaseFailed || p == PhaseCancelled
+}
+
+// WorkflowRunStatus mirrors the run's row in the inbox.
+type WorkflowRunStatus struct {
+	// Phase is Pending, Running, Succeeded, Failed or Cancelled.
+	// +optional
+	Phase WorkflowRunPhase `json:"phase,omitempty"`
+	// RunID is the id of the run in the inbox.
+	// +optional
+	RunID string `json:"runID,omitempty"`
+	// Attempt is the current (or last) attempt, from 1.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+	// Attempts is "attempt/maxAttempts", for display.
+	// +optional
+	Attempts string `json:"attempts,omitempty"`
+	// LeasedBy is the worker running (or, once finished, last running) it.
+	// +optional
+	LeasedBy string `json:"leasedBy,omitempty"`
+	// StartedAt is when the first attempt started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when the run finished.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// NextAttemptAt is when a retry may start, while one is waiting.
+	// +optional
+	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+	// LastError is the last attempt's error, truncated to 1024 bytes.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+	// Result is the run's JSON result, omitted when larger than 16 KiB (the
+	// ResultTruncated condition says so; the inbox keeps all of it).
+	// +optional
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Result *apiextensionsv1.JSON `json:"result,omitempty"`
+	// ObservedGeneration is the generation last mirrored.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// LastEventID is the last audit event reported as a Kubernetes Event.
+	// +optional
+	LastEventID int64 `json:"lastEventID,omitempty"`
+	// Conditions: Accepted (the run is in the inbox), Finished (with reason
+	// Succeeded, Failed or Cancelled), Blocked (its type is disabled) and
+	// ResultTruncated.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wfr,categories=simpleworkflow
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Attempts",type=string,JSONPath=`.status.attempts`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.status.leasedBy`,priority=1
+// +kubebuilder:printcolumn:name="Run-ID",type=string,JSONPath=`.status.runID`,priority=1
+
+// WorkflowRun is one durable run of a workflow type, mirrored into the
+// inbox; its status follows the run.
+type WorkflowRun struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   WorkflowRunSpec   `json:"spec"`
+	Status WorkflowRunStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// WorkflowRunList is a list of WorkflowRuns.
+type WorkflowRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WorkflowRun `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&WorkflowRun{}, &WorkflowRunList{})
+}

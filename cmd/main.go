@@ -1,0 +1,223 @@
+// Command manager is the simple-workflow operator: it mirrors WorkflowRuns
+// into the Postgres inbox and writes their progress back, mirrors
+// WorkflowRegistries into the registry table, and (as leader) reclaims
+// expired leases and applies retention.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/controller"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the manager's settings; every flag has an environment fallback.
+type options struct {
+	databaseURL          string
+	databaseURLFile      string
+	metricsAddr          string
+	probeAddr            string
+	leaderElect          bool
+	leaderElectNamespace string
+	kubeAPIQPS           float64
+	kubeAPIBurst         int
+	skipMigrations       bool
+	retention            time.Duration
+	resyncPeriod         time.Duration
+	maxConcurrent        int
+	zap                  zap.Options
+}
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func envBool(key string, def bool) bool {
+	b, err := strconv.ParseBool(env(key, strconv.FormatBool(def)))
+	if err != nil {
+		return def
+	}
+	return b
+}
+
+func envDuration(key string, def time.Duration) time.Duration {
+	d, err := time.ParseDuration(env(key, def.String()))
+	if err != nil {
+		return def
+	}
+	return d
+}
+
+func envInt(key string, def int) int {
+	n, err := strconv.Atoi(env(key, strconv.Itoa(def)))
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+func parseFlags() (options, error) {
+	var o options
+	flag.StringVar(&o.databaseURL, "database-url", env("DATABASE_URL", ""), "Postgres URL of the inbox (env DATABASE_URL)")
+	flag.StringVar(&o.databaseURLFile, "database-url-file", env("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", env("METRICS_BIND_ADDRESS", ":8080"), "metrics endpoint address, 0 disables (env METRICS_BIND_ADDRESS)")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", env("HEALTH_PROBE_BIND_ADDRESS", ":8081"), "health probe address (env HEALTH_PROBE_BIND_ADDRESS)")
+	flag.BoolVar(&o.leaderElect, "leader-elect", envBool("LEADER_ELECT", false), "elect a leader so only one manager is active (env LEADER_ELECT)")
+	flag.StringVar(&o.leaderElectNamespace, "leader-election-namespace", env("LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader election Lease (env LEADER_ELECTION_NAMESPACE)")
+	qps, _ := strconv.ParseFloat(env("KUBE_API_QPS", "200"), 64)
+	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", qps, "Kubernetes API queries per second (env KUBE_API_QPS)")
+	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 400), "Kubernetes API burst (env KUBE_API_BURST)")
+	flag.BoolVar(&o.skipMigrations, "skip-migrations", envBool("SKIP_MIGRATIONS", false), "do not apply schema migrations at start-up (env SKIP_MIGRATIONS)")
+	flag.DurationVar(&o.retention, "retention", envDuration("RETENTION", 7*24*time.Hour), "delete finished inbox runs (and their events) older than this; 0 keeps them (env RETENTION)")
+	flag.DurationVar(&o.resyncPeriod, "resync-period", envDuration("RESYNC_PERIOD", controller.DefaultResyncPeriod), "re-read unfinished runs this often without a notification (env RESYNC_PERIOD)")
+	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 8), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
+	o.zap.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	if o.databaseURL == "" && o.databaseURLFile != "" {
+		b, err := os.ReadFile(o.databaseURLFile)
+		if err != nil {
+			return o, fmt.Errorf("read --database-url-file: %w", err)
+		}
+		o.databaseURL = strings.TrimSpace(string(b))
+	}
+	if o.databaseURL == "" {
+		return o, errors.New("--database-url, --database-url-file or DATABASE_URL is required")
+	}
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
+		return o, errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	return o, nil
+}
+
+func run() error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	log := ctrl.Log.WithName("setup")
+	ctx := ctrl.SetupSignalHandler()
+
+	pool, err := pgxpool.New(ctx, o.databaseURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+	if err := pingWithRetry(ctx, pool); err != nil {
+		return err
+	}
+	if !o.skipMigrations {
+		applied, err := engine.Migrate(ctx, pool)
+		if err != nil {
+			return err
+		}
+		log.Info("Schema migrated", "applied", applied)
+	}
+	eng, err := engine.New(pool)
+	if err != nil {
+		return err
+	}
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(workflowv1alpha1.AddToScheme(scheme))
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme,
+		Metrics: metricsserver.Options{
+			BindAddress: o.metricsAddr,
+			TLSOpts:     []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+		},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "simple-workflow-manager.simpleworkflow.dev",
+		LeaderElectionNamespace: o.leaderElectNamespace,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	m := controller.NewMetrics(metrics.Registry)
+	watcher := controller.NewInboxWatcher(eng, ctrl.Log.WithName("inbox-watch"))
+	if err := mgr.Add(watcher); err != nil {
+		return err
+	}
+	if err := (&controller.WorkflowRunReconciler{
+		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
+		Changes: watcher.Changes(), ResyncPeriod: o.resyncPeriod, Metrics: m, MaxConcurrentReconciles: o.maxConcurrent,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up WorkflowRun controller: %w", err)
+	}
+	if err := (&controller.WorkflowRegistryReconciler{
+		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowregistry-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up WorkflowRegistry controller: %w", err)
+	}
+	if err := mgr.Add(&controller.Maintenance{
+		Engine: eng, Log: ctrl.Log.WithName("maintenance"), Metrics: m, Retention: o.retention,
+	}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("postgres", func(req *http.Request) error {
+		pctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		if err := pool.Ping(pctx); err != nil {
+			return fmt.Errorf("postgres unreachable: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	log.Info("Starting manager")
+	return mgr.Start(ctx)
+}
+
+// pingWithRetry waits up to a minute for Postgres to answer.
+func pingWithRetry(ctx context.Context, pool *pgxpool.Pool) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("database unreachable: %w", err)
+		}
+		time.Sleep(time.Second)
+	}
+}

@@ -1,0 +1,141 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// Maintenance is the leader's housekeeping: it reclaims expired leases,
+// deletes finished runs past their retention (their events go with them) and
+// refreshes the inbox metrics. It is a manager Runnable (leader only).
+type Maintenance struct {
+	Engine *engine.Engine
+	Log    logr.Logger
+	// Metrics to refresh; optional.
+	Metrics *Metrics
+	// ReapInterval defaults to 5s.
+	ReapInterval time.Duration
+	// Retention is how long finished runs are kept; zero keeps them forever.
+	Retention time.Duration
+	// RetentionInterval defaults to 1m.
+	RetentionInterval time.Duration
+	// MetricsInterval defaults to 10s.
+	MetricsInterval time.Duration
+}
+
+// Start runs the loops until ctx ends.
+func (m *Maintenance) Start(ctx context.Context) error {
+	reap := time.NewTicker(orDefault(m.ReapInterval, 5*time.Second))
+	defer reap.Stop()
+	retain := time.NewTicker(orDefault(m.RetentionInterval, time.Minute))
+	defer retain.Stop()
+	stats := time.NewTicker(orDefault(m.MetricsInterval, 10*time.Second))
+	defer stats.Stop()
+	var lastEventID int64
+	finishedSince := time.Now()
+	if m.Metrics != nil {
+		// Count transitions from now on, not the whole history.
+		lastEventID = m.latestEventID(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-reap.C:
+			for {
+				res, err := m.Engine.ReapExpiredLeases(ctx, 1000)
+				if err != nil {
+					if ctx.Err() == nil {
+						m.Log.Error(err, "Reaping expired leases failed")
+					}
+					break
+				}
+				for _, r := range res {
+					m.Log.Info("Lease expired; run reclaimed", "runID", r.ID, "status", r.Status)
+				}
+				if len(res) < 1000 {
+					break
+				}
+			}
+		case <-retain.C:
+			if m.Retention <= 0 {
+				continue
+			}
+			before := time.Now().Add(-m.Retention)
+			for {
+				n, err := m.Engine.DeleteFinishedRuns(ctx, before, 1000)
+				if err != nil {
+					if ctx.Err() == nil {
+						m.Log.Error(err, "Deleting finished runs past retention failed")
+					}
+					break
+				}
+				if n > 0 {
+					m.Log.Info("Deleted finished runs past retention", "runs", n, "finishedBefore", before)
+				}
+				if n < 1000 {
+					break
+				}
+			}
+		case <-stats.C:
+			if m.Metrics == nil {
+				continue
+			}
+			lastEventID, finishedSince = m.refreshMetrics(ctx, lastEventID, finishedSince)
+		}
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// latestEventID is the id of the newest audit event (0 when there is none).
+func (m *Maintenance) latestEventID(ctx context.Context) int64 {
+	id, err := m.Engine.LatestEventID(ctx)
+	if err != nil {
+		m.Log.Error(err, "Reading the latest audit event failed")
+	}
+	return id
+}
+
+func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, finishedSince time.Time) (int64, time.Time) {
+	counts, err := m.Engine.RunsByPrefix(ctx)
+	if err != nil {
+		m.Log.Error(err, "Refreshing run metrics failed")
+		return lastEventID, finishedSince
+	}
+	m.Metrics.Runs.Reset()
+	for _, c := range counts {
+		m.Metrics.Runs.WithLabelValues(c.Prefix, string(c.Status)).Set(float64(c.Count))
+	}
+	ages, err := m.Engine.OldestRunnableAge(ctx)
+	if err == nil {
+		m.Metrics.OldestRunnableAge.Reset()
+		for p, age := range ages {
+			m.Metrics.OldestRunnableAge.WithLabelValues(p).Set(age.Seconds())
+		}
+	}
+	evs, maxID, err := m.Engine.CountEventsAfter(ctx, lastEventID)
+	if err == nil {
+		for _, e := range evs {
+			m.Metrics.Transitions.WithLabelValues(string(e.Type)).Add(float64(e.Count))
+		}
+		lastEventID = maxID
+	}
+	finished, err := m.Engine.RunsFinishedSince(ctx, finishedSince)
+	if err == nil {
+		for _, f := range finished {
+			m.Metrics.RunDuration.WithLabelValues(f.Prefix, string(f.Status)).Observe(f.Duration.Seconds())
+			finishedSince = f.FinishedAt
+		}
+	}
+	return lastEventID, finishedSince
+}

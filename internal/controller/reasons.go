@@ -1,0 +1,54 @@
+package controller
+
+// Finalizer keeps an object until the inbox has been told of its deletion.
+const Finalizer = "workflow.simpleworkflow.dev/finalizer"
+
+// Condition types of WorkflowRun.
+const (
+	// ConditionAccepted: the run is recorded in the inbox.
+	ConditionAccepted = "Accepted"
+	// ConditionFinished: the run reached a final phase; the reason says which.
+	ConditionFinished = "Finished"
+	// ConditionBlocked: the run cannot be claimed (its type is disabled).
+	ConditionBlocked = "Blocked"
+	// ConditionResultTruncated: the result is too large for the status.
+	ConditionResultTruncated = "ResultTruncated"
+)
+
+// Condition type of WorkflowRegistry.
+const (
+	// ConditionReady: every declared workflow is registered.
+	ConditionReady = "Ready"
+)
+
+// Condition reasons and Event reasons.
+const (
+	ReasonMirrored         = "Mirrored"
+	ReasonInboxError       = "InboxError"
+	ReasonInvalid          = "Invalid"
+	ReasonRunning          = "Running"
+	ReasonPending          = "Pending"
+	ReasonSucceeded        = "Succeeded"
+	ReasonFailed           = "Failed"
+	ReasonCancelled        = "Cancelled"
+	ReasonTypeDisabled     = "TypeDisabled"
+	ReasonTypeEnabled      = "TypeEnabled"
+	ReasonTooLarge         = "TooLarge"
+	ReasonAccepted         = "Accepted"
+	ReasonStarted          = "Started"
+	ReasonRetrying         = "Retrying"
+	ReasonReleased         = "Released"
+	ReasonRegistered       = "Registered"
+	ReasonConflict         = "Conflict"
+	ReasonRegistryError    = "RegistryError"
+	ReasonCancelRequested  = "CancelRequested"
+	ReasonDeletedUnfinshed = "CancelledOnDelete"
+)
+
+// Status limits.
+const (
+	// MaxResultBytes is the largest result copied into status.result.
+	MaxResultBytes = 16 * 1024
+	// MaxLastErrorBytes is the length status.lastError is truncated to.
+	MaxLastErrorBytes = 1024
+)

@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// conflictRetryPeriod is how often a registry with conflicting names checks
+// whether their owner let them go.
+const conflictRetryPeriod = 30 * time.Second
+
+// WorkflowRegistryReconciler mirrors spec.workflows into the inbox's
+// workflow_registry table.
+type WorkflowRegistryReconciler struct {
+	client.Client
+	Inbox    Inbox
+	Recorder recorder.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowregistries,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowregistries/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowregistries/finalizers,verbs=update
+
+// Reconcile mirrors one WorkflowRegistry.
+func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var reg workflowv1alpha1.WorkflowRegistry
+	if err := r.Get(ctx, req.NamespacedName, &reg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !reg.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &reg)
+	}
+	if !controllerutil.ContainsFinalizer(&reg, Finalizer) {
+		patch := client.MergeFrom(reg.DeepCopy())
+		controllerutil.AddFinalizer(&reg, Finalizer)
+		if err := r.Patch(ctx, &reg, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+	res, err := r.reconcile(ctx, &reg)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{Requeue: true}, nil
+	}
+	return res, err
+}
+
+func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	before := reg.DeepCopy()
+	owned, err := r.Inbox.ListRegistryEntriesByOwner(ctx, reg.Namespace, reg.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	wanted := map[string]bool{}
+	var conflicts []string
+	var conflictMsgs []string
+	registered := int32(0)
+	for _, wf := range reg.Spec.Workflows {
+		wanted[wf.Name] = true
+		enabled := wf.Enabled == nil || *wf.Enabled
+		err := r.Inbox.UpsertRegistryEntry(ctx, engine.RegistryEntry{
+			WorkflowName: wf.Name, Runtime: string(wf.Runtime), Enabled: enabled, Description: wf.Description,
+			OwnerNamespace: reg.Namespace, OwnerName: reg.Name,
+		})
+		switch {
+		case errors.Is(err, engine.ErrOwnedElsewhere):
+			owner := "another owner"
+			if e, gerr := r.Inbox.GetRegistryEntry(ctx, wf.Name); gerr == nil {
+				owner = "WorkflowRegistry " + e.OwnerNamespace + "/" + e.OwnerName
+				if e.OwnerName == "" {
+					owner = "a row written directly to workflow.workflow_registry"
+				}
+			}
+			conflicts = append(conflicts, wf.Name)
+			msg := fmt.Sprintf("workflow %s is already registered by %s; that registration stays in force", wf.Name, owner)
+			conflictMsgs = append(conflictMsgs, msg)
+			if !slices.Contains(before.Status.ConflictingWorkflows, wf.Name) {
+				r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonConflict, "Register", "%s", msg)
+			}
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("register %s: %w", wf.Name, err)
+		default:
+			registered++
+		}
+	}
+	for _, e := range owned {
+		if wanted[e.WorkflowName] {
+			continue
+		}
+		if _, err := r.Inbox.DeleteRegistryEntry(ctx, e.WorkflowName, reg.Namespace, reg.Name); err != nil {
+			return ctrl.Result{}, fmt.Errorf("unregister %s: %w", e.WorkflowName, err)
+		}
+		log.Info("Unregistered workflow removed from the WorkflowRegistry", "workflow", e.WorkflowName,
+			"workflowregistry", client.ObjectKeyFromObject(reg))
+	}
+
+	reg.Status.ObservedGeneration = reg.Generation
+	reg.Status.RegisteredWorkflows = registered
+	reg.Status.ConflictingWorkflows = conflicts
+	reg.Status.WorkerPools = int32(len(reg.Spec.Workers))
+	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRegistered,
+		Message: fmt.Sprintf("%d workflow(s) registered", registered), ObservedGeneration: reg.Generation}
+	if len(conflicts) > 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
+		cond.Message = strings.Join(conflictMsgs, "; ")
+	}
+	meta.SetStatusCondition(&reg.Status.Conditions, cond)
+	if !equality.Semantic.DeepEqual(before.Status, reg.Status) {
+		if err := r.Status().Patch(ctx, reg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("write status: %w", err)
+		}
+		if registered > 0 && before.Status.RegisteredWorkflows != registered {
+			r.Recorder.Eventf(reg, nil, corev1.EventTypeNormal, ReasonRegistered, "Register",
+				"%d workflow(s) registered", registered)
+		}
+	}
+	if len(conflicts) > 0 {
+		return ctrl.Result{RequeueAfter: conflictRetryPeriod}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// finalize removes the entries this object owns, then lets it go.
+func (r *WorkflowRegistryReconciler) finalize(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) error {
+	if !controllerutil.ContainsFinalizer(reg, Finalizer) {
+		return nil
+	}
+	owned, err := r.Inbox.ListRegistryEntriesByOwner(ctx, reg.Namespace, reg.Name)
+	if err != nil {
+		return err
+	}
+	for _, e := range owned {
+		if _, err := r.Inbox.DeleteRegistryEntry(ctx, e.WorkflowName, reg.Namespace, reg.Name); err != nil {
+			return fmt.Errorf("unregister %s: %w", e.WorkflowName, err)
+		}
+	}
+	patch := client.MergeFrom(reg.DeepCopy())
+	controllerutil.RemoveFinalizer(reg, Finalizer)
+	return client.IgnoreNotFound(r.Patch(ctx, reg, patch))
+}
+
+// SetupWithManager registers the controller.
+func (r *WorkflowRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&workflowv1alpha1.WorkflowRegistry{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Named("workflowregistry").
+		Complete(r)
+}

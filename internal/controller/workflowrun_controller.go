@@ -1,0 +1,260 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// DefaultResyncPeriod is how often an unfinished run is re-read from the
+// inbox even without a notification.
+const DefaultResyncPeriod = 30 * time.Second
+
+// WorkflowRunReconciler mirrors WorkflowRuns into the inbox and writes each
+// run's progress back to its object.
+type WorkflowRunReconciler struct {
+	client.Client
+	Inbox    Inbox
+	Recorder recorder.EventRecorder
+	// Clock is the time source; the real clock when nil.
+	Clock clock.PassiveClock
+	// ResyncPeriod re-reads unfinished runs; DefaultResyncPeriod when zero.
+	ResyncPeriod time.Duration
+	// Changes delivers objects whose run changed in the inbox (see
+	// InboxWatcher); optional.
+	Changes <-chan event.GenericEvent
+	// MaxConcurrentReconciles defaults to 8.
+	MaxConcurrentReconciles int
+	// Metrics, optional.
+	Metrics *Metrics
+}
+
+// +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile brings one WorkflowRun and its inbox row together.
+func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var wfr workflowv1alpha1.WorkflowRun
+	if err := r.Get(ctx, req.NamespacedName, &wfr); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !wfr.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &wfr)
+	}
+	if !controllerutil.ContainsFinalizer(&wfr, Finalizer) {
+		patch := client.MergeFrom(wfr.DeepCopy())
+		controllerutil.AddFinalizer(&wfr, Finalizer)
+		if err := r.Patch(ctx, &wfr, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+	result, err := r.reconcile(ctx, &wfr)
+	if err != nil {
+		var conflict *apierrors.StatusError
+		if errors.As(err, &conflict) && apierrors.IsConflict(err) {
+			log.V(1).Info("Conflict writing WorkflowRun status; requeueing", "workflowrun", req.NamespacedName)
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return result, nil
+}
+
+// reconcile is the list of steps for a live object.
+func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+	before := wfr.DeepCopy()
+	runID, err := r.ensureMirrored(ctx, wfr)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	run, err := r.Inbox.GetRun(ctx, runID)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("read run %s: %w", runID, err)
+	}
+	if wfr.Spec.Cancel && !engine.Status(run.Status).Finished() {
+		if _, err := r.Inbox.CancelRun(ctx, runID); err != nil {
+			return ctrl.Result{}, fmt.Errorf("cancel run %s: %w", runID, err)
+		}
+		if run, err = r.Inbox.GetRun(ctx, runID); err != nil {
+			return ctrl.Result{}, fmt.Errorf("read run %s: %w", runID, err)
+		}
+	}
+	blockedBy, err := r.disabledBy(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.applyStatus(wfr, run, blockedBy)
+	if err := r.reportEvents(ctx, wfr, run); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatus(ctx, before, wfr, run); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.afterStatus(ctx, wfr)
+}
+
+// idempotencyKey scopes the run's key to the object's namespace, or uses
+// the object's UID.
+func idempotencyKey(wfr *workflowv1alpha1.WorkflowRun) string {
+	if wfr.Spec.IdempotencyKey != "" {
+		return "k8s:" + wfr.Namespace + ":" + wfr.Spec.IdempotencyKey
+	}
+	return "k8s-uid:" + string(wfr.UID)
+}
+
+// ensureMirrored records the run in the inbox once; a restarted controller
+// finds the existing row through the idempotency key.
+func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (string, error) {
+	if wfr.Status.RunID != "" {
+		return wfr.Status.RunID, nil
+	}
+	p := engine.CreateParams{
+		Type:           wfr.Spec.Type,
+		IdempotencyKey: idempotencyKey(wfr),
+		Source:         &engine.Source{Namespace: wfr.Namespace, Name: wfr.Name, UID: string(wfr.UID)},
+	}
+	if wfr.Spec.Payload != nil {
+		p.Payload = wfr.Spec.Payload.Raw
+	}
+	if wfr.Spec.Priority != nil {
+		prio := int(*wfr.Spec.Priority)
+		p.Priority = &prio
+	}
+	if wfr.Spec.MaxAttempts != nil {
+		p.MaxAttempts = int(*wfr.Spec.MaxAttempts)
+	}
+	if wfr.Spec.RunAt != nil {
+		at := wfr.Spec.RunAt.Time
+		p.RunAt = &at
+	}
+	if rp := wfr.Spec.RetryPolicy; rp != nil {
+		p.RetryPolicy = &engine.RetryPolicy{}
+		if rp.BaseDelay != nil {
+			p.RetryPolicy.BaseDelay = rp.BaseDelay.Duration
+		}
+		if rp.MaxDelay != nil {
+			p.RetryPolicy.MaxDelay = rp.MaxDelay.Duration
+		}
+	}
+	res, err := r.Inbox.CreateRun(ctx, p)
+	if errors.Is(err, engine.ErrInvalid) {
+		// Admission validation should make this impossible; say so plainly.
+		meta.SetStatusCondition(&wfr.Status.Conditions, metav1.Condition{
+			Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonInvalid,
+			Message: err.Error(), ObservedGeneration: wfr.Generation,
+		})
+		if serr := r.Status().Update(ctx, wfr); serr != nil {
+			return "", errors.Join(err, serr)
+		}
+		return "", reconcileTerminal(err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("record run in the inbox: %w", err)
+	}
+	wfr.Status.RunID = res.ID
+	return res.ID, nil
+}
+
+// reconcileTerminal marks an error that retrying cannot fix.
+func reconcileTerminal(err error) error {
+	return fmt.Errorf("%w (not retried)", err)
+}
+
+// disabledBy returns the registry entry that disables the run's type while
+// the run waits, or nil.
+func (r *WorkflowRunReconciler) disabledBy(ctx context.Context, run engine.Run) (*engine.RegistryEntry, error) {
+	if run.Status != engine.StatusPending {
+		return nil, nil
+	}
+	entry, err := r.Inbox.GetRegistryEntry(ctx, run.Type)
+	if errors.Is(err, engine.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read registry entry %s: %w", run.Type, err)
+	}
+	if entry.Enabled {
+		return nil, nil
+	}
+	return &entry, nil
+}
+
+func (r *WorkflowRunReconciler) now() time.Time {
+	if r.Clock != nil {
+		return r.Clock.Now()
+	}
+	return time.Now()
+}
+
+// afterStatus deletes finished objects whose TTL passed and schedules the
+// next look at the object.
+func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+	if !wfr.Status.Phase.Finished() {
+		resync := r.ResyncPeriod
+		if resync == 0 {
+			resync = DefaultResyncPeriod
+		}
+		if wfr.Status.NextAttemptAt != nil {
+			if d := wfr.Status.NextAttemptAt.Sub(r.now()); d > 0 && d < resync {
+				resync = d + time.Second
+			}
+		}
+		return ctrl.Result{RequeueAfter: resync}, nil
+	}
+	ttl := wfr.Spec.TTLSecondsAfterFinished
+	if ttl == nil || wfr.Status.FinishedAt == nil {
+		return ctrl.Result{}, nil
+	}
+	expire := wfr.Status.FinishedAt.Add(time.Duration(*ttl) * time.Second)
+	if wait := expire.Sub(r.now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	logf.FromContext(ctx).Info("Deleting finished WorkflowRun after its TTL", "workflowrun", client.ObjectKeyFromObject(wfr))
+	if err := r.Delete(ctx, wfr, client.Preconditions{UID: &wfr.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("delete after TTL: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the controller; inbox notifications arrive
+// through r.Changes.
+func (r *WorkflowRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	workers := r.MaxConcurrentReconciles
+	if workers == 0 {
+		workers = 8
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		// Status writes do not bump the generation: only spec changes,
+		// creation and deletion wake the reconciler from the API side.
+		For(&workflowv1alpha1.WorkflowRun{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Named("workflowrun")
+	if r.Changes != nil {
+		b = b.WatchesRawSource(source.Channel(r.Changes, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}

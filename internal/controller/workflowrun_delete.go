@@ -1,0 +1,52 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// finalize cancels the run of a WorkflowRun being deleted if it has not
+// finished, then lets the object go. The inbox row and its audit trail stay.
+func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) error {
+	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
+		return nil
+	}
+	runID := wfr.Status.RunID
+	if runID == "" {
+		id, err := r.Inbox.FindRunByIdempotencyKey(ctx, idempotencyKey(wfr))
+		switch {
+		case errors.Is(err, engine.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("find run of deleted object: %w", err)
+		default:
+			runID = id
+		}
+	}
+	if runID != "" {
+		cancelled, err := r.Inbox.CancelRun(ctx, runID)
+		if err != nil {
+			return fmt.Errorf("cancel run %s of deleted object: %w", runID, err)
+		}
+		if cancelled {
+			logf.FromContext(ctx).Info("Cancelled the unfinished run of a deleted WorkflowRun",
+				"workflowrun", client.ObjectKeyFromObject(wfr), "runID", runID)
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonDeletedUnfinshed, "Cancel",
+				"Cancelled run %s because the WorkflowRun was deleted before it finished", runID)
+		}
+	}
+	patch := client.MergeFrom(wfr.DeepCopy())
+	controllerutil.RemoveFinalizer(wfr, Finalizer)
+	if err := r.Patch(ctx, wfr, patch); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
+	}
+	return nil
+}

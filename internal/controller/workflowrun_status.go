@@ -1,0 +1,140 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// phaseOf maps an inbox status to a WorkflowRun phase.
+func phaseOf(s engine.Status) workflowv1alpha1.WorkflowRunPhase {
+	switch s {
+	case engine.StatusLeased:
+		return workflowv1alpha1.PhaseRunning
+	case engine.StatusSucceeded:
+		return workflowv1alpha1.PhaseSucceeded
+	case engine.StatusFailed:
+		return workflowv1alpha1.PhaseFailed
+	case engine.StatusCancelled:
+		return workflowv1alpha1.PhaseCancelled
+	default:
+		return workflowv1alpha1.PhasePending
+	}
+}
+
+func timeOrNil(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	mt := metav1.NewTime(t.UTC().Truncate(time.Second))
+	return &mt
+}
+
+// truncate shortens s to at most n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "… (truncated)"
+	return s[:n-len(mark)] + mark
+}
+
+// applyStatus sets wfr.Status from the run's row.
+func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, blockedBy *engine.RegistryEntry) {
+	st := &wfr.Status
+	gen := wfr.Generation
+	st.RunID = run.ID
+	st.Phase = phaseOf(run.Status)
+	st.Attempt = int32(run.Attempt)
+	st.Attempts = fmt.Sprintf("%d/%d", run.Attempt, run.MaxAttempts)
+	st.LeasedBy = run.LeasedBy
+	st.StartedAt = timeOrNil(run.StartedAt)
+	st.FinishedAt = timeOrNil(run.FinishedAt)
+	st.NextAttemptAt = nil
+	if run.Status == engine.StatusPending && run.RunAt.After(r.now()) {
+		st.NextAttemptAt = timeOrNil(&run.RunAt)
+	}
+	st.LastError = truncate(run.LastError, MaxLastErrorBytes)
+	st.ObservedGeneration = gen
+
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonMirrored,
+		Message: "recorded in the inbox as run " + run.ID, ObservedGeneration: gen,
+	})
+	switch st.Phase {
+	case workflowv1alpha1.PhaseSucceeded, workflowv1alpha1.PhaseFailed, workflowv1alpha1.PhaseCancelled:
+		msg := fmt.Sprintf("finished after %d attempt(s)", run.Attempt)
+		if run.LastError != "" && st.Phase == workflowv1alpha1.PhaseFailed {
+			msg += ": " + st.LastError
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
+			Message: msg, ObservedGeneration: gen,
+		})
+	case workflowv1alpha1.PhaseRunning:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonRunning,
+			Message: fmt.Sprintf("attempt %d running on %s", run.Attempt, run.LeasedBy), ObservedGeneration: gen,
+		})
+	default:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonPending,
+			Message: "waiting for a worker", ObservedGeneration: gen,
+		})
+	}
+	if blockedBy != nil {
+		owner := "the registry table"
+		if blockedBy.OwnerName != "" {
+			owner = "WorkflowRegistry " + blockedBy.OwnerNamespace + "/" + blockedBy.OwnerName
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionBlocked, Status: metav1.ConditionTrue, Reason: ReasonTypeDisabled,
+			Message:            fmt.Sprintf("workflow type %s is disabled in %s; the run stays pending until it is enabled", run.Type, owner),
+			ObservedGeneration: gen,
+		})
+	} else if meta.FindStatusCondition(st.Conditions, ConditionBlocked) != nil {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionBlocked, Status: metav1.ConditionFalse, Reason: ReasonTypeEnabled,
+			Message: "the run's type may be claimed", ObservedGeneration: gen,
+		})
+	}
+
+	st.Result = nil
+	if len(run.Result) > 0 && string(run.Result) != "null" {
+		if len(run.Result) <= MaxResultBytes {
+			st.Result = &apiextensionsv1.JSON{Raw: append([]byte(nil), run.Result...)}
+			meta.RemoveStatusCondition(&st.Conditions, ConditionResultTruncated)
+		} else {
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+				Type: ConditionResultTruncated, Status: metav1.ConditionTrue, Reason: ReasonTooLarge,
+				Message: fmt.Sprintf("the result is %d bytes, above the %d shown in status; read it from the inbox (run %s)",
+					len(run.Result), MaxResultBytes, run.ID),
+				ObservedGeneration: gen,
+			})
+		}
+	}
+}
+
+// writeStatus patches the status subresource when it changed, and records
+// how long the change took to reach the object.
+func (r *WorkflowRunReconciler) writeStatus(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) error {
+	if equality.Semantic.DeepEqual(before.Status, wfr.Status) {
+		return nil
+	}
+	if err := r.Status().Patch(ctx, wfr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	if r.Metrics != nil && before.Status.Phase != wfr.Status.Phase {
+		r.Metrics.StatusLag.Observe(r.now().Sub(run.UpdatedAt).Seconds())
+	}
+	return nil
+}
