@@ -108,12 +108,14 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		return ctrl.Result{}, err
 	}
 	r.applyStatus(wfr, run, blockedBy)
-	if err := r.reportEvents(ctx, wfr, run); err != nil {
+	evs, err := r.newAuditEvents(ctx, wfr, run)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.writeStatus(ctx, before, wfr, run); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.emitEvents(wfr, run, evs)
 	return r.afterStatus(ctx, wfr)
 }
 

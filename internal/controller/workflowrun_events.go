@@ -25,20 +25,28 @@ type eventData struct {
 	NextRunAt *time.Time `json:"next_run_at"`
 }
 
-// reportEvents turns the run's new audit events into Kubernetes Events
-// (never one per heartbeat) and remembers the last one in status.
-func (r *WorkflowRunReconciler) reportEvents(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) error {
+// newAuditEvents reads the run's audit events that were not reported yet and
+// advances status.lastEventID past them. The caller reports them with
+// emitEvents once the status is written, so that a reconcile that loses a
+// status conflict reports nothing twice.
+func (r *WorkflowRunReconciler) newAuditEvents(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) ([]engine.Event, error) {
 	evs, err := r.Inbox.ListEventsAfter(ctx, run.ID, wfr.Status.LastEventID)
 	if err != nil {
-		return fmt.Errorf("read audit events of run %s: %w", run.ID, err)
+		return nil, fmt.Errorf("read audit events of run %s: %w", run.ID, err)
 	}
 	if len(evs) == 0 {
-		return nil
+		return nil, nil
 	}
 	wfr.Status.LastEventID = evs[len(evs)-1].ID
 	if len(evs) > maxEventsPerReconcile {
 		evs = evs[len(evs)-maxEventsPerReconcile:]
 	}
+	return evs, nil
+}
+
+// emitEvents turns audit events into Kubernetes Events on the object (never
+// one per heartbeat).
+func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, evs []engine.Event) {
 	for _, ev := range evs {
 		var d eventData
 		_ = json.Unmarshal(ev.Data, &d)
@@ -79,5 +87,4 @@ func (r *WorkflowRunReconciler) reportEvents(ctx context.Context, wfr *workflowv
 			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelled, "Cancel", "Cancelled")
 		}
 	}
-	return nil
 }

@@ -1,0 +1,218 @@
+package controller_test
+
+import (
+	"encoding/json"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/controller"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+var _ = Describe("WorkflowRun controller", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("mirrors a run into the inbox and reports its success", func() {
+		wfr := newRun(ns, "echo", "test.echo.v1", map[string]any{"hello": "world"})
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		Eventually(phase(ns, "echo")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+
+		got := getRun(ns, "echo")()
+		Expect(got.Finalizers).To(ContainElement(controller.Finalizer))
+		Expect(got.Status.RunID).NotTo(BeEmpty())
+		Expect(got.Status.Attempt).To(BeEquivalentTo(1))
+		Expect(got.Status.Attempts).To(Equal("1/3"))
+		Expect(got.Status.LeasedBy).To(Equal("suite-worker"))
+		Expect(got.Status.StartedAt).NotTo(BeNil())
+		Expect(got.Status.FinishedAt).NotTo(BeNil())
+		Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		Expect(string(got.Status.Result.Raw)).To(MatchJSON(`{"hello":"world"}`))
+		Expect(condition(got.Status.Conditions, controller.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
+		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		Expect(fin.Status).To(Equal(metav1.ConditionTrue))
+		Expect(fin.Reason).To(Equal("Succeeded"))
+
+		run, err := eng.GetRun(ctx, got.Status.RunID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(run.Source).To(Equal(&engine.Source{Namespace: ns, Name: "echo", UID: string(got.UID)}))
+		Expect(run.IdempotencyKey).To(Equal("k8s-uid:" + string(got.UID)))
+		Eventually(func() []string { return eventReasons(ns, "echo") }).Should(
+			Equal([]string{"Accepted", "Started", "Succeeded"}))
+	})
+
+	It("reports retries, then success with the right attempt count", func() {
+		wfr := newRun(ns, "flaky", "test.fail.v1", map[string]any{"failTimes": 2})
+		wfr.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		// Between attempts the status shows the error and the next attempt time.
+		Eventually(func(g Gomega) {
+			got := getRun(ns, "flaky")()
+			g.Expect(got).NotTo(BeNil())
+			g.Expect(got.Status.LastError).To(ContainSubstring("planned failure"))
+		}).Should(Succeed())
+		Eventually(phase(ns, "flaky")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		got := getRun(ns, "flaky")()
+		Expect(got.Status.Attempt).To(BeEquivalentTo(3))
+		Expect(got.Status.NextAttemptAt).To(BeNil())
+		Eventually(func() []string { return eventReasons(ns, "flaky") }).Should(Equal([]string{
+			"Accepted", "Started", "Retrying", "Started", "Retrying", "Started", "Succeeded"}))
+		var retrying string
+		for _, e := range eventsFor(ns, "flaky") {
+			if e.Reason == "Retrying" {
+				retrying = e.Note
+				break
+			}
+		}
+		Expect(retrying).To(ContainSubstring("Attempt 1 failed: planned failure"))
+		Expect(retrying).To(ContainSubstring("next attempt at"))
+	})
+
+	It("reports a run that fails for good", func() {
+		wfr := newRun(ns, "doomed", "test.fail.v1", map[string]any{"failTimes": 5})
+		wfr.Spec.MaxAttempts = int32p(2)
+		wfr.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		Eventually(phase(ns, "doomed")).Should(Equal(workflowv1alpha1.PhaseFailed))
+		got := getRun(ns, "doomed")()
+		Expect(got.Status.Attempts).To(Equal("2/2"))
+		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		Expect(fin.Reason).To(Equal("Failed"))
+		Expect(fin.Message).To(ContainSubstring("planned failure"))
+		Eventually(func() []string { return eventReasons(ns, "doomed") }).Should(Equal([]string{
+			"Accepted", "Started", "Retrying", "Started", "Failed"}))
+	})
+
+	It("cancels through spec.cancel and stops the worker", func() {
+		Expect(k8sClient.Create(ctx, newRun(ns, "long", "test.sleep.v1", nil))).To(Succeed())
+		Eventually(phase(ns, "long")).Should(Equal(workflowv1alpha1.PhaseRunning))
+		wfr := getRun(ns, "long")()
+		patch := client.MergeFrom(wfr.DeepCopy())
+		wfr.Spec.Cancel = true
+		Expect(k8sClient.Patch(ctx, wfr, patch)).To(Succeed())
+		Eventually(phase(ns, "long")).Should(Equal(workflowv1alpha1.PhaseCancelled))
+		got := getRun(ns, "long")()
+		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Reason).To(Equal("Cancelled"))
+		Eventually(func() []string { return eventReasons(ns, "long") }).Should(Equal([]string{
+			"Accepted", "Started", "Cancelled"}))
+		// The worker let go: no heartbeat extends the lease any more.
+		Consistently(func() engine.Status {
+			run, _ := eng.GetRun(ctx, got.Status.RunID)
+			return run.Status
+		}, 2*time.Second).Should(Equal(engine.StatusCancelled))
+	})
+
+	It("cancels an unfinished run when its object is deleted, and keeps the inbox row", func() {
+		Expect(k8sClient.Create(ctx, newRun(ns, "doomed-by-delete", "test.sleep.v1", nil))).To(Succeed())
+		Eventually(phase(ns, "doomed-by-delete")).Should(Equal(workflowv1alpha1.PhaseRunning))
+		runID := getRun(ns, "doomed-by-delete")().Status.RunID
+		Expect(k8sClient.Delete(ctx, getRun(ns, "doomed-by-delete")())).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "doomed-by-delete"}, &workflowv1alpha1.WorkflowRun{}))
+		}).Should(BeTrue())
+		run, err := eng.GetRun(ctx, runID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(run.Status).To(Equal(engine.StatusCancelled))
+	})
+
+	It("deletes a finished object after ttlSecondsAfterFinished, keeping the inbox row and trail", func() {
+		wfr := newRun(ns, "short-lived", "test.echo.v1", nil)
+		wfr.Spec.TTLSecondsAfterFinished = int32p(1)
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		Eventually(phase(ns, "short-lived")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		runID := getRun(ns, "short-lived")().Status.RunID
+		Eventually(getRun(ns, "short-lived"), 10*time.Second).Should(BeNil())
+		run, err := eng.GetRun(ctx, runID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(run.Status).To(Equal(engine.StatusSucceeded))
+		evs, err := eng.ListEvents(ctx, runID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(evs).NotTo(BeEmpty())
+	})
+
+	It("gives two namespaces with the same idempotencyKey two different runs, and one namespace one", func() {
+		other := newNamespace()
+		for _, n := range []string{ns, other} {
+			wfr := newRun(n, "a", "test.echo.v1", map[string]any{"ns": n})
+			wfr.Spec.IdempotencyKey = "shared-key"
+			Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		}
+		twin := newRun(ns, "b", "test.echo.v1", nil)
+		twin.Spec.IdempotencyKey = "shared-key"
+		Expect(k8sClient.Create(ctx, twin)).To(Succeed())
+		for _, k := range []client.ObjectKey{{Namespace: ns, Name: "a"}, {Namespace: other, Name: "a"}, {Namespace: ns, Name: "b"}} {
+			Eventually(phase(k.Namespace, k.Name)).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		}
+		a, b, o := getRun(ns, "a")(), getRun(ns, "b")(), getRun(other, "a")()
+		Expect(a.Status.RunID).NotTo(Equal(o.Status.RunID))
+		Expect(a.Status.RunID).To(Equal(b.Status.RunID))
+		Expect(string(o.Status.Result.Raw)).To(MatchJSON(`{"ns":"` + other + `"}`))
+	})
+
+	It("leaves a disabled type pending with a condition saying why", func() {
+		reg := &workflowv1alpha1.WorkflowRegistry{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gate"},
+			Spec: workflowv1alpha1.WorkflowRegistrySpec{Workflows: []workflowv1alpha1.WorkflowDefinition{
+				{Name: "test.echo.v7", Runtime: workflowv1alpha1.RuntimeGo, Enabled: new(bool)},
+			}},
+		}
+		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
+		Eventually(func() error { _, err := eng.GetRegistryEntry(ctx, "test.echo.v7"); return err }).Should(Succeed())
+		Expect(k8sClient.Create(ctx, newRun(ns, "gated", "test.echo.v7", nil))).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := getRun(ns, "gated")()
+			g.Expect(got).NotTo(BeNil())
+			g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhasePending))
+			c := condition(got.Status.Conditions, controller.ConditionBlocked)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Message).To(ContainSubstring("test.echo.v7 is disabled in WorkflowRegistry " + ns + "/gate"))
+		}).Should(Succeed())
+		Consistently(phase(ns, "gated"), time.Second).Should(Equal(workflowv1alpha1.PhasePending))
+	})
+
+	It("omits a result above the status limit with a condition saying so", func() {
+		Expect(k8sClient.Create(ctx, newRun(ns, "big", "test.big.v1", nil))).To(Succeed())
+		Eventually(phase(ns, "big")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		got := getRun(ns, "big")()
+		Expect(got.Status.Result).To(BeNil())
+		c := condition(got.Status.Conditions, controller.ConditionResultTruncated)
+		Expect(c).NotTo(BeNil())
+		Expect(c.Message).To(ContainSubstring("above the 16384"))
+	})
+
+	It("never inserts twice when a second manager instance reconciles the same objects", func() {
+		for i := range 10 {
+			Expect(k8sClient.Create(ctx, newRun(ns, "dup-"+string(rune('a'+i)), "test.echo.v1", nil))).To(Succeed())
+		}
+		// A second reconciler, as a restarted or competing manager would run,
+		// reconciles every object from scratch (empty status).
+		second := &controller.WorkflowRunReconciler{Client: k8sClient, Inbox: eng, Recorder: discardRecorder{}}
+		for i := range 10 {
+			name := "dup-" + string(rune('a'+i))
+			var wfr workflowv1alpha1.WorkflowRun
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &wfr)).To(Succeed())
+			_, err := second.Reconcile(ctx, reconcileRequest(ns, name))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		for i := range 10 {
+			Eventually(phase(ns, "dup-"+string(rune('a'+i)))).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		}
+		var n int
+		Expect(pool.QueryRow(ctx, "select count(*) from workflow.workflow_run where source_namespace = $1", ns).Scan(&n)).To(Succeed())
+		Expect(n).To(Equal(10))
+	})
+})
+
+// The payload a test run produced, decoded.
+func resultOf(wfr *workflowv1alpha1.WorkflowRun) map[string]any {
+	var out map[string]any
+	Expect(json.Unmarshal(wfr.Status.Result.Raw, &out)).To(Succeed())
+	return out
+}
