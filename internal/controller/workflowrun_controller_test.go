@@ -125,8 +125,15 @@ var _ = Describe("WorkflowRun controller", func() {
 		wfr := newRun(ns, "short-lived", "test.echo.v1", nil)
 		wfr.Spec.TTLSecondsAfterFinished = int32p(1)
 		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
-		Eventually(phase(ns, "short-lived")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
-		runID := getRun(ns, "short-lived")().Status.RunID
+		// The object may be gone moments after it finished: take the run id
+		// as soon as it is accepted.
+		var runID string
+		Eventually(func() string {
+			if got := getRun(ns, "short-lived")(); got != nil {
+				runID = got.Status.RunID
+			}
+			return runID
+		}).ShouldNot(BeEmpty())
 		Eventually(getRun(ns, "short-lived"), 10*time.Second).Should(BeNil())
 		run, err := eng.GetRun(ctx, runID)
 		Expect(err).NotTo(HaveOccurred())

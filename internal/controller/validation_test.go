@@ -1,0 +1,145 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+)
+
+// Every class of bad input is refused at admission, with a message a user
+// understands, and nothing reaches the inbox.
+var _ = Describe("Admission validation", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	dur := func(s string) *metav1.Duration {
+		d, err := time.ParseDuration(s)
+		Expect(err).NotTo(HaveOccurred())
+		return &metav1.Duration{Duration: d}
+	}
+
+	DescribeTable("WorkflowRun create",
+		func(mutate func(*workflowv1alpha1.WorkflowRun), message string) {
+			wfr := newRun(ns, "bad", "test.echo.v1", nil)
+			mutate(wfr)
+			err := k8sClient.Create(ctx, wfr)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(message))
+		},
+		Entry("type without version", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Type = "content.thumbnail" },
+			"type must be dot-separated lowercase segments"),
+		Entry("type with capitals", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Type = "Content.thumb.v1" },
+			"type must be dot-separated lowercase segments"),
+		Entry("type too long", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Type = string(make([]byte, 300)) + ".v1" },
+			"spec.type"),
+		Entry("payload is an array", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Payload = &apiextensionsv1.JSON{Raw: []byte(`[1,2]`)}
+		}, "spec.payload: Invalid value: \"array\": spec.payload in body must be of type object"),
+		Entry("payload is a string", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Payload = &apiextensionsv1.JSON{Raw: []byte(`"hello"`)}
+		}, "must be of type object"),
+		Entry("priority negative", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Priority = int32p(-1) },
+			"spec.priority"),
+		Entry("maxAttempts zero", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.MaxAttempts = int32p(0) },
+			"spec.maxAttempts"),
+		Entry("maxAttempts too large", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.MaxAttempts = int32p(5000) },
+			"spec.maxAttempts"),
+		Entry("idempotencyKey too long", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.IdempotencyKey = string(make([]byte, 300))
+		}, "spec.idempotencyKey"),
+		Entry("retry base delay too short", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: dur("10ms")}
+		}, "retryPolicy.baseDelay must be between 1s and 24h"),
+		Entry("retry max below base", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: dur("1m"), MaxDelay: dur("10s")}
+		}, "retryPolicy.maxDelay must be at least retryPolicy.baseDelay"),
+		Entry("negative TTL", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.TTLSecondsAfterFinished = int32p(-5) },
+			"spec.ttlSecondsAfterFinished"),
+	)
+
+	It("refuses a runAt that is not a timestamp", func() {
+		u := map[string]any{
+			"apiVersion": "workflow.simpleworkflow.dev/v1alpha1", "kind": "WorkflowRun",
+			"metadata": map[string]any{"name": "bad-time", "namespace": ns},
+			"spec":     map[string]any{"type": "test.echo.v1", "runAt": "tomorrow at noon"},
+		}
+		err := k8sClient.Create(ctx, unstructuredFrom(u))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.runAt"))
+	})
+
+	DescribeTable("WorkflowRun update",
+		func(mutate func(*workflowv1alpha1.WorkflowRun), message string) {
+			wfr := newRun(ns, "imm-"+randomSuffix(), "test.sleep.v1", map[string]any{"a": 1})
+			wfr.Spec.Cancel = false
+			Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+			patch := client.MergeFrom(wfr.DeepCopy())
+			mutate(wfr)
+			err := k8sClient.Patch(ctx, wfr, patch)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(message))
+			// Stop the long run.
+			var cur workflowv1alpha1.WorkflowRun
+			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(wfr), &cur)).To(Succeed())
+			p := client.MergeFrom(cur.DeepCopy())
+			cur.Spec.Cancel = true
+			Expect(k8sClient.Patch(ctx, &cur, p)).To(Succeed())
+		},
+		Entry("type changed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Type = "test.echo.v1" }, "spec.type is immutable"),
+		Entry("payload changed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Payload = payload(map[string]any{"a": 2}) },
+			"spec.payload is immutable"),
+		Entry("payload removed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Payload = nil }, "spec.payload is immutable"),
+		Entry("priority changed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Priority = int32p(1) }, "spec.priority is immutable"),
+		Entry("maxAttempts changed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.MaxAttempts = int32p(9) }, "spec.maxAttempts is immutable"),
+		Entry("idempotencyKey added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.IdempotencyKey = "k" }, "spec.idempotencyKey is immutable"),
+		Entry("runAt added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.RunAt = &metav1.Time{Time: time.Now()} }, "spec.runAt is immutable"),
+	)
+
+	It("refuses to un-cancel a run", func() {
+		wfr := newRun(ns, "uncancel", "test.sleep.v1", nil)
+		wfr.Spec.Cancel = true
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		patch := client.MergeFrom(wfr.DeepCopy())
+		wfr.Spec.Cancel = false
+		err := k8sClient.Patch(ctx, wfr, patch)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.cancel can only change from false to true"))
+	})
+
+	DescribeTable("WorkflowRegistry",
+		func(spec workflowv1alpha1.WorkflowRegistrySpec, message string) {
+			reg := &workflowv1alpha1.WorkflowRegistry{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"}, Spec: spec}
+			err := k8sClient.Create(ctx, reg)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(message))
+		},
+		Entry("unknown runtime", workflowv1alpha1.WorkflowRegistrySpec{Workflows: []workflowv1alpha1.WorkflowDefinition{
+			{Name: "a.b.v1", Runtime: "ruby"}}}, `supported values: "go", "python"`),
+		Entry("bad workflow name", workflowv1alpha1.WorkflowRegistrySpec{Workflows: []workflowv1alpha1.WorkflowDefinition{
+			{Name: "a.b", Runtime: "go"}}}, "workflow name must be dot-separated lowercase segments"),
+		Entry("duplicate workflow names", workflowv1alpha1.WorkflowRegistrySpec{Workflows: []workflowv1alpha1.WorkflowDefinition{
+			{Name: "a.b.v1", Runtime: "go"}, {Name: "a.b.v1", Runtime: "python"}}}, "Duplicate value"),
+		Entry("minReplicas above maxReplicas", workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{{
+			ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "w"}, Runtime: "go", TypePrefixes: []string{"a."},
+			MinReplicas: int32p(5), MaxReplicas: 2}}}, "minReplicas must not exceed maxReplicas"),
+		Entry("runsPerReplica zero", workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{{
+			ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "w"}, Runtime: "go", TypePrefixes: []string{"a."},
+			MaxReplicas: 2, RunsPerReplica: int32p(0)}}}, "runsPerReplica"),
+		Entry("no prefixes", workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{{
+			ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "w"}, Runtime: "go", TypePrefixes: []string{},
+			MaxReplicas: 2}}}, "typePrefixes"),
+		Entry("empty prefix", workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{{
+			ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "w"}, Runtime: "go", TypePrefixes: []string{""},
+			MaxReplicas: 2}}}, "typePrefixes[0]"),
+		Entry("two pools on one target", workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{
+			{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "w"}, Runtime: "go", TypePrefixes: []string{"a."}, MaxReplicas: 2},
+			{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "w"}, Runtime: "go", TypePrefixes: []string{"b."}, MaxReplicas: 2},
+		}}, "each worker pool must scale a different target"),
+	)
+})
