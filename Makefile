@@ -64,6 +64,10 @@ test: fmt-check vet check-generated envtest ## Run every test (real Postgres, re
 bench: ## Benchmark the engine (DATABASE_URL, else a throwaway Postgres).
 	$(GO) run ./hack/bench
 
+.PHONY: bench-operator
+bench-operator: envtest ## Benchmark the operator: 1,000 WorkflowRuns at once, memory with 10,000 cached.
+	$(GO) run ./hack/scalebench
+
 ##@ Build
 
 .PHONY: build

@@ -8,7 +8,7 @@ import (
 // controller-runtime's.
 type Metrics struct {
 	// StatusLag: inbox transition to object status, seconds.
-	StatusLag prometheus.Histogram
+	StatusLag prometheus.Observer
 	// Transitions counts audit events by type.
 	Transitions *prometheus.CounterVec
 	// RunDuration: first start to finish of finished runs, seconds.
@@ -22,12 +22,13 @@ type Metrics struct {
 
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	lag := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "simpleworkflow_status_lag_seconds",
+		Help:    "Time from an inbox transition to the WorkflowRun status showing it.",
+		Buckets: []float64{.01, .025, .05, .1, .2, .5, 1, 2, 5, 10, 30},
+	})
 	m := &Metrics{
-		StatusLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "simpleworkflow_status_lag_seconds",
-			Help:    "Time from an inbox transition to the WorkflowRun status showing it.",
-			Buckets: []float64{.01, .025, .05, .1, .2, .5, 1, 2, 5, 10, 30},
-		}),
+		StatusLag: lag,
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "simpleworkflow_transitions_total",
 			Help: "Run transitions recorded in the audit trail, by event type.",
@@ -46,6 +47,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Age of the oldest runnable pending run, by type prefix (first segment).",
 		}, []string{"prefix"}),
 	}
-	reg.MustRegister(m.StatusLag, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge)
+	reg.MustRegister(lag, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge)
 	return m
 }

@@ -1,0 +1,5 @@
+package main
+
+import "github.com/go-logr/logr"
+
+func logrDiscard() logr.Logger { return logr.Discard() }

@@ -1,0 +1,304 @@
+// Command scalebench measures the operator: N WorkflowRuns created at once
+// against a real kube-apiserver (envtest, KUBEBUILDER_ASSETS) and a real
+// Postgres (DATABASE_URL or a throwaway one), worked by in-process workers
+// running demo.echo.v1. It reports the time until all are Succeeded, the
+// manager's API writes per run, the status lag, and the manager's heap with
+// many finished WorkflowRuns in its cache. Run it with `make bench-operator`.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/controller"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
+	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "scalebench:", err)
+		os.Exit(1)
+	}
+}
+
+// writeCounter counts the manager's mutating API requests by verb and
+// resource.
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	next   http.RoundTripper
+}
+
+func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet {
+		parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+		res := parts[len(parts)-1]
+		if len(parts) >= 2 && (res == "status" || strings.HasPrefix(req.URL.Path, "/apis/events")) {
+			res = parts[len(parts)-2] + "/" + res
+		}
+		if strings.Contains(req.URL.Path, "/events") {
+			res = "events"
+		} else if strings.Contains(req.URL.Path, "/workflowruns/") {
+			res = "workflowruns"
+			if strings.HasSuffix(req.URL.Path, "/status") {
+				res = "workflowruns/status"
+			}
+		}
+		w.mu.Lock()
+		w.counts[req.Method+" "+res]++
+		w.mu.Unlock()
+	}
+	return w.next.RoundTrip(req)
+}
+
+// lagRecorder keeps every status-lag sample.
+type lagRecorder struct {
+	mu      sync.Mutex
+	samples []float64
+}
+
+func (l *lagRecorder) Observe(v float64) {
+	l.mu.Lock()
+	l.samples = append(l.samples, v)
+	l.mu.Unlock()
+}
+
+func run() error {
+	n := flag.Int("runs", 1000, "WorkflowRuns created at once")
+	memRuns := flag.Int("memory-runs", 10000, "finished WorkflowRuns in the cache for the memory reading (0 skips)")
+	flag.Parse()
+	ctrl.SetLogger(logrDiscard())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	dbURL := os.Getenv("DATABASE_URL")
+	if dbURL == "" {
+		u, stop, err := pgtest.StartServer(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		dbURL = u
+	}
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := engine.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	eng, err := engine.New(pool)
+	if err != nil {
+		return err
+	}
+
+	crds, err := pgtest.RepoFile("config/crd/bases")
+	if err != nil {
+		return err
+	}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("start control plane (is KUBEBUILDER_ASSETS set? use make bench-operator): %w", err)
+	}
+	defer env.Stop()
+	scheme := kruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = workflowv1alpha1.AddToScheme(scheme)
+
+	// The manager, configured as cmd/main.go does, with its writes counted.
+	mcfg := rest.CopyConfig(cfg)
+	mcfg.QPS, mcfg.Burst = 200, 400
+	counter := &writeCounter{counts: map[string]int{}}
+	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
+	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return err
+	}
+	lags := &lagRecorder{}
+	m := controller.NewMetrics(prometheus.NewRegistry())
+	m.StatusLag = lags
+	watcher := controller.NewInboxWatcher(eng, ctrl.Log)
+	if err := mgr.Add(watcher); err != nil {
+		return err
+	}
+	if err := (&controller.WorkflowRunReconciler{Client: mgr.GetClient(), Inbox: eng,
+		Recorder: mgr.GetEventRecorder("workflowrun-controller"), Changes: watcher.Changes(), Metrics: m,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	go func() { _ = mgr.Start(ctx) }()
+
+	// In-process workers.
+	sdk, err := simpleworkflow.NewClient(pool)
+	if err != nil {
+		return err
+	}
+	for i := range 2 {
+		p, err := simpleworkflow.NewPoller(sdk, simpleworkflow.PollerConfig{
+			TypePrefixes: []string{"demo."}, WorkerID: fmt.Sprintf("bench-worker-%d", i), Concurrency: 64,
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			return err
+		}
+		if err := p.Handle("demo.echo.v1", func(_ context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
+			return t.Payload, nil
+		}); err != nil {
+			return err
+		}
+		go func() { _ = p.Run(ctx) }()
+	}
+
+	ccfg := rest.CopyConfig(cfg)
+	ccfg.QPS, ccfg.Burst = 1000, 2000
+	c, err := client.New(ccfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
+		return err
+	}
+
+	start := time.Now()
+	if err := createRuns(ctx, c, 0, *n); err != nil {
+		return err
+	}
+	created := time.Since(start)
+	if err := waitSucceeded(ctx, c, *n, 5*time.Minute); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	fmt.Printf("operator scale: %d WorkflowRuns Succeeded in %.1f s (all created after %.1f s)\n", *n, elapsed.Seconds(), created.Seconds())
+
+	counter.mu.Lock()
+	total := 0
+	var parts []string
+	for k, v := range counter.counts {
+		total += v
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(v)/float64(*n)))
+	}
+	counter.mu.Unlock()
+	sort.Strings(parts)
+	fmt.Printf("operator api writes: %.2f per run (%s)\n", float64(total)/float64(*n), strings.Join(parts, ", "))
+
+	lags.mu.Lock()
+	s := slices.Clone(lags.samples)
+	lags.mu.Unlock()
+	slices.Sort(s)
+	q := func(p float64) time.Duration {
+		if len(s) == 0 {
+			return 0
+		}
+		return time.Duration(s[min(len(s)-1, int(p*float64(len(s))))] * float64(time.Second)).Round(time.Millisecond)
+	}
+	fmt.Printf("operator status lag: p50=%s p99=%s (n=%d phase changes)\n", q(0.5), q(0.99), len(s))
+
+	if *memRuns > *n {
+		var base runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&base)
+		if err := createRuns(ctx, c, *n, *memRuns); err != nil {
+			return err
+		}
+		if err := waitSucceeded(ctx, c, *memRuns, 15*time.Minute); err != nil {
+			return err
+		}
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		fmt.Printf("operator memory: heap %.0f MiB with %d finished WorkflowRuns cached (%.0f MiB with %d; %.1f KiB per object)\n",
+			float64(ms.HeapAlloc)/(1<<20), *memRuns, float64(base.HeapAlloc)/(1<<20), *n,
+			float64(ms.HeapAlloc-base.HeapAlloc)/1024/float64(*memRuns-*n))
+	}
+	return nil
+}
+
+// createRuns creates WorkflowRuns [from, to) with 32 concurrent clients.
+func createRuns(ctx context.Context, c client.Client, from, to int) error {
+	var next atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= to {
+					return
+				}
+				wfr := &workflowv1alpha1.WorkflowRun{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("run-%05d", i)},
+					Spec:       workflowv1alpha1.WorkflowRunSpec{Type: "demo.echo.v1"},
+				}
+				if err := c.Create(ctx, wfr); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+func waitSucceeded(ctx context.Context, c client.Client, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var list workflowv1alpha1.WorkflowRunList
+		if err := c.List(ctx, &list, client.InNamespace("bench")); err != nil {
+			return err
+		}
+		done := 0
+		for _, w := range list.Items {
+			if w.Status.Phase == workflowv1alpha1.PhaseSucceeded {
+				done++
+			}
+		}
+		if done >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d WorkflowRuns Succeeded after %s", done, n, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
