@@ -55,39 +55,39 @@ type options struct {
 	zap                  zap.Options
 }
 
-func env(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
-	}
-	return def
-}
+// lookupEnv reads an environment variable; tests pass their own.
+type lookupEnv func(string) (string, bool)
 
-func envBool(key string, def bool) bool {
-	b, err := strconv.ParseBool(env(key, strconv.FormatBool(def)))
-	if err != nil {
+func parseFlags(args []string, lookup lookupEnv) (options, error) {
+	env := func(key, def string) string {
+		if v, ok := lookup(key); ok {
+			return v
+		}
 		return def
 	}
-	return b
-}
-
-func envDuration(key string, def time.Duration) time.Duration {
-	d, err := time.ParseDuration(env(key, def.String()))
-	if err != nil {
-		return def
+	envBool := func(key string, def bool) bool {
+		b, err := strconv.ParseBool(env(key, strconv.FormatBool(def)))
+		if err != nil {
+			return def
+		}
+		return b
 	}
-	return d
-}
-
-func envInt(key string, def int) int {
-	n, err := strconv.Atoi(env(key, strconv.Itoa(def)))
-	if err != nil {
-		return def
+	envDuration := func(key string, def time.Duration) time.Duration {
+		d, err := time.ParseDuration(env(key, def.String()))
+		if err != nil {
+			return def
+		}
+		return d
 	}
-	return n
-}
-
-func parseFlags() (options, error) {
+	envInt := func(key string, def int) int {
+		n, err := strconv.Atoi(env(key, strconv.Itoa(def)))
+		if err != nil {
+			return def
+		}
+		return n
+	}
 	var o options
+	flag := flag.NewFlagSet("manager", flag.ContinueOnError)
 	flag.StringVar(&o.databaseURL, "database-url", env("DATABASE_URL", ""), "Postgres URL of the inbox (env DATABASE_URL)")
 	flag.StringVar(&o.databaseURLFile, "database-url-file", env("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", env("METRICS_BIND_ADDRESS", ":8080"), "metrics endpoint address, 0 disables (env METRICS_BIND_ADDRESS)")
@@ -101,8 +101,10 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.retention, "retention", envDuration("RETENTION", 7*24*time.Hour), "delete finished inbox runs (and their events) older than this; 0 keeps them (env RETENTION)")
 	flag.DurationVar(&o.resyncPeriod, "resync-period", envDuration("RESYNC_PERIOD", controller.DefaultResyncPeriod), "re-read unfinished runs this often without a notification (env RESYNC_PERIOD)")
 	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 8), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
-	o.zap.BindFlags(flag.CommandLine)
-	flag.Parse()
+	o.zap.BindFlags(flag)
+	if err := flag.Parse(args); err != nil {
+		return o, err
+	}
 
 	if o.databaseURL == "" && o.databaseURLFile != "" {
 		b, err := os.ReadFile(o.databaseURLFile)
@@ -121,7 +123,10 @@ func parseFlags() (options, error) {
 }
 
 func run() error {
-	o, err := parseFlags()
+	o, err := parseFlags(os.Args[1:], os.LookupEnv)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

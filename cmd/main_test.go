@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func envMap(m map[string]string) lookupEnv {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+func TestFlagsFallBackToEnvironment(t *testing.T) {
+	o, err := parseFlags(nil, envMap(map[string]string{
+		"DATABASE_URL": "postgres://env", "KUBE_API_QPS": "50", "KUBE_API_BURST": "70",
+		"LEADER_ELECT": "true", "RETENTION": "2h", "SKIP_MIGRATIONS": "true",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.databaseURL != "postgres://env" || o.kubeAPIQPS != 50 || o.kubeAPIBurst != 70 || !o.leaderElect ||
+		o.retention != 2*time.Hour || !o.skipMigrations {
+		t.Fatalf("environment not applied: %+v", o)
+	}
+	o, err = parseFlags([]string{"--database-url", "postgres://flag", "--kube-api-qps", "10"}, envMap(map[string]string{"DATABASE_URL": "postgres://env"}))
+	if err != nil || o.databaseURL != "postgres://flag" || o.kubeAPIQPS != 10 {
+		t.Fatalf("flags must win over the environment: %+v %v", o, err)
+	}
+}
+
+func TestDefaultsAreAboveClientGo(t *testing.T) {
+	o, err := parseFlags([]string{"--database-url", "x"}, envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.kubeAPIQPS <= 20 || o.kubeAPIBurst <= 30 {
+		t.Fatalf("qps %v burst %d, want well above client-go's 20/30", o.kubeAPIQPS, o.kubeAPIBurst)
+	}
+}
+
+func TestDatabaseURLFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "url")
+	if err := os.WriteFile(f, []byte("postgres://from-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--database-url-file", f}, envMap(nil))
+	if err != nil || o.databaseURL != "postgres://from-secret" {
+		t.Fatalf("url file: %+v %v", o, err)
+	}
+	if _, err := parseFlags(nil, envMap(nil)); err == nil {
+		t.Fatal("no database URL must be an error")
+	}
+	if _, err := parseFlags([]string{"--database-url-file", filepath.Join(t.TempDir(), "missing")}, envMap(nil)); err == nil {
+		t.Fatal("a missing URL file must be an error")
+	}
+}
