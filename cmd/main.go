@@ -52,6 +52,7 @@ type options struct {
 	retention            time.Duration
 	resyncPeriod         time.Duration
 	maxConcurrent        int
+	autoscaleInterval    time.Duration
 	zap                  zap.Options
 }
 
@@ -100,7 +101,8 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.BoolVar(&o.skipMigrations, "skip-migrations", envBool("SKIP_MIGRATIONS", false), "do not apply schema migrations at start-up (env SKIP_MIGRATIONS)")
 	flag.DurationVar(&o.retention, "retention", envDuration("RETENTION", 7*24*time.Hour), "delete finished inbox runs (and their events) older than this; 0 keeps them (env RETENTION)")
 	flag.DurationVar(&o.resyncPeriod, "resync-period", envDuration("RESYNC_PERIOD", controller.DefaultResyncPeriod), "re-read unfinished runs this often without a notification (env RESYNC_PERIOD)")
-	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 8), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
+	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 16), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
+	flag.DurationVar(&o.autoscaleInterval, "autoscale-interval", envDuration("AUTOSCALE_INTERVAL", controller.DefaultAutoscaleInterval), "evaluate worker pools this often, besides on new runs (env AUTOSCALE_INTERVAL)")
 	o.zap.BindFlags(flag)
 	if err := flag.Parse(args); err != nil {
 		return o, err
@@ -192,6 +194,12 @@ func run() error {
 	}
 	if err := mgr.Add(&controller.Maintenance{
 		Engine: eng, Log: ctrl.Log.WithName("maintenance"), Metrics: m, Retention: o.retention,
+	}); err != nil {
+		return err
+	}
+	if err := mgr.Add(&controller.Autoscaler{
+		Client: mgr.GetClient(), Engine: eng, Recorder: mgr.GetEventRecorder("worker-autoscaler"),
+		Log: ctrl.Log.WithName("autoscaler"), Metrics: m, Interval: o.autoscaleInterval,
 	}); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -73,4 +74,8 @@ func int32p(v int32) *int32 { return &v }
 
 func unstructuredFrom(obj map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: obj}
+}
+
+func contextWithCancel() (context.Context, context.CancelFunc) {
+	return context.WithCancel(ctx)
 }

@@ -18,6 +18,9 @@ type Metrics struct {
 	Runs *prometheus.GaugeVec
 	// OldestRunnableAge: age of the oldest runnable pending run per prefix.
 	OldestRunnableAge *prometheus.GaugeVec
+	// PoolDesiredReplicas and PoolRunnable, per worker pool.
+	PoolDesiredReplicas *prometheus.GaugeVec
+	PoolRunnable        *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -47,6 +50,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Age of the oldest runnable pending run, by type prefix (first segment).",
 		}, []string{"prefix"}),
 	}
-	reg.MustRegister(lag, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge)
+	m.PoolDesiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simpleworkflow_pool_desired_replicas",
+		Help: "Replicas a worker pool should have, from its queue depth.",
+	}, []string{"namespace", "registry", "pool"})
+	m.PoolRunnable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simpleworkflow_pool_runnable_runs",
+		Help: "Runnable runs a worker pool's workers could claim.",
+	}, []string{"namespace", "registry", "pool"})
+	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge)
 	return m
 }

@@ -30,6 +30,7 @@ const (
 	qEventLatestID         = "EventLatestID"
 	qRegistryListByOwner   = "RegistryListByOwner"
 	qStatsRunsByPrefix     = "StatsRunsByPrefix"
+	qPoolQueueDepth        = "PoolQueueDepth"
 	qStatsOldestRunnable   = "StatsOldestRunnable"
 	qStatsFinishedSince    = "StatsFinishedSince"
 	qRegistryUpsert        = "RegistryUpsert"
@@ -86,7 +87,7 @@ func loadQueries() (queries, error) {
 	for _, n := range []string{
 		qRunInsert, qRunIDByIdempotencyKey, qRunGet, qRunList, qRunCancel, qRunClaim,
 		qRunHeartbeat, qRunComplete, qRunFail, qRunRelease, qRunReapExpired,
-		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
+		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qPoolQueueDepth, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)
