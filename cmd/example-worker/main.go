@@ -36,6 +36,7 @@ func main() {
 // options are the command-line settings.
 type options struct {
 	databaseURL   string
+	databaseFile  string
 	typePrefixes  string
 	runtime       string
 	workerID      string
@@ -85,6 +86,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("example-worker", flag.ContinueOnError)
 	fs.StringVar(&o.databaseURL, "database-url", envString("DATABASE_URL", ""), "Postgres URL (env DATABASE_URL)")
+	fs.StringVar(&o.databaseFile, "database-url-file", envString("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
 	fs.StringVar(&o.typePrefixes, "type-prefixes", envString("TYPE_PREFIXES", "demo."), "comma-separated type prefixes to claim (env TYPE_PREFIXES)")
 	fs.StringVar(&o.runtime, "runtime", envString("RUNTIME", "go"), "runtime this worker declares (env RUNTIME)")
 	fs.StringVar(&o.workerID, "worker-id", envString("WORKER_ID", host), "worker id recorded in leases (env WORKER_ID)")
@@ -96,8 +98,15 @@ func parseFlags(args []string) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	if o.databaseURL == "" && o.databaseFile != "" {
+		b, err := os.ReadFile(o.databaseFile)
+		if err != nil {
+			return o, fmt.Errorf("read --database-url-file: %w", err)
+		}
+		o.databaseURL = strings.TrimSpace(string(b))
+	}
 	if o.databaseURL == "" {
-		return o, errors.New("--database-url (or DATABASE_URL) is required")
+		return o, errors.New("--database-url, --database-url-file or DATABASE_URL is required")
 	}
 	return o, nil
 }

@@ -1,0 +1,46 @@
+{{/* Chart name, truncated. */}}
+{{- define "simple-workflow.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name. */}}
+{{- define "simple-workflow.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Common labels. */}}
+{{- define "simple-workflow.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "simple-workflow.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Selector labels of the manager. */}}
+{{- define "simple-workflow.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "simple-workflow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: manager
+{{- end }}
+
+{{/* The ServiceAccount name. */}}
+{{- define "simple-workflow.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "simple-workflow.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the database URL. */}}
+{{- define "simple-workflow.databaseSecret" -}}
+{{- if .Values.database.existingSecret }}
+{{- .Values.database.existingSecret }}
+{{- else }}
+{{- printf "%s-database" (include "simple-workflow.fullname" .) }}
+{{- end }}
+{{- end }}
