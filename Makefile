@@ -43,8 +43,9 @@ vet: ## Run go vet.
 	$(GO) vet ./...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role from the API types and markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync them into the chart).
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./..." output:crd:artifacts:config=config/crd/bases
+	hack/sync-chart.sh
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
@@ -52,9 +53,9 @@ generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 
 .PHONY: check-generated
 check-generated: manifests generate ## Fail when committed generated files are stale.
-	@if [ -n "$$(git status --porcelain -- config api)" ]; then \
+	@if [ -n "$$(git status --porcelain -- config api charts)" ]; then \
 		echo "Generated files are stale; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- config api; git --no-pager diff --stat -- config api; exit 1; fi
+		git status --porcelain -- config api charts; git --no-pager diff --stat -- config api charts; exit 1; fi
 
 .PHONY: test
 test: fmt-check vet check-generated envtest ## Run every test (real Postgres, real kube-apiserver).
@@ -71,8 +72,24 @@ bench-operator: envtest ## Benchmark the operator: 1,000 WorkflowRuns at once, m
 ##@ Build
 
 .PHONY: build
-build: ## Build the example worker into bin/.
+build: ## Build the manager and the example worker into bin/.
+	$(GO) build -o $(LOCALBIN)/manager ./cmd
 	$(GO) build -o $(LOCALBIN)/example-worker ./cmd/example-worker
+
+.PHONY: build-installer
+build-installer: manifests $(KUBECTL) ## Write dist/install.yaml (CRDs, RBAC, manager) from config/default.
+	mkdir -p dist
+	$(KUBECTL) kustomize config/default > dist/install.yaml
+
+##@ Run locally
+
+.PHONY: demo
+demo: envtest build ## Postgres + control plane + manager + example workers; applies config/samples. Ctrl-C stops.
+	$(GO) run ./hack/demo
+
+.PHONY: demo-env
+demo-env: envtest ## Only Postgres and the control plane, for development. Ctrl-C stops.
+	$(GO) run ./hack/demo -env-only
 
 ##@ Tools
 
