@@ -11,13 +11,16 @@ GO ?= go
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUBERNETES_VERSION ?= v1.37.2
 ETCD_VERSION ?= v3.7.3
+HELM_VERSION ?= v3.22.0
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 ENVTEST_DIR ?= $(LOCALBIN)/k8s/$(KUBERNETES_VERSION)
 KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
 ETCD ?= $(ENVTEST_DIR)/etcd
 KUBECTL ?= $(ENVTEST_DIR)/kubectl
+HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 export KUBEBUILDER_ASSETS ?= $(ENVTEST_DIR)
+export HELM
 
 .PHONY: all
 all: build
@@ -58,8 +61,18 @@ check-generated: manifests generate ## Fail when committed generated files are s
 		git status --porcelain -- config api charts; git --no-pager diff --stat -- config api charts; exit 1; fi
 
 .PHONY: test
-test: fmt-check vet check-generated envtest ## Run every test (real Postgres, real kube-apiserver).
-	$(GO) test -count=1 -timeout 30m ./...
+test: fmt-check vet check-generated envtest test-chart ## Run every test (real Postgres, real kube-apiserver, e2e).
+	$(GO) test -count=1 -timeout 40m ./...
+
+.PHONY: test-chart
+test-chart: $(HELM) ## helm lint and helm template the chart; a typo in values must fail.
+	$(HELM) lint charts/simple-workflow --set database.url=postgres://x
+	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set replicaCount=2 --set metrics.serviceMonitor.enabled=true --set networkPolicy.enabled=true
+	$(HELM) template sw charts/simple-workflow --set database.existingSecret=db > /dev/null
+	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set manager.retenton=1h >/dev/null 2>&1; then \
+		echo "values.schema.json accepted a misspelt value"; exit 1; fi
+	@if $(HELM) template sw charts/simple-workflow >/dev/null 2>&1; then \
+		echo "the chart rendered without a database"; exit 1; fi
 
 .PHONY: bench
 bench: ## Benchmark the engine (DATABASE_URL, else a throwaway Postgres).
@@ -101,7 +114,10 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 	mv $(LOCALBIN)/controller-gen $(CONTROLLER_GEN)
 
 .PHONY: envtest
-envtest: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Build kube-apiserver, etcd and kubectl from Go modules into bin/.
+envtest: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) ## Build kube-apiserver, etcd, kubectl and helm from Go modules into bin/.
+
+$(HELM): | $(LOCALBIN)
+	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
 
 $(KUBE_APISERVER):
 	mkdir -p $(ENVTEST_DIR)
