@@ -208,3 +208,6 @@ func (c *Client) Events(ctx context.Context, runID string) ([]Event, error) {
 	}
 	return out, nil
 }
+
+// Pool returns the connection pool the Client uses.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }

@@ -1,0 +1,224 @@
+// Package e2e runs simple-workflow end to end against real processes: the
+// local control plane, Postgres, the built manager and example-worker
+// binaries, and the real kubectl and helm CLIs. The manager runs with exactly
+// the chart's RBAC, by impersonating the chart's ServiceAccount.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/devenv"
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
+	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+)
+
+const (
+	chartNamespace = "simple-workflow-system"
+	releaseName    = "sw"
+	// The chart's ServiceAccount: the manager acts as it.
+	serviceAccount = "system:serviceaccount:" + chartNamespace + ":" + releaseName + "-simple-workflow"
+)
+
+var (
+	ctx        context.Context
+	cancel     context.CancelFunc
+	workDir    string
+	binDir     string
+	dbURL      string
+	cp         *devenv.ControlPlane
+	k8sClient  client.Client
+	sdk        *simpleworkflow.Client
+	manager    *process
+	managerKC  string
+	kubectlBin string
+	helmBin    string
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	SetDefaultEventuallyTimeout(90 * time.Second)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	RunSpecs(t, "e2e suite")
+}
+
+// process is a child process with its output in a log file.
+type process struct {
+	cmd *exec.Cmd
+	log string
+}
+
+func start(name string, env []string, bin string, args ...string) *process {
+	logPath := filepath.Join(workDir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	Expect(cmd.Start()).To(Succeed())
+	return &process{cmd: cmd, log: logPath}
+}
+
+func (p *process) stop(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+	_, _ = p.cmd.Process.Wait()
+}
+
+func (p *process) output() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// kubectl runs the real kubectl as the administrator.
+func kubectl(args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, kubectlBin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func mustKubectl(args ...string) string {
+	out, err := kubectl(args...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "kubectl %s:\n%s", strings.Join(args, " "), out)
+	return out
+}
+
+func startManager() *process {
+	return start("manager", []string{"KUBECONFIG=" + managerKC, "DATABASE_URL=" + dbURL},
+		filepath.Join(binDir, "manager"), "--leader-elect", "--leader-election-namespace="+chartNamespace,
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--autoscale-interval=1s", "--resync-period=5s")
+}
+
+var _ = BeforeSuite(func() {
+	ctx, cancel = context.WithCancel(context.Background())
+	DeferCleanup(cancel)
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	Expect(assets).NotTo(BeEmpty(), "run through `make test`, which builds the control plane, kubectl and helm")
+	kubectlBin = filepath.Join(assets, "kubectl")
+	helmBin = os.Getenv("HELM")
+	Expect(helmBin).NotTo(BeEmpty(), "run through `make test`, which builds helm and exports HELM")
+
+	workDir = GinkgoT().TempDir()
+	binDir = filepath.Join(workDir, "bin")
+	root, err := pgtest.RepoFile(".")
+	Expect(err).NotTo(HaveOccurred())
+	for out, pkg := range map[string]string{"manager": "./cmd", "example-worker": "./cmd/example-worker"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)
+		cmd.Dir = root
+		b, err := cmd.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "go build %s: %s", pkg, b)
+	}
+
+	var drop func() error
+	dbURL, drop, err = pgtest.CreateDatabase(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(drop)
+	sdk, err = simpleworkflow.Connect(ctx, dbURL)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(sdk.Close)
+
+	cp, err = devenv.StartControlPlane(workDir, "")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(cp.Stop)
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(workflowv1alpha1.AddToScheme(scheme)).To(Succeed())
+	k8sClient, err = client.New(cp.Config, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	By("rendering the chart with helm and applying it with kubectl")
+	rendered := filepath.Join(workDir, "chart.yaml")
+	out, err := exec.Command(helmBin, "template", releaseName, filepath.Join(root, "charts", "simple-workflow"),
+		"--namespace", chartNamespace, "--include-crds", "--set", "database.url="+dbURL).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "helm template: %s", out)
+	Expect(os.WriteFile(rendered, out, 0o600)).To(Succeed())
+	mustKubectl("create", "namespace", chartNamespace)
+	mustKubectl("apply", "-n", chartNamespace, "-f", rendered)
+	mustKubectl("wait", "--for=condition=Established", "crd/workflowruns.workflow.simpleworkflow.dev",
+		"crd/workflowregistries.workflow.simpleworkflow.dev", "--timeout=60s")
+
+	By("running the manager as the chart's ServiceAccount")
+	managerKC = filepath.Join(workDir, "manager.kubeconfig")
+	Expect(cp.ImpersonatingKubeconfig(managerKC, serviceAccount)).To(Succeed())
+	// The impersonating identity really is confined to the chart's RBAC.
+	can := func(args ...string) string {
+		out, _ := kubectl(append([]string{"--kubeconfig", managerKC, "auth", "can-i"}, args...)...)
+		return strings.TrimSpace(out)
+	}
+	Expect(can("patch", "workflowruns.workflow.simpleworkflow.dev", "--subresource=status", "-n", "default")).To(Equal("yes"))
+	Expect(can("get", "secrets", "-n", chartNamespace)).To(Equal("no"))
+	Expect(can("delete", "deployments", "-n", "default")).To(Equal("no"))
+	manager = startManager()
+	DeferCleanup(func() { manager.stop(syscall.SIGTERM) })
+})
+
+var _ = AfterSuite(func() {
+	if manager == nil {
+		return
+	}
+	// A permission the chart lacks shows up as "forbidden" in the manager's log.
+	Expect(manager.output()).NotTo(ContainSubstring("forbidden"), "the manager hit an RBAC denial:\n%s", manager.output())
+})
+
+// follow runs example-worker processes matching a Deployment's replicas until
+// the spec ends.
+func follow(ns, name, prefixes string) *devenv.ReplicaFollower {
+	f := &devenv.ReplicaFollower{
+		Client: k8sClient, Namespace: ns, Name: name, StopTimeout: 20 * time.Second,
+		Command: func(i int) *exec.Cmd {
+			cmd := exec.Command(filepath.Join(binDir, "example-worker"), "--type-prefixes="+prefixes,
+				fmt.Sprintf("--worker-id=%s-%d", name, i), "--shutdown-grace-period=5s", "--lease-duration=6s")
+			cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+			if f, err := os.Create(filepath.Join(workDir, fmt.Sprintf("%s-%d.log", name, i))); err == nil {
+				cmd.Stdout, cmd.Stderr = f, f
+			}
+			return cmd
+		},
+		Log: slog.New(slog.NewTextHandler(GinkgoWriter, nil)),
+	}
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = f.Run(fctx)
+	}()
+	DeferCleanup(func() {
+		stop()
+		<-done
+	})
+	return f
+}
+
+func workerLogs(name string) string {
+	var all strings.Builder
+	files, _ := filepath.Glob(filepath.Join(workDir, name+"-*.log"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		all.Write(b)
+	}
+	return all.String()
+}
+
+// sdkPool is the inbox connection pool, for assertions on the rows.
+func sdkPool() *pgxpool.Pool { return sdk.Pool() }

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
+	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+)
+
+func createNamespace(name string) {
+	mustKubectl("create", "namespace", name)
+}
+
+func createWorkerDeployment(ns, name string) {
+	labels := map[string]string{"app": name}
+	zero := int32(0)
+	Expect(k8sClient.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &zero,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "example-worker"}}},
+			},
+		},
+	})).To(Succeed())
+}
+
+func replicas(ns, name string) func() int32 {
+	return func() int32 {
+		var d appsv1.Deployment
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
+			return -1
+		}
+		return *d.Spec.Replicas
+	}
+}
+
+// phases returns "name=Phase" for every WorkflowRun of a namespace, as kubectl shows them.
+func phases(ns string) func() string {
+	return func() string {
+		out, _ := kubectl("get", "workflowruns", "-n", ns, "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.status.phase}{" "}{end}`)
+		return strings.TrimSpace(out)
+	}
+}
+
+func writeManifest(name, body string) string {
+	path := filepath.Join(workDir, name)
+	Expect(os.WriteFile(path, []byte(body), 0o600)).To(Succeed())
+	return path
+}
+
+var _ = Describe("simple-workflow", Ordered, func() {
+	const ns = "e2e"
+
+	BeforeAll(func() {
+		createNamespace(ns)
+		createWorkerDeployment(ns, "example-worker")
+		follow(ns, "example-worker", "demo.")
+	})
+
+	It("runs every sample to Succeeded, with Events in kubectl describe", func() {
+		samples, err := pgtest.RepoFile("config/samples")
+		Expect(err).NotTo(HaveOccurred())
+		mustKubectl("apply", "-n", ns, "-k", samples)
+		Eventually(phases(ns)).Should(Equal("echo-hello=Succeeded fail-twice=Succeeded sleep-short=Succeeded"))
+
+		out := mustKubectl("get", "workflowruns", "-n", ns)
+		Expect(out).To(MatchRegexp(`NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+AGE`))
+		Expect(out).To(MatchRegexp(`fail-twice\s+demo.fail.v1\s+Succeeded\s+3/3`))
+		Expect(mustKubectl("get", "simpleworkflow", "-n", ns)).To(And(ContainSubstring("workflowregistry"), ContainSubstring("workflowrun")))
+
+		describe := mustKubectl("describe", "workflowrun", "fail-twice", "-n", ns)
+		Expect(describe).To(ContainSubstring("Started by worker example-worker-"))
+		Expect(describe).To(ContainSubstring("Attempt 1 failed: planned failure 1 of 2"))
+		Expect(describe).To(ContainSubstring("Succeeded on attempt 3"))
+
+		reg := mustKubectl("get", "workflowregistry", "demo", "-n", ns)
+		Expect(reg).To(MatchRegexp(`demo\s+3\s+1\s+True`))
+	})
+
+	It("cancels a demo.sleep.v1 run through kubectl patch, and the worker stops it", func() {
+		mustKubectl("apply", "-n", ns, "-f", writeManifest("long.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowRun
+metadata: {name: long-sleep}
+spec: {type: demo.sleep.v1, payload: {seconds: 600}}
+`))
+		Eventually(phases(ns)).Should(ContainSubstring("long-sleep=Running"))
+		runID := mustKubectl("get", "workflowrun", "long-sleep", "-n", ns, "-o", "jsonpath={.status.runID}")
+		mustKubectl("patch", "workflowrun", "long-sleep", "-n", ns, "--type=merge", "-p", `{"spec":{"cancel":true}}`)
+		Eventually(phases(ns)).Should(ContainSubstring("long-sleep=Cancelled"))
+		Eventually(func() string { return workerLogs("example-worker") }).Should(
+			MatchRegexp(`"msg":"Run stopped".*"run_id":"` + runID + `".*"reason":"run cancelled"`))
+		run, err := sdk.Get(ctx, runID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(run.Status).To(Equal(simpleworkflow.StatusCancelled))
+	})
+
+	It("refuses bad manifests with the CRD's message", func() {
+		out, err := kubectl("apply", "-n", ns, "-f", writeManifest("bad-type.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowRun
+metadata: {name: bad-type}
+spec: {type: Demo.Echo}
+`))
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(ContainSubstring("type must be dot-separated lowercase segments of letters, digits and underscores ending in a version"))
+		out, err = kubectl("apply", "-n", ns, "-f", writeManifest("bad-payload.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowRun
+metadata: {name: bad-payload}
+spec: {type: demo.echo.v1, payload: [1, 2, 3]}
+`))
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(ContainSubstring("spec.payload in body must be of type object"))
+		Expect(phases(ns)()).NotTo(ContainSubstring("bad-"))
+	})
+
+	It("survives the manager being killed and restarted mid-run: no duplicate insert, every status converges", func() {
+		const n = 30
+		var manifest strings.Builder
+		for i := range n {
+			fmt.Fprintf(&manifest, "---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
+				"metadata: {name: crash-%02d}\nspec: {type: demo.sleep.v1, payload: {seconds: 1}}\n", i)
+		}
+		createNamespace("e2e-crash")
+		mustKubectl("apply", "-n", "e2e-crash", "-f", writeManifest("crash.yaml", manifest.String()))
+		// Kill it once some runs are mirrored and others are not yet.
+		Eventually(func() int {
+			return strings.Count(phases("e2e-crash")(), "=Pending") +
+				strings.Count(phases("e2e-crash")(), "=Running")
+		}, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">", 0))
+		manager.stop(syscall.SIGKILL)
+		manager = startManager()
+		Eventually(func() int { return strings.Count(phases("e2e-crash")(), "=Succeeded") }, 120*time.Second).Should(Equal(n))
+		var rows int
+		Expect(sdkPool().QueryRow(ctx, "select count(*) from workflow.workflow_run where source_namespace = 'e2e-crash'").Scan(&rows)).To(Succeed())
+		Expect(rows).To(Equal(n))
+	})
+
+	It("scales a worker pool up on a burst of 200 runs, drains it, and returns to zero", func() {
+		// Retire the samples' pool so only the burst pool serves demo.*.
+		mustKubectl("delete", "workflowregistry", "demo", "-n", ns)
+		mustKubectl("delete", "deployment", "example-worker", "-n", ns)
+		createNamespace("e2e-scale")
+		createWorkerDeployment("e2e-scale", "burst-worker")
+		mustKubectl("apply", "-n", "e2e-scale", "-f", writeManifest("burst.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowRegistry
+metadata: {name: burst}
+spec:
+  workers:
+  - scaleTargetRef: {name: burst-worker}
+    runtime: go
+    typePrefixes: ["demo.sleep."]
+    maxReplicas: 4
+    runsPerReplica: 50
+    scaleDownDelay: 5s
+`))
+		follower := follow("e2e-scale", "burst-worker", "demo.")
+		Consistently(replicas("e2e-scale", "burst-worker"), 2*time.Second).Should(BeEquivalentTo(0))
+
+		start := time.Now()
+		for i := range 200 {
+			_, err := sdk.Create(ctx, "demo.sleep.v1", map[string]any{"seconds": 1},
+				&simpleworkflow.CreateOptions{IdempotencyKey: fmt.Sprintf("burst-%d", i)})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Eventually(replicas("e2e-scale", "burst-worker"), 10*time.Second, 50*time.Millisecond).Should(BeEquivalentTo(4))
+		AddReportEntry("burst: first scale to max replicas after", time.Since(start).String())
+		Eventually(func() int {
+			page, err := sdk.List(ctx, simpleworkflow.ListOptions{TypePrefix: "demo.sleep.", Statuses: []simpleworkflow.Status{simpleworkflow.StatusSucceeded}, Limit: 1000})
+			Expect(err).NotTo(HaveOccurred())
+			return len(page.Runs)
+		}, 120*time.Second).Should(BeNumerically(">=", 200))
+		drained := time.Since(start)
+		AddReportEntry("burst: 200 runs drained after", drained.String())
+		Expect(follower.MaxRunning()).To(Equal(4))
+		Eventually(replicas("e2e-scale", "burst-worker"), 60*time.Second).Should(BeEquivalentTo(0))
+		Eventually(follower.Running, 30*time.Second).Should(BeZero())
+		AddReportEntry("burst: back to zero after", time.Since(start).String())
+		events := mustKubectl("get", "events", "-n", "e2e-scale", "--field-selector", "reason=Scaled")
+		Expect(events).To(ContainSubstring("scaled burst-worker from 0 to 4"))
+		Expect(events).To(ContainSubstring("scaled burst-worker from 4 to 0"))
+	})
+})
