@@ -61,8 +61,12 @@ check-generated: manifests generate ## Fail when committed generated files are s
 		git status --porcelain -- config api charts; git --no-pager diff --stat -- config api charts; exit 1; fi
 
 .PHONY: test
-test: fmt-check vet check-generated envtest test-chart ## Run every test (real Postgres, real kube-apiserver, e2e).
+test: fmt-check vet check-generated envtest test-chart test-python ## Run every test (real Postgres, real kube-apiserver, e2e).
 	$(GO) test -count=1 -timeout 40m ./...
+
+.PHONY: test-python
+test-python: ## Test the Python SDK against a throwaway Postgres.
+	PY=$$(hack/python-deps.sh) && $$PY -W error::ResourceWarning -m unittest discover -s sdk/python -t sdk/python -p 'test_*.py' -v
 
 .PHONY: test-chart
 test-chart: $(HELM) ## helm lint and helm template the chart; a typo in values must fail.

@@ -1,0 +1,188 @@
+"""Tests of the Python SDK against a real Postgres and the inbox's SQL functions."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from datetime import timedelta
+
+import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from simpleworkflow import Client, IntentPoller, InvalidInputError, NotFoundError, PermanentError  # noqa: E402
+from tests import support  # noqa: E402
+
+logging.basicConfig(level=logging.WARNING)
+
+
+def tearDownModule():
+    support.stop_server()
+
+
+def wait_for(cond, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class InboxTest(unittest.TestCase):
+    def setUp(self):
+        self.url = support.create_database()
+        self.addCleanup(support.drop_database, self.url)
+        self.client = Client(self.url)
+
+    def start_poller(self, **kw):
+        kw.setdefault("poll_interval", 0.2)
+        poller = IntentPoller(self.url, **kw)
+        thread = threading.Thread(target=poller.run, kwargs={"install_signal_handlers": False}, daemon=True)
+        thread.start()
+
+        def stop():
+            poller.stop()
+            thread.join(30)
+            self.assertFalse(thread.is_alive(), "poller did not stop")
+
+        self.addCleanup(stop)
+        return poller, thread, stop
+
+    def trail(self, run_id):
+        return [e.type for e in self.client.events(run_id) if e.type != "heartbeat"]
+
+
+class ClientTest(InboxTest):
+    def test_create_is_idempotent_and_validated(self):
+        first = self.client.create("content.thumbnail.v1", {"content_id": "c_123"}, idempotency_key="k1")
+        again = self.client.create("content.thumbnail.v1", {"content_id": "other"}, idempotency_key="k1")
+        self.assertTrue(first.created)
+        self.assertFalse(again.created)
+        self.assertEqual(first.id, again.id)
+        run = self.client.get(first.id)
+        self.assertEqual(run.status, "pending")
+        self.assertEqual(run.payload, {"content_id": "c_123"})
+        with self.assertRaises(InvalidInputError):
+            self.client.create("content.thumbnail", {})
+        with self.assertRaises(InvalidInputError):
+            self.client.create("content.thumbnail.v1", [1, 2])  # type: ignore[arg-type]
+        with self.assertRaises(NotFoundError):
+            self.client.get("00000000-0000-0000-0000-000000000000")
+
+    def test_cancel_writes_the_event(self):
+        res = self.client.create("content.thumbnail.v1", {})
+        self.assertTrue(self.client.cancel(res.id))
+        self.assertFalse(self.client.cancel(res.id))
+        self.assertEqual(self.trail(res.id), ["created", "cancelled"])
+
+
+class PollerTest(InboxTest):
+    def test_runs_a_handler_with_the_same_trail_as_go(self):
+        poller, _, _ = self.start_poller(type_prefixes=["py."], worker_id="py-1")
+        poller.handle("py.echo.v1", lambda run: dict(run.payload))
+        res = self.client.create("py.echo.v1", {"a": 1})
+        run = wait_for(lambda: (r := self.client.get(res.id)).status == "succeeded" and r, what="success")
+        self.assertEqual(run.result, {"a": 1})
+        self.assertEqual(run.leased_by, "py-1")
+        self.assertEqual(self.trail(res.id), ["created", "leased", "started", "succeeded"])
+
+    def test_retries_then_fails_for_good(self):
+        poller, _, _ = self.start_poller(type_prefixes=["py."])
+
+        def flaky(run):
+            if run.attempt < 2:
+                raise RuntimeError(f"attempt {run.attempt} failed")
+            return {"attempt": run.attempt}
+
+        poller.handle("py.flaky.v1", flaky)
+        poller.handle("py.doomed.v1", lambda run: (_ for _ in ()).throw(PermanentError("bad input")))
+        ok = self.client.create("py.flaky.v1", {}, retry_base_delay=timedelta(milliseconds=100))
+        doomed = self.client.create("py.doomed.v1", {}, max_attempts=5)
+        run = wait_for(lambda: (r := self.client.get(ok.id)).status == "succeeded" and r, what="success")
+        self.assertEqual(run.attempt, 2)
+        self.assertEqual(self.trail(ok.id), ["created", "leased", "started", "retried", "leased", "started", "succeeded"])
+        run = wait_for(lambda: (r := self.client.get(doomed.id)).status == "failed" and r, what="failure")
+        self.assertEqual(run.attempt, 1)
+        self.assertEqual(run.last_error, "bad input")
+
+    def test_cancellation_reaches_the_handler(self):
+        poller, _, _ = self.start_poller(type_prefixes=["py."], lease_duration=3)
+        seen = {}
+        started = threading.Event()
+
+        def long(run):
+            started.set()
+            t0 = time.monotonic()
+            run.cancelled.wait(60)
+            seen["after"] = time.monotonic() - t0
+            seen["reason"] = run.reason
+            seen["is_cancelled"] = run.is_cancelled()
+
+        poller.handle("py.long.v1", long)
+        res = self.client.create("py.long.v1", {})
+        self.assertTrue(started.wait(10))
+        at = time.monotonic()
+        self.client.cancel(res.id)
+        wait_for(lambda: "reason" in seen, what="the handler to stop")
+        self.assertLess(time.monotonic() - at, 1.0, "not stopped within one heartbeat")
+        self.assertEqual(seen["reason"], "run cancelled")
+        self.assertTrue(seen["is_cancelled"])
+        time.sleep(0.3)
+        self.assertEqual(self.client.get(res.id).status, "cancelled")
+
+    def test_graceful_shutdown_hands_runs_back(self):
+        poller, thread, stop = self.start_poller(type_prefixes=["py."], shutdown_grace_period=0.5)
+        started = threading.Event()
+
+        def long(run):
+            started.set()
+            run.wait(60)
+
+        poller.handle("py.long.v1", long)
+        res = self.client.create("py.long.v1", {})
+        self.assertTrue(started.wait(10))
+        stop()
+        run = self.client.get(res.id)
+        self.assertEqual((run.status, run.attempt), ("pending", 0))
+        self.assertEqual(self.client.events(res.id)[-1].data.get("reason"), "released")
+
+    def test_runtime_routing_follows_the_registry(self):
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("insert into workflow.workflow_registry (workflow_name, runtime) values ('py.go_only.v1', 'go')")
+        poller, _, _ = self.start_poller(type_prefixes=["py."])
+        poller.handle("py.go_only.v1", lambda run: {})
+        poller.handle("py.any.v1", lambda run: {})
+        go_only = self.client.create("py.go_only.v1", {})
+        anyrun = self.client.create("py.any.v1", {})
+        wait_for(lambda: self.client.get(anyrun.id).status == "succeeded", what="the unregistered type to run")
+        self.assertEqual(self.client.get(go_only.id).status, "pending")
+
+    def test_example_worker_process_stops_gracefully_on_sigterm(self):
+        worker = subprocess.Popen(
+            [sys.executable, os.path.join(support.ROOT, "sdk", "python", "examples", "example_worker.py"),
+             "--database-url", self.url, "--worker-id", "py-proc", "--shutdown-grace-period", "0.5"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(lambda: worker.poll() is None and worker.kill())
+        echo = self.client.create("demo.echo.v1", {"x": 1})
+        wait_for(lambda: self.client.get(echo.id).status == "succeeded", what="demo.echo.v1")
+        fail = self.client.create("demo.fail.v1", {"failTimes": 1}, retry_base_delay=timedelta(milliseconds=100))
+        wait_for(lambda: self.client.get(fail.id).status == "succeeded", what="demo.fail.v1")
+        self.assertEqual(self.client.get(fail.id).attempt, 2)
+        sleep = self.client.create("demo.sleep.v1", {"seconds": 60})
+        wait_for(lambda: self.client.get(sleep.id).status == "leased", what="demo.sleep.v1 to start")
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=20)
+        self.assertEqual(worker.returncode, 0, out)
+        run = self.client.get(sleep.id)
+        self.assertEqual((run.status, run.attempt), ("pending", 0), out)
+        self.assertIn('"msg": "Run handed back"', out)
+
+
+if __name__ == "__main__":
+    unittest.main()
