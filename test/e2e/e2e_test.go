@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -197,5 +200,97 @@ spec:
 		events := mustKubectl("get", "events", "-n", "e2e-scale", "--field-selector", "reason=Scaled")
 		Expect(events).To(ContainSubstring("scaled burst-worker from 0 to 4"))
 		Expect(events).To(ContainSubstring("scaled burst-worker from 4 to 0"))
+	})
+
+	It("moves a workflow from Go to Python with one kubectl patch, without touching producers", func() {
+		createNamespace("e2e-xrt")
+		root, err := pgtest.RepoFile(".")
+		Expect(err).NotTo(HaveOccurred())
+		py, err := exec.Command("bash", filepath.Join(root, "hack", "python-deps.sh")).Output()
+		Expect(err).NotTo(HaveOccurred(), "python with psycopg")
+		goWorker := start("go-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
+			"--type-prefixes=demo.", "--runtime=go", "--worker-id=go-worker", "--lease-duration=6s")
+		DeferCleanup(func() { goWorker.stop(syscall.SIGTERM) })
+		pyWorker := start("py-worker", []string{"DATABASE_URL=" + dbURL}, strings.TrimSpace(string(py)),
+			filepath.Join(root, "sdk", "python", "examples", "example_worker.py"),
+			"--type-prefixes=demo.", "--runtime=python", "--worker-id=py-worker", "--lease-duration=6")
+		DeferCleanup(func() { pyWorker.stop(syscall.SIGTERM) })
+
+		mustKubectl("apply", "-n", "e2e-xrt", "-f", writeManifest("xrt.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowRegistry
+metadata: {name: xrt}
+spec:
+  workflows:
+  - {name: demo.echo.v1, runtime: go}
+  - {name: demo.sleep.v1, runtime: go}
+`))
+		runtimeOf := func(name string) func() string {
+			return func() string {
+				var rt string
+				_ = sdkPool().QueryRow(ctx, "select runtime from workflow.workflow_registry where workflow_name = $1", name).Scan(&rt)
+				return rt
+			}
+		}
+		Eventually(runtimeOf("demo.echo.v1")).Should(Equal("go"))
+		Eventually(runtimeOf("demo.sleep.v1")).Should(Equal("go"))
+
+		// The producer: the same call before and after the move.
+		produce := func(tag string, n int) []string {
+			var ids []string
+			for i := range n {
+				res, err := sdk.Create(ctx, "demo.echo.v1", map[string]any{"tag": tag, "i": i}, nil)
+				Expect(err).NotTo(HaveOccurred())
+				ids = append(ids, res.ID)
+			}
+			return ids
+		}
+		finishedBy := func(ids []string) map[string]int {
+			by := map[string]int{}
+			for _, id := range ids {
+				r, err := sdk.Get(ctx, id)
+				Expect(err).NotTo(HaveOccurred())
+				if r.Status == simpleworkflow.StatusSucceeded {
+					by[r.LeasedBy]++
+				}
+			}
+			return by
+		}
+		before := produce("before", 10)
+		Eventually(func() map[string]int { return finishedBy(before) }).Should(Equal(map[string]int{"go-worker": 10}))
+
+		long, err := sdk.Create(ctx, "demo.sleep.v1", map[string]any{"seconds": 4}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() string { r, _ := sdk.Get(ctx, long.ID); return string(r.Status) + "/" + r.LeasedBy }).Should(Equal("leased/go-worker"))
+
+		mustKubectl("patch", "workflowregistry", "xrt", "-n", "e2e-xrt", "--type=merge", "-p",
+			`{"spec":{"workflows":[{"name":"demo.echo.v1","runtime":"python"},{"name":"demo.sleep.v1","runtime":"python"}]}}`)
+		Eventually(runtimeOf("demo.echo.v1")).Should(Equal("python"))
+
+		after := produce("after", 10)
+		Eventually(func() map[string]int { return finishedBy(after) }).Should(Equal(map[string]int{"py-worker": 10}))
+		// The run the Go worker already held finishes there, on its first attempt.
+		Eventually(func() string { r, _ := sdk.Get(ctx, long.ID); return string(r.Status) + "/" + r.LeasedBy }, 30*time.Second).
+			Should(Equal("succeeded/go-worker"))
+
+		// Both runtimes leave the same trail: same events, same data keys.
+		shape := func(id string) []string {
+			evs, err := sdk.Events(ctx, id)
+			Expect(err).NotTo(HaveOccurred())
+			var out []string
+			for _, e := range evs {
+				var d map[string]any
+				Expect(json.Unmarshal(e.Data, &d)).To(Succeed())
+				keys := make([]string, 0, len(d))
+				for k := range d {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				out = append(out, string(e.Type)+strings.Join(keys, ","))
+			}
+			return out
+		}
+		Expect(shape(after[0])).To(Equal(shape(before[0])))
+		Expect(shape(after[0])).To(HaveLen(4))
 	})
 })
