@@ -56,9 +56,11 @@ comment on table workflow.workflow_run is
 create index idx_workflow_run_claim
     on workflow.workflow_run (priority, created_at, run_at)
     where status = 'pending' and deleted_at is null;
--- Type-prefix routing and per-prefix counts (LIKE 'prefix%').
+-- Type-prefix routing and queue depth per prefix (LIKE 'prefix%'). Partial,
+-- so that finishing a run costs this index nothing.
 create index idx_workflow_run_type_prefix
-    on workflow.workflow_run (type text_pattern_ops);
+    on workflow.workflow_run (type text_pattern_ops)
+    where status in ('pending', 'leased');
 -- Deduplication; the seed's "on conflict (idempotency_key)" infers this index.
 create unique index idx_workflow_run_idempotency
     on workflow.workflow_run (idempotency_key);
