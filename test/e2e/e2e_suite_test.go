@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,10 +105,24 @@ func mustKubectl(args ...string) string {
 	return out
 }
 
+// freePort returns a loopback address with a port nobody listens on.
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer l.Close()
+	return l.Addr().String()
+}
+
+var metricsAddr, healthAddr string
+
 func startManager() *process {
+	if metricsAddr == "" {
+		metricsAddr, healthAddr = freePort(), freePort()
+	}
 	return start("manager", []string{"KUBECONFIG=" + managerKC, "DATABASE_URL=" + dbURL},
 		filepath.Join(binDir, "manager"), "--leader-elect", "--leader-election-namespace="+chartNamespace,
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--autoscale-interval=1s", "--resync-period=5s")
+		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr,
+		"--autoscale-interval=1s", "--resync-period=5s")
 }
 
 var _ = BeforeSuite(func() {

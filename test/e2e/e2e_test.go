@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,5 +294,26 @@ spec:
 		}
 		Expect(shape(after[0])).To(Equal(shape(before[0])))
 		Expect(shape(after[0])).To(HaveLen(4))
+	})
+
+	It("serves readiness (with Postgres) and the inbox metrics", func() {
+		get := func(url string) (int, string) {
+			resp, err := http.Get(url)
+			if err != nil {
+				return 0, err.Error()
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		Eventually(func() int { code, _ := get("http://" + healthAddr + "/readyz"); return code }).Should(Equal(http.StatusOK))
+		Eventually(func() string { _, body := get("http://" + metricsAddr + "/metrics"); return body }, 30*time.Second).Should(And(
+			MatchRegexp(`simpleworkflow_runs\{prefix="demo",status="succeeded"\} [1-9]`),
+			MatchRegexp(`simpleworkflow_transitions_total\{event="succeeded"\} [1-9]`),
+			MatchRegexp(`simpleworkflow_run_duration_seconds_count\{prefix="demo",status="succeeded"\} [1-9]`),
+			MatchRegexp(`simpleworkflow_status_lag_seconds_count [1-9]`),
+			MatchRegexp(`simpleworkflow_pool_desired_replicas\{namespace="e2e-scale",pool="burst-worker",registry="burst"\} 0`),
+			ContainSubstring("controller_runtime_reconcile_total"),
+		))
 	})
 })
