@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -74,8 +75,7 @@ func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	result, err := r.reconcile(ctx, &wfr)
 	if err != nil {
-		var conflict *apierrors.StatusError
-		if errors.As(err, &conflict) && apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) {
 			log.V(1).Info("Conflict writing WorkflowRun status; requeueing", "workflowrun", req.NamespacedName)
 			return ctrl.Result{Requeue: true}, nil
 		}
@@ -172,18 +172,13 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, wfr *workflo
 		if serr := r.Status().Update(ctx, wfr); serr != nil {
 			return "", errors.Join(err, serr)
 		}
-		return "", reconcileTerminal(err)
+		return "", reconcile.TerminalError(err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("record run in the inbox: %w", err)
 	}
 	wfr.Status.RunID = res.ID
 	return res.ID, nil
-}
-
-// reconcileTerminal marks an error that retrying cannot fix.
-func reconcileTerminal(err error) error {
-	return fmt.Errorf("%w (not retried)", err)
 }
 
 // disabledBy returns the registry entry that disables the run's type while

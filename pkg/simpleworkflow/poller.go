@@ -247,19 +247,31 @@ func (s *session) claimLoop(ctx context.Context) {
 		case <-timer.C:
 		}
 	}
+	batchWait := false
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		free, running := s.cfg.Concurrency-s.running, s.running
 		s.mu.Unlock()
-		// While handlers are busy, wait until a worthwhile batch of slots is
-		// free rather than claiming one run per round trip.
-		if free <= 0 || (running > 0 && free < s.minClaim()) {
+		if free <= 0 {
 			select {
 			case <-ctx.Done():
 			case <-s.freed:
 			}
 			continue
 		}
+		// While handlers are busy, give a few milliseconds for a worthwhile
+		// batch of slots to free up rather than claiming one run per round
+		// trip; slow handlers do not hold free slots idle for longer.
+		if running > 0 && free < s.minClaim() && !batchWait {
+			batchWait = true
+			select {
+			case <-ctx.Done():
+			case <-s.freed:
+			case <-time.After(claimBatchWait):
+			}
+			continue
+		}
+		batchWait = false
 		limit := min(free, s.cfg.ClaimBatchSize)
 		claimed, err := s.eng.ClaimRuns(ctx, engine.ClaimParams{
 			WorkerID: s.cfg.WorkerID, TypePrefixes: s.cfg.TypePrefixes, Runtime: s.cfg.Runtime,
@@ -282,6 +294,10 @@ func (s *session) claimLoop(ctx context.Context) {
 		wait()
 	}
 }
+
+// claimBatchWait is how long a busy worker waits for more free slots before
+// claiming into the few it has.
+const claimBatchWait = 5 * time.Millisecond
 
 // minClaim is the fewest free slots worth a claim while handlers are busy: a
 // quarter of the claim batch size (bounded by the concurrency), at least one.
