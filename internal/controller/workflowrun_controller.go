@@ -116,7 +116,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		return ctrl.Result{}, err
 	}
 	r.emitEvents(wfr, run, evs)
-	return r.afterStatus(ctx, wfr)
+	return r.afterStatus(ctx, wfr, run)
 }
 
 // idempotencyKey scopes the run's key to the object's namespace, or uses
@@ -209,7 +209,7 @@ func (r *WorkflowRunReconciler) now() time.Time {
 
 // afterStatus deletes finished objects whose TTL passed and schedules the
 // next look at the object.
-func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (ctrl.Result, error) {
 	if !wfr.Status.Phase.Finished() {
 		resync := r.ResyncPeriod
 		if resync == 0 {
@@ -223,10 +223,11 @@ func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1
 		return ctrl.Result{RequeueAfter: resync}, nil
 	}
 	ttl := wfr.Spec.TTLSecondsAfterFinished
-	if ttl == nil || wfr.Status.FinishedAt == nil {
+	if ttl == nil || run.FinishedAt == nil {
 		return ctrl.Result{}, nil
 	}
-	expire := wfr.Status.FinishedAt.Add(time.Duration(*ttl) * time.Second)
+	// The inbox's finish time, not the status's (which is whole seconds).
+	expire := run.FinishedAt.Add(time.Duration(*ttl) * time.Second)
 	if wait := expire.Sub(r.now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}

@@ -125,15 +125,13 @@ var _ = Describe("WorkflowRun controller", func() {
 		wfr := newRun(ns, "short-lived", "test.echo.v1", nil)
 		wfr.Spec.TTLSecondsAfterFinished = int32p(1)
 		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
-		// The object may be gone moments after it finished: take the run id
-		// as soon as it is accepted.
+		// The object may be gone a second after it finished: find its run
+		// through the source recorded in the inbox.
 		var runID string
-		Eventually(func() string {
-			if got := getRun(ns, "short-lived")(); got != nil {
-				runID = got.Status.RunID
-			}
-			return runID
-		}).ShouldNot(BeEmpty())
+		Eventually(func() error {
+			return pool.QueryRow(ctx, `select id from workflow.workflow_run
+				where source_namespace = $1 and source_name = 'short-lived'`, ns).Scan(&runID)
+		}).Should(Succeed())
 		Eventually(getRun(ns, "short-lived"), 10*time.Second).Should(BeNil())
 		run, err := eng.GetRun(ctx, runID)
 		Expect(err).NotTo(HaveOccurred())
