@@ -69,7 +69,9 @@ test-python: ## Test the Python SDK against a throwaway Postgres.
 	PY=$$(hack/python-deps.sh) && $$PY -W error::ResourceWarning -m unittest discover -s sdk/python -t sdk/python -p 'test_*.py' -v
 
 .PHONY: test-chart
-test-chart: $(HELM) ## helm lint and helm template the chart; a typo in values must fail.
+test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values must fail); kustomize builds config/.
+	$(KUBECTL) kustomize config/default > /dev/null
+	$(KUBECTL) kustomize config/samples > /dev/null
 	$(HELM) lint charts/simple-workflow --set database.url=postgres://x
 	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set replicaCount=2 --set metrics.serviceMonitor.enabled=true --set networkPolicy.enabled=true
 	$(HELM) template sw charts/simple-workflow --set database.existingSecret=db > /dev/null

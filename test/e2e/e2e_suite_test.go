@@ -162,16 +162,24 @@ var _ = BeforeSuite(func() {
 	k8sClient, err = client.New(cp.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
-	By("rendering the chart with helm and applying it with kubectl")
-	rendered := filepath.Join(workDir, "chart.yaml")
-	out, err := exec.Command(helmBin, "template", releaseName, filepath.Join(root, "charts", "simple-workflow"),
-		"--namespace", chartNamespace, "--include-crds", "--set", "database.url="+dbURL).CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "helm template: %s", out)
-	Expect(os.WriteFile(rendered, out, 0o600)).To(Succeed())
-	mustKubectl("create", "namespace", chartNamespace)
-	mustKubectl("apply", "-n", chartNamespace, "-f", rendered)
+	By("installing the chart with helm")
+	helm := func(args ...string) string {
+		cmd := exec.CommandContext(ctx, helmBin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig)
+		out, err := cmd.CombinedOutput()
+		ExpectWithOffset(1, err).NotTo(HaveOccurred(), "helm %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	out := helm("install", releaseName, filepath.Join(root, "charts", "simple-workflow"),
+		"--namespace", chartNamespace, "--create-namespace", "--set", "database.url="+dbURL)
+	Expect(out).To(ContainSubstring("STATUS: deployed"))
+	Expect(helm("status", releaseName, "--namespace", chartNamespace)).To(ContainSubstring("STATUS: deployed"))
 	mustKubectl("wait", "--for=condition=Established", "crd/workflowruns.workflow.simpleworkflow.dev",
 		"crd/workflowregistries.workflow.simpleworkflow.dev", "--timeout=60s")
+	// No kubelet runs the chart's Deployment here; its objects are what the
+	// manager process below is configured from.
+	mustKubectl("get", "deployment", releaseName+"-simple-workflow", "-n", chartNamespace)
+	mustKubectl("get", "secret", releaseName+"-simple-workflow-database", "-n", chartNamespace)
 
 	By("running the manager as the chart's ServiceAccount")
 	managerKC = filepath.Join(workDir, "manager.kubeconfig")
