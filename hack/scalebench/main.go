@@ -157,6 +157,7 @@ func run() error {
 	}
 	if err := (&controller.WorkflowRunReconciler{Client: mgr.GetClient(), Inbox: eng,
 		Recorder: mgr.GetEventRecorder("workflowrun-controller"), Changes: watcher.Changes(), Metrics: m,
+		MaxConcurrentReconciles: 16, // the manager's default
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
