@@ -150,10 +150,12 @@ func TestCancelStopsHandlerWithinOneHeartbeat(t *testing.T) {
 		if !errors.Is(cause, simpleworkflow.ErrRunCancelled) {
 			t.Fatalf("handler context cause %v, want ErrRunCancelled", cause)
 		}
-		if d := time.Since(at); d > time.Second {
+		// The notification usually stops it within milliseconds; the bound is
+		// one heartbeat interval (1s) plus the heartbeat's round trip.
+		if d := time.Since(at); d > 1500*time.Millisecond {
 			t.Fatalf("handler stopped %s after the cancel, more than one heartbeat", d)
 		}
-	case <-time.After(time.Second):
+	case <-time.After(3 * time.Second):
 		t.Fatal("handler still running one heartbeat after the cancel")
 	}
 	// Its lease is not renewed and nothing overwrites the cancellation.
