@@ -130,7 +130,7 @@ class PollerTest(InboxTest):
         at = time.monotonic()
         self.client.cancel(res.id)
         wait_for(lambda: "reason" in seen, what="the handler to stop")
-        self.assertLess(time.monotonic() - at, 1.0, "not stopped within one heartbeat")
+        self.assertLess(time.monotonic() - at, 1.5, "not stopped within one heartbeat (1s) and its round trip")
         self.assertEqual(seen["reason"], "run cancelled")
         self.assertTrue(seen["is_cancelled"])
         time.sleep(0.3)
