@@ -33,12 +33,11 @@ const (
 
 // Worker pool condition reasons.
 const (
-	ReasonScaled         = "Scaled"
-	ReasonTargetMissing  = "TargetNotFound"
-	ReasonNotScalable    = "NotScalable"
-	ReasonHPAConflict    = "HPAConflict"
-	ReasonQueueReadError = "QueueReadError"
-	ReasonScaling        = "Scaling"
+	ReasonScaled        = "Scaled"
+	ReasonTargetMissing = "TargetNotFound"
+	ReasonNotScalable   = "NotScalable"
+	ReasonHPAConflict   = "HPAConflict"
+	ReasonScaling       = "Scaling"
 )
 
 // Autoscaler scales the worker pools of every WorkflowRegistry by the queue
@@ -71,10 +70,6 @@ type Autoscaler struct {
 
 // Start evaluates until ctx ends.
 func (a *Autoscaler) Start(ctx context.Context) error {
-	if a.Clock == nil {
-		a.Clock = clock.RealClock{}
-	}
-	a.state = map[string]*scaleState{}
 	wake := make(chan struct{}, 1)
 	go func() {
 		_ = a.Engine.Listen(ctx, engine.ListenConfig{

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -164,11 +165,7 @@ func startWorker(ctx context.Context) {
 	}()
 }
 
-type plannedError int
-
-func (e plannedError) Error() string { return "planned failure on attempt " + string(rune('0'+int(e))) }
-
-func errPlanned(attempt int) error { return plannedError(attempt) }
+func errPlanned(attempt int) error { return fmt.Errorf("planned failure on attempt %d", attempt) }
 
 // eventsFor lists the events.k8s.io Events regarding an object, oldest first.
 func eventsFor(namespace, name string) []eventsv1.Event {

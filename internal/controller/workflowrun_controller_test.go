@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"encoding/json"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -214,10 +213,3 @@ var _ = Describe("WorkflowRun controller", func() {
 		Expect(n).To(Equal(10))
 	})
 })
-
-// The payload a test run produced, decoded.
-func resultOf(wfr *workflowv1alpha1.WorkflowRun) map[string]any {
-	var out map[string]any
-	Expect(json.Unmarshal(wfr.Status.Result.Raw, &out)).To(Succeed())
-	return out
-}

@@ -39,7 +39,7 @@ func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alp
 		if cancelled {
 			logf.FromContext(ctx).Info("Cancelled the unfinished run of a deleted WorkflowRun",
 				"workflowrun", client.ObjectKeyFromObject(wfr), "runID", runID)
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonDeletedUnfinshed, "Cancel",
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelledOnDelete, "Cancel",
 				"Cancelled run %s because the WorkflowRun was deleted before it finished", runID)
 		}
 	}

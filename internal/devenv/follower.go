@@ -32,7 +32,7 @@ type ReplicaFollower struct {
 	mu      sync.Mutex
 	running []*exec.Cmd
 	next    int
-	history []int
+	peak    int
 }
 
 // Running returns the number of processes running now.
@@ -46,11 +46,7 @@ func (f *ReplicaFollower) Running() int {
 func (f *ReplicaFollower) MaxRunning() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	m := 0
-	for _, n := range f.history {
-		m = max(m, n)
-	}
-	return m
+	return f.peak
 }
 
 // Run follows the Deployment until ctx ends, then stops every process.
@@ -82,7 +78,7 @@ func (f *ReplicaFollower) Run(ctx context.Context) error {
 func (f *ReplicaFollower) scaleTo(n int) error {
 	f.mu.Lock()
 	defer func() {
-		f.history = append(f.history, len(f.running))
+		f.peak = max(f.peak, len(f.running))
 		f.mu.Unlock()
 	}()
 	for len(f.running) < n {

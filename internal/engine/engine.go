@@ -22,6 +22,3 @@ func New(pool *pgxpool.Pool) (*Engine, error) {
 	}
 	return &Engine{pool: pool, q: q}, nil
 }
-
-// Pool returns the connection pool the engine uses.
-func (e *Engine) Pool() *pgxpool.Pool { return e.pool }

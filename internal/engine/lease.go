@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -258,6 +257,3 @@ func (e *Engine) DeleteFinishedRuns(ctx context.Context, before time.Time, limit
 	}
 	return n, nil
 }
-
-// String formats a reference for logs.
-func (r LeaseRef) String() string { return fmt.Sprintf("%s#%d", r.ID, r.Attempt) }
