@@ -179,12 +179,8 @@ type RunPage struct {
 
 // List returns runs oldest first, one page at a time.
 func (c *Client) List(ctx context.Context, opts ListOptions) (RunPage, error) {
-	statuses := make([]engine.Status, len(opts.Statuses))
-	for i, s := range opts.Statuses {
-		statuses[i] = engine.Status(s)
-	}
 	page, err := c.eng.ListRuns(ctx, engine.ListParams{
-		TypePrefix: opts.TypePrefix, Statuses: statuses, Limit: opts.Limit, Cursor: opts.Cursor,
+		TypePrefix: opts.TypePrefix, Statuses: opts.Statuses, Limit: opts.Limit, Cursor: opts.Cursor,
 	})
 	if err != nil {
 		return RunPage{}, err
@@ -198,15 +194,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (RunPage, error) {
 
 // Events returns a run's audit trail, oldest first.
 func (c *Client) Events(ctx context.Context, runID string) ([]Event, error) {
-	evs, err := c.eng.ListEvents(ctx, runID)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Event, len(evs))
-	for i, e := range evs {
-		out[i] = Event{ID: e.ID, RunID: e.RunID, Type: EventType(e.Type), Data: e.Data, CreatedAt: e.CreatedAt}
-	}
-	return out, nil
+	return c.eng.ListEvents(ctx, runID)
 }
 
 // Pool returns the connection pool the Client uses.

@@ -158,11 +158,13 @@ func TestCancelStopsHandlerWithinOneHeartbeat(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("handler still running one heartbeat after the cancel")
 	}
-	// Its lease is not renewed and nothing overwrites the cancellation.
-	time.Sleep(1500 * time.Millisecond) // over one heartbeat: prove nothing changes
-	run, err := b.client.Get(b.ctx, res.ID)
-	if err != nil || run.Status != simpleworkflow.StatusCancelled {
-		t.Fatalf("run status %v (%v), want cancelled", run.Status, err)
+	// Over the next heartbeats nothing overwrites the cancellation.
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		run, err := b.client.Get(b.ctx, res.ID)
+		if err != nil || run.Status != simpleworkflow.StatusCancelled {
+			t.Fatalf("run status %v (%v), want cancelled", run.Status, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	assertTrail(t, b.events(t, res.ID), simpleworkflow.EventCreated, simpleworkflow.EventLeased,
 		simpleworkflow.EventStarted, simpleworkflow.EventCancelled)
@@ -343,7 +345,13 @@ func TestNotificationWakesIdleWorker(t *testing.T) {
 			started <- time.Now()
 			return nil, nil
 		}})
-	time.Sleep(300 * time.Millisecond) // let the first (empty) claim and LISTEN happen
+	// Wait until the worker is LISTENing, so only the notification can wake it.
+	waitFor(t, 10*time.Second, "the worker to LISTEN", func() (bool, error) {
+		var n int
+		err := b.client.Pool().QueryRow(b.ctx, `select count(*) from pg_stat_activity
+			where datname = current_database() and query ilike 'listen%'`).Scan(&n)
+		return n > 0, err
+	})
 	at := time.Now()
 	if _, err := b.client.Create(b.ctx, "wake.up.v1", nil, nil); err != nil {
 		t.Fatal(err)

@@ -7,16 +7,17 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// Status is the state of a run.
-type Status string
+// Status is the state of a run: pending, leased, succeeded, failed or
+// cancelled. The last three are final.
+type Status = engine.Status
 
-// The statuses of a run; Succeeded, Failed and Cancelled are final.
+// The statuses of a run.
 const (
-	StatusPending   Status = "pending"
-	StatusLeased    Status = "leased"
-	StatusSucceeded Status = "succeeded"
-	StatusFailed    Status = "failed"
-	StatusCancelled Status = "cancelled"
+	StatusPending   = engine.StatusPending
+	StatusLeased    = engine.StatusLeased
+	StatusSucceeded = engine.StatusSucceeded
+	StatusFailed    = engine.StatusFailed
+	StatusCancelled = engine.StatusCancelled
 )
 
 // Run is a recorded intent and its progress.
@@ -43,7 +44,7 @@ type Run struct {
 
 func runFromEngine(r engine.Run) *Run {
 	return &Run{
-		ID: r.ID, Type: r.Type, Payload: r.Payload, Status: Status(r.Status), Priority: r.Priority,
+		ID: r.ID, Type: r.Type, Payload: r.Payload, Status: r.Status, Priority: r.Priority,
 		RunAt: r.RunAt, IdempotencyKey: r.IdempotencyKey, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		LeasedBy: r.LeasedBy, LeaseUntil: r.LeaseUntil, LastError: r.LastError, Result: r.Result,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
@@ -51,25 +52,20 @@ func runFromEngine(r engine.Run) *Run {
 }
 
 // EventType is the kind of an audit event.
-type EventType string
+type EventType = engine.EventType
 
 // The audit event types.
 const (
-	EventCreated   EventType = "created"
-	EventLeased    EventType = "leased"
-	EventStarted   EventType = "started"
-	EventHeartbeat EventType = "heartbeat"
-	EventSucceeded EventType = "succeeded"
-	EventFailed    EventType = "failed"
-	EventRetried   EventType = "retried"
-	EventCancelled EventType = "cancelled"
+	EventCreated   = engine.EventCreated
+	EventLeased    = engine.EventLeased
+	EventStarted   = engine.EventStarted
+	EventHeartbeat = engine.EventHeartbeat
+	EventSucceeded = engine.EventSucceeded
+	EventFailed    = engine.EventFailed
+	EventRetried   = engine.EventRetried
+	EventCancelled = engine.EventCancelled
 )
 
-// Event is one entry of a run's audit trail.
-type Event struct {
-	ID        int64
-	RunID     string
-	Type      EventType
-	Data      json.RawMessage
-	CreatedAt time.Time
-}
+// Event is one entry of a run's audit trail: its id, the run's id, its
+// type, its JSON data and when it was written.
+type Event = engine.Event
