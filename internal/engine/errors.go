@@ -19,16 +19,29 @@ var ErrInvalid = errors.New("invalid input")
 var constraintMessages = map[string]string{
 	"workflow_run_type_format": "type must be dot-separated lowercase segments of letters, digits " +
 		"and underscores ending in a version such as .v1 (for example content.thumbnail.v1), at most 253 characters",
-	"workflow_run_status_valid":           "status must be one of pending, leased, succeeded, failed, cancelled",
-	"workflow_run_payload_object":         "payload must be a JSON object",
-	"workflow_run_max_attempts_range":     "max_attempts must be between 1 and 1000",
-	"workflow_run_attempt_range":          "attempt must be between 0 and max_attempts",
-	"workflow_run_idempotency_key_length": "idempotency_key must be 1 to 512 characters",
-	"workflow_run_lease_held":             "a leased run must have leased_by and lease_until",
-	"workflow_run_retry_policy_valid":     "retry delays must be positive and the maximum delay at least the base delay",
-	"workflow_registry_name_format":       "workflow name must be a versioned type such as content.thumbnail.v1",
-	"workflow_registry_runtime_valid":     "runtime must be go or python",
-	"workflow_event_type_valid":           "event type must be one of created, leased, started, heartbeat, succeeded, failed, retried, cancelled",
+	"workflow_run_status_valid":              "status must be one of pending, leased, succeeded, failed, cancelled",
+	"workflow_run_payload_object":            "payload must be a JSON object",
+	"workflow_run_max_attempts_range":        "max_attempts must be between 1 and 1000",
+	"workflow_run_attempt_range":             "attempt must be between 0 and max_attempts",
+	"workflow_run_idempotency_key_length":    "idempotency_key must be 1 to 512 characters",
+	"workflow_run_lease_held":                "a leased run must have leased_by and lease_until",
+	"workflow_run_retry_policy_valid":        "retry delays must be positive and the maximum delay at least the base delay",
+	"workflow_registry_name_format":          "workflow name must be a versioned type such as content.thumbnail.v1",
+	"workflow_registry_runtime_valid":        "runtime must be go or python",
+	"workflow_event_type_valid":              "event type must be one of created, leased, started, heartbeat, succeeded, failed, retried, cancelled, waiting, woken, signal_received",
+	"workflow_run_wait_kind_valid":           "wait_kind must be sleep, signal or child",
+	"workflow_run_wait_not_leased":           "a leased run cannot be parked",
+	"workflow_run_parent_step_set":           "a child run names both its parent and the parent's step",
+	"workflow_step_name_format":              "step name must be 1 to 128 characters of letters, digits and . _ : -",
+	"workflow_step_position_range":           "a run has at most 1000 steps (positions 0 to 999)",
+	"workflow_step_kind_valid":               "step kind must be step, sleep, signal or child",
+	"workflow_step_outcome_valid":            "step outcome must be ok, error or timeout",
+	"workflow_step_finished":                 "a step has an outcome exactly when it finished",
+	"workflow_step_output_size":              "step output must be at most 256 KiB of JSON",
+	"workflow_step_error_length":             "step error must be at most 8192 characters",
+	"workflow_signal_name_format":            "signal name must be 1 to 128 characters of letters, digits and . _ : -",
+	"workflow_signal_payload_size":           "signal payload must be at most 256 KiB of JSON",
+	"workflow_signal_idempotency_key_length": "a signal's idempotency key must be 1 to 512 characters",
 }
 
 // ConstraintMessage returns the human explanation of a schema check constraint,
@@ -49,8 +62,14 @@ func translate(op string, err error) error {
 				return fmt.Errorf("%s: %w: %s", op, ErrInvalid, msg)
 			}
 			return fmt.Errorf("%s: %w: %s", op, ErrInvalid, pgErr.Message)
-		case "22P02", "22023", "22007", "22008": // invalid text, parameter, datetime
+		case "22P02", "22023", "22007", "22008", "22P05", "54000", "22021":
+			// invalid text, parameter, datetime, untranslatable character,
+			// a limit reached, invalid byte sequence
 			return fmt.Errorf("%s: %w: %s", op, ErrInvalid, pgErr.Message)
+		case "P0002": // no_data_found, raised for unknown runs
+			return fmt.Errorf("%s: %w: %s", op, ErrNotFound, pgErr.Message)
+		case "55000": // object_not_in_prerequisite_state, raised for finished runs
+			return fmt.Errorf("%s: %w: %s", op, ErrRunFinished, pgErr.Message)
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,19 @@ type ClaimedRun struct {
 	MaxAttempts int
 	LeaseUntil  time.Time
 	CreatedAt   time.Time
+	// LeaseToken fences this attempt: every later write names it.
+	LeaseToken int64
+	// DeadlineAt is when the run fails with "deadline exceeded", if it has
+	// a deadline.
+	DeadlineAt *time.Time
+	// Journal is what earlier attempts recorded, in position order (nil for
+	// a run that has recorded nothing).
+	Journal []JournalEntry
+}
+
+// Ref returns the lease reference that guards this attempt's writes.
+func (c ClaimedRun) Ref() LeaseRef {
+	return LeaseRef{ID: c.ID, Token: c.LeaseToken, Attempt: c.Attempt}
 }
 
 // ClaimRuns leases runnable runs in priority, then age order (see
@@ -53,10 +67,19 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRun, error) {
 		var c ClaimedRun
-		var payload []byte
-		err := row.Scan(&c.ID, &c.Type, &payload, &c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.CreatedAt)
+		var payload, journal []byte
+		err := row.Scan(&c.ID, &c.Type, &payload, &c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.CreatedAt,
+			&c.LeaseToken, &c.DeadlineAt, &journal)
+		if err != nil {
+			return c, err
+		}
 		c.Payload = payload
-		return c, err
+		if len(journal) > 0 {
+			if err := json.Unmarshal(journal, &c.Journal); err != nil {
+				return c, fmt.Errorf("decode journal of run %s: %w", c.ID, err)
+			}
+		}
+		return c, nil
 	})
 	if err != nil {
 		return nil, translate("claim runs", err)
@@ -64,9 +87,11 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 	return out, nil
 }
 
-// LeaseRef names one attempt of a run held by a worker.
+// LeaseRef names one attempt of a run held by a worker: the lease token
+// guards the writes, the attempt is for logs.
 type LeaseRef struct {
 	ID      string
+	Token   int64
 	Attempt int
 }
 
@@ -78,16 +103,19 @@ type HeartbeatResult struct {
 	Owned bool
 	// Status is the run's current status ("missing" if it no longer exists).
 	Status Status
+	// DeadlineExceeded is true when the run failed because its deadline
+	// passed.
+	DeadlineExceeded bool
 }
 
-func splitRefs(refs []LeaseRef) ([]string, []int32) {
+func splitRefs(refs []LeaseRef) ([]string, []int64) {
 	ids := make([]string, len(refs))
-	attempts := make([]int32, len(refs))
+	tokens := make([]int64, len(refs))
 	for i, r := range refs {
 		ids[i] = r.ID
-		attempts[i] = int32(r.Attempt)
+		tokens[i] = r.Token
 	}
-	return ids, attempts
+	return ids, tokens
 }
 
 // HeartbeatRuns extends the leases the worker still holds among refs and
@@ -96,9 +124,9 @@ func (e *Engine) HeartbeatRuns(ctx context.Context, workerID string, refs []Leas
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	ids, attempts := splitRefs(refs)
+	ids, tokens := splitRefs(refs)
 	rows, err := e.pool.Query(ctx, e.q[qRunHeartbeat], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "attempts": attempts, "lease_ms": lease.Milliseconds(),
+		"worker_id": workerID, "ids": ids, "tokens": tokens, "lease_ms": lease.Milliseconds(),
 	})
 	if err != nil {
 		return nil, translate("heartbeat runs", err)
@@ -106,7 +134,7 @@ func (e *Engine) HeartbeatRuns(ctx context.Context, workerID string, refs []Leas
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeartbeatResult, error) {
 		var h HeartbeatResult
 		var status string
-		err := row.Scan(&h.ID, &status, &h.Owned)
+		err := row.Scan(&h.ID, &status, &h.Owned, &h.DeadlineExceeded)
 		h.Status = Status(status)
 		return h, err
 	})
@@ -129,17 +157,17 @@ func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Complet
 		return nil, nil
 	}
 	ids := make([]string, len(cs))
-	attempts := make([]int32, len(cs))
+	tokens := make([]int64, len(cs))
 	results := make([]*string, len(cs))
 	for i, c := range cs {
-		ids[i], attempts[i] = c.ID, int32(c.Attempt)
+		ids[i], tokens[i] = c.ID, c.Token
 		if len(c.Result) > 0 {
 			s := string(c.Result)
 			results[i] = &s
 		}
 	}
 	rows, err := e.pool.Query(ctx, e.q[qRunComplete], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "attempts": attempts, "results": results,
+		"worker_id": workerID, "ids": ids, "tokens": tokens, "results": results,
 	})
 	if err != nil {
 		return nil, translate("complete runs", err)
@@ -175,14 +203,14 @@ func (e *Engine) FailRuns(ctx context.Context, workerID string, fs []Failure) ([
 		return nil, nil
 	}
 	ids := make([]string, len(fs))
-	attempts := make([]int32, len(fs))
+	tokens := make([]int64, len(fs))
 	errs := make([]string, len(fs))
 	retryable := make([]bool, len(fs))
 	for i, f := range fs {
-		ids[i], attempts[i], errs[i], retryable[i] = f.ID, int32(f.Attempt), f.Error, f.Retryable
+		ids[i], tokens[i], errs[i], retryable[i] = f.ID, f.Token, f.Error, f.Retryable
 	}
 	rows, err := e.pool.Query(ctx, e.q[qRunFail], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "attempts": attempts, "errors": errs, "retryable": retryable,
+		"worker_id": workerID, "ids": ids, "tokens": tokens, "errors": errs, "retryable": retryable,
 	})
 	if err != nil {
 		return nil, translate("fail runs", err)
@@ -206,9 +234,9 @@ func (e *Engine) ReleaseRuns(ctx context.Context, workerID string, refs []LeaseR
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	ids, attempts := splitRefs(refs)
+	ids, tokens := splitRefs(refs)
 	rows, err := e.pool.Query(ctx, e.q[qRunRelease], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "attempts": attempts,
+		"worker_id": workerID, "ids": ids, "tokens": tokens,
 	})
 	if err != nil {
 		return nil, translate("release runs", err)
@@ -245,6 +273,25 @@ func (e *Engine) ReapExpiredLeases(ctx context.Context, limit int) ([]ReapResult
 		return nil, translate("reap expired leases", err)
 	}
 	return out, nil
+}
+
+// ExpireDeadlines fails up to limit unfinished runs whose deadline passed
+// (pending, parked or leased) with "deadline exceeded", and returns their
+// ids. Safe to call from many processes.
+func (e *Engine) ExpireDeadlines(ctx context.Context, limit int) ([]string, error) {
+	rows, err := e.pool.Query(ctx, e.q[qRunExpireDeadlines], pgx.NamedArgs{"limit": limit})
+	if err != nil {
+		return nil, translate("expire deadlines", err)
+	}
+	ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var id, prev string
+		err := row.Scan(&id, &prev)
+		return id, err
+	})
+	if err != nil {
+		return nil, translate("expire deadlines", err)
+	}
+	return ids, nil
 }
 
 // DeleteFinishedRuns deletes up to limit runs (with their events) that

@@ -167,7 +167,7 @@ func TestLeaseGuardsWritesOfLostLeases(t *testing.T) {
 	if second.Attempt != 2 {
 		t.Fatalf("second claim attempt %d, want 2", second.Attempt)
 	}
-	ref1 := engine.LeaseRef{ID: id, Attempt: first.Attempt}
+	ref1 := first.Ref()
 	hb, err := b.eng.HeartbeatRuns(b.ctx, "w1", []engine.LeaseRef{ref1}, time.Minute)
 	if err != nil || len(hb) != 1 || hb[0].Owned {
 		t.Fatalf("heartbeat of the lost lease: %+v %v, want not owned", hb, err)
@@ -182,7 +182,7 @@ func TestLeaseGuardsWritesOfLostLeases(t *testing.T) {
 	if done, _ := b.eng.CompleteRuns(b.ctx, "w2", []engine.Completion{{LeaseRef: ref1}}); len(done) != 0 {
 		t.Fatal("a write for an old attempt was accepted")
 	}
-	ref2 := engine.LeaseRef{ID: id, Attempt: 2}
+	ref2 := second.Ref()
 	if done, err := b.eng.CompleteRuns(b.ctx, "w2", []engine.Completion{{LeaseRef: ref2, Result: json.RawMessage(`{"by":"w2"}`)}}); err != nil || len(done) != 1 {
 		t.Fatalf("holder's complete: %v %v", done, err)
 	}
@@ -200,7 +200,7 @@ func TestHeartbeatReportsCancellation(t *testing.T) {
 	b := setup(t)
 	id := b.create(t, engine.CreateParams{Type: "h.a.v1"})
 	c := b.claim(t, "w", nil, 1)[0]
-	ref := engine.LeaseRef{ID: id, Attempt: c.Attempt}
+	ref := c.Ref()
 	hb, err := b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{ref}, time.Minute)
 	if err != nil || !hb[0].Owned || hb[0].Status != engine.StatusLeased {
 		t.Fatalf("heartbeat: %+v %v", hb, err)
@@ -241,7 +241,7 @@ func TestRetryBackoffAndExhaustion(t *testing.T) {
 			t.Fatalf("attempt %d: claimed %+v", attempt, c)
 		}
 		before := time.Now()
-		res, err := b.eng.FailRuns(b.ctx, "w", []engine.Failure{{LeaseRef: engine.LeaseRef{ID: id, Attempt: attempt}, Error: "boom", Retryable: true}})
+		res, err := b.eng.FailRuns(b.ctx, "w", []engine.Failure{{LeaseRef: c[0].Ref(), Error: "boom", Retryable: true}})
 		if err != nil || len(res) != 1 {
 			t.Fatalf("fail: %+v %v", res, err)
 		}
@@ -291,9 +291,9 @@ func TestRetryDelayFunction(t *testing.T) {
 func TestPermanentFailureSkipsRetries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.create(t, engine.CreateParams{Type: "p.a.v1", MaxAttempts: 5})
+	b.create(t, engine.CreateParams{Type: "p.a.v1", MaxAttempts: 5})
 	c := b.claim(t, "w", nil, 1)[0]
-	res, err := b.eng.FailRuns(b.ctx, "w", []engine.Failure{{LeaseRef: engine.LeaseRef{ID: id, Attempt: c.Attempt}, Error: "bad payload"}})
+	res, err := b.eng.FailRuns(b.ctx, "w", []engine.Failure{{LeaseRef: c.Ref(), Error: "bad payload"}})
 	if err != nil || res[0].Status != engine.StatusFailed {
 		t.Fatalf("permanent failure: %+v %v", res, err)
 	}
@@ -367,7 +367,7 @@ func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 	b := setup(t)
 	id := b.create(t, engine.CreateParams{Type: "rel.a.v1"})
 	c := b.claim(t, "w", nil, 1)[0]
-	done, err := b.eng.ReleaseRuns(b.ctx, "w", []engine.LeaseRef{{ID: id, Attempt: c.Attempt}})
+	done, err := b.eng.ReleaseRuns(b.ctx, "w", []engine.LeaseRef{c.Ref()})
 	if err != nil || len(done) != 1 {
 		t.Fatalf("release: %v %v", done, err)
 	}

@@ -24,6 +24,14 @@ const (
 	qRunRelease            = "RunRelease"
 	qRunReapExpired        = "RunReapExpired"
 	qRunDeleteFinished     = "RunDeleteFinished"
+	qRunExpireDeadlines    = "RunExpireDeadlines"
+	qRunChildren           = "RunChildren"
+	qStepRecord            = "StepRecord"
+	qStepPark              = "StepPark"
+	qStepStartChild        = "StepStartChild"
+	qStepList              = "StepList"
+	qSignalSend            = "SignalSend"
+	qSignalList            = "SignalList"
 	qEventList             = "EventList"
 	qEventListAfter        = "EventListAfter"
 	qEventCountsAfter      = "EventCountsAfter"
@@ -88,6 +96,8 @@ func loadQueries() (queries, error) {
 		qRunInsert, qRunIDByIdempotencyKey, qRunGet, qRunList, qRunCancel, qRunClaim,
 		qRunHeartbeat, qRunComplete, qRunFail, qRunRelease, qRunReapExpired,
 		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qPoolQueueDepth, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
+		qRunExpireDeadlines, qRunChildren, qStepRecord, qStepPark, qStepStartChild, qStepList,
+		qSignalSend, qSignalList,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)

@@ -66,7 +66,32 @@ type Run struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	DeletedAt      *time.Time
+	// LeaseToken is the token of the latest claim (0 before the first).
+	LeaseToken int64
+	// ParentID and ParentStep name the run and step that started this one.
+	ParentID   string
+	ParentStep string
+	// DeadlineAt is when the run fails with "deadline exceeded".
+	DeadlineAt *time.Time
+	// Wait says what a parked run waits for; nil when it is not parked.
+	Wait *Wait
 }
+
+// Wait is what a parked run waits for. The run is pending, with run_at at
+// the time the wait ends (far in the future for an open wait).
+type Wait struct {
+	// Kind is StepKindSleep, StepKindSignal or StepKindChild.
+	Kind StepKind
+	// Step is the journal entry the wait will fill in.
+	Step string
+	// Signal is the signal name waited for.
+	Signal string
+	// Until is when the wait ends by itself; nil for an open wait.
+	Until *time.Time
+}
+
+// FarFuture is the run_at of a run parked on an open wait.
+var FarFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // CreateParams describes a run to record. Zero values take the defaults:
 // priority 100, run now, 3 attempts, the default retry policy.
@@ -79,6 +104,11 @@ type CreateParams struct {
 	MaxAttempts    int
 	RetryPolicy    *RetryPolicy
 	Source         *Source
+	// Deadline fails the run ("deadline exceeded") this long after its
+	// creation, by the database clock; DeadlineAt does it at an instant.
+	// At most one of the two.
+	Deadline   time.Duration
+	DeadlineAt *time.Time
 }
 
 // CreateResult says which run holds the intent and whether this call created it.
@@ -123,6 +153,8 @@ func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, e
 		"max_attempts":    nil,
 		"retry_base_ms":   nil,
 		"retry_max_ms":    nil,
+		"deadline_at":     p.DeadlineAt,
+		"deadline_ms":     millisOrNil(p.Deadline),
 	}
 	if p.MaxAttempts > 0 {
 		args["max_attempts"] = p.MaxAttempts
@@ -159,18 +191,33 @@ func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, e
 // scanRun reads the columns selected by RunGet and RunList.
 func scanRun(row pgx.Row) (Run, error) {
 	var (
-		r                         Run
-		status                    string
-		idem, leasedBy, lastError *string
-		baseMS, maxMS             *int64
-		srcNS, srcName, srcUID    *string
-		payload, result           []byte
+		r                           Run
+		status                      string
+		idem, leasedBy, lastError   *string
+		baseMS, maxMS               *int64
+		srcNS, srcName, srcUID      *string
+		payload, result             []byte
+		token                       *int64
+		parentID, parentStep        *string
+		waitKind, waitStep, waitSig *string
 	)
 	err := row.Scan(&r.ID, &r.Type, &payload, &status, &r.Priority, &r.RunAt, &idem, &r.Attempt,
 		&r.MaxAttempts, &leasedBy, &r.LeaseUntil, &lastError, &result, &baseMS, &maxMS,
-		&srcNS, &srcName, &srcUID, &r.StartedAt, &r.FinishedAt, &r.CreatedAt, &r.UpdatedAt, &r.DeletedAt)
+		&srcNS, &srcName, &srcUID, &r.StartedAt, &r.FinishedAt, &r.CreatedAt, &r.UpdatedAt, &r.DeletedAt,
+		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig)
 	if err != nil {
 		return Run{}, err
+	}
+	if token != nil {
+		r.LeaseToken = *token
+	}
+	r.ParentID, r.ParentStep = deref(parentID), deref(parentStep)
+	if waitKind != nil {
+		r.Wait = &Wait{Kind: StepKind(*waitKind), Step: deref(waitStep), Signal: deref(waitSig)}
+		if r.RunAt.Before(FarFuture) {
+			until := r.RunAt
+			r.Wait.Until = &until
+		}
 	}
 	r.Status = Status(status)
 	r.Payload = payload

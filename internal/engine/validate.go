@@ -77,5 +77,25 @@ func (p CreateParams) Validate() error {
 			return fmt.Errorf("%w: retry max delay %s is below the base delay %s", ErrInvalid, rp.MaxDelay, rp.BaseDelay)
 		}
 	}
+	if p.Deadline < 0 || (p.Deadline > 0 && p.Deadline < time.Millisecond) {
+		return fmt.Errorf("%w: deadline must be at least 1ms, got %s", ErrInvalid, p.Deadline)
+	}
+	if p.Deadline > 0 && p.DeadlineAt != nil {
+		return fmt.Errorf("%w: give a deadline as a duration or as an instant, not both", ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateStepName checks a step or signal name: 1 to 128 characters of
+// letters, digits and . _ : -.
+func ValidateStepName(name string) error {
+	if len(name) == 0 || len(name) > MaxStepNameLength {
+		return fmt.Errorf("%w: step name must be 1 to %d characters, got %d", ErrInvalid, MaxStepNameLength, len(name))
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("%w: step name %q may contain only letters, digits and . _ : -", ErrInvalid, name)
+		}
+	}
 	return nil
 }

@@ -307,7 +307,7 @@ func (s *session) minClaim() int {
 
 func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &activeRun{ref: engine.LeaseRef{ID: c.ID, Attempt: c.Attempt}, typ: c.Type, cancel: cancel}
+	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel}
 	s.mu.Lock()
 	s.active[c.ID] = a
 	s.running++
