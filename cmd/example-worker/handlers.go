@@ -6,16 +6,19 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
 )
 
 // registerDemoHandlers installs the demo.*.v1 handlers used by the docs, the
 // demo and the tests.
-func registerDemoHandlers(p *simpleworkflow.Poller) error {
+func registerDemoHandlers(p *simpleworkflow.Poller, pool *pgxpool.Pool) error {
 	for typ, h := range map[string]simpleworkflow.HandlerFunc{
 		"demo.echo.v1":  echo,
 		"demo.sleep.v1": sleep,
 		"demo.fail.v1":  failTimes,
+		"demo.order.v1": order{pool: pool}.handle,
 	} {
 		if err := p.Handle(typ, h); err != nil {
 			return err

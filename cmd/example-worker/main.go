@@ -156,7 +156,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := registerDemoHandlers(poller); err != nil {
+	if _, err := client.Pool().Exec(ctx, counterDDL); err != nil {
+		log.Warn("Cannot create the demo step counter table; demo.order.v1 runs with counters will fail", "error", err)
+	}
+	if err := registerDemoHandlers(poller, client.Pool()); err != nil {
 		return err
 	}
 	return poller.Run(ctx)

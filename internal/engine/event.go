@@ -21,6 +21,12 @@ const (
 	EventFailed    EventType = "failed"
 	EventRetried   EventType = "retried"
 	EventCancelled EventType = "cancelled"
+	// EventWaiting: the run parked at a sleep, a signal wait or a child wait.
+	EventWaiting EventType = "waiting"
+	// EventWoken: a parked run's wait ended (timer, signal, child's end).
+	EventWoken EventType = "woken"
+	// EventSignalReceived: a signal was sent to the run.
+	EventSignalReceived EventType = "signal_received"
 )
 
 // Event is one row of the audit trail.

@@ -76,6 +76,10 @@ type CreateOptions struct {
 	MaxAttempts int
 	// RetryPolicy overrides the default backoff of attempt² minutes.
 	RetryPolicy *RetryPolicy
+	// Deadline fails the run with "deadline exceeded" this long after its
+	// creation (by the database clock), wherever it is: pending, parked or
+	// running. Zero means none.
+	Deadline time.Duration
 }
 
 // RetryPolicy is a run's own backoff: the delay before attempt n+1 is
@@ -109,6 +113,7 @@ func (c *Client) Create(ctx context.Context, workflowType string, payload any, o
 		p.IdempotencyKey = opts.IdempotencyKey
 		p.Priority = opts.Priority
 		p.MaxAttempts = opts.MaxAttempts
+		p.Deadline = opts.Deadline
 		if !opts.RunAt.IsZero() {
 			at := opts.RunAt
 			p.RunAt = &at

@@ -2,6 +2,7 @@ package simpleworkflow
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -25,7 +26,39 @@ var (
 	// the run is handed back and retried elsewhere without counting the
 	// attempt.
 	ErrShuttingDown = errors.New("worker shutting down")
+	// ErrDeadlineExceeded: the run's deadline passed; the run has failed
+	// with "deadline exceeded" and whatever the handler does is discarded.
+	ErrDeadlineExceeded = errors.New("deadline exceeded")
+	// ErrParked: the run parked at a durable wait (a sleep, a signal, a
+	// child) and gave up its lease; the handler should return at once. It
+	// runs again, replaying its journal, when the wait ends.
+	ErrParked = errors.New("run parked")
 )
+
+// ErrNonDeterministic is wrapped when a run's code reaches, at a position
+// of its journal, a step other than the one recorded there. The run fails
+// for good with the message.
+var ErrNonDeterministic = errors.New("non-deterministic")
+
+// ErrRunFinished is wrapped when a signal is sent to a run that already
+// finished.
+var ErrRunFinished = engine.ErrRunFinished
+
+// ChildFailedError is returned by AwaitChild when the child run failed or
+// was cancelled.
+type ChildFailedError struct {
+	// Step is the parent's step that started the child.
+	Step string
+	// ChildID is the child run.
+	ChildID string
+	// Message is the child's error ("child run cancelled" for a cancelled
+	// child).
+	Message string
+}
+
+func (e *ChildFailedError) Error() string {
+	return fmt.Sprintf("child run %s (step %s) failed: %s", e.ChildID, e.Step, e.Message)
+}
 
 // permanentError marks an error that must not be retried.
 type permanentError struct{ err error }

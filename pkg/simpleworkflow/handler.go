@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"time"
 )
 
 // Task is the run a handler executes: one attempt of it.
@@ -21,6 +22,12 @@ type Task struct {
 	MaxAttempts int
 	// WorkerID is the worker running it.
 	WorkerID string
+	// DeadlineAt is when the run fails with "deadline exceeded" (nil for
+	// none); the handler's context is then cancelled with
+	// ErrDeadlineExceeded.
+	DeadlineAt *time.Time
+
+	replay *replay
 }
 
 // Decode unmarshals the payload into v.
@@ -34,7 +41,8 @@ func (t *Task) Decode(v any) error {
 // HandlerFunc executes one attempt of a run. ctx is cancelled when the run is
 // cancelled, the lease is lost or the worker's shutdown grace period is over;
 // context.Cause(ctx) says which (ErrRunCancelled, ErrLeaseLost,
-// ErrShuttingDown). The handler returns the run's JSON result (nil for none)
+// ErrShuttingDown, ErrDeadlineExceeded, or ErrParked after a durable wait
+// parked the run). The handler returns the run's JSON result (nil for none)
 // or an error; an error retries the run with backoff while attempts are left,
 // unless it is wrapped with Permanent.
 type HandlerFunc func(ctx context.Context, task *Task) (json.RawMessage, error)

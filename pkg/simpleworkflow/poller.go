@@ -129,6 +129,9 @@ type session struct {
 	outcomes  chan outcome
 	abandoned chan struct{}
 	handlerWG sync.WaitGroup
+
+	steps     chan stepRequest
+	stepsDone chan struct{}
 }
 
 func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
@@ -147,6 +150,8 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 		freed:     make(chan struct{}, 1),
 		outcomes:  make(chan outcome, p.cfg.Concurrency),
 		abandoned: make(chan struct{}),
+		steps:     make(chan stepRequest, p.cfg.Concurrency),
+		stepsDone: make(chan struct{}),
 	}
 }
 
@@ -189,6 +194,7 @@ func (s *session) run(ctx context.Context) error {
 		})
 	})
 	bgWG.Go(func() { s.heartbeatLoop(bg) })
+	bgWG.Go(func() { s.stepLoop(bg) })
 	if s.cfg.ReapInterval > 0 {
 		bgWG.Go(func() { s.reapLoop(bg) })
 	}
@@ -313,8 +319,13 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	s.running++
 	s.mu.Unlock()
 	task := &Task{ID: c.ID, Type: c.Type, Payload: c.Payload, Attempt: c.Attempt,
-		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID}
-	s.log.Info("Run started", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt)
+		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID, DeadlineAt: c.DeadlineAt}
+	task.replay = newReplay(s, a.ref, cancel, c.Journal)
+	if len(c.Journal) > 0 {
+		s.log.Info("Run resumed", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt, "journal", len(c.Journal))
+	} else {
+		s.log.Info("Run started", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt)
+	}
 	s.handlerWG.Add(1)
 	go func() {
 		defer s.handlerWG.Done()
@@ -332,11 +343,16 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 	}
 	cause := context.Cause(ctx)
 	a.cancel(nil)
+	parked, failure := task.replay.state()
 
 	o := outcome{run: a, reason: cause}
 	switch {
-	case errors.Is(cause, ErrRunCancelled), errors.Is(cause, ErrLeaseLost):
+	case parked:
+		o.kind, o.reason = outcomeDrop, ErrParked
+	case errors.Is(cause, ErrRunCancelled), errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrDeadlineExceeded):
 		o.kind = outcomeDrop
+	case failure != nil:
+		o.kind, o.err, o.retryable = outcomeFail, failure, false
 	case errors.Is(cause, ErrShuttingDown):
 		o.kind = outcomeRelease
 	case err == nil && len(result) > 0 && !json.Valid(result):
@@ -410,6 +426,10 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		case outcomeRelease:
 			releases = append(releases, o.run.ref)
 		case outcomeDrop:
+			if errors.Is(o.reason, ErrParked) {
+				s.log.Info("Run parked", "run_id", o.run.ref.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt)
+				continue
+			}
 			s.log.Info("Run stopped", "run_id", o.run.ref.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt, "reason", o.reason)
 		}
 	}
@@ -538,9 +558,12 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 			if a == nil {
 				continue
 			}
-			if r.Status == engine.StatusCancelled {
+			switch {
+			case r.Status == engine.StatusCancelled:
 				a.cancel(ErrRunCancelled)
-			} else {
+			case r.DeadlineExceeded:
+				a.cancel(ErrDeadlineExceeded)
+			default:
 				a.cancel(ErrLeaseLost)
 			}
 		}
@@ -569,6 +592,16 @@ func (s *session) reapLoop(ctx context.Context) {
 		}
 		if len(res) > 0 {
 			signal(s.wake)
+		}
+		expired, err := s.eng.ExpireDeadlines(ctx, 500)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("Expiring deadlines failed", "error", err)
+			}
+			continue
+		}
+		for _, id := range expired {
+			s.log.Info("Run failed: deadline exceeded", "run_id", id)
 		}
 	}
 }

@@ -40,7 +40,16 @@ type Run struct {
 	FinishedAt *time.Time
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// DeadlineAt is when the run fails with "deadline exceeded".
+	DeadlineAt *time.Time
+	// ParentID is the run that started this one as a child.
+	ParentID string
+	// Wait says what a parked run waits for; nil when it is not parked.
+	Wait *Wait
 }
+
+// Wait is what a parked run waits for: a sleep, a signal or a child run.
+type Wait = engine.Wait
 
 func runFromEngine(r engine.Run) *Run {
 	return &Run{
@@ -48,6 +57,7 @@ func runFromEngine(r engine.Run) *Run {
 		RunAt: r.RunAt, IdempotencyKey: r.IdempotencyKey, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		LeasedBy: r.LeasedBy, LeaseUntil: r.LeaseUntil, LastError: r.LastError, Result: r.Result,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		DeadlineAt: r.DeadlineAt, ParentID: r.ParentID, Wait: r.Wait,
 	}
 }
 
@@ -64,6 +74,9 @@ const (
 	EventFailed    = engine.EventFailed
 	EventRetried   = engine.EventRetried
 	EventCancelled = engine.EventCancelled
+	EventWaiting   = engine.EventWaiting
+	EventWoken     = engine.EventWoken
+	EventSignal    = engine.EventSignalReceived
 )
 
 // Event is one entry of a run's audit trail: its id, the run's id, its

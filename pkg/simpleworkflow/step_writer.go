@@ -1,0 +1,82 @@
+package simpleworkflow
+
+import (
+	"context"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// maxStepBatch caps the steps written in one call.
+const maxStepBatch = 1000
+
+// stepRequest is a step a handler waits to see journaled.
+type stepRequest struct {
+	write engine.StepWrite
+	reply chan stepReply
+}
+
+type stepReply struct {
+	res engine.StepWriteResult
+	err error
+}
+
+// recordStep hands a completed step to the session's writer and waits for
+// the database's answer. Steps of concurrent handlers share one round trip.
+func (s *session) recordStep(ctx context.Context, w engine.StepWrite) (engine.StepWriteResult, error) {
+	req := stepRequest{write: w, reply: make(chan stepReply, 1)}
+	select {
+	case s.steps <- req:
+	case <-ctx.Done():
+		return engine.StepWriteResult{}, context.Cause(ctx)
+	case <-s.stepsDone:
+		return engine.StepWriteResult{}, ErrShuttingDown
+	}
+	rep := <-req.reply
+	return rep.res, rep.err
+}
+
+// stepLoop writes steps in batches: whatever accumulated while the previous
+// batch was being written goes in the next one.
+func (s *session) stepLoop(ctx context.Context) {
+	defer close(s.stepsDone)
+	for {
+		var batch []stepRequest
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-s.steps:
+			batch = append(batch, r)
+		}
+	drain:
+		for len(batch) < maxStepBatch {
+			select {
+			case r := <-s.steps:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		writes := make([]engine.StepWrite, len(batch))
+		for i, r := range batch {
+			writes[i] = r.write
+		}
+		res, err := withRetry(ctx, func(ctx context.Context) ([]engine.StepWriteResult, error) {
+			return s.eng.RecordSteps(ctx, s.cfg.WorkerID, writes)
+		})
+		for i, r := range batch {
+			if err != nil {
+				r.reply <- stepReply{err: err}
+				continue
+			}
+			r.reply <- stepReply{res: res[i]}
+		}
+	}
+}
+
+// wakeAt wakes the claim loop when a run this worker parked is due, so that
+// a sleep ends on time without waiting for the next poll.
+func (s *session) wakeAt(at time.Time) {
+	d := time.Until(at) + 20*time.Millisecond
+	time.AfterFunc(max(d, 0), func() { signal(s.wake) })
+}
