@@ -21,7 +21,7 @@ type orderInput struct {
 	// public.demo_step_counter, so tests can see that no step ran twice.
 	Counters bool `json:"counters"`
 	// HoldAfterChargeSeconds holds the lease (not durably) after the charge
-	// step, so tests can kill the worker there.
+	// step of the first attempt, so tests can kill the worker there.
 	HoldAfterChargeSeconds float64 `json:"holdAfterChargeSeconds"`
 }
 
@@ -65,7 +65,7 @@ func (o order) handle(ctx context.Context, t *simpleworkflow.Task) (json.RawMess
 	if err != nil {
 		return nil, err
 	}
-	if in.HoldAfterChargeSeconds > 0 {
+	if in.HoldAfterChargeSeconds > 0 && t.Attempt == 1 {
 		select {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
