@@ -1,9 +1,10 @@
 // Command bench measures the inbox: burn-down throughput (N no-op runs worked
 // by W concurrent handlers) and pickup latency (one insert on an idle queue to
 // handler start). It uses DATABASE_URL when set, else a throwaway Postgres
-// started with hack/pg.sh, and prints exactly two lines:
+// started with hack/pg.sh, and prints exactly three lines:
 //
 //	engine burn-down: N runs in S s = X runs/s (workers=W)
+//	engine steps: N runs x S steps in T s = X steps/s (workers=W)
 //	engine pickup latency: p50=... p90=... p99=... (n=K)
 package main
 
@@ -39,6 +40,8 @@ type config struct {
 	concurrency int
 	batch       int
 	latencyN    int
+	stepRuns    int
+	steps       int
 }
 
 func run() error {
@@ -48,6 +51,8 @@ func run() error {
 	flag.IntVar(&cfg.concurrency, "concurrency", 512, "handlers per poller")
 	flag.IntVar(&cfg.batch, "claim-batch", 500, "runs claimed per call")
 	flag.IntVar(&cfg.latencyN, "latency-samples", 200, "single inserts timed for pickup latency")
+	flag.IntVar(&cfg.stepRuns, "step-runs", 5000, "runs of the step workflow")
+	flag.IntVar(&cfg.steps, "steps", 10, "no-op steps per run of the step workflow")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -83,6 +88,9 @@ func run() error {
 		return err
 	}
 	if err := burnDown(ctx, pool, client, cfg); err != nil {
+		return err
+	}
+	if err := stepThroughput(ctx, pool, client, cfg); err != nil {
 		return err
 	}
 	return pickupLatency(ctx, client, cfg)
