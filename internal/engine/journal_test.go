@@ -521,3 +521,67 @@ func TestRetentionRemovesJournalAndSignals(t *testing.T) {
 		t.Fatalf("left %d steps and %d signals", steps, signals)
 	}
 }
+
+// A child's end and its parent's await never miss each other, whichever
+// commits first: the await either sees the end or is woken by it.
+func TestChildEndAndAwaitNeverMissEachOther(t *testing.T) {
+	t.Parallel()
+	for _, childFirst := range []bool{true, false} {
+		b := setup(t)
+		parent := b.create(t, engine.CreateParams{Type: "race.parent.v1"})
+		c := b.claimOne(t, "w", "race.parent.")
+		if _, err := b.eng.StartChild(b.ctx, engine.ChildParams{LeaseRef: c.Ref(), WorkerID: "w", Step: "kid", Position: 0, Type: "race.kid.v1"}); err != nil {
+			t.Fatal(err)
+		}
+		kc := b.claimOne(t, "k", "race.kid.")
+		first, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first transaction does its part and holds its locks.
+		if childFirst {
+			_, err = first.Exec(b.ctx, `select * from workflow.complete_runs('k', array[$1::uuid], array[$2::bigint], array['{"v":1}'::jsonb])`, kc.ID, kc.LeaseToken)
+		} else {
+			_, err = first.Exec(b.ctx, `select * from workflow.park_run('w', $1, $2, 'child', 'kid', 0, null, null, null)`, parent, c.LeaseToken)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := make(chan error, 1)
+		var park engine.ParkResult
+		go func() {
+			if childFirst {
+				var err error
+				park, err = b.eng.ParkRun(b.ctx, engine.ParkParams{LeaseRef: c.Ref(), WorkerID: "w", Kind: engine.StepKindChild, Step: "kid", Position: 0})
+				second <- err
+				return
+			}
+			_, err := b.eng.CompleteRuns(b.ctx, "k", []engine.Completion{{LeaseRef: kc.Ref(), Result: json.RawMessage(`{"v":1}`)}})
+			second <- err
+		}()
+		select {
+		case err := <-second:
+			t.Fatalf("childFirst=%v: the second transaction did not wait for the first (%v)", childFirst, err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := first.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-second; err != nil {
+			t.Fatal(err)
+		}
+		if childFirst {
+			if park.Status != engine.WriteResolved || park.Outcome != engine.OutcomeOK {
+				t.Fatalf("await after the child's end: %+v", park)
+			}
+			continue
+		}
+		r := b.get(t, parent)
+		if r.Status != engine.StatusPending || r.Wait != nil || r.RunAt.After(time.Now().Add(time.Minute)) {
+			t.Fatalf("parked parent after its child's end: %+v wait %+v", r, r.Wait)
+		}
+		if again := b.claimOne(t, "w", "race.parent."); len(again.Journal) != 1 || again.Journal[0].Outcome != engine.OutcomeOK {
+			t.Fatalf("journal of the woken parent: %+v", again.Journal)
+		}
+	}
+}

@@ -667,7 +667,10 @@ begin
         return;
     end if;
 
-    select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step;
+    -- The entry is locked: a child finishing now updates it before it looks
+    -- for a parked parent to wake, so either this sees the child's end or
+    -- the child sees this run parked (never neither).
+    select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step for update;
     if found and v_step.finished_at is not null then
         return query select 'resolved', v_step.outcome, v_step.output, v_step.error, v_step.wake_at, null::text;
         return;
