@@ -6,22 +6,58 @@ the handler registered for each run's type with a :class:`RunContext`,
 heartbeats automatically, records results and errors (retried with backoff),
 and on shutdown hands unfinished runs back.
 
+Handlers execute durably with the verbs of :class:`RunContext`: ``step``
+(recorded once, replayed on later attempts), ``sleep`` and ``sleep_until``
+(the run parks and frees its worker slot), ``wait_for_signal`` (signals sent
+with :meth:`Client.signal`), ``start_child`` and ``await_child``.
+
 Every transition calls one of the inbox's SQL functions, so a Python worker
 behaves exactly like a Go worker and leaves the same audit trail.
 """
 
-from .client import Client, CreateResult, Event, Run
-from .errors import InvalidInputError, NotFoundError, PermanentError
-from .poller import IntentPoller, RunContext
+from .client import (
+    MAX_STEP_NAME_LENGTH,
+    MAX_STEP_OUTPUT_BYTES,
+    Client,
+    CreateResult,
+    Event,
+    JournalStep,
+    Run,
+    SignalResult,
+    Wait,
+)
+from .durable import MAX_STEPS, RunContext
+from .errors import (
+    ChildFailed,
+    InvalidInputError,
+    NonDeterministicError,
+    NotFoundError,
+    Parked,
+    PermanentError,
+    RunFinishedError,
+    StoppedError,
+)
+from .poller import IntentPoller
 
 __all__ = [
+    "MAX_STEPS",
+    "MAX_STEP_NAME_LENGTH",
+    "MAX_STEP_OUTPUT_BYTES",
+    "ChildFailed",
     "Client",
     "CreateResult",
     "Event",
     "IntentPoller",
     "InvalidInputError",
+    "JournalStep",
+    "NonDeterministicError",
     "NotFoundError",
+    "Parked",
     "PermanentError",
     "Run",
     "RunContext",
+    "RunFinishedError",
+    "SignalResult",
+    "StoppedError",
+    "Wait",
 ]

@@ -1,21 +1,54 @@
-"""Producer-side API: create, cancel, get and list the events of runs."""
+"""Producer-side API: create, cancel, get and signal runs, list their events and journals."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Callable, List, Mapping, Optional
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, List, Mapping, Optional, Union
 
 import psycopg
 
-from .errors import InvalidInputError, NotFoundError
+from .errors import InvalidInputError, NotFoundError, RunFinishedError
 
 #: The workflow type format, the same as the database constraint.
 TYPE_PATTERN = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$")
 MAX_TYPE_LENGTH = 253
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
+#: Step and signal names: 1 to 128 characters of letters, digits and . _ : -.
+STEP_NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_STEP_NAME_LENGTH = 128
+#: The largest step output or signal payload, as JSON.
+MAX_STEP_OUTPUT_BYTES = 262144
+#: The run_at of a run parked on an open wait (workflow.far_future()).
+FAR_FUTURE = datetime(9999, 1, 1, tzinfo=timezone.utc)
+
+#: A duration: seconds (int or float) or a timedelta.
+Duration = Union[int, float, timedelta]
+
+
+def step_name_problem(name: Any) -> Optional[str]:
+    """What is wrong with a step or signal name (the words of workflow.step_name_problem), or None."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_STEP_NAME_LENGTH:
+        n = len(name) if isinstance(name, str) else 0
+        return f"step name must be 1 to {MAX_STEP_NAME_LENGTH} characters, got {n}"
+    if not STEP_NAME_PATTERN.fullmatch(name):
+        return f"step name {json.dumps(name, ensure_ascii=False)} may contain only letters, digits and . _ : -"
+    return None
+
+
+def to_millis(value: Duration, what: str) -> int:
+    """A duration in whole milliseconds; InvalidInputError unless it is a number or a timedelta."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidInputError(f"{what} must be seconds (a number) or a timedelta, got {value!r}")
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise InvalidInputError(f"{what} must be finite, got {value!r}")
+    return int(round(seconds * 1000))
 
 
 def validate_type(workflow_type: str) -> None:
@@ -36,8 +69,27 @@ class CreateResult:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """What a parked run waits for: a sleep, a signal or a child run."""
+
+    #: sleep, signal or child.
+    kind: str
+    #: The journal entry the wait will fill in.
+    step: str
+    #: The signal waited for (kind signal).
+    signal: Optional[str]
+    #: When the wait ends by itself; None for an open wait.
+    until: Optional[datetime]
+
+
+@dataclass(frozen=True)
 class Run:
-    """A recorded intent and its progress."""
+    """A recorded intent and its progress.
+
+    ``deadline_at`` is when the run fails with "deadline exceeded", ``parent_id``
+    and ``parent_step`` name the run (and its step) that started this one as a
+    child, and ``wait`` says what a parked run waits for (None when not parked).
+    """
 
     id: str
     type: str
@@ -55,6 +107,43 @@ class Run:
     created_at: datetime
     updated_at: datetime
     finished_at: Optional[datetime]
+    deadline_at: Optional[datetime] = None
+    parent_id: Optional[str] = None
+    parent_step: Optional[str] = None
+    wait: Optional[Wait] = None
+
+
+@dataclass(frozen=True)
+class JournalStep:
+    """One entry of a run's journal: a step, sleep, signal wait or child run its code reached."""
+
+    name: str
+    position: int
+    #: step, sleep, signal or child.
+    kind: str
+    #: ok, error or timeout; None while a wait is open.
+    outcome: Optional[str]
+    output: Any
+    error: Optional[str]
+    attempt: int
+    child_id: Optional[str]
+    wake_at: Optional[datetime]
+    started_at: datetime
+    finished_at: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    """What became of a signal.
+
+    ``duplicate`` is True when a signal with the same idempotency key had been
+    sent before (nothing new was stored); ``delivered`` is True when it woke a
+    run waiting for it (otherwise it is kept until the run waits for it).
+    """
+
+    signal_id: int
+    duplicate: bool
+    delivered: bool
 
 
 @dataclass(frozen=True)
@@ -70,18 +159,25 @@ class Event:
 
 _INSERT = """
 insert into workflow.workflow_run (type, payload, priority, run_at, idempotency_key, max_attempts,
-                                   retry_base_delay, retry_max_delay)
+                                   retry_base_delay, retry_max_delay, deadline_at)
 values (%(type)s, %(payload)s::jsonb, coalesce(%(priority)s::integer, 100),
         coalesce(%(run_at)s::timestamptz, now()), %(key)s, coalesce(%(max_attempts)s::integer, 3),
-        %(base)s::interval, %(max)s::interval)
+        %(base)s::interval, %(max)s::interval,
+        now() + %(deadline_ms)s::bigint * interval '1 millisecond')
 on conflict (idempotency_key) do nothing
 returning id::text
 """
 
 _GET = """
 select id::text, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
-       leased_by, lease_until, last_error, result, created_at, updated_at, finished_at
+       leased_by, lease_until, last_error, result, created_at, updated_at, finished_at,
+       deadline_at, parent_id::text, parent_step, wait_kind, wait_step, wait_signal
 from workflow.workflow_run where id = %s
+"""
+
+_STEPS = """
+select name, position, kind, outcome, output, error, attempt, child_id::text, wake_at, started_at, finished_at
+from workflow.workflow_step where run_id = %s order by position
 """
 
 
@@ -109,12 +205,16 @@ class Client:
         max_attempts: Optional[int] = None,
         retry_base_delay: Optional[timedelta] = None,
         retry_max_delay: Optional[timedelta] = None,
+        deadline: Optional[Duration] = None,
     ) -> CreateResult:
         """Record an intent. When this returns, the run is durable and will run eventually.
 
         With an idempotency key, a second call with the same key records nothing
         and returns the first run's id with ``created=False``. ``retry_base_delay``
         and ``retry_max_delay`` override the default backoff (attempt² minutes).
+        ``deadline`` (seconds or a timedelta) fails the run with "deadline
+        exceeded" that long after its creation, by the database clock, wherever
+        it is: pending, parked or running.
         """
         validate_type(workflow_type)
         if payload is None:
@@ -125,6 +225,11 @@ class Client:
             raise InvalidInputError(f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters")
         if max_attempts is not None and not 1 <= max_attempts <= 1000:
             raise InvalidInputError("max attempts must be between 1 and 1000")
+        deadline_ms = None
+        if deadline is not None:
+            deadline_ms = to_millis(deadline, "deadline")
+            if deadline_ms < 1:
+                raise InvalidInputError(f"deadline must be at least 1ms, got {deadline!r}")
         params = {
             "type": workflow_type,
             "payload": json.dumps(payload),
@@ -134,6 +239,7 @@ class Client:
             "max_attempts": max_attempts,
             "base": retry_base_delay,
             "max": retry_max_delay,
+            "deadline_ms": deadline_ms,
         }
         with self._connect() as conn:
             row = conn.execute(_INSERT, params).fetchone()
@@ -158,7 +264,65 @@ class Client:
             row = conn.execute(_GET, (run_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"run {run_id} not found")
-        return Run(*row)
+        wait_kind, wait_step, wait_signal = row[19:22]
+        wait = None
+        if wait_kind is not None:
+            run_at = row[5]
+            wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
+                        until=run_at if run_at < FAR_FUTURE else None)
+        return Run(*row[:16], deadline_at=row[16], parent_id=row[17], parent_step=row[18], wait=wait)
+
+    def steps(self, run_id: str) -> List[JournalStep]:
+        """Return a run's journal in the order its code reached the steps."""
+        with self._connect() as conn:
+            rows = conn.execute(_STEPS, (run_id,)).fetchall()
+        return [JournalStep(*r) for r in rows]
+
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        idempotency_key: Optional[str] = None,
+    ) -> SignalResult:
+        """Send signal ``name`` with ``payload`` (any JSON value; None for none) to a run.
+
+        Signals are buffered: one sent before the run waits for it is kept and
+        handed to the first ``wait_for_signal`` of that name, oldest first. With an
+        idempotency key, sending again is a no-op (``duplicate=True``). Raises
+        NotFoundError for an unknown run, RunFinishedError for a finished one and
+        InvalidInputError for a bad name, key or payload.
+        """
+        problem = step_name_problem(name)
+        if problem is not None:
+            raise InvalidInputError(f"signal {name!r} to run {run_id}: " + problem.replace("step name", "signal name"))
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
+            raise InvalidInputError(f"a signal's idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters")
+        raw = None
+        if payload is not None:
+            try:
+                raw = json.dumps(payload, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise InvalidInputError(f"signal {name} to run {run_id}: payload is not JSON: {e}") from None
+        try:
+            with self._connect() as conn:
+                row = conn.execute(
+                    "select signal_id, duplicate, delivered from workflow.send_signal(%s::uuid, %s, %s::jsonb, %s)",
+                    (run_id, name, raw, idempotency_key),
+                ).fetchone()
+        except psycopg.Error as e:
+            state = getattr(e, "sqlstate", None)
+            message = e.diag.message_primary if getattr(e, "diag", None) is not None else None
+            message = message or str(e)
+            if state == "P0002":
+                raise NotFoundError(message) from None
+            if state == "55000":
+                raise RunFinishedError(message) from None
+            if state in ("22023", "22P02", "54000"):
+                raise InvalidInputError(message) from None
+            raise
+        assert row is not None
+        return SignalResult(signal_id=row[0], duplicate=row[1], delivered=row[2])
 
     def events(self, run_id: str) -> List[Event]:
         """Return a run's audit trail, oldest first."""

@@ -11,55 +11,22 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, List, Optional
 
 import psycopg
 
 from .client import validate_type
+from .durable import REASON_CANCELLED, REASON_DEADLINE, REASON_LEASE_LOST, REASON_SHUTDOWN, RunContext
 from .errors import InvalidInputError, PermanentError
 
 log = logging.getLogger("simpleworkflow")
 
-#: Why a handler was asked to stop (RunContext.reason).
-REASON_CANCELLED = "run cancelled"
-REASON_LEASE_LOST = "lease lost"
-REASON_SHUTDOWN = "worker shutting down"
+Handler = Callable[[RunContext], Any]
 
-Handler = Callable[["RunContext"], Any]
-
-
-class RunContext:
-    """One attempt of a run, as a handler sees it.
-
-    ``cancelled`` is a threading.Event set when the run is cancelled, its lease
-    is lost or the worker's shutdown grace period is over; ``reason`` says
-    which. Long handlers check :meth:`is_cancelled` or sleep with :meth:`wait`.
-    """
-
-    def __init__(self, run_id: str, workflow_type: str, payload: Mapping[str, Any], attempt: int,
-                 max_attempts: int, worker_id: str) -> None:
-        self.id = run_id
-        self.type = workflow_type
-        self.payload = payload
-        self.attempt = attempt
-        self.max_attempts = max_attempts
-        self.worker_id = worker_id
-        self.cancelled = threading.Event()
-        self.reason: Optional[str] = None
-        self.done = False
-
-    def is_cancelled(self) -> bool:
-        """True once the handler should stop."""
-        return self.cancelled.is_set()
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; return True early if the handler should stop."""
-        return self.cancelled.wait(seconds)
-
-    def _cancel(self, reason: str) -> None:
-        if not self.cancelled.is_set():
-            self.reason = reason
-            self.cancelled.set()
+#: A parked run due within this many seconds gets a timer that wakes the claim
+#: loop on time; later ones are found by the regular poll.
+_WAKE_TIMER_HORIZON = 600.0
 
 
 def _literal_prefix(prefix: str) -> str:
@@ -72,6 +39,13 @@ class IntentPoller:
     The names follow the inbox contract: ``IntentPoller(type_prefixes=["billing."],
     lease_duration=30, worker_id="billing-worker-python-1")``. Register handlers
     with :meth:`handle` (or the :meth:`handler` decorator), then call :meth:`run`.
+
+    Every write is fenced by the lease token drawn at claim. A run that parks at
+    a durable wait frees its slot at once; a timer (and the poll every
+    ``poll_interval`` seconds, plus LISTEN for signals and finished children)
+    claims it again when it is due. Past-deadline runs are failed by the reaper
+    every ``reap_interval`` seconds, and a running one is cancelled at its next
+    heartbeat.
     """
 
     def __init__(
@@ -111,6 +85,7 @@ class IntentPoller:
         self._closed = threading.Event()
         self._local = threading.local()
         self._conns: List[psycopg.Connection] = []
+        self._timers: List[threading.Timer] = []
 
     # Registration -----------------------------------------------------------
 
@@ -159,6 +134,9 @@ class IntentPoller:
             pool.shutdown(wait=False)
             conn.close()
             with self._lock:
+                for t in self._timers:
+                    t.cancel()
+                self._timers.clear()
                 for c in self._conns:
                     c.close()
                 self._conns.clear()
@@ -175,7 +153,7 @@ class IntentPoller:
                 continue
             try:
                 rows = conn.execute(
-                    "select id::text, type, payload, attempt, max_attempts "
+                    "select id::text, type, payload, attempt, max_attempts, lease_token, deadline_at, journal "
                     "from workflow.claim_runs(%s, %s, %s, %s, %s)",
                     (self.worker_id, self.type_prefixes, self.runtime, free, lease_ms),
                 ).fetchall()
@@ -184,12 +162,17 @@ class IntentPoller:
                 time.sleep(self.poll_interval)
                 conn = psycopg.connect(self.conninfo, autocommit=True)
                 continue
-            for run_id, wtype, payload, attempt, max_attempts in rows:
-                ctx = RunContext(run_id, wtype, payload, attempt, max_attempts, self.worker_id)
+            for run_id, wtype, payload, attempt, max_attempts, token, deadline_at, journal in rows:
+                ctx = RunContext(run_id, wtype, payload, attempt, max_attempts, self.worker_id,
+                                 lease_token=token, deadline_at=deadline_at, journal=journal,
+                                 connect=self._conn, on_park=self._wake_at)
                 with self._lock:
                     self._active[run_id] = ctx
-                log.info(json.dumps({"msg": "Run started", "worker_id": self.worker_id, "run_id": run_id,
-                                     "type": wtype, "attempt": attempt}))
+                fields = {"worker_id": self.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
+                if journal:
+                    log.info(json.dumps({"msg": "Run resumed", **fields, "journal": len(journal)}))
+                else:
+                    log.info(json.dumps({"msg": "Run started", **fields}))
                 pool.submit(self._execute, ctx)
             if len(rows) == free:
                 continue
@@ -204,6 +187,20 @@ class IntentPoller:
             with self._lock:
                 self._conns.append(conn)
         return conn
+
+    def _wake_at(self, at: Optional[datetime]) -> None:
+        """Wake the claim loop when a run this worker parked is due, so that a sleep ends on time."""
+        if at is None or self._stopping.is_set():
+            return
+        delay = (at - datetime.now(timezone.utc)).total_seconds() + 0.02
+        if delay > _WAKE_TIMER_HORIZON:
+            return
+        timer = threading.Timer(max(delay, 0.0), self._wake.set)
+        timer.daemon = True
+        with self._lock:
+            self._timers = [t for t in self._timers if t.is_alive()]
+            self._timers.append(timer)
+        timer.start()
 
     def _execute(self, ctx: RunContext) -> None:
         handler = self._handlers.get(ctx.type)
@@ -228,17 +225,25 @@ class IntentPoller:
     def _record(self, ctx: RunContext, result: Any, error: Optional[BaseException]) -> None:
         conn = self._conn()
         base = {"worker_id": self.worker_id, "run_id": ctx.id, "type": ctx.type, "attempt": ctx.attempt}
-        if ctx.reason in (REASON_CANCELLED, REASON_LEASE_LOST):
+        parked, failure = ctx._state()
+        if parked:
+            # The database already holds the parked run; there is nothing to write.
+            log.info(json.dumps({"msg": "Run parked", **base}))
+            return
+        if ctx.reason in (REASON_CANCELLED, REASON_LEASE_LOST, REASON_DEADLINE):
             log.info(json.dumps({"msg": "Run stopped", "reason": ctx.reason, **base}))
             return
-        if ctx.reason == REASON_SHUTDOWN:
-            conn.execute("select workflow.release_runs(%s, %s::uuid[], %s::int[])",
-                         (self.worker_id, [ctx.id], [ctx.attempt]))
+        if failure is not None:
+            # Non-determinism fails the run for good, whatever the handler did.
+            error = failure
+        elif ctx.reason == REASON_SHUTDOWN:
+            conn.execute("select workflow.release_runs(%s, %s::uuid[], %s::bigint[])",
+                         (self.worker_id, [ctx.id], [ctx.lease_token]))
             log.info(json.dumps({"msg": "Run handed back", "reason": ctx.reason, **base}))
             return
         if error is None:
-            rows = conn.execute("select id from workflow.complete_runs(%s, %s::uuid[], %s::int[], %s::jsonb[])",
-                                (self.worker_id, [ctx.id], [ctx.attempt], [json.dumps(result)])).fetchall()
+            rows = conn.execute("select id from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])",
+                                (self.worker_id, [ctx.id], [ctx.lease_token], [json.dumps(result)])).fetchall()
             if rows:
                 log.info(json.dumps({"msg": "Run succeeded", **base}))
             else:
@@ -246,8 +251,8 @@ class IntentPoller:
             return
         message = str(error) or type(error).__name__
         retryable = not isinstance(error, PermanentError)
-        rows = conn.execute("select status, run_at from workflow.fail_runs(%s, %s::uuid[], %s::int[], %s, %s)",
-                            (self.worker_id, [ctx.id], [ctx.attempt], [message], [retryable])).fetchall()
+        rows = conn.execute("select status, run_at from workflow.fail_runs(%s, %s::uuid[], %s::bigint[], %s, %s)",
+                            (self.worker_id, [ctx.id], [ctx.lease_token], [message], [retryable])).fetchall()
         for status, run_at in rows:
             if status == "pending":
                 log.info(json.dumps({"msg": "Run failed; retrying", "error": message,
@@ -296,19 +301,26 @@ class IntentPoller:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self.conninfo, autocommit=True)
                 with self._lock:
-                    refs = [(c.id, c.attempt) for c in self._active.values()]
+                    refs = [(c.id, c.lease_token) for c in self._active.values()]
                 if refs:
                     rows = conn.execute(
-                        "select id::text, status, owned from workflow.heartbeat_runs(%s, %s::uuid[], %s::int[], %s)",
+                        "select id::text, status, owned, deadline_exceeded "
+                        "from workflow.heartbeat_runs(%s, %s::uuid[], %s::bigint[], %s)",
                         (self.worker_id, [r[0] for r in refs], [r[1] for r in refs], lease_ms),
                     ).fetchall()
-                    for run_id, status, owned in rows:
+                    for run_id, status, owned, deadline_exceeded in rows:
                         if owned:
                             continue
                         with self._lock:
                             ctx = self._active.get(run_id)
-                        if ctx is not None:
-                            ctx._cancel(REASON_CANCELLED if status == "cancelled" else REASON_LEASE_LOST)
+                        if ctx is None:
+                            continue
+                        if status == "cancelled":
+                            ctx._cancel(REASON_CANCELLED)
+                        elif deadline_exceeded:
+                            ctx._cancel(REASON_DEADLINE)
+                        else:
+                            ctx._cancel(REASON_LEASE_LOST)
                 if self.reap_interval > 0 and time.monotonic() - last_reap >= self.reap_interval:
                     last_reap = time.monotonic()
                     reaped = conn.execute("select id::text, status from workflow.reap_expired_leases(500)").fetchall()
@@ -316,6 +328,9 @@ class IntentPoller:
                         log.info(json.dumps({"msg": "Lease expired; run reclaimed", "run_id": run_id, "status": status}))
                     if reaped:
                         self._wake.set()
+                    expired = conn.execute("select id::text from workflow.expire_deadlines(null, 500)").fetchall()
+                    for (run_id,) in expired:
+                        log.info(json.dumps({"msg": "Run failed: deadline exceeded", "run_id": run_id}))
             except psycopg.Error as e:
                 log.error(json.dumps({"msg": "Heartbeat failed", "error": str(e)}))
                 conn = None
@@ -352,7 +367,7 @@ class IntentPoller:
                 self._active.pop(c.id, None)
         if stuck:
             with psycopg.connect(self.conninfo, autocommit=True) as conn:
-                conn.execute("select workflow.release_runs(%s, %s::uuid[], %s::int[])",
-                             (self.worker_id, [c.id for c in stuck], [c.attempt for c in stuck]))
+                conn.execute("select workflow.release_runs(%s, %s::uuid[], %s::bigint[])",
+                             (self.worker_id, [c.id for c in stuck], [c.lease_token for c in stuck]))
             log.warning(json.dumps({"msg": "Handlers did not stop after cancellation; runs handed back",
                                     "runs": len(stuck)}))

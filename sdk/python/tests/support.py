@@ -1,13 +1,23 @@
-"""Test support: a real Postgres with the inbox schema, one database per test class."""
+"""Test support: a real Postgres with the inbox schema (one database per test), a base test
+case with a client and a poller, and polling helpers."""
 
+import atexit
 import glob
 import os
 import subprocess
+import sys
 import tempfile
+import threading
+import time
+import unittest
 import uuid
 from urllib.parse import urlparse, urlunparse
 
 import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from simpleworkflow import Client, IntentPoller  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _server = {}
@@ -25,6 +35,7 @@ def server_url() -> str:
             check=True, capture_output=True, text=True, env={**os.environ, "PG_FSYNC": "off"},
         )
         _server["url"], _server["state"] = out.stdout.strip(), state
+        atexit.register(stop_server)
     return _server["url"]
 
 
@@ -57,3 +68,51 @@ def drop_database(url: str) -> None:
     name = urlparse(url).path.lstrip("/")
     with psycopg.connect(server_url(), autocommit=True) as conn:
         conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+def wait_for(cond, timeout=15.0, what="condition"):
+    """Poll cond until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class InboxTest(unittest.TestCase):
+    """A fresh database per test, a Client on it, and pollers stopped at cleanup."""
+
+    def setUp(self):
+        self.url = create_database()
+        self.addCleanup(drop_database, self.url)
+        self.client = Client(self.url)
+
+    def start_poller(self, **kw):
+        kw.setdefault("poll_interval", 0.2)
+        poller = IntentPoller(self.url, **kw)
+        thread = threading.Thread(target=poller.run, kwargs={"install_signal_handlers": False}, daemon=True)
+        thread.start()
+
+        def stop():
+            poller.stop()
+            thread.join(30)
+            self.assertFalse(thread.is_alive(), "poller did not stop")
+
+        self.addCleanup(stop)
+        return poller, thread, stop
+
+    def trail(self, run_id):
+        return [e.type for e in self.client.events(run_id) if e.type != "heartbeat"]
+
+    def wait_status(self, run_id, status, timeout=15.0):
+        """Wait until the run has status, and return it."""
+        return wait_for(lambda: (r := self.client.get(run_id)).status == status and r, timeout,
+                        what=f"run {run_id} to be {status}")
+
+    def sql(self, query, params=()):
+        """Run one statement on a short connection; return its rows (or None)."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else None

@@ -14,48 +14,15 @@ import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from simpleworkflow import Client, IntentPoller, InvalidInputError, NotFoundError, PermanentError  # noqa: E402
+from simpleworkflow import InvalidInputError, NotFoundError, PermanentError  # noqa: E402
 from tests import support  # noqa: E402
+from tests.support import InboxTest, wait_for  # noqa: E402
 
 logging.basicConfig(level=logging.WARNING)
 
 
 def tearDownModule():
     support.stop_server()
-
-
-def wait_for(cond, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-class InboxTest(unittest.TestCase):
-    def setUp(self):
-        self.url = support.create_database()
-        self.addCleanup(support.drop_database, self.url)
-        self.client = Client(self.url)
-
-    def start_poller(self, **kw):
-        kw.setdefault("poll_interval", 0.2)
-        poller = IntentPoller(self.url, **kw)
-        thread = threading.Thread(target=poller.run, kwargs={"install_signal_handlers": False}, daemon=True)
-        thread.start()
-
-        def stop():
-            poller.stop()
-            thread.join(30)
-            self.assertFalse(thread.is_alive(), "poller did not stop")
-
-        self.addCleanup(stop)
-        return poller, thread, stop
-
-    def trail(self, run_id):
-        return [e.type for e in self.client.events(run_id) if e.type != "heartbeat"]
 
 
 class ClientTest(InboxTest):

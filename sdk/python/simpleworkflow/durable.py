@@ -1,0 +1,463 @@
+"""RunContext: one attempt of a run as a handler sees it, with the durable verbs.
+
+Durable execution keeps a journal per run in the database: each step's output,
+each sleep, signal wait and child run, keyed by name at the position the
+handler's code reached it. A later attempt (after a failure, a crash, or a
+wake-up from a parked wait) replays the journal instead of redoing the work.
+The replay rules are those of the Go SDK, so a run can move between Go and
+Python workers mid-way.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import psycopg
+
+from .client import MAX_STEP_OUTPUT_BYTES, Duration, step_name_problem, to_millis, validate_type
+from .errors import ChildFailed, InvalidInputError, NonDeterministicError, Parked, PermanentError, StoppedError
+
+#: The most steps, sleeps, waits and children one run has (positions 0 to 999).
+MAX_STEPS = 1000
+
+#: Why a handler was asked to stop (RunContext.reason).
+REASON_CANCELLED = "run cancelled"
+REASON_LEASE_LOST = "lease lost"
+REASON_SHUTDOWN = "worker shutting down"
+REASON_DEADLINE = "deadline exceeded"
+REASON_PARKED = "run parked"
+
+KIND_STEP = "step"
+KIND_SLEEP = "sleep"
+KIND_SIGNAL = "signal"
+KIND_CHILD = "child"
+
+
+def nondeterminism_message(kind: str, name: str, position: int, got_kind: str, got_name: str) -> str:
+    """What the journal expected at a position and what the code reached instead, in the words
+    of workflow.nondeterminism_message."""
+    got = f'"{got_name}"' if kind == got_kind else f'{got_kind} "{got_name}"'
+    return f'non-deterministic: expected {kind} "{name}" at position {position}, got {got}'
+
+
+@dataclass
+class _Entry:
+    """A journal entry as the replay knows it."""
+
+    name: str
+    position: int
+    kind: str
+    outcome: Optional[str] = None
+    output: Any = None
+    error: Optional[str] = None
+    child_id: Optional[str] = None
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
+
+
+def _encode(name: str, value: Any) -> str:
+    """A step's output as JSON within the limits, or a PermanentError."""
+    try:
+        raw = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise PermanentError(f'step "{name}": invalid input: output is not JSON-serialisable: {e}') from None
+    size = len(raw.encode("utf-8"))
+    if size > MAX_STEP_OUTPUT_BYTES:
+        raise PermanentError(f'step "{name}": invalid input: output is {size} bytes; '
+                             f"the limit is {MAX_STEP_OUTPUT_BYTES} (256 KiB)")
+    return raw
+
+
+class RunContext:
+    """One attempt of a run, as a handler sees it.
+
+    ``id``, ``type``, ``payload``, ``attempt``, ``max_attempts``, ``worker_id``,
+    ``lease_token`` (the fence of this attempt's writes) and ``deadline_at``
+    (when the run fails with "deadline exceeded"; None for none) describe it.
+
+    ``cancelled`` is a threading.Event set when the run is cancelled, its lease
+    is lost, its deadline passes, it parks, or the worker's shutdown grace
+    period is over; ``reason`` says which. Long handlers check
+    :meth:`is_cancelled` or sleep with :meth:`wait` (a plain, non-durable sleep).
+
+    Durable verbs: :meth:`step`, :meth:`sleep`, :meth:`sleep_until`,
+    :meth:`wait_for_signal`, :meth:`start_child` and :meth:`await_child`. Call
+    them one after another from the handler's thread, in the same order on
+    every attempt; code between them runs again on every attempt, so take the
+    current time, random values and side effects inside steps. Once the attempt
+    is stopped (cancelled, lease lost, deadline passed, worker shutting down)
+    they raise :class:`StoppedError`; once it parked, :class:`Parked`; once it
+    failed by non-determinism, that :class:`NonDeterministicError` again.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        workflow_type: str,
+        payload: Mapping[str, Any],
+        attempt: int,
+        max_attempts: int,
+        worker_id: str,
+        *,
+        lease_token: Optional[int] = None,
+        deadline_at: Optional[datetime] = None,
+        journal: Optional[List[Mapping[str, Any]]] = None,
+        connect: Optional[Callable[[], psycopg.Connection]] = None,
+        on_park: Optional[Callable[[Optional[datetime]], None]] = None,
+    ) -> None:
+        self.id = run_id
+        self.type = workflow_type
+        self.payload = payload
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.worker_id = worker_id
+        self.lease_token = lease_token
+        self.deadline_at = deadline_at
+        self.cancelled = threading.Event()
+        self.reason: Optional[str] = None
+        self.done = False
+        # Durable state: the journal loaded at claim, the position reached,
+        # and what the attempt decided about itself.
+        self._connect = connect
+        self._on_park = on_park
+        self._mu = threading.Lock()
+        self._by_pos: Dict[int, _Entry] = {}
+        self._by_name: Dict[str, _Entry] = {}
+        self._next = 0
+        self._signals: Dict[str, int] = {}
+        self._busy = False
+        self._parked = False
+        self._failure: Optional[NonDeterministicError] = None
+        for e in journal or []:
+            entry = _Entry(name=e["name"], position=e["position"], kind=e["kind"], outcome=e.get("outcome"),
+                           output=e.get("output"), error=e.get("error"), child_id=e.get("child_id"))
+            self._by_pos[entry.position] = entry
+            self._by_name[entry.name] = entry
+
+    # Cancellation ------------------------------------------------------------
+
+    def is_cancelled(self) -> bool:
+        """True once the handler should stop."""
+        return self.cancelled.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds`` (not durably); return True early if the handler should stop."""
+        return self.cancelled.wait(seconds)
+
+    def _cancel(self, reason: str) -> None:
+        with self._mu:
+            if self.cancelled.is_set():
+                return
+            self.reason = reason
+            self.cancelled.set()
+
+    # What the poller needs to know ----------------------------------------------
+
+    @property
+    def journal_length(self) -> int:
+        """How many journal entries the attempt started with or learnt."""
+        with self._mu:
+            return len(self._by_pos)
+
+    def _state(self) -> Tuple[bool, Optional[NonDeterministicError]]:
+        with self._mu:
+            return self._parked, self._failure
+
+    # Durable verbs ------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` once for the whole life of the run and return its result.
+
+        ``fn`` takes no arguments (close over what it needs) and returns a
+        JSON-serialisable value, at most 256 KiB as JSON. The value is recorded
+        in the run's journal under ``name``; every later attempt gets it back
+        without calling ``fn``. The value returned is always the JSON-decoded
+        one (tuples become lists, keys strings), the same on the first attempt
+        as on a replay.
+
+        An exception from ``fn`` propagates and nothing is recorded: the attempt
+        fails and is retried as usual. Names are 1 to 128 characters of letters,
+        digits and . _ : -, unique within the run; a bad name or output raises
+        PermanentError. Reaching another step than the journal has at this
+        position raises NonDeterministicError and the run fails for good.
+        Steps run one after another: do not call durable verbs inside ``fn`` or
+        from several threads.
+        """
+        with self._durable_call():
+            pos, entry = self._reach(name, KIND_STEP)
+            if entry is not None:
+                return entry.output
+            raw = _encode(name, fn())
+            row = self._sql(
+                "select status, output, message from workflow.record_steps("
+                "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])",
+                (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw]))
+            status, output, message = row
+            if status == "recorded":
+                value = json.loads(raw)
+                self._remember(_Entry(name=name, position=pos, kind=KIND_STEP, outcome="ok", output=value))
+                return value
+            if status == "duplicate":
+                self._remember(_Entry(name=name, position=pos, kind=KIND_STEP, outcome="ok", output=output))
+                return output
+            if status == "lease_lost":
+                self._cancel(REASON_LEASE_LOST)
+                raise StoppedError(f'record step "{name}": {REASON_LEASE_LOST}', REASON_LEASE_LOST)
+            if status == "nondeterministic":
+                raise self._fail(message)
+            raise PermanentError(f'record step "{name}": invalid input: {message}')
+
+    def sleep(self, name: str, seconds: Duration) -> None:
+        """Wait durably for ``seconds`` (a number or a timedelta), measured by the database clock.
+
+        The run parks: this raises :class:`Parked`, which the handler lets
+        propagate; the worker slot is freed and no attempt is used. When the
+        time comes a worker claims the run again, the handler replays its
+        journal, and this call returns at once. ``name`` identifies the sleep
+        in the journal like a step's.
+        """
+        with self._durable_call():
+            delay_ms = self._millis(seconds, "sleep")
+            self._wait(name, KIND_SLEEP, None, None, delay_ms)
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        """:meth:`sleep` until an instant (a naive datetime is taken as local time)."""
+        with self._durable_call():
+            if not isinstance(when, datetime):
+                raise PermanentError(f'sleep "{name}": invalid input: sleep_until needs a datetime, got {when!r}')
+            if when.tzinfo is None:
+                when = when.astimezone()
+            self._wait(name, KIND_SLEEP, None, when, None)
+
+    def wait_for_signal(self, name: str, timeout: Optional[Duration] = None) -> Tuple[Any, bool]:
+        """Return ``(payload, True)`` for the oldest signal ``name`` the run received and no earlier wait took.
+
+        Signals sent before the wait are kept. With none, the run parks
+        (:class:`Parked`, as with :meth:`sleep`) until one arrives or ``timeout``
+        (seconds or a timedelta; None or 0 waits for ever) passes; after a
+        timeout it returns ``(None, False)`` -- a timeout is not an error. The
+        wait's journal entry is named after the signal: ``name`` for the first
+        wait of that signal in the handler's execution, then ``name:2``,
+        ``name:3`` ...
+        """
+        with self._durable_call():
+            problem = step_name_problem(name)
+            if problem is not None:
+                raise PermanentError(f"wait for signal: invalid input: {problem}")
+            delay_ms = None
+            if timeout is not None:
+                delay_ms = self._millis(timeout, "signal timeout")
+                if delay_ms <= 0:
+                    delay_ms = None
+            entry = self._wait(self._signal_step(name), KIND_SIGNAL, name, None, delay_ms)
+            if entry.outcome == "timeout":
+                return None, False
+            return entry.output, True
+
+    def start_child(
+        self,
+        name: str,
+        workflow_type: str,
+        payload: Optional[Mapping[str, Any]] = None,
+        *,
+        priority: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        deadline: Optional[Duration] = None,
+    ) -> str:
+        """Start a child run of ``workflow_type`` as step ``name`` of this run and return its id.
+
+        The child is a run like any other (served by whichever worker claims
+        its type) that starts once: replays find the same child. ``payload`` is
+        a JSON object (default {}), ``priority`` defaults to the parent's,
+        ``max_attempts`` to 3, and ``deadline`` (seconds or a timedelta) bounds
+        the child from its start; a child never outlives its parent's deadline.
+        Cancelling or failing the parent cancels its unfinished children.
+        Await its end with :meth:`await_child`.
+        """
+        with self._durable_call():
+            pos, entry = self._reach(name, KIND_CHILD)
+            if entry is not None:
+                return entry.child_id  # type: ignore[return-value]
+            try:
+                validate_type(workflow_type)
+            except InvalidInputError as e:
+                raise PermanentError(f'start child "{name}": {e}') from None
+            if payload is not None and not isinstance(payload, Mapping):
+                raise PermanentError(f'start child "{name}": invalid input: payload must be a JSON object (a mapping)')
+            try:
+                raw = json.dumps(payload, allow_nan=False) if payload is not None else None
+            except (TypeError, ValueError) as e:
+                raise PermanentError(f'start child "{name}": invalid input: payload is not JSON: {e}') from None
+            if max_attempts is not None and not 1 <= max_attempts <= 1000:
+                raise PermanentError(f'start child "{name}": invalid input: max attempts must be between 1 and 1000')
+            deadline_ms = None
+            if deadline is not None:
+                deadline_ms = self._millis(deadline, "child deadline")
+            try:
+                row = self._sql(
+                    "select status, child_id::text, outcome, output, error, message from workflow.start_child("
+                    "%s, %s::uuid, %s::bigint, %s, %s::int, %s, %s::jsonb, %s::int, %s::int, %s::bigint)",
+                    (self.worker_id, self.id, self.lease_token, name, pos, workflow_type, raw, priority,
+                     max_attempts, deadline_ms))
+            except psycopg.errors.IntegrityError as e:
+                raise PermanentError(f'start child "{name}": invalid input: {e}') from None
+            status, child_id, outcome, output, error, message = row
+            if status in ("started", "duplicate"):
+                self._remember(_Entry(name=name, position=pos, kind=KIND_CHILD, outcome=outcome, output=output,
+                                      error=error, child_id=child_id))
+                return child_id
+            if status == "lease_lost":
+                self._cancel(REASON_LEASE_LOST)
+                raise StoppedError(f'start child "{name}": {REASON_LEASE_LOST}', REASON_LEASE_LOST)
+            if status == "nondeterministic":
+                raise self._fail(message)
+            raise PermanentError(f'start child "{name}": invalid input: {message}')
+
+    def await_child(self, name: str) -> Any:
+        """Return the result of the child run started at step ``name`` once it has ended.
+
+        Raises :class:`ChildFailed` when the child failed or was cancelled.
+        Until the child ends the run parks (:class:`Parked`, as with
+        :meth:`sleep`); the child's end wakes it. Takes no position of its own:
+        it reads the child's entry.
+        """
+        with self._durable_call():
+            with self._mu:
+                stopped = self._stopped_locked()
+                entry = self._by_name.get(name)
+            if stopped is not None:
+                raise stopped
+            if entry is None or entry.kind != KIND_CHILD:
+                raise PermanentError(f'await child: invalid input: no child run was started at step "{name}"')
+            if not entry.done:
+                entry = self._park(KIND_CHILD, name, entry.position, None, None, None)
+            if entry.outcome == "ok":
+                return entry.output
+            raise ChildFailed(step=name, child_id=entry.child_id, message=entry.error)
+
+    # Replay -------------------------------------------------------------------
+
+    @contextmanager
+    def _durable_call(self) -> Iterator[None]:
+        if self._connect is None or self.lease_token is None:
+            raise RuntimeError("durable calls need a RunContext handed out by an IntentPoller")
+        with self._mu:
+            if self._busy:
+                raise PermanentError("durable calls of a run must be made one after another: "
+                                     "not inside a step's function, not from several threads")
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._mu:
+                self._busy = False
+
+    def _millis(self, value: Duration, what: str) -> int:
+        try:
+            return to_millis(value, what)
+        except InvalidInputError as e:
+            raise PermanentError(f"invalid input: {e}") from None
+
+    def _stopped_locked(self) -> Optional[BaseException]:
+        """The exception for any durable call after the attempt failed, parked or was stopped."""
+        if self._failure is not None:
+            return self._failure
+        if self._parked:
+            return Parked("run parked")
+        if self.cancelled.is_set() and self.reason is not None:
+            return StoppedError(f"run stopped: {self.reason}", self.reason)
+        return None
+
+    def _reach(self, name: str, kind: str) -> Tuple[int, Optional[_Entry]]:
+        """Take the next position for step ``name`` of ``kind``; return the journal's entry there, if any."""
+        problem = step_name_problem(name)
+        if problem is not None:
+            raise PermanentError(f"invalid input: {problem}")
+        with self._mu:
+            stopped = self._stopped_locked()
+            if stopped is not None:
+                raise stopped
+            pos = self._next
+            if pos >= MAX_STEPS:
+                raise PermanentError(f"invalid input: a run has at most {MAX_STEPS} steps")
+            self._next += 1
+            entry = self._by_pos.get(pos)
+            if entry is not None:
+                if entry.name != name or entry.kind != kind:
+                    raise self._fail_locked(nondeterminism_message(entry.kind, entry.name, pos, kind, name))
+                return pos, entry
+            entry = self._by_name.get(name)
+            if entry is not None:
+                raise self._fail_locked(f'non-deterministic: step "{name}" is recorded at position '
+                                        f"{entry.position}, reached again at position {pos}")
+            return pos, None
+
+    def _fail(self, message: str) -> NonDeterministicError:
+        with self._mu:
+            return self._fail_locked(message)
+
+    def _fail_locked(self, message: str) -> NonDeterministicError:
+        if self._failure is None:
+            self._failure = NonDeterministicError(message)
+        return self._failure
+
+    def _remember(self, entry: _Entry) -> None:
+        with self._mu:
+            self._by_pos[entry.position] = entry
+            self._by_name[entry.name] = entry
+
+    def _signal_step(self, name: str) -> str:
+        with self._mu:
+            n = self._signals.get(name, 0) + 1
+            self._signals[name] = n
+        return name if n == 1 else f"{name}:{n}"
+
+    def _sql(self, query: str, params: tuple) -> tuple:
+        assert self._connect is not None
+        row = self._connect().execute(query, params).fetchone()
+        assert row is not None
+        return row
+
+    def _wait(self, step: str, kind: str, signal: Optional[str], at: Optional[datetime],
+              delay_ms: Optional[int]) -> _Entry:
+        """Reach a sleep or a signal wait: replayed when the journal has it done, else resolved or parked."""
+        pos, entry = self._reach(step, kind)
+        if entry is not None and entry.done:
+            return entry
+        return self._park(kind, step, pos, at, delay_ms, signal)
+
+    def _park(self, kind: str, step: str, pos: int, at: Optional[datetime], delay_ms: Optional[int],
+              signal: Optional[str]) -> _Entry:
+        """Ask the database to resolve or park a wait."""
+        status, outcome, output, error, wake_at, message = self._sql(
+            "select status, outcome, output, error, wake_at, message from workflow.park_run("
+            "%s, %s::uuid, %s::bigint, %s, %s, %s::int, %s::timestamptz, %s::bigint, %s)",
+            (self.worker_id, self.id, self.lease_token, kind, step, pos, at, delay_ms, signal))
+        if status == "resolved":
+            with self._mu:
+                old = self._by_name.get(step)
+            entry = _Entry(name=step, position=pos, kind=kind, outcome=outcome, output=output, error=error,
+                           child_id=old.child_id if old is not None else None)
+            self._remember(entry)
+            return entry
+        if status == "parked":
+            with self._mu:
+                self._parked = True
+            self._cancel(REASON_PARKED)
+            if self._on_park is not None:
+                self._on_park(wake_at)
+            raise Parked(f'{kind} "{step}": run parked')
+        if status == "lease_lost":
+            self._cancel(REASON_LEASE_LOST)
+            raise StoppedError(f'{kind} "{step}": {REASON_LEASE_LOST}', REASON_LEASE_LOST)
+        if status == "nondeterministic":
+            raise self._fail(message)
+        raise PermanentError(f'{kind} "{step}": invalid input: {message}')
+
