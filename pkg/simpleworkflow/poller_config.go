@@ -129,8 +129,8 @@ func (c PollerConfig) validate() error {
 		return fmt.Errorf("%w: worker id must be at most 200 characters", ErrInvalid)
 	}
 	for _, p := range c.TypePrefixes {
-		if p == "" {
-			return fmt.Errorf("%w: type prefixes must not be empty strings (leave the list empty to claim every type)", ErrInvalid)
+		if p == "" || p == "%" {
+			return fmt.Errorf("%w: type prefixes must not be empty or %q (leave the list empty to claim every type)", ErrInvalid, "%")
 		}
 	}
 	return nil

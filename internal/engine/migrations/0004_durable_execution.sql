@@ -168,14 +168,19 @@ language plpgsql as $$
 declare
     v_patterns text[];
 begin
-    if p_worker_id is null or p_worker_id = '' then
-        raise exception 'claim_runs: worker id must not be empty' using errcode = '22023';
+    if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
+        raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
     end if;
-    if p_limit is null or p_limit < 1 then
-        raise exception 'claim_runs: limit must be at least 1, got %', p_limit using errcode = '22023';
+    if p_limit is null or p_limit < 1 or p_limit > 10000 then
+        raise exception 'claim_runs: limit must be between 1 and 10000, got %', p_limit using errcode = '22023';
     end if;
-    if p_lease_ms is null or p_lease_ms < 1000 then
-        raise exception 'claim_runs: lease must be at least 1000 ms, got %', p_lease_ms using errcode = '22023';
+    if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
+        raise exception 'claim_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
+    end if;
+    -- '' and '%' would both mean "every type": say so with an empty list.
+    if exists (select 1 from unnest(p_type_prefixes) p where p is null or p = '' or p = '%') then
+        raise exception 'claim_runs: a type prefix must not be empty or "%%"; pass no prefixes to claim every type'
+            using errcode = '22023';
     end if;
     if cardinality(p_type_prefixes) > 0 then
         select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
@@ -312,8 +317,8 @@ set enable_nestloop = off
 as $$
 #variable_conflict use_column
 begin
-    if p_lease_ms is null or p_lease_ms < 1000 then
-        raise exception 'heartbeat_runs: lease must be at least 1000 ms, got %', p_lease_ms using errcode = '22023';
+    if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
+        raise exception 'heartbeat_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
     end if;
     perform 1 from workflow.expire_deadlines(p_ids, cardinality(p_ids));
     return query

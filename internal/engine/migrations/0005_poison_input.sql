@@ -1,0 +1,37 @@
+-- Poison input must never stop a queue: rows that every claim of their
+-- prefix would trip over are refused when written, and nothing unbounded
+-- goes into a notification.
+
+-- A mirrored run's source names a Kubernetes object: a namespace (63), a name
+-- (253) and a UID. NOT VALID: rows already stored are left alone; every new
+-- or changed row is checked.
+alter table workflow.workflow_run add constraint workflow_run_source_bounded check (
+    char_length(source_namespace) <= 63 and char_length(source_name) <= 253
+    and char_length(source_uid) <= 128) not valid;
+
+-- A pending run always has an attempt left: claiming it increments attempt,
+-- which must stay within max_attempts. Every function keeps this; the
+-- constraint refuses a plain-SQL row that would make every claim fail.
+alter table workflow.workflow_run add constraint workflow_run_pending_has_attempt_left check (
+    status <> 'pending' or attempt < max_attempts) not valid;
+
+-- The notification payload is bounded whatever a stored row holds.
+create or replace function workflow.on_source_run_changed() returns trigger
+language plpgsql as $$
+begin
+    if octet_length(new.source_namespace) + octet_length(new.source_name) < 4000 then
+        perform pg_notify('workflow_run_changed', new.source_namespace || '/' || new.source_name);
+    end if;
+    return null;
+end
+$$;
+
+-- prefix_pattern without backslash literals, so that its meaning does not
+-- depend on the session's standard_conforming_strings (an SQL function's
+-- body is parsed when it runs).
+create or replace function workflow.prefix_pattern(p_prefix text) returns text
+language sql immutable strict parallel safe as $$
+    select replace(replace(replace(
+               case when right(p_prefix, 1) = '%' then left(p_prefix, -1) else p_prefix end,
+               chr(92), chr(92) || chr(92)), '%', chr(92) || '%'), '_', chr(92) || '_') || '%'
+$$;

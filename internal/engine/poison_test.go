@@ -1,0 +1,90 @@
+package engine_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// Issue 10, item 6: a source name of 8,000 characters is refused when
+// written, so no claim of its prefix can trip over its notification.
+func TestOversizedSourceIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, source_namespace, source_name, source_uid)
+        values ('poison.a.v1', 'ns', $1, 'uid')`, strings.Repeat("n", 8000))
+	if err == nil || !strings.Contains(err.Error(), "workflow_run_source_bounded") {
+		t.Fatalf("insert with an 8,000-character source name: %v", err)
+	}
+	_, err = b.eng.CreateRun(b.ctx, engine.CreateParams{Type: "poison.a.v1", Source: &engine.Source{Namespace: "ns", Name: strings.Repeat("n", 254), UID: "u"}})
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "name at most 253") {
+		t.Fatalf("create with a 254-character source name: %v", err)
+	}
+	id := b.create(t, engine.CreateParams{Type: "poison.b.v1", Source: &engine.Source{Namespace: strings.Repeat("s", 63), Name: strings.Repeat("n", 253), UID: "u"}})
+	if got := b.claim(t, "w", []string{"poison."}, 10); len(got) != 1 || got[0].ID != id {
+		t.Fatalf("claim next to bounded sources: %+v", got)
+	}
+}
+
+// Issue 10, item 7: a pending row without an attempt left is refused, so it
+// cannot make every claim of its neighbours fail.
+func TestPendingRowWithoutAttemptsIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, attempt, max_attempts) values ('poison.c.v1', 3, 3)`)
+	if err == nil || !strings.Contains(err.Error(), "workflow_run_pending_has_attempt_left") {
+		t.Fatalf("insert of a pending run with no attempt left: %v", err)
+	}
+	b.create(t, engine.CreateParams{Type: "poison.c.v1"})
+	if got := b.claim(t, "w", []string{"poison."}, 10); len(got) != 1 {
+		t.Fatalf("claimed %d, want the one good run", len(got))
+	}
+}
+
+// Issue 10, item 10: "%" is refused like "", prefixes stay literal whatever
+// standard_conforming_strings says, and worker ids and leases are bounded.
+func TestClaimBoundsAndLiteralPrefixes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.create(t, engine.CreateParams{Type: "a_b.x.v1"})
+	b.create(t, engine.CreateParams{Type: "axb.x.v1"})
+	for _, bad := range []engine.ClaimParams{
+		{WorkerID: "w", TypePrefixes: []string{"%"}, Limit: 1, LeaseDuration: time.Minute},
+		{WorkerID: "w", TypePrefixes: []string{""}, Limit: 1, LeaseDuration: time.Minute},
+		{WorkerID: strings.Repeat("w", 254), Limit: 1, LeaseDuration: time.Minute},
+		{WorkerID: "w", Limit: 1, LeaseDuration: 25 * time.Hour},
+	} {
+		if _, err := b.eng.ClaimRuns(b.ctx, bad); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("claim %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, "set standard_conforming_strings = off"); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	rows, err := conn.Query(b.ctx, `select type from workflow.claim_runs('w', array['a_'], 'go', 10, 60000)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var typ string
+		if err := rows.Scan(&typ); err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, typ)
+	}
+	if rows.Err() != nil || len(types) != 1 || types[0] != "a_b.x.v1" {
+		t.Fatalf("prefix a_ with standard_conforming_strings off claimed %v (%v)", types, rows.Err())
+	}
+	if _, err := conn.Exec(b.ctx, "reset standard_conforming_strings"); err != nil {
+		t.Fatal(err)
+	}
+}
