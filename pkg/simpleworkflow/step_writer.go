@@ -32,8 +32,17 @@ func (s *session) recordStep(ctx context.Context, w engine.StepWrite) (engine.St
 	case <-s.stepsDone:
 		return engine.StepWriteResult{}, ErrShuttingDown
 	}
-	rep := <-req.reply
-	return rep.res, rep.err
+	select {
+	case rep := <-req.reply:
+		return rep.res, rep.err
+	case <-s.stepsDone:
+		select {
+		case rep := <-req.reply:
+			return rep.res, rep.err
+		default:
+			return engine.StepWriteResult{}, ErrShuttingDown
+		}
+	}
 }
 
 // stepLoop writes steps in batches: whatever accumulated while the previous

@@ -138,7 +138,8 @@ def order_handler(counters: Counters) -> Callable[[RunContext], Any]:
 
         reserve = step("reserve", {"reserved": True, "orderId": order_id})
         charge = step("charge", {"charged": amount})
-        if hold_s > 0 and run.wait(hold_s):  # holds the lease, not durably
+        # Holds the lease (not durably) on the first attempt only.
+        if hold_s > 0 and run.attempt == 1 and run.wait(hold_s):
             raise RuntimeError(f"order {order_id}: interrupted: {run.reason}")
         if sleep_s > 0:
             run.sleep("cool-off", sleep_s)
