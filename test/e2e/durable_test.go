@@ -93,11 +93,13 @@ spec:
 		}, 30*time.Second).Should(Equal(simpleworkflow.StatusSucceeded))
 		Expect(run.LeasedBy).To(Equal("py-order-worker"))
 
-		var result map[string]map[string]any
+		var result struct {
+			Reserve, Charge, Ship map[string]any
+		}
 		Expect(json.Unmarshal(run.Result, &result)).To(Succeed())
-		Expect(result["reserve"]["by"]).To(Equal("go"))
-		Expect(result["charge"]["by"]).To(Equal("go"))
-		Expect(result["ship"]["by"]).To(Equal("python"))
+		Expect(result.Reserve["by"]).To(Equal("go"))
+		Expect(result.Charge["by"]).To(Equal("go"))
+		Expect(result.Ship["by"]).To(Equal("python"))
 
 		counts := map[string]int{}
 		rows, err := sdkPool().Query(ctx, "select step, n from public.demo_step_counter where run_id = $1", res.ID)
