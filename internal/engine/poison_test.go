@@ -88,3 +88,68 @@ func TestClaimBoundsAndLiteralPrefixes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Issue 10, item 13: a soft-deleted pending run ends (cancelled, with an
+// event saying why) and retention removes it, freeing its idempotency key.
+func TestSoftDeleteEndsTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.create(t, engine.CreateParams{Type: "soft.a.v1", IdempotencyKey: "soft-1"})
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set deleted_at = now() where id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	r := b.get(t, id)
+	if r.Status != engine.StatusCancelled || r.FinishedAt == nil || r.DeletedAt == nil {
+		t.Fatalf("soft-deleted run %s finished %v deleted %v", r.Status, r.FinishedAt, r.DeletedAt)
+	}
+	evs, err := b.eng.ListEvents(b.ctx, id)
+	if err != nil || evs[len(evs)-1].Type != engine.EventCancelled || !strings.Contains(string(evs[len(evs)-1].Data), `"deleted"`) {
+		t.Fatalf("events %+v %v", evs, err)
+	}
+	// A leased run's worker learns at its next heartbeat.
+	leased := b.create(t, engine.CreateParams{Type: "soft.b.v1"})
+	c := b.claimOne(t, "w", "soft.b.")
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set deleted_at = now() where id = $1", leased); err != nil {
+		t.Fatal(err)
+	}
+	if hb, err := b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{c.Ref()}, time.Minute); err != nil || hb[0].Owned || hb[0].Status != engine.StatusCancelled {
+		t.Fatalf("heartbeat of a soft-deleted run: %+v %v", hb, err)
+	}
+	if n, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 10); err != nil || n != 2 {
+		t.Fatalf("retention deleted %d (%v), want 2", n, err)
+	}
+	again := b.create(t, engine.CreateParams{Type: "soft.a.v1", IdempotencyKey: "soft-1"})
+	if again == id {
+		t.Fatal("the idempotency key still pointed at the removed run")
+	}
+}
+
+// Soft-deleting a parent cancels its unfinished children, and a soft-deleted
+// child still reports its end to its parent.
+func TestSoftDeleteReachesChildrenAndParents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parent := b.create(t, engine.CreateParams{Type: "softp.a.v1"})
+	c := b.claimOne(t, "w", "softp.")
+	kid1, err := b.eng.StartChild(b.ctx, engine.ChildParams{LeaseRef: c.Ref(), WorkerID: "w", Step: "k1", Position: 0, Type: "softk.a.v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid2, err := b.eng.StartChild(b.ctx, engine.ChildParams{LeaseRef: c.Ref(), WorkerID: "w", Step: "k2", Position: 1, Type: "softk.a.v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set deleted_at = now() where id = $1", kid1.ChildID); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := b.eng.ListSteps(b.ctx, parent)
+	if err != nil || steps[0].Outcome != engine.OutcomeError || steps[0].Error != "child run cancelled" {
+		t.Fatalf("parent's entry for a soft-deleted child: %+v %v", steps, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set deleted_at = now() where id = $1", parent); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(t, kid2.ChildID); r.Status != engine.StatusCancelled {
+		t.Fatalf("child of a soft-deleted parent: %s", r.Status)
+	}
+}

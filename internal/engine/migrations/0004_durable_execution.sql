@@ -916,8 +916,10 @@ begin
 end
 $$;
 
+-- Not "update of status": a status changed by another trigger (a soft
+-- delete) counts too; the WHEN clause keeps it free for every other update.
 create trigger workflow_child_finished
-    after update of status on workflow.workflow_run
+    after update on workflow.workflow_run
     for each row
     when (new.parent_id is not null
           and old.status in ('pending', 'leased')
@@ -940,7 +942,7 @@ create index idx_workflow_run_parent
     on workflow.workflow_run (parent_id) where parent_id is not null;
 
 create trigger workflow_parent_ended
-    after update of status on workflow.workflow_run
+    after update on workflow.workflow_run
     for each row
     when (old.status in ('pending', 'leased') and new.status in ('failed', 'cancelled'))
     execute function workflow.on_parent_ended();

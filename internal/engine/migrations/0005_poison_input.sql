@@ -35,3 +35,35 @@ language sql immutable strict parallel safe as $$
                case when right(p_prefix, 1) = '%' then left(p_prefix, -1) else p_prefix end,
                chr(92), chr(92) || chr(92)), '%', chr(92) || '%'), '_', chr(92) || '_') || '%'
 $$;
+
+-- Soft delete ends a run: setting deleted_at on a pending (or parked) or
+-- leased run cancels it, with a 'cancelled' event saying so, so it never
+-- lives for ever; retention then removes it (and frees its idempotency key)
+-- like any finished run. A worker holding it sees the cancellation at once.
+create function workflow.on_run_soft_deleted() returns trigger
+language plpgsql as $$
+begin
+    new.status := 'cancelled';
+    new.finished_at := coalesce(new.finished_at, now());
+    new.lease_until := null;
+    new.wait_kind := null;
+    new.wait_step := null;
+    new.wait_signal := null;
+    new.updated_at := now();
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (new.id, 'cancelled',
+            jsonb_strip_nulls(jsonb_build_object(
+                'previous_status', old.status, 'attempt', old.attempt, 'reason', 'deleted',
+                'parked', old.wait_kind,
+                'worker_id', case when old.status = 'leased' then old.leased_by end)));
+    perform pg_notify('workflow_run_cancelled', new.id::text);
+    return new;
+end
+$$;
+
+create trigger workflow_run_soft_deleted
+    before update of deleted_at on workflow.workflow_run
+    for each row
+    when (old.deleted_at is null and new.deleted_at is not null
+          and old.status in ('pending', 'leased') and new.status in ('pending', 'leased'))
+    execute function workflow.on_run_soft_deleted();
