@@ -387,3 +387,35 @@ func TestStepLimitsFromHandlers(t *testing.T) {
 		t.Fatalf("a limit error was retried: attempt %d", run.Attempt)
 	}
 }
+
+// Issue 10, item 12: a handler that succeeds just after the shutdown grace
+// period (its context already cancelled) is completed, not handed back and
+// run again.
+func TestSuccessAfterTheGracePeriodIsCompleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	started := make(chan struct{})
+	handler := func(ctx context.Context, _ *simpleworkflow.Task) (json.RawMessage, error) {
+		calls.Add(1)
+		close(started)
+		<-ctx.Done()
+		time.Sleep(100 * time.Millisecond) // finishes its work regardless
+		return json.RawMessage(`{"done":true}`), nil
+	}
+	stop := b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"grace."}, ShutdownGracePeriod: 200 * time.Millisecond},
+		map[string]simpleworkflow.HandlerFunc{"grace.a.v1": handler})
+	res, err := b.client.Create(b.ctx, "grace.a.v1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stop()
+	run, err := b.client.Get(b.ctx, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != simpleworkflow.StatusSucceeded || string(run.Result) != `{"done": true}` || calls.Load() != 1 {
+		t.Fatalf("run %s result %s after %d calls, want succeeded once", run.Status, run.Result, calls.Load())
+	}
+}

@@ -279,10 +279,15 @@ func (s *session) claimLoop(ctx context.Context) {
 		}
 		batchWait = false
 		limit := min(free, s.cfg.ClaimBatchSize)
-		claimed, err := s.eng.ClaimRuns(ctx, engine.ClaimParams{
+		// A claim is never cut off by shutdown: once the server has leased
+		// runs, they are started (and finish within the grace period) rather
+		// than left leased until their lease expires.
+		cctx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		claimed, err := s.eng.ClaimRuns(cctx, engine.ClaimParams{
 			WorkerID: s.cfg.WorkerID, TypePrefixes: s.cfg.TypePrefixes, Runtime: s.cfg.Runtime,
 			Limit: limit, LeaseDuration: s.cfg.LeaseDuration,
 		})
+		cancelClaim()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -300,6 +305,9 @@ func (s *session) claimLoop(ctx context.Context) {
 		wait()
 	}
 }
+
+// claimTimeout bounds one claim call.
+const claimTimeout = 30 * time.Second
 
 // claimBatchWait is how long a busy worker waits for more free slots before
 // claiming into the few it has.
@@ -353,7 +361,7 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 		o.kind = outcomeDrop
 	case failure != nil:
 		o.kind, o.err, o.retryable = outcomeFail, failure, false
-	case errors.Is(cause, ErrShuttingDown):
+	case errors.Is(cause, ErrShuttingDown) && (err != nil || !json.Valid(orNull(result))):
 		o.kind = outcomeRelease
 	case err == nil && len(result) > 0 && !json.Valid(result):
 		o.kind, o.err = outcomeFail, fmt.Errorf("handler returned a result that is not valid JSON")
@@ -371,6 +379,14 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 	case s.outcomes <- o:
 	case <-s.abandoned:
 	}
+}
+
+// orNull returns raw, or JSON null when it is empty.
+func orNull(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
 }
 
 // completeLoop writes outcomes in batches: whatever accumulated while the
