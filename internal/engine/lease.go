@@ -22,6 +22,9 @@ type ClaimParams struct {
 	Limit int
 	// LeaseDuration is how long the lease lasts without a heartbeat.
 	LeaseDuration time.Duration
+	// Types, when not empty, narrows the claim to exactly these types (the
+	// ones the worker has handlers for).
+	Types []string
 }
 
 // ClaimedRun is a run leased to the caller.
@@ -43,6 +46,13 @@ type ClaimedRun struct {
 	Journal []JournalEntry
 }
 
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
 // Ref returns the lease reference that guards this attempt's writes.
 func (c ClaimedRun) Ref() LeaseRef {
 	return LeaseRef{ID: c.ID, Token: c.LeaseToken, Attempt: c.Attempt}
@@ -61,6 +71,7 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 		"runtime":       nullIfEmpty(p.Runtime),
 		"limit":         p.Limit,
 		"lease_ms":      p.LeaseDuration.Milliseconds(),
+		"types":         nilIfEmpty(p.Types),
 	})
 	if err != nil {
 		return nil, translate("claim runs", err)

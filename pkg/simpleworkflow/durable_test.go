@@ -419,3 +419,35 @@ func TestSuccessAfterTheGracePeriodIsCompleted(t *testing.T) {
 		t.Fatalf("run %s result %s after %d calls, want succeeded once", run.Status, run.Result, calls.Load())
 	}
 }
+
+// Issue 10, item 11: a worker claims only the types it has handlers for, so
+// a v2 reaching an old worker during a rolling deploy waits for a new one
+// instead of burning its attempts on "no handler".
+func TestWorkerClaimsOnlyHandledTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	noop := func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { return nil, nil }
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"roll."}}, map[string]simpleworkflow.HandlerFunc{"roll.job.v1": noop})
+	v2, err := b.client.Create(b.ctx, "roll.job.v2", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := b.client.Create(b.ctx, "roll.job.v1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, v1.ID, simpleworkflow.StatusSucceeded, 10*time.Second)
+	if r, _ := b.client.Get(b.ctx, v2.ID); r.Status != simpleworkflow.StatusPending || r.Attempt != 0 {
+		t.Fatalf("the unhandled v2 run is %s at attempt %d, want untouched", r.Status, r.Attempt)
+	}
+	// The new worker, with the v2 handler, takes it.
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"roll."}}, map[string]simpleworkflow.HandlerFunc{"roll.job.v2": noop})
+	b.waitStatus(t, v2.ID, simpleworkflow.StatusSucceeded, 10*time.Second)
+	p, err := simpleworkflow.NewPoller(b.client, simpleworkflow.PollerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(b.ctx); !errors.Is(err, simpleworkflow.ErrInvalid) {
+		t.Fatalf("a poller without handlers ran: %v", err)
+	}
+}

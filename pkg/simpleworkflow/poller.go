@@ -67,6 +67,10 @@ func (p *Poller) Run(ctx context.Context) error {
 		p.mu.Unlock()
 		return errors.New("poller: Run called twice")
 	}
+	if len(p.handlers) == 0 {
+		p.mu.Unlock()
+		return fmt.Errorf("poller: %w: no handlers registered (a worker claims only the types it has handlers for)", ErrInvalid)
+	}
 	p.running = true
 	handlers := make(map[string]HandlerFunc, len(p.handlers))
 	for k, v := range p.handlers {
@@ -118,6 +122,8 @@ type session struct {
 	log      *slog.Logger
 	handlers map[string]HandlerFunc
 	prefixes []string
+	// types are the handled types: the only ones claimed.
+	types []string
 
 	mu     sync.Mutex
 	active map[string]*activeRun
@@ -139,7 +145,12 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 	for i, pre := range p.cfg.TypePrefixes {
 		prefixes[i] = strings.TrimSuffix(pre, "%")
 	}
+	types := make([]string, 0, len(handlers))
+	for t := range handlers {
+		types = append(types, t)
+	}
 	return &session{
+		types:     types,
 		eng:       p.client.eng,
 		cfg:       p.cfg,
 		log:       p.cfg.Logger.With("worker_id", p.cfg.WorkerID),
@@ -285,7 +296,7 @@ func (s *session) claimLoop(ctx context.Context) {
 		cctx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 		claimed, err := s.eng.ClaimRuns(cctx, engine.ClaimParams{
 			WorkerID: s.cfg.WorkerID, TypePrefixes: s.cfg.TypePrefixes, Runtime: s.cfg.Runtime,
-			Limit: limit, LeaseDuration: s.cfg.LeaseDuration,
+			Limit: limit, LeaseDuration: s.cfg.LeaseDuration, Types: s.types,
 		})
 		cancelClaim()
 		if err != nil {

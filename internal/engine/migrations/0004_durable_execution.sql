@@ -155,11 +155,14 @@ drop function workflow.release_runs(text, uuid[], integer[]);
 -- then age order. Types registered as disabled, or for a runtime other than
 -- p_runtime, are skipped, and so are runs past their deadline. Each claimed
 -- run gets its attempt incremented, a new lease token and a 'leased' and a
--- 'started' event. A parked run whose time came is the timer's business: its
+-- 'started' event. With p_types, only those exact types are claimed: a worker
+-- names the types it has handlers for, so a type it cannot run (a v2 reaching
+-- an old worker during a rolling deploy) stays pending for one that can. A parked run whose time came is the timer's business: its
 -- sleep is recorded as done (or its wait as timed out) before it is handed
 -- out, with a 'woken' event. Each run comes with its journal.
 create function workflow.claim_runs(
-    p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint)
+    p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint,
+    p_types text[] default null)
 returns table (id uuid, type text, payload jsonb, attempt integer, max_attempts integer,
                lease_until timestamptz, created_at timestamptz, lease_token bigint,
                deadline_at timestamptz, journal jsonb)
@@ -195,6 +198,7 @@ begin
           and r.run_at <= now()
           and (r.deadline_at is null or r.deadline_at > now())
           and (v_patterns is null or r.type like any (v_patterns))
+          and (p_types is null or r.type = any (p_types))
           and not exists (
               select 1 from workflow.workflow_registry g
               where g.workflow_name = r.type

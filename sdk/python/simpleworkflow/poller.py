@@ -154,8 +154,10 @@ class IntentPoller:
             try:
                 rows = conn.execute(
                     "select id::text, type, payload, attempt, max_attempts, lease_token, deadline_at, journal "
-                    "from workflow.claim_runs(%s, %s, %s, %s, %s)",
-                    (self.worker_id, self.type_prefixes, self.runtime, free, lease_ms),
+                    "from workflow.claim_runs(%s, %s, %s, %s, %s, %s)",
+                    # Only the types this worker has handlers for.
+                    (self.worker_id, self.type_prefixes, self.runtime, free, lease_ms,
+                     sorted(self._handlers) or None),
                 ).fetchall()
             except psycopg.OperationalError as e:
                 log.error(json.dumps({"msg": "Claim failed; reconnecting", "error": str(e)}))

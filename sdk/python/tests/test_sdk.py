@@ -59,6 +59,16 @@ class PollerTest(InboxTest):
         self.assertEqual(run.leased_by, "py-1")
         self.assertEqual(self.trail(res.id), ["created", "leased", "started", "succeeded"])
 
+    def test_claims_only_the_types_it_has_handlers_for(self):
+        # Issue 10, item 11: a v2 run reaching an old worker is not claimed.
+        poller, _, _ = self.start_poller(type_prefixes=["pyroll."], worker_id="py-roll")
+        poller.handle("pyroll.job.v1", lambda run: None)
+        v2 = self.client.create("pyroll.job.v2", {})
+        v1 = self.client.create("pyroll.job.v1", {})
+        wait_for(lambda: self.client.get(v1.id).status == "succeeded", what="the handled run")
+        run = self.client.get(v2.id)
+        self.assertEqual((run.status, run.attempt), ("pending", 0))
+
     def test_retries_then_fails_for_good(self):
         poller, _, _ = self.start_poller(type_prefixes=["py."])
 
