@@ -153,3 +153,37 @@ func TestSoftDeleteReachesChildrenAndParents(t *testing.T) {
 		t.Fatalf("child of a soft-deleted parent: %s", r.Status)
 	}
 }
+
+// Issue 10, item 8 (the database's part): a retry delay that would overflow
+// an interval is capped, so it cannot fail a batch of outcomes.
+func TestRetryDelayCannotOverflow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var years float64
+	if err := b.pool.QueryRow(b.ctx, `select extract(epoch from workflow.retry_delay(1000, interval '100000 years', null, 0.9)) / 31536000`).Scan(&years); err != nil {
+		t.Fatalf("huge delay: %v", err)
+	}
+	if years > 100.01 || years < 99 {
+		t.Fatalf("delay of %.2f years, want the 100-year cap", years)
+	}
+	var id string
+	if err := b.pool.QueryRow(b.ctx, `insert into workflow.workflow_run (type, attempt, max_attempts, retry_base_delay)
+        values ('huge.a.v1', 499, 1000, interval '1000000 years') returning id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	ok := b.create(t, engine.CreateParams{Type: "huge.b.v1"})
+	var refs []engine.Failure
+	for _, c := range b.claim(t, "w", []string{"huge."}, 10) {
+		refs = append(refs, engine.Failure{LeaseRef: c.Ref(), Error: "again", Retryable: true})
+	}
+	res, err := b.eng.FailRuns(b.ctx, "w", refs)
+	if err != nil || len(res) != 2 {
+		t.Fatalf("batch with a huge delay: %+v %v", res, err)
+	}
+	if r := b.get(t, id); r.Status != engine.StatusPending || r.RunAt.Before(time.Now().Add(50*365*24*time.Hour)) {
+		t.Fatalf("huge-delay run %s at %s", r.Status, r.RunAt)
+	}
+	if r := b.get(t, ok); r.Status != engine.StatusPending {
+		t.Fatalf("neighbour %s", r.Status)
+	}
+}

@@ -451,3 +451,54 @@ func TestWorkerClaimsOnlyHandledTypes(t *testing.T) {
 		t.Fatalf("a poller without handlers ran: %v", err)
 	}
 }
+
+// Issue 10, item 8: a result Postgres cannot store (\u0000) and an error text
+// with NUL bytes and invalid UTF-8 no longer fail the whole batch of
+// outcomes: the bad result fails its own run for good, saying why; the
+// error text is cleaned (and says so); the neighbours are recorded.
+func TestPoisonOutcomesAffectOnlyTheirRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	var arrived sync.WaitGroup
+	arrived.Add(3)
+	wait := func() { arrived.Done(); <-release }
+	handlers := map[string]simpleworkflow.HandlerFunc{
+		"poison.nulresult.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) {
+			wait()
+			return json.RawMessage(`{"s":"a\u0000b"}`), nil
+		},
+		"poison.nulerror.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) {
+			wait()
+			return nil, simpleworkflow.Permanent(errors.New("bad\x00byte and \xff\xfe"))
+		},
+		"poison.fine.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) {
+			wait()
+			return json.RawMessage(`{"ok":true}`), nil
+		},
+	}
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"poison."}, Concurrency: 3}, handlers)
+	ids := map[string]string{}
+	for _, typ := range []string{"poison.nulresult.v1", "poison.nulerror.v1", "poison.fine.v1"} {
+		res, err := b.client.Create(b.ctx, typ, nil, &simpleworkflow.CreateOptions{MaxAttempts: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[typ] = res.ID
+	}
+	arrived.Wait()
+	close(release) // all three return at once: one batch of outcomes
+	fine := b.waitStatus(t, ids["poison.fine.v1"], simpleworkflow.StatusSucceeded, 10*time.Second)
+	if string(fine.Result) != `{"ok": true}` {
+		t.Fatalf("neighbour result %s", fine.Result)
+	}
+	bad := b.waitStatus(t, ids["poison.nulresult.v1"], simpleworkflow.StatusFailed, 10*time.Second)
+	if bad.Attempt != 1 || !strings.Contains(bad.LastError, "result could not be stored") {
+		t.Fatalf("NUL result: attempt %d, error %q", bad.Attempt, bad.LastError)
+	}
+	nul := b.waitStatus(t, ids["poison.nulerror.v1"], simpleworkflow.StatusFailed, 10*time.Second)
+	if !strings.HasPrefix(nul.LastError, "badbyte and \uFFFD") ||
+		!strings.HasSuffix(nul.LastError, "[cleaned: NUL bytes removed, invalid UTF-8 replaced]") {
+		t.Fatalf("cleaned error %q: want the text without NUL, invalid bytes replaced, saying so", nul.LastError)
+	}
+}

@@ -465,9 +465,13 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		byID[o.run.ref.ID] = o
 	}
 	if len(completions) > 0 {
-		done, err := withRetry(ctx, func(ctx context.Context) ([]string, error) {
-			return s.eng.CompleteRuns(ctx, s.cfg.WorkerID, completions)
-		})
+		done, unstorable, err := s.writeCompletions(ctx, completions)
+		for _, f := range unstorable {
+			o := byID[f.ID]
+			o.kind, o.err, o.retryable = outcomeFail, errors.New(f.Error), false
+			byID[f.ID] = o
+			failures = append(failures, f)
+		}
 		if err != nil {
 			s.log.Error("Recording results failed; the runs will be retried after their lease expires", "error", err, "runs", len(completions))
 		}
@@ -478,15 +482,13 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 			s.log.Info("Run succeeded", "run_id", id, "type", o.run.typ, "attempt", o.run.ref.Attempt)
 		}
 		for _, c := range completions {
-			if !ok[c.ID] && err == nil {
+			if !ok[c.ID] && err == nil && byID[c.ID].kind == outcomeComplete {
 				s.log.Warn("Run result discarded: the lease was no longer held", "run_id", c.ID, "attempt", c.Attempt)
 			}
 		}
 	}
 	if len(failures) > 0 {
-		res, err := withRetry(ctx, func(ctx context.Context) ([]engine.FailResult, error) {
-			return s.eng.FailRuns(ctx, s.cfg.WorkerID, failures)
-		})
+		res, err := s.writeFailures(ctx, failures)
 		if err != nil {
 			s.log.Error("Recording failures failed; the runs will be retried after their lease expires", "error", err, "runs", len(failures))
 		}
@@ -522,7 +524,8 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 	signal(s.freed)
 }
 
-// withRetry calls f until it succeeds, ctx ends, or five attempts failed.
+// withRetry calls f until it succeeds, ctx ends, five attempts failed, or f
+// reports invalid input (which a retry cannot fix).
 func withRetry[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	var (
 		out T
@@ -533,7 +536,7 @@ func withRetry[T any](ctx context.Context, f func(context.Context) (T, error)) (
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		out, err = f(cctx)
 		cancel()
-		if err == nil || ctx.Err() != nil || i == 4 {
+		if err == nil || ctx.Err() != nil || i == 4 || errors.Is(err, ErrInvalid) {
 			return out, err
 		}
 		select {

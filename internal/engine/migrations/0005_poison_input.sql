@@ -67,3 +67,19 @@ create trigger workflow_run_soft_deleted
     when (old.deleted_at is null and new.deleted_at is not null
           and old.status in ('pending', 'leased') and new.status in ('pending', 'leased'))
     execute function workflow.on_run_soft_deleted();
+
+-- retry_delay in seconds as double precision, capped at 100 years: a huge
+-- base delay or attempt count can no longer overflow an interval and fail a
+-- whole batch of outcomes.
+create or replace function workflow.retry_delay(
+    p_attempt integer, p_base interval, p_max interval, p_jitter double precision)
+returns interval
+language sql immutable parallel safe as $$
+    select make_interval(secs => least(
+               s.d,
+               coalesce(extract(epoch from p_max)::double precision, s.d),
+               3153600000::double precision))
+    from (select extract(epoch from coalesce(p_base, interval '1 minute'))::double precision
+                 * p_attempt::double precision * p_attempt::double precision
+                 * (1 + 0.1 * greatest(0, least(p_jitter, 1))) as d) s
+$$;

@@ -33,6 +33,15 @@ def _literal_prefix(prefix: str) -> str:
     return prefix[:-1] if prefix.endswith("%") else prefix
 
 
+_CLEANED_NOTE = " [cleaned: NUL bytes removed, invalid UTF-8 replaced]"
+
+
+def _clean_text(s: str) -> str:
+    """Return s as Postgres text can hold it (no NUL, no lone surrogates), saying so when it changed."""
+    cleaned = s.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    return s if cleaned == s else cleaned + _CLEANED_NOTE
+
+
 class IntentPoller:
     """Claims runs whose type starts with one of ``type_prefixes`` and runs their handlers.
 
@@ -238,21 +247,31 @@ class IntentPoller:
         if failure is not None:
             # Non-determinism fails the run for good, whatever the handler did.
             error = failure
-        elif ctx.reason == REASON_SHUTDOWN:
+        elif ctx.reason == REASON_SHUTDOWN and error is not None:
+            # A handler that still succeeded after the grace period is
+            # completed below, not handed back and run again.
             conn.execute("select workflow.release_runs(%s, %s::uuid[], %s::bigint[])",
                          (self.worker_id, [ctx.id], [ctx.lease_token]))
             log.info(json.dumps({"msg": "Run handed back", "reason": ctx.reason, **base}))
             return
-        if error is None:
-            rows = conn.execute("select id from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])",
-                                (self.worker_id, [ctx.id], [ctx.lease_token], [json.dumps(result)])).fetchall()
-            if rows:
-                log.info(json.dumps({"msg": "Run succeeded", **base}))
-            else:
-                log.warning(json.dumps({"msg": "Run result discarded: the lease was no longer held", **base}))
-            return
-        message = str(error) or type(error).__name__
         retryable = not isinstance(error, PermanentError)
+        if error is None:
+            try:
+                rows = conn.execute(
+                    "select id from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])",
+                    (self.worker_id, [ctx.id], [ctx.lease_token], [json.dumps(result)])).fetchall()
+            except psycopg.DataError as e:
+                # A result Postgres cannot store (such as one holding \u0000)
+                # fails this run for good, saying why, instead of leaving it
+                # leased to be executed again.
+                error, retryable = PermanentError(f"the handler's result could not be stored: {e}"), False
+            else:
+                if rows:
+                    log.info(json.dumps({"msg": "Run succeeded", **base}))
+                else:
+                    log.warning(json.dumps({"msg": "Run result discarded: the lease was no longer held", **base}))
+                return
+        message = _clean_text(str(error) or type(error).__name__)
         rows = conn.execute("select status, run_at from workflow.fail_runs(%s, %s::uuid[], %s::bigint[], %s, %s)",
                             (self.worker_id, [ctx.id], [ctx.lease_token], [message], [retryable])).fetchall()
         for status, run_at in rows:

@@ -119,7 +119,8 @@ class PollerTest(InboxTest):
 
         def long(run):
             started.set()
-            run.wait(60)
+            if run.wait(60):
+                raise RuntimeError(f"interrupted: {run.reason}")
 
         poller.handle("py.long.v1", long)
         res = self.client.create("py.long.v1", {})
@@ -128,6 +129,47 @@ class PollerTest(InboxTest):
         run = self.client.get(res.id)
         self.assertEqual((run.status, run.attempt), ("pending", 0))
         self.assertEqual(self.client.events(res.id)[-1].data.get("reason"), "released")
+
+    def test_success_after_the_grace_period_is_completed(self):
+        # Issue 10, item 12: finished work is recorded, not handed back and redone.
+        poller, thread, stop = self.start_poller(type_prefixes=["py."], shutdown_grace_period=0.2)
+        started = threading.Event()
+        calls = []
+
+        def stubborn(run):
+            calls.append(run.attempt)
+            started.set()
+            run.wait(60)
+            time.sleep(0.1)  # finishes its work regardless
+            return {"done": True}
+
+        poller.handle("py.stubborn.v1", stubborn)
+        res = self.client.create("py.stubborn.v1", {})
+        self.assertTrue(started.wait(10))
+        stop()
+        run = self.client.get(res.id)
+        self.assertEqual((run.status, run.result, calls), ("succeeded", {"done": True}, [1]))
+
+    def test_poison_outcomes_affect_only_their_run(self):
+        # Issue 10, item 8: a result Postgres cannot store fails its run for
+        # good; an error text with NUL is cleaned and says so.
+        poller, _, _ = self.start_poller(type_prefixes=["pypoison."])
+        poller.handle("pypoison.result.v1", lambda run: {"s": "a\u0000b"})
+
+        def nul_error(run):
+            raise PermanentError("bad\x00byte")
+
+        poller.handle("pypoison.error.v1", nul_error)
+        poller.handle("pypoison.fine.v1", lambda run: {"ok": True})
+        bad = self.client.create("pypoison.result.v1", {})
+        nul = self.client.create("pypoison.error.v1", {})
+        fine = self.client.create("pypoison.fine.v1", {})
+        self.assertEqual(self.wait_status(fine.id, "succeeded").result, {"ok": True})
+        run = self.wait_status(bad.id, "failed")
+        self.assertEqual(run.attempt, 1)
+        self.assertIn("result could not be stored", run.last_error)
+        run = self.wait_status(nul.id, "failed")
+        self.assertEqual(run.last_error, "badbyte [cleaned: NUL bytes removed, invalid UTF-8 replaced]")
 
     def test_runtime_routing_follows_the_registry(self):
         with psycopg.connect(self.url, autocommit=True) as conn:
