@@ -187,3 +187,25 @@ func TestRetryDelayCannotOverflow(t *testing.T) {
 		t.Fatalf("neighbour %s", r.Status)
 	}
 }
+
+// Issue 10, item 16 (heartbeats): a long run's trail keeps the first
+// heartbeat of an attempt and every tenth, each saying how many there were.
+func TestHeartbeatEventsAreSampled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.create(t, engine.CreateParams{Type: "hb.a.v1"})
+	c := b.claimOne(t, "w", "hb.")
+	for range 25 {
+		if hb, err := b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{c.Ref()}, time.Minute); err != nil || !hb[0].Owned {
+			t.Fatalf("heartbeat: %+v %v", hb, err)
+		}
+	}
+	var counts []int
+	if err := b.pool.QueryRow(b.ctx, `select coalesce(array_agg((data->>'heartbeats')::int order by id), '{}')
+        from workflow.workflow_event where workflow_id = $1 and event_type = 'heartbeat'`, id).Scan(&counts); err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != 3 || counts[0] != 1 || counts[1] != 10 || counts[2] != 20 {
+		t.Fatalf("heartbeat events %v, want [1 10 20]", counts)
+	}
+}

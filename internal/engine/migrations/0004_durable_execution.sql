@@ -20,6 +20,9 @@ create sequence workflow.lease_token_seq as bigint;
 
 alter table workflow.workflow_run
     add column lease_token bigint,
+    -- Heartbeats of the current attempt; the audit trail keeps the first and
+    -- every tenth, so a long run's trail stays bounded.
+    add column heartbeat_count integer not null default 0,
     -- Child runs: the parent and the parent's step that started them.
     add column parent_id   uuid,
     add column parent_step text,
@@ -213,6 +216,7 @@ begin
             leased_by   = p_worker_id,
             lease_until = now() + p_lease_ms * interval '1 millisecond',
             lease_token = nextval('workflow.lease_token_seq'),
+            heartbeat_count = 0,
             wait_kind   = null,
             wait_step   = null,
             wait_signal = null,
@@ -331,6 +335,7 @@ begin
     ), extended as (
         update workflow.workflow_run r
         set lease_until = now() + p_lease_ms * interval '1 millisecond',
+            heartbeat_count = r.heartbeat_count + 1,
             updated_at  = now()
         from req
         where r.id = any (p_ids)
@@ -338,14 +343,16 @@ begin
           and r.status = 'leased'
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
-        returning r.id, r.attempt, r.lease_until
+        returning r.id, r.attempt, r.lease_until, r.heartbeat_count
     ), events as (
+        -- The first heartbeat of an attempt and every tenth are kept.
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select e.id, 'heartbeat',
                jsonb_build_object('worker_id', p_worker_id, 'attempt', e.attempt,
-                                  'lease_until', e.lease_until,
+                                  'lease_until', e.lease_until, 'heartbeats', e.heartbeat_count,
                                   'extended_by_seconds', p_lease_ms::double precision / 1000)
         from extended e
+        where e.heartbeat_count = 1 or e.heartbeat_count % 10 = 0
     )
     select req.id, coalesce(cur.status, 'missing'), (x.id is not null),
            coalesce(cur.status = 'failed' and cur.last_error = 'deadline exceeded', false)
