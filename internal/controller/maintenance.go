@@ -61,6 +61,15 @@ func (m *Maintenance) Start(ctx context.Context) error {
 					break
 				}
 			}
+			// Runs past their deadline fail wherever they are (pending,
+			// parked or leased); workers do this too.
+			expired, err := m.Engine.ExpireDeadlines(ctx, 1000)
+			if err != nil && ctx.Err() == nil {
+				m.Log.Error(err, "Expiring deadlines failed")
+			}
+			for _, id := range expired {
+				m.Log.Info("Run failed: deadline exceeded", "runID", id)
+			}
 		case <-retain.C:
 			if m.Retention <= 0 {
 				continue
