@@ -200,7 +200,9 @@ spec:
 		Eventually(follower.Running, 30*time.Second).Should(BeZero())
 		AddReportEntry("burst: back to zero after", time.Since(start).String())
 		events := mustKubectl("get", "events", "-n", "e2e-scale", "--field-selector", "reason=Scaled")
-		Expect(events).To(ContainSubstring("scaled burst-worker from 0 to 4"))
+		// The 200 runs are inserted one by one: on a busy machine the pool may
+		// go 0 → n → 4 as the burst arrives.
+		Expect(events).To(MatchRegexp(`scaled burst-worker from [0-3] to 4`))
 		Expect(events).To(ContainSubstring("scaled burst-worker from 4 to 0"))
 	})
 
