@@ -15,6 +15,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.retryPolicy) == has(oldSelf.retryPolicy) && (!has(self.retryPolicy) || self.retryPolicy == oldSelf.retryPolicy)",message="spec.retryPolicy is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished is immutable"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.cancel) && oldSelf.cancel) || (has(self.cancel) && self.cancel)",message="spec.cancel can only change from false to true"
+// +kubebuilder:validation:XValidation:rule="has(self.deadline) == has(oldSelf.deadline) && (!has(self.deadline) || duration(self.deadline) == duration(oldSelf.deadline))",message="spec.deadline is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.signals) || size(oldSelf.signals) == 0 || has(self.signals)",message="spec.signals is append-only: entries cannot be removed"
 type WorkflowRunSpec struct {
 	// Type is the versioned workflow type, dot-separated lowercase segments
 	// ending in a version, such as content.thumbnail.v1. Workers claim runs
@@ -73,6 +75,39 @@ type WorkflowRunSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=31536000
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// Deadline fails the run ("deadline exceeded") this long after it was
+	// recorded in the inbox, wherever it is by then: waiting, running or
+	// parked. A duration such as 30m or 2h, from 1s to 8760h (a year).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="spec.deadline must be a duration between 1s and 8760h, such as 30m"
+	Deadline *metav1.Duration `json:"deadline,omitempty"`
+
+	// Signals are sent to the run, each once, in order. The list is
+	// append-only: add an entry to send a signal (kubectl patch --type=json
+	// with the path /spec/signals/-); entries cannot change or be removed.
+	// A signal is buffered until the run waits for its name. At most 100.
+	// +optional
+	// +kubebuilder:default={}
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:XValidation:rule="size(self) >= size(oldSelf) && oldSelf.all(i, s, self[i] == s)",message="spec.signals is append-only: existing entries cannot change or be removed"
+	Signals []WorkflowSignal `json:"signals,omitempty"`
+}
+
+// WorkflowSignal is a signal sent to the run: a name a wait in the workflow
+// matches, and an optional payload the wait returns.
+type WorkflowSignal struct {
+	// Name is the signal name: 1 to 128 letters, digits and . _ : -
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9._:-]+$')",message="signal name must be 1 to 128 characters of letters, digits and . _ : -"
+	Name string `json:"name"`
+	// Payload is any JSON value, handed to the wait that takes the signal.
+	// +optional
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Payload *apiextensionsv1.JSON `json:"payload,omitempty"`
 }
 
 // RetryPolicy is a run's own backoff: the delay before attempt n+1 is
@@ -92,7 +127,7 @@ type RetryPolicy struct {
 }
 
 // WorkflowRunPhase summarises where a run is.
-// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Cancelled
+// +kubebuilder:validation:Enum=Pending;Running;Waiting;Succeeded;Failed;Cancelled
 type WorkflowRunPhase string
 
 // The phases of a WorkflowRun.
@@ -101,6 +136,9 @@ const (
 	PhasePending WorkflowRunPhase = "Pending"
 	// PhaseRunning: leased by a worker.
 	PhaseRunning WorkflowRunPhase = "Running"
+	// PhaseWaiting: parked at a durable sleep, a wait for a signal or a wait
+	// for a child run; no worker holds it (status.waitingFor says what for).
+	PhaseWaiting WorkflowRunPhase = "Waiting"
 	// PhaseSucceeded: finished successfully.
 	PhaseSucceeded WorkflowRunPhase = "Succeeded"
 	// PhaseFailed: failed for good.
@@ -116,7 +154,7 @@ func (p WorkflowRunPhase) Finished() bool {
 
 // WorkflowRunStatus mirrors the run's row in the inbox.
 type WorkflowRunStatus struct {
-	// Phase is Pending, Running, Succeeded, Failed or Cancelled.
+	// Phase is Pending, Running, Waiting, Succeeded, Failed or Cancelled.
 	// +optional
 	Phase WorkflowRunPhase `json:"phase,omitempty"`
 	// RunID is the id of the run in the inbox.
@@ -149,6 +187,31 @@ type WorkflowRunStatus struct {
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:pruning:PreserveUnknownFields
 	Result *apiextensionsv1.JSON `json:"result,omitempty"`
+	// DeadlineAt is when the run fails with "deadline exceeded" (from
+	// spec.deadline, or its parent's).
+	// +optional
+	DeadlineAt *metav1.Time `json:"deadlineAt,omitempty"`
+	// WaitingFor says what the run waits for while its phase is Waiting.
+	// +optional
+	WaitingFor *WaitingFor `json:"waitingFor,omitempty"`
+	// StepsDone counts the run's journal entries that finished: steps,
+	// sleeps, signals received and children ended.
+	// +optional
+	StepsDone int32 `json:"stepsDone,omitempty"`
+	// LastStep is the name of the journal entry that finished last.
+	// +optional
+	LastStep string `json:"lastStep,omitempty"`
+	// Children are the run's first 20 child runs, oldest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	Children []ChildRunStatus `json:"children,omitempty"`
+	// ChildrenTotal counts all of the run's child runs.
+	// +optional
+	ChildrenTotal int32 `json:"childrenTotal,omitempty"`
+	// SignalsSent is how many entries of spec.signals were handled: sent
+	// to the run, or refused (the SignalsSent condition says why).
+	// +optional
+	SignalsSent int32 `json:"signalsSent,omitempty"`
 	// ObservedGeneration is the generation last mirrored.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -156,12 +219,41 @@ type WorkflowRunStatus struct {
 	// +optional
 	LastEventID int64 `json:"lastEventID,omitempty"`
 	// Conditions: Accepted (the run is in the inbox), Finished (with reason
-	// Succeeded, Failed or Cancelled), Blocked (its type is disabled) and
-	// ResultTruncated.
+	// Succeeded, Failed or Cancelled), Blocked (its type is disabled),
+	// ResultTruncated and SignalsSent (false once a signal was refused).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WaitingFor is what a parked run waits for.
+type WaitingFor struct {
+	// Kind is sleep, signal or child.
+	// +kubebuilder:validation:Enum=sleep;signal;child
+	Kind string `json:"kind"`
+	// Step is the journal entry the wait fills in.
+	// +optional
+	Step string `json:"step,omitempty"`
+	// Signal is the signal name waited for (kind signal).
+	// +optional
+	Signal string `json:"signal,omitempty"`
+	// Until is when the wait ends by itself: a sleep's end, or a wait's
+	// timeout. Absent for a wait without a timeout.
+	// +optional
+	Until *metav1.Time `json:"until,omitempty"`
+}
+
+// ChildRunStatus summarises one child run.
+type ChildRunStatus struct {
+	// Step is the parent's step that started the child.
+	Step string `json:"step"`
+	// RunID is the child's id in the inbox.
+	RunID string `json:"runID"`
+	// Type is the child's workflow type.
+	Type string `json:"type"`
+	// Phase is the child's phase.
+	Phase WorkflowRunPhase `json:"phase"`
 }
 
 // +kubebuilder:object:root=true
@@ -170,7 +262,9 @@ type WorkflowRunStatus struct {
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Attempts",type=string,JSONPath=`.status.attempts`
+// +kubebuilder:printcolumn:name="Steps",type=integer,JSONPath=`.status.stepsDone`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Last-Step",type=string,JSONPath=`.status.lastStep`,priority=1
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.status.leasedBy`,priority=1
 // +kubebuilder:printcolumn:name="Run-ID",type=string,JSONPath=`.status.runID`,priority=1
 

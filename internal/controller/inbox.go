@@ -14,6 +14,10 @@ type Inbox interface {
 	FindRunByIdempotencyKey(ctx context.Context, key string) (string, error)
 	CancelRun(ctx context.Context, id string) (bool, error)
 	ListEventsAfter(ctx context.Context, runID string, afterID int64) ([]engine.Event, error)
+	SendSignal(ctx context.Context, p engine.SignalParams) (engine.SignalResult, error)
+	ListSignals(ctx context.Context, runID string) ([]engine.Signal, error)
+	SummarizeSteps(ctx context.Context, runID string) (engine.StepSummary, error)
+	ListChildren(ctx context.Context, parentID string, limit int) ([]engine.ChildRun, error)
 	GetRegistryEntry(ctx context.Context, name string) (engine.RegistryEntry, error)
 	UpsertRegistryEntry(ctx context.Context, r engine.RegistryEntry) error
 	DeleteRegistryEntry(ctx context.Context, name, ownerNamespace, ownerName string) (bool, error)

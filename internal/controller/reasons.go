@@ -13,6 +13,9 @@ const (
 	ConditionBlocked = "Blocked"
 	// ConditionResultTruncated: the result is too large for the status.
 	ConditionResultTruncated = "ResultTruncated"
+	// ConditionSignalsSent: every entry of spec.signals was sent to the run
+	// (false once one was refused; the message says which and why).
+	ConditionSignalsSent = "SignalsSent"
 )
 
 // Condition type of WorkflowRegistry.
@@ -40,6 +43,12 @@ const (
 	ReasonRegistered        = "Registered"
 	ReasonConflict          = "Conflict"
 	ReasonCancelledOnDelete = "CancelledOnDelete"
+	ReasonWaiting           = "Waiting"
+	ReasonWoken             = "Woken"
+	ReasonSignalReceived    = "SignalReceived"
+	ReasonSignalRejected    = "SignalRejected"
+	ReasonSent              = "Sent"
+	ReasonRunFinished       = "RunFinished"
 )
 
 // Status limits.
@@ -48,4 +57,6 @@ const (
 	MaxResultBytes = 16 * 1024
 	// MaxLastErrorBytes is the length status.lastError is truncated to.
 	MaxLastErrorBytes = 1024
+	// MaxChildrenInStatus is how many child runs status.children lists.
+	MaxChildrenInStatus = 20
 )

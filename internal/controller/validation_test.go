@@ -1,12 +1,14 @@
 package controller_test
 
 import (
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -61,6 +63,46 @@ var _ = Describe("Admission validation", func() {
 		}, "retryPolicy.maxDelay must be at least retryPolicy.baseDelay"),
 		Entry("negative TTL", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.TTLSecondsAfterFinished = int32p(-5) },
 			"spec.ttlSecondsAfterFinished"),
+		Entry("zero deadline", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("0s") },
+			"spec.deadline must be a duration between 1s and 8760h"),
+		Entry("negative deadline", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("-5m") },
+			"spec.deadline must be a duration between 1s and 8760h"),
+		Entry("deadline too long", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("9000h") },
+			"spec.deadline must be a duration between 1s and 8760h"),
+		Entry("signal name with a space", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Signals = []workflowv1alpha1.WorkflowSignal{{Name: "approve"}, {Name: "not ok"}}
+		}, "spec.signals[1].name: Invalid value: \"not ok\": signal name must be 1 to 128 characters of letters, digits and . _ : -"),
+		Entry("signal name with a slash", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Signals = []workflowv1alpha1.WorkflowSignal{{Name: "a/b"}}
+		}, "signal name must be 1 to 128 characters"),
+		Entry("empty signal name", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Signals = []workflowv1alpha1.WorkflowSignal{{Name: ""}}
+		}, "spec.signals[0].name"),
+		Entry("signal name too long", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Signals = []workflowv1alpha1.WorkflowSignal{{Name: strings.Repeat("a", 129)}}
+		}, "spec.signals[0].name"),
+		Entry("too many signals", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Signals = make([]workflowv1alpha1.WorkflowSignal, 101)
+			for i := range w.Spec.Signals {
+				w.Spec.Signals[i].Name = "s"
+			}
+		}, "spec.signals: Too many: 101: must have at most 100 items"),
+	)
+
+	DescribeTable("WorkflowRun deadline that is not a duration",
+		func(deadline any) {
+			u := map[string]any{
+				"apiVersion": "workflow.simpleworkflow.dev/v1alpha1", "kind": "WorkflowRun",
+				"metadata": map[string]any{"name": "bad-deadline", "namespace": ns},
+				"spec":     map[string]any{"type": "test.echo.v1", "deadline": deadline},
+			}
+			err := k8sClient.Create(ctx, unstructuredFrom(u))
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring("spec.deadline"))
+		},
+		Entry("words", "tomorrow"),
+		Entry("days are not a unit", "1d"),
+		Entry("a number", 30),
 	)
 
 	It("refuses a runAt that is not a timestamp", func() {
@@ -78,6 +120,7 @@ var _ = Describe("Admission validation", func() {
 		func(mutate func(*workflowv1alpha1.WorkflowRun), message string) {
 			wfr := newRun(ns, "imm-"+randomSuffix(), "test.sleep.v1", map[string]any{"a": 1})
 			wfr.Spec.Cancel = false
+			wfr.Spec.Signals = []workflowv1alpha1.WorkflowSignal{{Name: "approve"}, {Name: "note", Payload: payload(map[string]any{"by": "ann"})}}
 			Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
 			patch := client.MergeFrom(wfr.DeepCopy())
 			mutate(wfr)
@@ -99,7 +142,63 @@ var _ = Describe("Admission validation", func() {
 		Entry("maxAttempts changed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.MaxAttempts = int32p(9) }, "spec.maxAttempts is immutable"),
 		Entry("idempotencyKey added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.IdempotencyKey = "k" }, "spec.idempotencyKey is immutable"),
 		Entry("runAt added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.RunAt = &metav1.Time{Time: time.Now()} }, "spec.runAt is immutable"),
+		Entry("deadline added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("1h") }, "spec.deadline is immutable"),
+		Entry("signal renamed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Signals[0].Name = "reject" },
+			"spec.signals is append-only: existing entries cannot change or be removed"),
+		Entry("signal payload changed", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Signals[1].Payload = payload(map[string]any{"by": "eve"})
+		},
+			"spec.signals is append-only"),
+		Entry("signal payload removed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Signals[1].Payload = nil },
+			"spec.signals is append-only"),
+		Entry("signal removed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Signals = w.Spec.Signals[1:] },
+			"spec.signals is append-only"),
+		Entry("signal inserted before the others", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.Signals = append([]workflowv1alpha1.WorkflowSignal{{Name: "first"}}, w.Spec.Signals...)
+		}, "spec.signals is append-only"),
+		Entry("signals cleared", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Signals = []workflowv1alpha1.WorkflowSignal{} },
+			"spec.signals is append-only"),
 	)
+
+	It("keeps a deadline written another way but equal", func() {
+		wfr := newRun(ns, "deadline-same", "test.echo.v1", nil)
+		wfr.Spec.Deadline = dur("90m")
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		// The Go client writes 1h30m0s back: the same duration.
+		patch := []byte(`[{"op":"replace","path":"/spec/deadline","value":"1h30m0s"}]`)
+		Expect(k8sClient.Patch(ctx, wfr, client.RawPatch(types.JSONPatchType, patch))).To(Succeed())
+		patch = []byte(`[{"op":"replace","path":"/spec/deadline","value":"91m"}]`)
+		err := k8sClient.Patch(ctx, wfr, client.RawPatch(types.JSONPatchType, patch))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.deadline is immutable"))
+	})
+
+	It("appends signals with a JSON patch to /spec/signals/-, even when the object was created without any", func() {
+		wfr := newRun(ns, "appendable", "test.echo.v1", nil)
+		wfr.Spec.Cancel = true
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		// The list defaults to empty, so the JSON patch finds it.
+		Expect(getRun(ns, "appendable")().Spec.Signals).To(BeEmpty())
+		appendSignal := func(value string) error {
+			patch := []byte(`[{"op":"add","path":"/spec/signals/-","value":` + value + `}]`)
+			return k8sClient.Patch(ctx, getRun(ns, "appendable")(), client.RawPatch(types.JSONPatchType, patch))
+		}
+		Expect(appendSignal(`{"name":"approve"}`)).To(Succeed())
+		Expect(appendSignal(`{"name":"note","payload":{"by":"ann","n":[1,2]}}`)).To(Succeed())
+		Expect(appendSignal(`{"name":"scalar","payload":"just text"}`)).To(Succeed())
+		got := getRun(ns, "appendable")().Spec.Signals
+		Expect(got).To(HaveLen(3))
+		Expect(got[0].Name).To(Equal("approve"))
+		Expect(got[0].Payload).To(BeNil())
+		Expect(string(got[1].Payload.Raw)).To(MatchJSON(`{"by":"ann","n":[1,2]}`))
+		Expect(string(got[2].Payload.Raw)).To(MatchJSON(`"just text"`))
+		Expect(appendSignal(`{"name":"bad name"}`)).To(MatchError(ContainSubstring("signal name must be")))
+
+		// Removing the whole list is refused too.
+		err := k8sClient.Patch(ctx, getRun(ns, "appendable")(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"signals":null}}`)))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.signals is append-only"))
+	})
 
 	It("refuses to un-cancel a run", func() {
 		wfr := newRun(ns, "uncancel", "test.sleep.v1", nil)

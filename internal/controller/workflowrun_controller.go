@@ -91,6 +91,10 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	rejected, err := r.sendSignals(ctx, wfr, runID)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	run, err := r.Inbox.GetRun(ctx, runID)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read run %s: %w", runID, err)
@@ -107,7 +111,12 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	sum, children, err := r.progress(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	r.applyStatus(wfr, run, blockedBy)
+	applyProgress(wfr, sum, children)
 	evs, err := r.newAuditEvents(ctx, wfr, run)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -116,7 +125,25 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		return ctrl.Result{}, err
 	}
 	r.emitEvents(wfr, run, evs)
+	r.emitSignalRejections(wfr, rejected)
 	return r.afterStatus(ctx, wfr, run)
+}
+
+// progress reads the run's journal summary and, when it has any, its first
+// children.
+func (r *WorkflowRunReconciler) progress(ctx context.Context, run engine.Run) (engine.StepSummary, []engine.ChildRun, error) {
+	sum, err := r.Inbox.SummarizeSteps(ctx, run.ID)
+	if err != nil {
+		return engine.StepSummary{}, nil, fmt.Errorf("read journal of run %s: %w", run.ID, err)
+	}
+	if sum.Children == 0 {
+		return sum, nil, nil
+	}
+	children, err := r.Inbox.ListChildren(ctx, run.ID, MaxChildrenInStatus)
+	if err != nil {
+		return engine.StepSummary{}, nil, fmt.Errorf("read children of run %s: %w", run.ID, err)
+	}
+	return sum, children, nil
 }
 
 // idempotencyKey scopes the run's key to the object's namespace, or uses
@@ -152,6 +179,9 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, wfr *workflo
 	if wfr.Spec.RunAt != nil {
 		at := wfr.Spec.RunAt.Time
 		p.RunAt = &at
+	}
+	if wfr.Spec.Deadline != nil {
+		p.Deadline = wfr.Spec.Deadline.Duration
 	}
 	if rp := wfr.Spec.RetryPolicy; rp != nil {
 		p.RetryPolicy = &engine.RetryPolicy{}
@@ -215,8 +245,13 @@ func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1
 		if resync == 0 {
 			resync = DefaultResyncPeriod
 		}
-		if wfr.Status.NextAttemptAt != nil {
-			if d := wfr.Status.NextAttemptAt.Sub(r.now()); d > 0 && d < resync {
+		// Look again when a retry may start, or when a wait ends by time (the
+		// run is then runnable, no longer waiting).
+		for _, at := range []*metav1.Time{wfr.Status.NextAttemptAt, waitUntil(wfr)} {
+			if at == nil {
+				continue
+			}
+			if d := at.Sub(r.now()); d > 0 && d < resync {
 				resync = d + time.Second
 			}
 		}
@@ -236,6 +271,13 @@ func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1
 		return ctrl.Result{}, fmt.Errorf("delete after TTL: %w", err)
 	}
 	return ctrl.Result{}, nil
+}
+
+func waitUntil(wfr *workflowv1alpha1.WorkflowRun) *metav1.Time {
+	if wfr.Status.WaitingFor == nil {
+		return nil
+	}
+	return wfr.Status.WaitingFor.Until
 }
 
 // SetupWithManager registers the controller; inbox notifications arrive

@@ -23,6 +23,18 @@ type eventData struct {
 	Error     string     `json:"error"`
 	Reason    string     `json:"reason"`
 	NextRunAt *time.Time `json:"next_run_at"`
+	// waiting, woken and signal_received
+	WaitKind       engine.StepKind `json:"wait_kind"`
+	Step           string          `json:"step"`
+	Signal         string          `json:"signal"`
+	Until          *time.Time      `json:"until"`
+	ChildID        string          `json:"child_id"`
+	ChildStatus    string          `json:"child_status"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	// failed by a deadline
+	DeadlineAt     *time.Time      `json:"deadline_at"`
+	PreviousStatus engine.Status   `json:"previous_status"`
+	Parked         engine.StepKind `json:"parked"`
 }
 
 // newAuditEvents reads the run's audit events that were not reported yet and
@@ -77,6 +89,11 @@ func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, ru
 			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonSucceeded, "Finish",
 				"Succeeded on attempt %d (worker %s)", d.Attempt, d.WorkerID)
 		case engine.EventFailed:
+			if d.Reason == "deadline_exceeded" {
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonFailed, "Finish",
+					"Failed for good: %s", deadlineMessage(d))
+				break
+			}
 			msg := truncate(d.Error, 512)
 			if d.Reason == "lease_expired" {
 				msg = "lease expired (worker " + d.WorkerID + " stopped heartbeating)"
@@ -85,6 +102,53 @@ func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, ru
 				"Failed for good on attempt %d: %s", d.Attempt, msg)
 		case engine.EventCancelled:
 			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelled, "Cancel", "Cancelled")
+		case engine.EventWaiting:
+			w := &engine.Wait{Kind: d.WaitKind, Step: d.Step, Signal: d.Signal, Until: d.Until}
+			msg := capitalize(describeWait(w))
+			if d.WaitKind == engine.StepKindChild && d.ChildID != "" {
+				msg = fmt.Sprintf("Waiting for child run %s of step %s", d.ChildID, d.Step)
+			}
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonWaiting, "Wait",
+				"%s; the worker slot is free", msg)
+		case engine.EventWoken:
+			var msg string
+			switch d.Reason {
+			case "timer":
+				msg = "the sleep at step " + d.Step + " ended"
+			case "timeout":
+				msg = "the wait at step " + d.Step + " timed out"
+			case "signal":
+				msg = "signal " + d.Signal + " arrived for step " + d.Step
+			case "child_finished":
+				msg = fmt.Sprintf("child run %s of step %s ended %s", d.ChildID, d.Step, d.ChildStatus)
+			default:
+				msg = "the wait at step " + d.Step + " ended (" + d.Reason + ")"
+			}
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonWoken, "Wake", "Woken: %s", msg)
+		case engine.EventSignalReceived:
+			from := ""
+			if i := signalIndex(wfr, d.IdempotencyKey); i >= 0 {
+				from = fmt.Sprintf(" (spec.signals[%d])", i)
+			}
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonSignalReceived, "Signal",
+				"Received signal %s%s", d.Signal, from)
 		}
 	}
+}
+
+// deadlineMessage says when a run's deadline passed and where the run was.
+func deadlineMessage(d eventData) string {
+	msg := "deadline exceeded"
+	if d.DeadlineAt != nil {
+		msg += " at " + d.DeadlineAt.UTC().Truncate(time.Second).Format(time.RFC3339)
+	}
+	switch {
+	case d.Parked != "":
+		msg += " while waiting (" + string(d.Parked) + ")"
+	case d.PreviousStatus == engine.StatusLeased:
+		msg += fmt.Sprintf(" while attempt %d ran on worker %s", d.Attempt, d.WorkerID)
+	case d.PreviousStatus == engine.StatusPending:
+		msg += " while waiting for a worker"
+	}
+	return msg
 }

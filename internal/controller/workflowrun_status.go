@@ -54,13 +54,22 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 	gen := wfr.Generation
 	st.RunID = run.ID
 	st.Phase = phaseOf(run.Status)
+	st.WaitingFor = nil
+	wait := r.parkedOn(run)
+	if wait != nil {
+		st.Phase = workflowv1alpha1.PhaseWaiting
+		st.WaitingFor = &workflowv1alpha1.WaitingFor{
+			Kind: string(wait.Kind), Step: wait.Step, Signal: wait.Signal, Until: timeOrNil(wait.Until),
+		}
+	}
+	st.DeadlineAt = timeOrNil(run.DeadlineAt)
 	st.Attempt = int32(run.Attempt)
 	st.Attempts = fmt.Sprintf("%d/%d", run.Attempt, run.MaxAttempts)
 	st.LeasedBy = run.LeasedBy
 	st.StartedAt = timeOrNil(run.StartedAt)
 	st.FinishedAt = timeOrNil(run.FinishedAt)
 	st.NextAttemptAt = nil
-	if run.Status == engine.StatusPending && run.RunAt.After(r.now()) {
+	if run.Status == engine.StatusPending && run.Wait == nil && run.RunAt.After(r.now()) {
 		st.NextAttemptAt = timeOrNil(&run.RunAt)
 	}
 	st.LastError = truncate(run.LastError, MaxLastErrorBytes)
@@ -79,6 +88,11 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
 			Message: msg, ObservedGeneration: gen,
+		})
+	case workflowv1alpha1.PhaseWaiting:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonWaiting,
+			Message: describeWait(wait), ObservedGeneration: gen,
 		})
 	case workflowv1alpha1.PhaseRunning:
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -121,6 +135,56 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 				ObservedGeneration: gen,
 			})
 		}
+	}
+}
+
+// parkedOn returns what a parked run waits for, or nil. A parked run whose
+// wait ended by time is runnable again (the claim that takes it resolves the
+// wait), so it is not shown as waiting.
+func (r *WorkflowRunReconciler) parkedOn(run engine.Run) *engine.Wait {
+	w := run.Wait
+	if run.Status != engine.StatusPending || w == nil {
+		return nil
+	}
+	if w.Until != nil && !w.Until.After(r.now()) {
+		return nil
+	}
+	return w
+}
+
+// describeWait says in words what a parked run waits for.
+func describeWait(w *engine.Wait) string {
+	var msg string
+	switch w.Kind {
+	case engine.StepKindSleep:
+		msg = "sleeping at step " + w.Step
+	case engine.StepKindSignal:
+		msg = fmt.Sprintf("waiting for signal %s at step %s", w.Signal, w.Step)
+	case engine.StepKindChild:
+		msg = "waiting for the child run of step " + w.Step
+	default:
+		msg = fmt.Sprintf("waiting (%s) at step %s", w.Kind, w.Step)
+	}
+	if w.Until != nil {
+		msg += " until " + w.Until.UTC().Truncate(time.Second).Format(time.RFC3339)
+	}
+	return msg
+}
+
+// applyProgress sets the journal summary and the children from the inbox.
+func applyProgress(wfr *workflowv1alpha1.WorkflowRun, sum engine.StepSummary, children []engine.ChildRun) {
+	st := &wfr.Status
+	st.StepsDone = int32(sum.StepsDone)
+	st.LastStep = sum.LastStep
+	st.ChildrenTotal = int32(sum.Children)
+	st.Children = nil
+	for _, c := range children {
+		if len(st.Children) == MaxChildrenInStatus {
+			break
+		}
+		st.Children = append(st.Children, workflowv1alpha1.ChildRunStatus{
+			Step: c.Step, RunID: c.ID, Type: c.Type, Phase: phaseOf(c.Status),
+		})
 	}
 }
 
