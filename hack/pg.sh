@@ -7,6 +7,10 @@
 #                                        connection URL on stdout. With --watch,
 #                                        the server is stopped when PID exits.
 #   hack/pg.sh stop DIR                  stop the server and remove DIR.
+#   hack/pg.sh restart DIR               crash-restart it (pg_ctl restart -m
+#                                        immediate), same port, for outage tests.
+#   hack/pg.sh pause DIR SECONDS         freeze every server process (SIGSTOP)
+#                                        for SECONDS, then let them go on.
 #
 # The server binaries are taken from PATH or /usr/lib/postgresql/*/bin; when
 # they are missing and the script runs as root, Debian's postgresql package is
@@ -128,6 +132,31 @@ stop() {
   rm -rf "$dir" "$state"
 }
 
+cluster_dir() {
+  local dir=$1
+  [ -f "$dir/cluster" ] && dir=$(cat "$dir/cluster")
+  echo "$dir"
+}
+
+restart() {
+  local dir bindir
+  dir=$(cluster_dir "$1")
+  bindir=$(find_bindir)
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m immediate -w -t 60 restart >/dev/null
+}
+
+pause() {
+  local dir pid pids
+  dir=$(cluster_dir "$1")
+  pid=$(head -n 1 "$dir/data/postmaster.pid")
+  pids="$pid $(pgrep -P "$pid" | tr '\n' ' ')"
+  # shellcheck disable=SC2086
+  kill -STOP $pids
+  sleep "$2"
+  # shellcheck disable=SC2086
+  kill -CONT $pids
+}
+
 case "${1:-}" in
 start)
   [ $# -ge 2 ] || { log "usage: $0 start DIR [--watch PID]"; exit 2; }
@@ -137,8 +166,16 @@ stop)
   [ $# -ge 2 ] || { log "usage: $0 stop DIR"; exit 2; }
   stop "$2"
   ;;
+restart)
+  [ $# -ge 2 ] || { log "usage: $0 restart DIR"; exit 2; }
+  restart "$2"
+  ;;
+pause)
+  [ $# -ge 3 ] || { log "usage: $0 pause DIR SECONDS"; exit 2; }
+  pause "$2" "$3"
+  ;;
 *)
-  log "usage: $0 start DIR [--watch PID] | stop DIR"
+  log "usage: $0 start DIR [--watch PID] | stop DIR | restart DIR | pause DIR SECONDS"
   exit 2
   ;;
 esac

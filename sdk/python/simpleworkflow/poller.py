@@ -133,15 +133,17 @@ class IntentPoller:
         for t in background:
             t.start()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sw-handler")
-        conn = psycopg.connect(self.conninfo, autocommit=True)
+        conn = self._connect_until_ready()
         try:
-            self._claim_loop(conn, pool)
+            if conn is not None:
+                self._claim_loop(conn, pool)
             self._shutdown(pool)
         finally:
             self._stopping.set()
             self._closed.set()
             pool.shutdown(wait=False)
-            conn.close()
+            if conn is not None:
+                conn.close()
             with self._lock:
                 for t in self._timers:
                     t.cancel()
@@ -150,6 +152,19 @@ class IntentPoller:
                     c.close()
                 self._conns.clear()
         log.info(json.dumps({"msg": "Worker stopped", "worker_id": self.worker_id}))
+
+    def _connect_until_ready(self) -> Optional[psycopg.Connection]:
+        """Connect, retrying with backoff while the database is unreachable; None once stopping."""
+        backoff = 0.05
+        while not self._stopping.is_set():
+            try:
+                return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+            except psycopg.OperationalError as e:
+                log.warning(json.dumps({"msg": "Database unreachable; retrying", "error": str(e),
+                                        "backoff_seconds": backoff}))
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        return None
 
     def _claim_loop(self, conn: psycopg.Connection, pool: ThreadPoolExecutor) -> None:
         lease_ms = int(self.lease_duration * 1000)
@@ -170,8 +185,11 @@ class IntentPoller:
                 ).fetchall()
             except psycopg.OperationalError as e:
                 log.error(json.dumps({"msg": "Claim failed; reconnecting", "error": str(e)}))
-                time.sleep(self.poll_interval)
-                conn = psycopg.connect(self.conninfo, autocommit=True)
+                conn.close()
+                reconnected = self._connect_until_ready()
+                if reconnected is None:
+                    return
+                conn = reconnected
                 continue
             for run_id, wtype, payload, attempt, max_attempts, token, deadline_at, journal in rows:
                 ctx = RunContext(run_id, wtype, payload, attempt, max_attempts, self.worker_id,
@@ -227,11 +245,34 @@ class IntentPoller:
         with self._lock:
             ctx.done = True
         try:
-            self._record(ctx, result, error)
+            self._record_retrying(ctx, result, error)
         finally:
             with self._lock:
                 self._active.pop(ctx.id, None)
             self._wake.set()
+
+    def _record_retrying(self, ctx: RunContext, result: Any, error: Optional[BaseException]) -> None:
+        """Record the outcome, reconnecting through a database outage while the lease may still hold.
+
+        Every write is guarded by the lease token, so a retry after a write
+        that did land changes nothing.
+        """
+        deadline = time.monotonic() + max(self.lease_duration, 5.0)
+        backoff = 0.1
+        while True:
+            try:
+                self._record(ctx, result, error)
+                return
+            except psycopg.OperationalError as e:
+                conn = getattr(self._local, "conn", None)
+                if conn is not None:
+                    conn.close()
+                if time.monotonic() + backoff > deadline:
+                    log.error(json.dumps({"msg": "Recording the outcome failed; the run is retried after its lease "
+                                                 "expires", "run_id": ctx.id, "error": str(e)}))
+                    return
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
 
     def _record(self, ctx: RunContext, result: Any, error: Optional[BaseException]) -> None:
         conn = self._conn()
