@@ -43,6 +43,12 @@ spec:
 			return rt
 		}
 		Eventually(runtime).Should(Equal("go"))
+		// Other specs run demo.order.v1 on Go workers: leave the type
+		// unregistered again.
+		DeferCleanup(func() {
+			mustKubectl("delete", "workflowregistry", "orders", "-n", ns)
+			Eventually(runtime).Should(BeEmpty())
+		})
 
 		goWorker := start("go-order-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
 			"--type-prefixes=demo.order.", "--runtime=go", "--worker-id=go-order-worker", "--lease-duration=6s")

@@ -82,10 +82,18 @@ var _ = Describe("simple-workflow", Ordered, func() {
 		samples, err := pgtest.RepoFile("config/samples")
 		Expect(err).NotTo(HaveOccurred())
 		mustKubectl("apply", "-n", ns, "-k", samples)
-		Eventually(phases(ns)).Should(Equal("echo-hello=Succeeded fail-twice=Succeeded sleep-short=Succeeded"))
+		// order-1 (demo.order.v1) waits for approval, as its comment says.
+		Eventually(func() string {
+			out, _ := kubectl("get", "workflowrun", "order-1", "-n", ns, "-o", "jsonpath={.status.phase}/{.status.waitingFor.kind}")
+			return out
+		}).Should(Equal("Waiting/signal"))
+		mustKubectl("patch", "wfr", "order-1", "-n", ns, "--type=json",
+			"-p", `[{"op":"add","path":"/spec/signals/-","value":{"name":"approve"}}]`)
+		Eventually(phases(ns)).Should(Equal("echo-hello=Succeeded fail-twice=Succeeded order-1=Succeeded sleep-short=Succeeded"))
 
 		out := mustKubectl("get", "workflowruns", "-n", ns)
-		Expect(out).To(MatchRegexp(`NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+AGE`))
+		Expect(out).To(MatchRegexp(`NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE`))
+		Expect(out).To(MatchRegexp(`order-1\s+demo.order.v1\s+Succeeded\s+1/3\s+5\s`))
 		Expect(out).To(MatchRegexp(`fail-twice\s+demo.fail.v1\s+Succeeded\s+3/3`))
 		Expect(mustKubectl("get", "simpleworkflow", "-n", ns)).To(And(ContainSubstring("workflowregistry"), ContainSubstring("workflowrun")))
 
