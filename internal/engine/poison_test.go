@@ -209,3 +209,30 @@ func TestHeartbeatEventsAreSampled(t *testing.T) {
 		t.Fatalf("heartbeat events %v, want [1 10 20]", counts)
 	}
 }
+
+// Issue 10, item 1 (the database's part): a plain-SQL producer cannot take
+// the key the operator derives for another namespace's WorkflowRun.
+func TestReservedKeysNeedAMatchingSource(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, key := range []string{"k8s:media:thumb-1", "k8s-uid:0f9c2a7e-1111-4222-8333-444455556666"} {
+		_, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, payload, idempotency_key)
+            values ('content.thumbnail.v1', '{}', $1) on conflict (idempotency_key) do nothing`, key)
+		if err == nil || !strings.Contains(err.Error(), "workflow_run_reserved_key") {
+			t.Fatalf("plain insert of reserved key %s: %v", key, err)
+		}
+	}
+	// Another namespace's source does not match either.
+	_, err := b.eng.CreateRun(b.ctx, engine.CreateParams{Type: "content.thumbnail.v1", IdempotencyKey: "k8s:media:thumb-1",
+		Source: &engine.Source{Namespace: "intruder", Name: "x", UID: "u1"}})
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("reserved key with another namespace's source: %v", err)
+	}
+	// The operator's own forms are accepted.
+	b.create(t, engine.CreateParams{Type: "content.thumbnail.v1", IdempotencyKey: "k8s:media:thumb-1",
+		Source: &engine.Source{Namespace: "media", Name: "thumb", UID: "u2"}})
+	b.create(t, engine.CreateParams{Type: "content.thumbnail.v1", IdempotencyKey: "k8s-uid:u3",
+		Source: &engine.Source{Namespace: "media", Name: "other", UID: "u3"}})
+	// Ordinary keys stay free for everyone.
+	b.create(t, engine.CreateParams{Type: "content.thumbnail.v1", IdempotencyKey: "content:c_123:thumbnail:300x300"})
+}
