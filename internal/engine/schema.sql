@@ -27,7 +27,8 @@ CREATE SCHEMA workflow;
 --
 
 CREATE FUNCTION workflow.cancel_run(p_id uuid) RETURNS boolean
-    LANGUAGE sql
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with c as (
         update workflow.workflow_run
@@ -43,7 +44,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint, p_types text[] DEFAULT NULL::text[]) RETURNS TABLE(id uuid, type text, payload jsonb, attempt integer, max_attempts integer, lease_until timestamp with time zone, created_at timestamp with time zone, lease_token bigint, deadline_at timestamp with time zone, journal jsonb)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 declare
@@ -146,8 +148,9 @@ $$;
 --
 
 CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_results jsonb[]) RETURNS TABLE(id uuid)
-    LANGUAGE sql
+    LANGUAGE sql SECURITY DEFINER
     SET enable_nestloop TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with req as (
         select * from unnest(p_ids, p_tokens, p_results) as t(id, token, result)
@@ -179,6 +182,7 @@ $$;
 
 CREATE FUNCTION workflow.delete_finished_runs(p_before timestamp with time zone, p_limit integer) RETURNS bigint
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with doomed as (
         select r.id from workflow.workflow_run r
@@ -198,7 +202,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.expire_deadlines(p_ids uuid[], p_limit integer) RETURNS TABLE(id uuid, previous_status text)
-    LANGUAGE sql
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with doomed as (
         select r.id, r.status, r.leased_by, r.wait_kind
@@ -241,8 +246,9 @@ $$;
 --
 
 CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_errors text[], p_retryable boolean[]) RETURNS TABLE(id uuid, status text, run_at timestamp with time zone)
-    LANGUAGE sql
+    LANGUAGE sql SECURITY DEFINER
     SET enable_nestloop TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with req as (
         select * from unnest(p_ids, p_tokens, p_errors, p_retryable)
@@ -296,8 +302,9 @@ CREATE FUNCTION workflow.far_future() RETURNS timestamp with time zone
 --
 
 CREATE FUNCTION workflow.heartbeat_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_lease_ms bigint) RETURNS TABLE(id uuid, status text, owned boolean, deadline_exceeded boolean)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET enable_nestloop TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 begin
@@ -409,6 +416,7 @@ COMMENT ON COLUMN workflow.workflow_run.lease_token IS 'Drawn from workflow.leas
 
 CREATE FUNCTION workflow.held_run(p_worker_id text, p_id uuid, p_token bigint) RETURNS workflow.workflow_run
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
     v_run workflow.workflow_run;
@@ -428,6 +436,7 @@ $$;
 
 CREATE FUNCTION workflow.journal_conflict(p_run uuid, p_name text, p_kind text, p_position integer) RETURNS text
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     select coalesce(
         (select workflow.nondeterminism_message(s.kind, s.name, p_position, p_kind, p_name)
@@ -456,7 +465,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.on_child_finished() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
     v_parent workflow.workflow_run;
@@ -490,6 +500,7 @@ $$;
 
 CREATE FUNCTION workflow.on_finished_run_changed() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
     raise exception 'workflow run % is % and cannot become %', old.id, old.status, new.status
@@ -502,7 +513,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.on_parent_ended() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
     update workflow.workflow_run c
@@ -517,7 +529,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.on_run_cancelled() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
     new.finished_at := coalesce(new.finished_at, now());
@@ -541,7 +554,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.on_run_inserted() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
     insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -564,7 +578,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.on_run_soft_deleted() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
     new.status := 'cancelled';
@@ -590,7 +605,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.on_runs_deleted() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
     delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id;
@@ -606,6 +622,7 @@ $$;
 
 CREATE FUNCTION workflow.on_source_run_changed() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
     if octet_length(new.source_namespace) + octet_length(new.source_name) < 4000 then
@@ -631,7 +648,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.park_run(p_worker_id text, p_id uuid, p_token bigint, p_kind text, p_step text, p_position integer, p_wake_at timestamp with time zone, p_delay_ms bigint, p_signal text) RETURNS TABLE(status text, outcome text, output jsonb, error text, wake_at timestamp with time zone, message text)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 declare
@@ -759,7 +777,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.reap_expired_leases(p_limit integer) RETURNS TABLE(id uuid, status text)
-    LANGUAGE sql
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with expired as (
         select r.id, r.leased_by, r.lease_until
@@ -797,8 +816,9 @@ $$;
 --
 
 CREATE FUNCTION workflow.record_steps(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_names text[], p_positions integer[], p_outputs jsonb[]) RETURNS TABLE(idx integer, status text, output jsonb, message text)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET enable_nestloop TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 declare
@@ -887,8 +907,9 @@ $$;
 --
 
 CREATE FUNCTION workflow.release_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[]) RETURNS TABLE(id uuid)
-    LANGUAGE sql
+    LANGUAGE sql SECURITY DEFINER
     SET enable_nestloop TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with req as (
         select * from unnest(p_ids, p_tokens) as t(id, token)
@@ -938,7 +959,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.send_signal(p_run_id uuid, p_name text, p_payload jsonb, p_idempotency_key text) RETURNS TABLE(signal_id bigint, duplicate boolean, delivered boolean)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 declare
@@ -1011,7 +1033,8 @@ $$;
 --
 
 CREATE FUNCTION workflow.start_child(p_worker_id text, p_id uuid, p_token bigint, p_step text, p_position integer, p_type text, p_payload jsonb, p_priority integer, p_max_attempts integer, p_deadline_ms bigint) RETURNS TABLE(status text, child_id uuid, outcome text, output jsonb, error text, message text)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 declare
@@ -1256,6 +1279,13 @@ ALTER TABLE workflow.workflow_run
 
 ALTER TABLE ONLY workflow.workflow_run
     ADD CONSTRAINT workflow_run_pkey PRIMARY KEY (id);
+
+--
+-- Name: workflow_run workflow_run_reserved_key; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE workflow.workflow_run
+    ADD CONSTRAINT workflow_run_reserved_key CHECK (((idempotency_key IS NULL) OR (("left"(idempotency_key, 4) <> 'k8s:'::text) AND ("left"(idempotency_key, 8) <> 'k8s-uid:'::text)) OR COALESCE((("left"(idempotency_key, 4) = 'k8s:'::text) AND (source_uid IS NOT NULL) AND ("left"(idempotency_key, (char_length(source_namespace) + 5)) = (('k8s:'::text || source_namespace) || ':'::text))), false) OR COALESCE((("left"(idempotency_key, 8) = 'k8s-uid:'::text) AND (idempotency_key = ('k8s-uid:'::text || source_uid))), false))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_source_bounded; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -

@@ -1,0 +1,143 @@
+-- Database roles for the inbox: what workers, producers and consoles may do.
+--
+--   workflow_worker    calls the worker functions (claim, heartbeat, complete,
+--                      fail, release, journal, park, children, reap, deadlines)
+--                      and reads the registry. No other privilege on any table:
+--                      every write goes through a function.
+--   workflow_producer  records runs with a plain INSERT (the seed's), cancels
+--                      them with the seed's UPDATE or workflow.cancel_run,
+--                      soft-deletes them, sends signals, and reads runs, events,
+--                      journals and signals.
+--   workflow_reader    reads every table (a console).
+--
+-- The roles are NOLOGIN: grant them to login users, e.g.
+--   create role app_worker login password '...';
+--   grant workflow_worker to app_worker;
+--
+-- Run this after the migrations (engine.CreateRoles does, or
+-- psql -v ON_ERROR_STOP=1 -f roles.sql), and again after every upgrade: it
+-- is idempotent, and it brings the grants in line with the functions the
+-- migrations define. Whoever runs it must own the workflow schema's tables
+-- and functions (the user that ran the migrations), and needs CREATEROLE
+-- only while a role is missing: a DBA may create the three roles beforehand
+-- (create role workflow_worker nologin; ...) and leave the rest to the owner.
+--
+-- Role names are global to the Postgres cluster; the grants are per database.
+-- Several databases of one cluster share the three roles.
+
+begin;
+
+-- Migrations and this script never run at the same time (the same lock as
+-- engine.Migrate).
+do $$ begin perform pg_advisory_xact_lock(8320239136064823668); end $$;
+
+do $$
+declare
+    v_role text;
+begin
+    foreach v_role in array array['workflow_worker', 'workflow_producer', 'workflow_reader'] loop
+        if not exists (select 1 from pg_catalog.pg_roles where rolname = v_role) then
+            begin
+                execute format('create role %I nologin', v_role);
+            exception when duplicate_object or unique_violation then
+                null; -- created at this instant by the same script in another database
+            end;
+        end if;
+    end loop;
+end
+$$;
+
+-- Start from nothing, so that a privilege granted by an older version of
+-- this script (or by hand) does not linger.
+revoke all on schema workflow from workflow_worker, workflow_producer, workflow_reader;
+revoke all on all tables in schema workflow from workflow_worker, workflow_producer, workflow_reader;
+revoke all on all sequences in schema workflow from workflow_worker, workflow_producer, workflow_reader;
+revoke all on all functions in schema workflow from workflow_worker, workflow_producer, workflow_reader;
+
+grant usage on schema workflow to workflow_worker, workflow_producer, workflow_reader;
+
+-- Workers: the functions, and the registry (which types are enabled, and
+-- for which runtime).
+grant execute on function
+    workflow.claim_runs(text, text[], text, integer, bigint, text[]),
+    workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
+    workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
+    workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
+    workflow.release_runs(text, uuid[], bigint[]),
+    workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[]),
+    workflow.park_run(text, uuid, bigint, text, text, integer, timestamptz, bigint, text),
+    workflow.start_child(text, uuid, bigint, text, integer, text, jsonb, integer, integer, bigint),
+    workflow.reap_expired_leases(integer),
+    workflow.expire_deadlines(uuid[], integer)
+to workflow_worker;
+grant select on workflow.workflow_registry to workflow_worker;
+
+-- Producers: the columns a producer may set when it records a run (every
+-- other column keeps its default: a run starts pending, unleased, without a
+-- parent), the columns the seed's cancel and a soft delete change, the
+-- producer functions, and reading what happened.
+grant insert (type, payload, priority, run_at, idempotency_key, max_attempts,
+              retry_base_delay, retry_max_delay, deadline_at,
+              source_namespace, source_name, source_uid)
+    on workflow.workflow_run to workflow_producer;
+grant update (status, updated_at, deleted_at) on workflow.workflow_run to workflow_producer;
+grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
+                workflow.workflow_signal
+    to workflow_producer;
+grant execute on function
+    workflow.cancel_run(uuid),
+    workflow.send_signal(uuid, text, jsonb, text)
+to workflow_producer;
+
+-- A console reads everything.
+grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
+                workflow.workflow_signal, workflow.workflow_registry
+    to workflow_reader;
+
+-- What a producer's own statements may leave behind, enforced by row-level
+-- security. Every role sees and writes every row (the first policy), so
+-- enabling it changes nothing for anyone else; the table's owner (the
+-- functions, which run as the owner, and the operator) bypasses it
+-- altogether. For members of workflow_producer:
+--   * an UPDATE may only cancel or soft-delete: the row it leaves is
+--     cancelled, or deleted and finished. A producer cannot mark a run
+--     succeeded or failed, nor hand a leased run back to the queue.
+--   * an INSERT may not claim to come from Kubernetes: no source object, and
+--     no idempotency key of the operator's reserved forms (k8s:<namespace>:<key>,
+--     k8s-uid:<uid>), so a producer cannot take over the run of a
+--     WorkflowRun that does not exist yet.
+-- Each step below runs only when its object is missing, so running this
+-- script again takes no lock that would stop the queue.
+do $$
+begin
+    if not (select relrowsecurity from pg_catalog.pg_class where oid = 'workflow.workflow_run'::regclass) then
+        alter table workflow.workflow_run enable row level security;
+    end if;
+    if not exists (select 1 from pg_catalog.pg_policies
+                   where schemaname = 'workflow' and tablename = 'workflow_run'
+                     and policyname = 'workflow_run_any') then
+        create policy workflow_run_any on workflow.workflow_run
+            as permissive for all to public using (true) with check (true);
+    end if;
+    if not exists (select 1 from pg_catalog.pg_policies
+                   where schemaname = 'workflow' and tablename = 'workflow_run'
+                     and policyname = 'workflow_run_producer_update') then
+        create policy workflow_run_producer_update on workflow.workflow_run
+            as restrictive for update to workflow_producer
+            using (true)
+            with check (status = 'cancelled' or (deleted_at is not null and finished_at is not null));
+    end if;
+    if not exists (select 1 from pg_catalog.pg_policies
+                   where schemaname = 'workflow' and tablename = 'workflow_run'
+                     and policyname = 'workflow_run_producer_insert') then
+        create policy workflow_run_producer_insert on workflow.workflow_run
+            as restrictive for insert to workflow_producer
+            with check (source_namespace is null and source_name is null and source_uid is null
+                        and (idempotency_key is null
+                             or not (starts_with(idempotency_key, 'k8s:')
+                                     or starts_with(idempotency_key, 'k8s-uid:'))));
+    end if;
+end
+$$;
+
+commit;
