@@ -73,10 +73,17 @@ test-python: ## Test the Python SDK against a throwaway Postgres.
 .PHONY: test-chart
 test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values must fail); kustomize builds config/.
 	$(KUBECTL) kustomize config/default > /dev/null
+	@$(KUBECTL) kustomize config/default | grep -q 'name: simple-workflow-edit' || { \
+		echo "config/default lacks the aggregated ClusterRoles"; exit 1; }
 	$(KUBECTL) kustomize config/samples > /dev/null
 	$(HELM) lint charts/simple-workflow --set database.url=postgres://x
 	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set replicaCount=2 --set metrics.serviceMonitor.enabled=true --set networkPolicy.enabled=true
+	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set exampleWorker.database.existingSecret=worker-db --set rbac.aggregateRoles=false
 	$(HELM) template sw charts/simple-workflow --set database.existingSecret=db > /dev/null
+	@$(HELM) template sw charts/simple-workflow --set database.existingSecret=db | grep -q 'rbac.authorization.k8s.io/aggregate-to-edit: "true"' || { \
+		echo "the chart did not render the aggregated ClusterRoles"; exit 1; }
+	@if $(HELM) template sw charts/simple-workflow --set database.existingSecret=db --set rbac.aggregateRoles=false | grep -q 'aggregate-to-'; then \
+		echo "rbac.aggregateRoles=false still rendered the aggregated ClusterRoles"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set manager.retenton=1h >/dev/null 2>&1; then \
 		echo "values.schema.json accepted a misspelt value"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow >/dev/null 2>&1; then \
