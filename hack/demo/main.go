@@ -164,6 +164,7 @@ func run() error {
 	}
 
 	deadline := time.Now().Add(3 * time.Minute)
+	approved := false
 	for {
 		out, err := kubectl("get", "workflowruns", "-o", "wide")
 		if err != nil {
@@ -173,6 +174,18 @@ func run() error {
 		fmt.Print(out)
 		if allSucceeded(out) {
 			break
+		}
+		// order-1 (demo.order.v1) parks in a durable sleep, then waits for an
+		// "approve" signal: send it the way a user would.
+		if !approved && waiting(out, "order-1") {
+			const patch = `[{"op":"add","path":"/spec/signals/-","value":{"name":"approve","payload":{"by":"demo"}}}]`
+			say("kubectl patch wfr order-1 --type=json -p '" + patch + "'")
+			out, err := kubectl("patch", "wfr", "order-1", "--type=json", "-p", patch)
+			fmt.Print(out)
+			if err != nil {
+				return fmt.Errorf("approve order-1: %w", err)
+			}
+			approved = true
 		}
 		if time.Now().After(deadline) {
 			return errors.New("the samples did not all succeed within 3 minutes; see the logs in " + dir)
@@ -184,14 +197,26 @@ func run() error {
 		}
 	}
 	say("Every sample WorkflowRun Succeeded.")
-	if out, err := kubectl("describe", "workflowrun", "fail-twice"); err == nil {
-		say("kubectl describe workflowrun fail-twice")
-		fmt.Print(out)
+	for _, name := range []string{"fail-twice", "order-1"} {
+		if out, err := kubectl("describe", "workflowrun", name); err == nil {
+			say("kubectl describe workflowrun " + name)
+			fmt.Print(out)
+		}
 	}
 	printEnv()
 	say("Running until Ctrl-C. Try: kubectl apply -f - with your own WorkflowRun, or kubectl get wfreg demo -o yaml")
 	<-ctx.Done()
 	return nil
+}
+
+// waiting reports whether the row of WorkflowRun name shows phase Waiting.
+func waiting(out, name string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == name && strings.Contains(l, " Waiting ") {
+			return true
+		}
+	}
+	return false
 }
 
 // allSucceeded reports whether every row of `kubectl get workflowruns` shows
