@@ -49,6 +49,7 @@ type options struct {
 	kubeAPIQPS           float64
 	kubeAPIBurst         int
 	skipMigrations       bool
+	createDatabaseRoles  bool
 	retention            time.Duration
 	resyncPeriod         time.Duration
 	maxConcurrent        int
@@ -99,6 +100,7 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", qps, "Kubernetes API queries per second (env KUBE_API_QPS)")
 	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 400), "Kubernetes API burst (env KUBE_API_BURST)")
 	flag.BoolVar(&o.skipMigrations, "skip-migrations", envBool("SKIP_MIGRATIONS", false), "do not apply schema migrations at start-up (env SKIP_MIGRATIONS)")
+	flag.BoolVar(&o.createDatabaseRoles, "create-database-roles", envBool("CREATE_DATABASE_ROLES", false), "create the database roles workflow_worker, workflow_producer and workflow_reader when missing and grant them what they need, at start-up (env CREATE_DATABASE_ROLES)")
 	flag.DurationVar(&o.retention, "retention", envDuration("RETENTION", 7*24*time.Hour), "delete finished inbox runs (and their events) older than this; 0 keeps them (env RETENTION)")
 	flag.DurationVar(&o.resyncPeriod, "resync-period", envDuration("RESYNC_PERIOD", controller.DefaultResyncPeriod), "re-read unfinished runs this often without a notification (env RESYNC_PERIOD)")
 	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 16), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
@@ -150,6 +152,12 @@ func run() error {
 			return err
 		}
 		log.Info("Schema migrated", "applied", applied)
+	}
+	if o.createDatabaseRoles {
+		if err := engine.CreateRoles(ctx, pool); err != nil {
+			return err
+		}
+		log.Info("Database roles granted", "roles", []string{engine.RoleWorker, engine.RoleProducer, engine.RoleReader})
 	}
 	eng, err := engine.New(pool)
 	if err != nil {

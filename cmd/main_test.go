@@ -17,13 +17,13 @@ func envMap(m map[string]string) lookupEnv {
 func TestFlagsFallBackToEnvironment(t *testing.T) {
 	o, err := parseFlags(nil, envMap(map[string]string{
 		"DATABASE_URL": "postgres://env", "KUBE_API_QPS": "50", "KUBE_API_BURST": "70",
-		"LEADER_ELECT": "true", "RETENTION": "2h", "SKIP_MIGRATIONS": "true",
+		"LEADER_ELECT": "true", "RETENTION": "2h", "SKIP_MIGRATIONS": "true", "CREATE_DATABASE_ROLES": "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.databaseURL != "postgres://env" || o.kubeAPIQPS != 50 || o.kubeAPIBurst != 70 || !o.leaderElect ||
-		o.retention != 2*time.Hour || !o.skipMigrations {
+		o.retention != 2*time.Hour || !o.skipMigrations || !o.createDatabaseRoles {
 		t.Fatalf("environment not applied: %+v", o)
 	}
 	o, err = parseFlags([]string{"--database-url", "postgres://flag", "--kube-api-qps", "10"}, envMap(map[string]string{"DATABASE_URL": "postgres://env"}))

@@ -75,7 +75,9 @@ grant select on workflow.workflow_registry to workflow_worker;
 -- Producers: the columns a producer may set when it records a run (every
 -- other column keeps its default: a run starts pending, unleased, without a
 -- parent), the columns the seed's cancel and a soft delete change, the
--- producer functions, and reading what happened.
+-- producer functions, and reading what happened. The source columns are
+-- granted only because the Go client's insert names them (as null); the
+-- row-level security below keeps them null for producers.
 grant insert (type, payload, priority, run_at, idempotency_key, max_attempts,
               retry_base_delay, retry_max_delay, deadline_at,
               source_namespace, source_name, source_uid)
