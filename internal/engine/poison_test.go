@@ -236,3 +236,32 @@ func TestReservedKeysNeedAMatchingSource(t *testing.T) {
 	// Ordinary keys stay free for everyone.
 	b.create(t, engine.CreateParams{Type: "content.thumbnail.v1", IdempotencyKey: "content:c_123:thumbnail:300x300"})
 }
+
+// Issue 10, item 16: a status changed by plain SQL outside the functions
+// leaves an audit event saying so; the functions' own transitions leave
+// exactly their own events (the trail tests elsewhere check those).
+func TestPlainSQLStatusChangesAreAudited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.create(t, engine.CreateParams{Type: "audit.a.v1"})
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_run set status = 'failed', finished_at = now(),
+        last_error = 'given up by hand' where id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := b.eng.ListEvents(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if len(evs) != 2 || last.Type != engine.EventFailed || !strings.Contains(string(last.Data), `"plain_sql"`) ||
+		!strings.Contains(string(last.Data), `"previous_status": "pending"`) {
+		t.Fatalf("events after a plain-SQL status change: %+v", evs)
+	}
+	// A run moved by the functions gets no extra event.
+	other := b.create(t, engine.CreateParams{Type: "audit.b.v1"})
+	c := b.claimOne(t, "w", "audit.b.")
+	if _, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c.Ref()}}); err != nil {
+		t.Fatal(err)
+	}
+	assertEvents(t, b.eventTypes(t, other), engine.EventCreated, engine.EventLeased, engine.EventStarted, engine.EventSucceeded)
+}

@@ -46,6 +46,7 @@ $$;
 CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint, p_types text[] DEFAULT NULL::text[]) RETURNS TABLE(id uuid, type text, payload jsonb, attempt integer, max_attempts integer, lease_until timestamp with time zone, created_at timestamp with time zone, lease_token bigint, deadline_at timestamp with time zone, journal jsonb)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
 #variable_conflict use_column
 declare
@@ -151,6 +152,7 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
     LANGUAGE sql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
     with req as (
         select * from unnest(p_ids, p_tokens, p_results) as t(id, token, result)
@@ -204,6 +206,7 @@ $$;
 CREATE FUNCTION workflow.expire_deadlines(p_ids uuid[], p_limit integer) RETURNS TABLE(id uuid, previous_status text)
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
     with doomed as (
         select r.id, r.status, r.leased_by, r.wait_kind
@@ -249,6 +252,7 @@ CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigi
     LANGUAGE sql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
     with req as (
         select * from unnest(p_ids, p_tokens, p_errors, p_retryable)
@@ -305,6 +309,7 @@ CREATE FUNCTION workflow.heartbeat_runs(p_worker_id text, p_ids uuid[], p_tokens
     LANGUAGE plpgsql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
 #variable_conflict use_column
 begin
@@ -633,6 +638,26 @@ end
 $$;
 
 --
+-- Name: on_status_changed_by_sql(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.on_status_changed_by_sql() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (new.id,
+            case new.status when 'pending' then 'retried' when 'leased' then 'leased'
+                            when 'succeeded' then 'succeeded' else 'failed' end,
+            jsonb_strip_nulls(jsonb_build_object(
+                'reason', 'plain_sql', 'previous_status', old.status, 'attempt', new.attempt,
+                'database_user', session_user)));
+    return null;
+end
+$$;
+
+--
 -- Name: output_problem(jsonb); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -650,6 +675,7 @@ $$;
 CREATE FUNCTION workflow.park_run(p_worker_id text, p_id uuid, p_token bigint, p_kind text, p_step text, p_position integer, p_wake_at timestamp with time zone, p_delay_ms bigint, p_signal text) RETURNS TABLE(status text, outcome text, output jsonb, error text, wake_at timestamp with time zone, message text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
 #variable_conflict use_column
 declare
@@ -779,6 +805,7 @@ $$;
 CREATE FUNCTION workflow.reap_expired_leases(p_limit integer) RETURNS TABLE(id uuid, status text)
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
     with expired as (
         select r.id, r.leased_by, r.lease_until
@@ -910,6 +937,7 @@ CREATE FUNCTION workflow.release_runs(p_worker_id text, p_ids uuid[], p_tokens b
     LANGUAGE sql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
     AS $$
     with req as (
         select * from unnest(p_ids, p_tokens) as t(id, token)
@@ -1445,6 +1473,12 @@ CREATE TRIGGER workflow_runs_deleted AFTER DELETE ON workflow.workflow_run REFER
 --
 
 CREATE TRIGGER workflow_source_run_changed AFTER UPDATE ON workflow.workflow_run FOR EACH ROW WHEN (((new.source_name IS NOT NULL) AND ((old.status IS DISTINCT FROM new.status) OR (old.attempt IS DISTINCT FROM new.attempt) OR (old.leased_by IS DISTINCT FROM new.leased_by) OR (old.wait_kind IS DISTINCT FROM new.wait_kind)))) EXECUTE FUNCTION workflow.on_source_run_changed();
+
+--
+-- Name: workflow_run workflow_status_changed_by_sql; Type: TRIGGER; Schema: workflow; Owner: -
+--
+
+CREATE TRIGGER workflow_status_changed_by_sql AFTER UPDATE ON workflow.workflow_run FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (new.status <> 'cancelled'::text) AND (COALESCE(current_setting('workflow.via_function'::text, true), ''::text) <> 'on'::text))) EXECUTE FUNCTION workflow.on_status_changed_by_sql();
 
 --
 -- PostgreSQL database dump complete
