@@ -7,7 +7,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -195,7 +194,7 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, wfr *workflo
 	res, err := r.Inbox.CreateRun(ctx, p)
 	if errors.Is(err, engine.ErrInvalid) {
 		// Admission validation should make this impossible; say so plainly.
-		meta.SetStatusCondition(&wfr.Status.Conditions, metav1.Condition{
+		setCondition(&wfr.Status.Conditions, metav1.Condition{
 			Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonInvalid,
 			Message: err.Error(), ObservedGeneration: wfr.Generation,
 		})

@@ -92,12 +92,12 @@ func (r *WorkflowRunReconciler) sendSignals(ctx context.Context, wfr *workflowv1
 	gen := wfr.Generation
 	if len(rejected) > 0 {
 		last := rejected[len(rejected)-1]
-		meta.SetStatusCondition(&wfr.Status.Conditions, metav1.Condition{
+		setCondition(&wfr.Status.Conditions, metav1.Condition{
 			Type: ConditionSignalsSent, Status: metav1.ConditionFalse, Reason: last.reason,
 			Message: last.message, ObservedGeneration: gen,
 		})
 	} else if c := meta.FindStatusCondition(wfr.Status.Conditions, ConditionSignalsSent); c == nil || c.Status == metav1.ConditionTrue {
-		meta.SetStatusCondition(&wfr.Status.Conditions, metav1.Condition{
+		setCondition(&wfr.Status.Conditions, metav1.Condition{
 			Type: ConditionSignalsSent, Status: metav1.ConditionTrue, Reason: ReasonSent,
 			Message: fmt.Sprintf("all %d entries of spec.signals were sent to the run", len(signals)), ObservedGeneration: gen,
 		})

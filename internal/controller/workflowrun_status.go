@@ -75,7 +75,7 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 	st.LastError = truncate(run.LastError, MaxLastErrorBytes)
 	st.ObservedGeneration = gen
 
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+	setCondition(&st.Conditions, metav1.Condition{
 		Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonMirrored,
 		Message: "recorded in the inbox as run " + run.ID, ObservedGeneration: gen,
 	})
@@ -85,22 +85,22 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 		if run.LastError != "" && st.Phase == workflowv1alpha1.PhaseFailed {
 			msg += ": " + st.LastError
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		setCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
 			Message: msg, ObservedGeneration: gen,
 		})
 	case workflowv1alpha1.PhaseWaiting:
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		setCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonWaiting,
 			Message: describeWait(wait), ObservedGeneration: gen,
 		})
 	case workflowv1alpha1.PhaseRunning:
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		setCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonRunning,
 			Message: fmt.Sprintf("attempt %d running on %s", run.Attempt, run.LeasedBy), ObservedGeneration: gen,
 		})
 	default:
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		setCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonPending,
 			Message: "waiting for a worker", ObservedGeneration: gen,
 		})
@@ -110,13 +110,13 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 		if blockedBy.OwnerName != "" {
 			owner = "WorkflowRegistry " + blockedBy.OwnerNamespace + "/" + blockedBy.OwnerName
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		setCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionBlocked, Status: metav1.ConditionTrue, Reason: ReasonTypeDisabled,
 			Message:            fmt.Sprintf("workflow type %s is disabled in %s; the run stays pending until it is enabled", run.Type, owner),
 			ObservedGeneration: gen,
 		})
 	} else if meta.FindStatusCondition(st.Conditions, ConditionBlocked) != nil {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		setCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionBlocked, Status: metav1.ConditionFalse, Reason: ReasonTypeEnabled,
 			Message: "the run's type may be claimed", ObservedGeneration: gen,
 		})
@@ -128,7 +128,7 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 			st.Result = &apiextensionsv1.JSON{Raw: append([]byte(nil), run.Result...)}
 			meta.RemoveStatusCondition(&st.Conditions, ConditionResultTruncated)
 		} else {
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			setCondition(&st.Conditions, metav1.Condition{
 				Type: ConditionResultTruncated, Status: metav1.ConditionTrue, Reason: ReasonTooLarge,
 				Message: fmt.Sprintf("the result is %d bytes, above the %d shown in status; read it from the inbox (run %s)",
 					len(run.Result), MaxResultBytes, run.ID),
