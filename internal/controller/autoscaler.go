@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,7 +59,8 @@ type Autoscaler struct {
 	Interval time.Duration
 	// Debounce after an insert notification; DefaultAutoscaleDebounce when zero.
 	Debounce time.Duration
-	// Namespace restricts the autoscaler to one namespace; empty means all.
+	// Namespace restricts scaling to one namespace; empty means all. Type
+	// prefix ownership is decided over the registries of all namespaces.
 	Namespace string
 
 	mu    sync.Mutex
@@ -109,6 +111,9 @@ type pool struct {
 	spec   workflowv1alpha1.WorkerPool
 	policy poolPolicy
 	key    string
+	// conflicts are the pool's type prefixes owned by an older registry; a
+	// pool with any is not scaled.
+	conflicts []prefixConflict
 }
 
 func policyOf(w workflowv1alpha1.WorkerPool) poolPolicy {
@@ -137,35 +142,57 @@ func (a *Autoscaler) Evaluate(ctx context.Context) error {
 	if a.Clock == nil {
 		a.Clock = clock.RealClock{}
 	}
+	// Prefix ownership is cluster-wide, whatever namespace this scales.
 	var regs workflowv1alpha1.WorkflowRegistryList
-	if err := a.Client.List(ctx, &regs, client.InNamespace(a.Namespace)); err != nil {
+	if err := a.Client.List(ctx, &regs); err != nil {
 		return fmt.Errorf("list WorkflowRegistries: %w", err)
 	}
-	var pools []pool
+	conflicts := prefixOwnership(regs.Items)
+	var pools, blocked []pool
 	var queries []engine.PoolQuery
 	for i := range regs.Items {
 		reg := &regs.Items[i]
-		if !reg.DeletionTimestamp.IsZero() {
+		if !reg.DeletionTimestamp.IsZero() || (a.Namespace != "" && reg.Namespace != a.Namespace) {
 			continue
 		}
 		for _, w := range reg.Spec.Workers {
-			pools = append(pools, pool{reg: reg, spec: w, policy: policyOf(w),
-				key: reg.Namespace + "/" + reg.Name + "/" + w.ScaleTargetRef.Name})
+			p := pool{reg: reg, spec: w, policy: policyOf(w),
+				key:       reg.Namespace + "/" + reg.Name + "/" + w.ScaleTargetRef.Name,
+				conflicts: conflicts[reg.Namespace+"/"+reg.Name][w.ScaleTargetRef.Name]}
+			if len(p.conflicts) > 0 {
+				blocked = append(blocked, p)
+				continue
+			}
+			pools = append(pools, p)
 			queries = append(queries, engine.PoolQuery{TypePrefixes: w.TypePrefixes, Runtime: string(w.Runtime)})
 		}
 	}
 	a.forgetGone(pools)
-	if len(pools) == 0 {
+	if len(pools)+len(blocked) == 0 {
 		return nil
 	}
-	depths, err := a.Engine.QueueDepths(ctx, queries)
-	if err != nil {
-		return err
+	var depths []engine.QueueDepth
+	if len(queries) > 0 {
+		var err error
+		if depths, err = a.Engine.QueueDepths(ctx, queries); err != nil {
+			return err
+		}
 	}
 	statuses := map[*workflowv1alpha1.WorkflowRegistry][]workflowv1alpha1.WorkerPoolStatus{}
 	for i, p := range pools {
 		st := a.scalePool(ctx, p, depths[i])
 		statuses[p.reg] = append(statuses[p.reg], st)
+	}
+	for _, p := range blocked {
+		statuses[p.reg] = append(statuses[p.reg], a.blockedPool(p))
+	}
+	for reg, st := range statuses {
+		// Report pools in spec order.
+		order := map[string]int{}
+		for i, w := range reg.Spec.Workers {
+			order[w.ScaleTargetRef.Name] = i
+		}
+		slices.SortStableFunc(st, func(x, y workflowv1alpha1.WorkerPoolStatus) int { return order[x.Name] - order[y.Name] })
 	}
 	for reg, st := range statuses {
 		if err := a.writeStatus(ctx, reg, st); err != nil {
@@ -273,6 +300,28 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 		msg += fmt.Sprintf("; scaling down after the desired count stays lower for %s", p.policy.ScaleDownDelay)
 	}
 	setReady(metav1.ConditionTrue, ReasonScaling, msg)
+	return st
+}
+
+// blockedPool reports a pool whose prefixes overlap ones owned by another
+// registry. Its target is neither read nor scaled.
+func (a *Autoscaler) blockedPool(p pool) workflowv1alpha1.WorkerPoolStatus {
+	st := previous(p.reg, p.spec.ScaleTargetRef.Name)
+	st.Runnable, st.Leased, st.DesiredReplicas = 0, 0, 0
+	if a.Metrics != nil {
+		// Not measured: drop the gauges rather than leave stale values.
+		a.Metrics.PoolRunnable.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
+		a.Metrics.PoolDesiredReplicas.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
+	}
+	msg := prefixConflictMessage(p.conflicts)
+	if prev := meta.FindStatusCondition(st.Conditions, ConditionReady); prev == nil || prev.Reason != ReasonPrefixConflict {
+		c := p.conflicts[0]
+		a.Recorder.Eventf(p.reg, nil, corev1.EventTypeWarning, ReasonPrefixConflict, "Scale",
+			"%s is not scaled: type prefix %q overlaps a prefix owned by WorkflowRegistry %s (%d conflicting prefix(es))",
+			p.spec.ScaleTargetRef.Name, c.Prefix, c.Owner, len(p.conflicts))
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
+		Reason: ReasonPrefixConflict, Message: msg, ObservedGeneration: p.reg.Generation})
 	return st
 }
 
