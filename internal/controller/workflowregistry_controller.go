@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,8 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -122,7 +124,7 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 		Message: fmt.Sprintf("%d workflow(s) registered", registered), ObservedGeneration: reg.Generation}
 	if len(conflicts) > 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
-		cond.Message = strings.Join(conflictMsgs, "; ")
+		cond.Message = listWithinBytes(conflictMsgs, "; ", maxOwnershipMessageBytes)
 	}
 	meta.SetStatusCondition(&reg.Status.Conditions, cond)
 	if !equality.Semantic.DeepEqual(before.Status, reg.Status) {
@@ -163,6 +165,42 @@ func (r *WorkflowRegistryReconciler) finalize(ctx context.Context, reg *workflow
 func (r *WorkflowRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&workflowv1alpha1.WorkflowRegistry{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A registry that lets names go wakes the ones waiting for them.
+		Watches(&workflowv1alpha1.WorkflowRegistry{}, handler.EnqueueRequestsFromMapFunc(r.waitingRegistries),
+			builder.WithPredicates(releasePredicate())).
 		Named("workflowregistry").
 		Complete(r)
+}
+
+// releasePredicate passes the events after which a registry may have
+// released names: its deletion, and a new generation having been mirrored.
+func releasePredicate() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*workflowv1alpha1.WorkflowRegistry)
+			n, ok2 := e.ObjectNew.(*workflowv1alpha1.WorkflowRegistry)
+			return ok1 && ok2 && o.Status.ObservedGeneration != n.Status.ObservedGeneration
+		},
+	}
+}
+
+// waitingRegistries lists the other registries with conflicting names, so
+// they retry at once rather than after conflictRetryPeriod.
+func (r *WorkflowRegistryReconciler) waitingRegistries(ctx context.Context, obj client.Object) []reconcile.Request {
+	var regs workflowv1alpha1.WorkflowRegistryList
+	if err := r.List(ctx, &regs); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, reg := range regs.Items {
+		if len(reg.Status.ConflictingWorkflows) == 0 ||
+			(reg.Namespace == obj.GetNamespace() && reg.Name == obj.GetName()) {
+			continue
+		}
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&reg)})
+	}
+	return out
 }
