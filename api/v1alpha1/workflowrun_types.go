@@ -27,7 +27,10 @@ type WorkflowRunSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.type is immutable"
 	Type string `json:"type"`
 
-	// Payload is the run's arguments: any JSON object.
+	// Payload is the run's arguments: any JSON object. A string holding
+	// \u0000 is refused by the inbox (the object then gets Accepted=False,
+	// reason InvalidInput); admission cannot refuse it, CEL having no way to
+	// walk the strings of a schemaless object.
 	// +optional
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:Schemaless
@@ -47,6 +50,7 @@ type WorkflowRunSpec struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="spec.idempotencyKey must not contain the NUL character (\\u0000)"
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 
 	// MaxAttempts bounds the attempts, 1 to 1000. Defaults to 3.

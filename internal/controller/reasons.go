@@ -49,6 +49,14 @@ const (
 	ReasonSignalRejected    = "SignalRejected"
 	ReasonSent              = "Sent"
 	ReasonRunFinished       = "RunFinished"
+	// ReasonInvalidInput: the inbox refused the run's input for good.
+	ReasonInvalidInput = "InvalidInput"
+	// ReasonIdempotencyConflict: the run's idempotency key is held by a run
+	// of another namespace, or with another type or payload.
+	ReasonIdempotencyConflict = "IdempotencyConflict"
+	// ReasonRunIDMismatch: status.runID named a run that was not mirrored
+	// from this object; it was not used.
+	ReasonRunIDMismatch = "RunIDMismatch"
 )
 
 // Status limits.

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -86,8 +85,11 @@ func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // reconcile is the list of steps for a live object.
 func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	before := wfr.DeepCopy()
-	runID, err := r.ensureMirrored(ctx, wfr)
-	if err != nil {
+	runID, outcome, err := r.ensureMirrored(ctx, before, wfr)
+	if err != nil || outcome == leftAlone {
+		if err == nil && wfr.Status.Phase.Finished() {
+			return r.expireWithoutRun(ctx, wfr)
+		}
 		return ctrl.Result{}, err
 	}
 	rejected, err := r.sendSignals(ctx, wfr, runID)
@@ -145,71 +147,6 @@ func (r *WorkflowRunReconciler) progress(ctx context.Context, run engine.Run) (e
 	return sum, children, nil
 }
 
-// idempotencyKey scopes the run's key to the object's namespace, or uses
-// the object's UID.
-func idempotencyKey(wfr *workflowv1alpha1.WorkflowRun) string {
-	if wfr.Spec.IdempotencyKey != "" {
-		return "k8s:" + wfr.Namespace + ":" + wfr.Spec.IdempotencyKey
-	}
-	return "k8s-uid:" + string(wfr.UID)
-}
-
-// ensureMirrored records the run in the inbox once; a restarted controller
-// finds the existing row through the idempotency key.
-func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (string, error) {
-	if wfr.Status.RunID != "" {
-		return wfr.Status.RunID, nil
-	}
-	p := engine.CreateParams{
-		Type:           wfr.Spec.Type,
-		IdempotencyKey: idempotencyKey(wfr),
-		Source:         &engine.Source{Namespace: wfr.Namespace, Name: wfr.Name, UID: string(wfr.UID)},
-	}
-	if wfr.Spec.Payload != nil {
-		p.Payload = wfr.Spec.Payload.Raw
-	}
-	if wfr.Spec.Priority != nil {
-		prio := int(*wfr.Spec.Priority)
-		p.Priority = &prio
-	}
-	if wfr.Spec.MaxAttempts != nil {
-		p.MaxAttempts = int(*wfr.Spec.MaxAttempts)
-	}
-	if wfr.Spec.RunAt != nil {
-		at := wfr.Spec.RunAt.Time
-		p.RunAt = &at
-	}
-	if wfr.Spec.Deadline != nil {
-		p.Deadline = wfr.Spec.Deadline.Duration
-	}
-	if rp := wfr.Spec.RetryPolicy; rp != nil {
-		p.RetryPolicy = &engine.RetryPolicy{}
-		if rp.BaseDelay != nil {
-			p.RetryPolicy.BaseDelay = rp.BaseDelay.Duration
-		}
-		if rp.MaxDelay != nil {
-			p.RetryPolicy.MaxDelay = rp.MaxDelay.Duration
-		}
-	}
-	res, err := r.Inbox.CreateRun(ctx, p)
-	if errors.Is(err, engine.ErrInvalid) {
-		// Admission validation should make this impossible; say so plainly.
-		setCondition(&wfr.Status.Conditions, metav1.Condition{
-			Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonInvalid,
-			Message: err.Error(), ObservedGeneration: wfr.Generation,
-		})
-		if serr := r.Status().Update(ctx, wfr); serr != nil {
-			return "", errors.Join(err, serr)
-		}
-		return "", reconcile.TerminalError(err)
-	}
-	if err != nil {
-		return "", fmt.Errorf("record run in the inbox: %w", err)
-	}
-	wfr.Status.RunID = res.ID
-	return res.ID, nil
-}
-
 // disabledBy returns the registry entry that disables the run's type while
 // the run waits, or nil.
 func (r *WorkflowRunReconciler) disabledBy(ctx context.Context, run engine.Run) (*engine.RegistryEntry, error) {
@@ -256,12 +193,27 @@ func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1
 		}
 		return ctrl.Result{RequeueAfter: resync}, nil
 	}
-	ttl := wfr.Spec.TTLSecondsAfterFinished
-	if ttl == nil || run.FinishedAt == nil {
+	// The inbox's finish time, not the status's (which is whole seconds).
+	return r.expire(ctx, wfr, run.FinishedAt)
+}
+
+// expireWithoutRun applies the TTL of a finished object whose run is no
+// longer in the inbox, from the finish time in its status.
+func (r *WorkflowRunReconciler) expireWithoutRun(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+	if wfr.Status.FinishedAt == nil {
 		return ctrl.Result{}, nil
 	}
-	// The inbox's finish time, not the status's (which is whole seconds).
-	expire := run.FinishedAt.Add(time.Duration(*ttl) * time.Second)
+	at := wfr.Status.FinishedAt.Time
+	return r.expire(ctx, wfr, &at)
+}
+
+// expire deletes a finished object once its TTL after finishedAt passed.
+func (r *WorkflowRunReconciler) expire(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, finishedAt *time.Time) (ctrl.Result, error) {
+	ttl := wfr.Spec.TTLSecondsAfterFinished
+	if ttl == nil || finishedAt == nil {
+		return ctrl.Result{}, nil
+	}
+	expire := finishedAt.Add(time.Duration(*ttl) * time.Second)
 	if wait := expire.Sub(r.now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}

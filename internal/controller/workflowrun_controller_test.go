@@ -147,7 +147,9 @@ var _ = Describe("WorkflowRun controller", func() {
 			wfr.Spec.IdempotencyKey = "shared-key"
 			Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
 		}
-		twin := newRun(ns, "b", "test.echo.v1", nil)
+		// The twin shares the run only with the same type and payload (Issue
+		// 10, item 1).
+		twin := newRun(ns, "b", "test.echo.v1", map[string]any{"ns": ns})
 		twin.Spec.IdempotencyKey = "shared-key"
 		Expect(k8sClient.Create(ctx, twin)).To(Succeed())
 		for _, k := range []client.ObjectKey{{Namespace: ns, Name: "a"}, {Namespace: other, Name: "a"}, {Namespace: ns, Name: "b"}} {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,7 +10,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
-	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
 // finalize cancels the run of a WorkflowRun being deleted if it has not
@@ -20,16 +18,11 @@ func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alp
 	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
 		return nil
 	}
-	runID := wfr.Status.RunID
-	if runID == "" {
-		id, err := r.Inbox.FindRunByIdempotencyKey(ctx, idempotencyKey(wfr))
-		switch {
-		case errors.Is(err, engine.ErrNotFound):
-		case err != nil:
-			return fmt.Errorf("find run of deleted object: %w", err)
-		default:
-			runID = id
-		}
+	// Only a run mirrored from this object is cancelled, whatever
+	// status.runID says (Issue 10, item 2).
+	runID, err := r.ownRun(ctx, wfr)
+	if err != nil {
+		return fmt.Errorf("find run of deleted object: %w", err)
 	}
 	if runID != "" {
 		cancelled, err := r.Inbox.CancelRun(ctx, runID)

@@ -191,14 +191,24 @@ func applyProgress(wfr *workflowv1alpha1.WorkflowRun, sum engine.StepSummary, ch
 // writeStatus patches the status subresource when it changed, and records
 // how long the change took to reach the object.
 func (r *WorkflowRunReconciler) writeStatus(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) error {
+	changed := !equality.Semantic.DeepEqual(before.Status, wfr.Status)
+	if err := r.patchStatus(ctx, before, wfr); err != nil || !changed {
+		return err
+	}
+	if r.Metrics != nil && before.Status.Phase != wfr.Status.Phase {
+		r.Metrics.StatusLag.Observe(r.now().Sub(run.UpdatedAt).Seconds())
+	}
+	return nil
+}
+
+// patchStatus writes the status subresource when it changed since before,
+// failing with a conflict when the object changed meanwhile.
+func (r *WorkflowRunReconciler) patchStatus(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) error {
 	if equality.Semantic.DeepEqual(before.Status, wfr.Status) {
 		return nil
 	}
 	if err := r.Status().Patch(ctx, wfr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("write status: %w", err)
-	}
-	if r.Metrics != nil && before.Status.Phase != wfr.Status.Phase {
-		r.Metrics.StatusLag.Observe(r.now().Sub(run.UpdatedAt).Seconds())
 	}
 	return nil
 }
