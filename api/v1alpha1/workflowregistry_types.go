@@ -58,7 +58,10 @@ type WorkerPool struct {
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 	// Runtime of the pool's workers.
 	Runtime Runtime `json:"runtime"`
-	// TypePrefixes the pool's workers claim (literal prefixes).
+	// TypePrefixes the pool's workers claim (literal prefixes). A prefix
+	// belongs to one registry cluster-wide, the oldest that declares it or an
+	// overlapping one (billing. overlaps billing.invoice.); a pool with a
+	// prefix owned by another registry is not scaled (reason PrefixConflict).
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MinLength=1
