@@ -62,12 +62,23 @@ func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !wfr.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &wfr)
+		err := r.finalize(ctx, &wfr)
+		if apierrors.IsConflict(err) {
+			log.V(1).Info("Conflict removing the finalizer; requeueing", "workflowrun", req.NamespacedName)
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, err
 	}
 	if !controllerutil.ContainsFinalizer(&wfr, Finalizer) {
-		patch := client.MergeFrom(wfr.DeepCopy())
+		// The merge patch writes the whole list of finalizers: with the
+		// resourceVersion, it cannot undo a change made meanwhile.
+		patch := client.MergeFromWithOptions(wfr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&wfr, Finalizer)
 		if err := r.Patch(ctx, &wfr, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				log.V(1).Info("Conflict adding the finalizer; requeueing", "workflowrun", req.NamespacedName)
+				return ctrl.Result{Requeue: true}, nil
+			}
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}

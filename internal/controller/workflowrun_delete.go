@@ -36,7 +36,9 @@ func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alp
 				"Cancelled run %s because the WorkflowRun was deleted before it finished", runID)
 		}
 	}
-	patch := client.MergeFrom(wfr.DeepCopy())
+	// With the resourceVersion: a finalizer another party removed meanwhile
+	// is not written back (a conflict requeues).
+	patch := client.MergeFromWithOptions(wfr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(wfr, Finalizer)
 	if err := r.Patch(ctx, wfr, patch); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
