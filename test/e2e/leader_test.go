@@ -1,0 +1,56 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("two manager replicas", Ordered, func() {
+	const ns = "e2e-leader"
+
+	// Issue 10, item 19: with leader election, killing the leader with
+	// SIGKILL hands the work to the standby within the lease duration (15 s,
+	// plus its 2 s retry period); no run is inserted twice and statuses
+	// converge.
+	It("fails over to the standby when the leader is SIGKILLed", func() {
+		createNamespace(ns)
+		worker := start("leader-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
+			"--type-prefixes=demo.echo.", "--worker-id=leader-worker")
+		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
+
+		standbyMetrics, standbyHealth := freePort(), freePort()
+		standby := start("manager-standby", []string{"KUBECONFIG=" + managerKC, "DATABASE_URL=" + dbURL},
+			filepath.Join(binDir, "manager"), "--leader-elect", "--leader-election-namespace="+chartNamespace,
+			"--metrics-bind-address="+standbyMetrics, "--health-probe-bind-address="+standbyHealth,
+			"--autoscale-interval=1s", "--resync-period=5s")
+		Eventually(standby.output, 30*time.Second).Should(MatchRegexp(`(?i)attempting to acquire leader lease`))
+		Consistently(standby.output, 2*time.Second).ShouldNot(MatchRegexp(`(?i)successfully acquired lease`))
+
+		var manifest strings.Builder
+		for i := range 20 {
+			fmt.Fprintf(&manifest, "---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
+				"metadata: {name: failover-%02d}\nspec: {type: demo.echo.v1, payload: {i: %d}}\n", i, i)
+		}
+		mustKubectl("apply", "-n", ns, "-f", writeManifest("failover.yaml", manifest.String()))
+
+		killed := time.Now()
+		manager.stop(syscall.SIGKILL)
+		manager = standby // the suite's later specs and its clean-up use the survivor
+		metricsAddr, healthAddr = standbyMetrics, standbyHealth
+		Eventually(standby.output, 30*time.Second, 100*time.Millisecond).Should(MatchRegexp(`(?i)successfully acquired lease`))
+		takeover := time.Since(killed)
+		AddReportEntry("leader failover: standby leading after", takeover.String())
+		Expect(takeover).To(BeNumerically("<", 20*time.Second))
+
+		Eventually(func() int { return strings.Count(phases(ns)(), "=Succeeded") }, 60*time.Second).Should(Equal(20))
+		var rows int
+		Expect(sdkPool().QueryRow(ctx, "select count(*) from workflow.workflow_run where source_namespace = $1", ns).Scan(&rows)).To(Succeed())
+		Expect(rows).To(Equal(20))
+	})
+})
