@@ -151,6 +151,25 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(phase(other, "victim")()).To(Equal(workflowv1alpha1.PhasePending))
 	})
 
+	// Issue 10, item 2: a status.runID that is not even a run id (the
+	// database refuses it as input) is a mismatch too, not an error retried
+	// forever.
+	It("finds its run again when status.runID is not a run id", func() {
+		typ := manualType()
+		Expect(k8sClient.Create(ctx, newRun(ns, "garbled", typ, nil))).To(Succeed())
+		ownRunID := runIDOf(ns, "garbled")
+		Eventually(func() error {
+			cur := getRun(ns, "garbled")()
+			patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			cur.Status.RunID = "not-a-run-id"
+			return k8sClient.Status().Patch(ctx, cur, patch)
+		}).Should(Succeed())
+		second := &controller.WorkflowRunReconciler{Client: k8sClient, Inbox: eng, Recorder: discardRecorder{}}
+		_, err := second.Reconcile(ctx, reconcileRequest(ns, "garbled"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(getRun(ns, "garbled")().Status.RunID).To(Equal(ownRunID))
+	})
+
 	// Issue 10, item 14: after retention deleted a finished run, its
 	// WorkflowRun errored on every reconcile. It is now left as it is.
 	It("leaves a finished WorkflowRun alone once retention removed its run", func() {

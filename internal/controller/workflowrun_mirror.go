@@ -144,7 +144,8 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr 
 			logf.FromContext(ctx).V(1).Info("The finished run of a WorkflowRun is no longer in the inbox; leaving it as it is",
 				"workflowrun", client.ObjectKeyFromObject(wfr), "runID", id)
 			return "", leftAlone, nil
-		case errors.Is(err, engine.ErrNotFound):
+		case errors.Is(err, engine.ErrNotFound), errors.Is(err, engine.ErrInvalid):
+			// No such run, or not even a run id.
 			r.reportRunIDMismatch(ctx, wfr, id)
 		default:
 			return "", mirrored, fmt.Errorf("read run %s: %w", id, err)
@@ -249,7 +250,7 @@ func (r *WorkflowRunReconciler) ownRun(ctx context.Context, wfr *workflowv1alpha
 		switch {
 		case err == nil && mirroredFrom(run, wfr):
 			return id, nil
-		case err != nil && !errors.Is(err, engine.ErrNotFound):
+		case err != nil && !errors.Is(err, engine.ErrNotFound) && !errors.Is(err, engine.ErrInvalid):
 			return "", fmt.Errorf("read run %s: %w", id, err)
 		}
 	}
