@@ -32,6 +32,7 @@ var constraintMessages = map[string]string{
 	"workflow_run_source_bounded":            "a run's source is a Kubernetes object: namespace at most 63, name at most 253, uid at most 128 characters",
 	"workflow_run_pending_has_attempt_left":  "a pending run must have an attempt left (attempt below max_attempts)",
 	"workflow_run_reserved_key":              "idempotency keys starting with k8s: or k8s-uid: are reserved for runs mirrored from a WorkflowRun of that namespace or UID",
+	"workflow_run_result_size":               "a run's result must be at most 1 MiB of JSON",
 	"workflow_run_wait_kind_valid":           "wait_kind must be sleep, signal or child",
 	"workflow_run_wait_not_leased":           "a leased run cannot be parked",
 	"workflow_run_parent_step_set":           "a child run names both its parent and the parent's step",

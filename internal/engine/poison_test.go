@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -264,4 +265,40 @@ func TestPlainSQLStatusChangesAreAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertEvents(t, b.eventTypes(t, other), engine.EventCreated, engine.EventLeased, engine.EventStarted, engine.EventSucceeded)
+}
+
+// Issue 10, item 10 (sizes): a payload over the limit (1 MiB by default,
+// workflow.max_payload_bytes) is refused with a clear error, from any
+// producer; a result over 1 MiB is refused too.
+func TestPayloadAndResultSizeLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := json.RawMessage(`{"x":"` + strings.Repeat("a", 1<<20) + `"}`)
+	_, err := b.eng.CreateRun(b.ctx, engine.CreateParams{Type: "size.a.v1", Payload: big})
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "the limit is 1048576") {
+		t.Fatalf("create with a 1 MiB payload: %v", err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, payload) values ('size.a.v1', $1)`, string(big)); err == nil {
+		t.Fatal("a plain insert of a 1 MiB payload was accepted")
+	}
+	// The limit is a setting.
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, "set workflow.max_payload_bytes = '100'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(b.ctx, `insert into workflow.workflow_run (type, payload) values ('size.a.v1', $1)`, `{"x":"`+strings.Repeat("a", 200)+`"}`); err == nil || !strings.Contains(err.Error(), "the limit is 100") {
+		t.Fatalf("insert over a lowered limit: %v", err)
+	}
+	if _, err := conn.Exec(b.ctx, "reset workflow.max_payload_bytes"); err != nil {
+		t.Fatal(err)
+	}
+	b.create(t, engine.CreateParams{Type: "size.b.v1"})
+	c := b.claimOne(t, "w", "size.b.")
+	if _, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c.Ref(), Result: big}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("complete with a 1 MiB result: %v", err)
+	}
 }

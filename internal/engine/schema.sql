@@ -562,7 +562,16 @@ CREATE FUNCTION workflow.on_run_inserted() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+declare
+    v_limit bigint := coalesce(nullif(current_setting('workflow.max_payload_bytes', true), '')::bigint, 1048576);
+    v_big record;
 begin
+    select n.type, octet_length(n.payload::text) as bytes into v_big
+    from new_runs n where octet_length(n.payload::text) > v_limit limit 1;
+    if found then
+        raise exception 'payload of a % run is % bytes; the limit is % (workflow.max_payload_bytes)',
+            v_big.type, v_big.bytes, v_limit using errcode = '22023';
+    end if;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     select n.id, 'created',
            jsonb_strip_nulls(jsonb_build_object(
@@ -1314,6 +1323,13 @@ ALTER TABLE ONLY workflow.workflow_run
 
 ALTER TABLE workflow.workflow_run
     ADD CONSTRAINT workflow_run_reserved_key CHECK (((idempotency_key IS NULL) OR (("left"(idempotency_key, 4) <> 'k8s:'::text) AND ("left"(idempotency_key, 8) <> 'k8s-uid:'::text)) OR COALESCE((("left"(idempotency_key, 4) = 'k8s:'::text) AND (source_uid IS NOT NULL) AND ("left"(idempotency_key, (char_length(source_namespace) + 5)) = (('k8s:'::text || source_namespace) || ':'::text))), false) OR COALESCE((("left"(idempotency_key, 8) = 'k8s-uid:'::text) AND (idempotency_key = ('k8s-uid:'::text || source_uid))), false))) NOT VALID;
+
+--
+-- Name: workflow_run workflow_run_result_size; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE workflow.workflow_run
+    ADD CONSTRAINT workflow_run_result_size CHECK (((result IS NULL) OR (octet_length((result)::text) <= 1048576))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_source_bounded; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -

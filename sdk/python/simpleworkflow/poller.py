@@ -301,7 +301,7 @@ class IntentPoller:
                 rows = conn.execute(
                     "select id from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])",
                     (self.worker_id, [ctx.id], [ctx.lease_token], [json.dumps(result)])).fetchall()
-            except psycopg.DataError as e:
+            except (psycopg.DataError, psycopg.IntegrityError) as e:
                 # A result Postgres cannot store (such as one holding \u0000)
                 # fails this run for good, saying why, instead of leaving it
                 # leased to be executed again.
