@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +38,12 @@ type WorkflowRegistryReconciler struct {
 	client.Client
 	Inbox    Inbox
 	Recorder recorder.EventRecorder
+	// Clock is the time source; the real clock when nil.
+	Clock clock.PassiveClock
+	// DeletionGracePeriod is how long a deletion waits for an unreachable
+	// inbox before the finalizer is removed without unregistering the
+	// workflows; DefaultDeletionGracePeriod when zero.
+	DeletionGracePeriod time.Duration
 }
 
 // +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowregistries,verbs=get;list;watch;update;patch
@@ -50,7 +57,7 @@ func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !reg.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &reg)
+		return r.finalize(ctx, &reg)
 	}
 	if !controllerutil.ContainsFinalizer(&reg, Finalizer) {
 		patch := client.MergeFrom(reg.DeepCopy())
@@ -143,22 +150,64 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 }
 
 // finalize removes the entries this object owns, then lets it go.
-func (r *WorkflowRegistryReconciler) finalize(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) error {
+//
+// While the inbox is unreachable, the deletion is retried with a growing
+// delay, the Deleting condition says why the object stays, and a Warning
+// Event is recorded. Once the deletion has waited DeletionGracePeriod the
+// finalizer is removed anyway: the registry rows this object owned stay in
+// the inbox (Issue 10, item 20).
+func (r *WorkflowRegistryReconciler) finalize(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(reg, Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	owned, err := r.Inbox.ListRegistryEntriesByOwner(ctx, reg.Namespace, reg.Name)
 	if err != nil {
-		return err
+		return r.inboxUnreachable(ctx, reg, fmt.Errorf("list registry entries: %w", err))
 	}
 	for _, e := range owned {
 		if _, err := r.Inbox.DeleteRegistryEntry(ctx, e.WorkflowName, reg.Namespace, reg.Name); err != nil {
-			return fmt.Errorf("unregister %s: %w", e.WorkflowName, err)
+			return r.inboxUnreachable(ctx, reg, fmt.Errorf("unregister %s: %w", e.WorkflowName, err))
 		}
 	}
+	return ctrl.Result{}, r.removeFinalizer(ctx, reg)
+}
+
+func (r *WorkflowRegistryReconciler) removeFinalizer(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) error {
 	patch := client.MergeFrom(reg.DeepCopy())
 	controllerutil.RemoveFinalizer(reg, Finalizer)
 	return client.IgnoreNotFound(r.Patch(ctx, reg, patch))
+}
+
+func (r *WorkflowRegistryReconciler) now() time.Time {
+	if r.Clock != nil {
+		return r.Clock.Now()
+	}
+	return time.Now()
+}
+
+// inboxUnreachable handles an inbox error met while deleting: within the
+// grace period it records the Deleting condition (and a Warning Event when
+// the condition changes) and retries; after it, the finalizer goes anyway.
+func (r *WorkflowRegistryReconciler) inboxUnreachable(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry, cause error) (ctrl.Result, error) {
+	log := logf.FromContext(ctx).WithValues("workflowregistry", client.ObjectKeyFromObject(reg))
+	overdue, retry := deletionWait(reg, r.DeletionGracePeriod, r.now())
+	if overdue {
+		log.Error(cause, "The inbox stayed unreachable for the deletion grace period; removing the finalizer anyway")
+		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
+			"The inbox was unreachable for the deletion grace period; the finalizer was removed without unregistering the workflows (their registry rows stay in the inbox, owned by this deleted object, until a WorkflowRegistry of the same namespace and name is created again or they are deleted by hand): %v",
+			cause)
+		return ctrl.Result{}, r.removeFinalizer(ctx, reg)
+	}
+	log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", cause.Error())
+	before := reg.DeepCopy()
+	if setCondition(&reg.Status.Conditions, unreachableCondition(reg.Generation, cause, r.DeletionGracePeriod)) {
+		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonInboxUnreachable, "Delete",
+			"The inbox is unreachable; the deletion is retried: %v", cause)
+		if err := r.Status().Patch(ctx, reg, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("write Deleting condition: %w", err))
+		}
+	}
+	return ctrl.Result{RequeueAfter: retry}, nil
 }
 
 // SetupWithManager registers the controller.

@@ -46,6 +46,10 @@ type WorkflowRunReconciler struct {
 	MaxConcurrentReconciles int
 	// Metrics, optional.
 	Metrics *Metrics
+	// DeletionGracePeriod is how long a deletion waits for an unreachable
+	// inbox before the finalizer is removed without cancelling the run;
+	// DefaultDeletionGracePeriod when zero.
+	DeletionGracePeriod time.Duration
 }
 
 // +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns,verbs=get;list;watch;update;patch;delete
@@ -62,12 +66,12 @@ func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !wfr.DeletionTimestamp.IsZero() {
-		err := r.finalize(ctx, &wfr)
+		res, err := r.finalize(ctx, &wfr)
 		if apierrors.IsConflict(err) {
 			log.V(1).Info("Conflict removing the finalizer; requeueing", "workflowrun", req.NamespacedName)
 			return ctrl.Result{Requeue: true}, nil
 		}
-		return ctrl.Result{}, err
+		return res, err
 	}
 	if !controllerutil.ContainsFinalizer(&wfr, Finalizer) {
 		// The merge patch writes the whole list of finalizers: with the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -14,20 +15,26 @@ import (
 
 // finalize cancels the run of a WorkflowRun being deleted if it has not
 // finished, then lets the object go. The inbox row and its audit trail stay.
-func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) error {
+//
+// While the inbox is unreachable, the deletion is retried with a growing
+// delay, the Deleting condition says why the object stays, and a Warning
+// Event is recorded. Once the deletion has waited DeletionGracePeriod the
+// finalizer is removed anyway: an unfinished run then stays in the inbox,
+// not cancelled, and runs or waits as any run does (Issue 10, item 20).
+func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	// Only a run mirrored from this object is cancelled, whatever
 	// status.runID says (Issue 10, item 2).
 	runID, err := r.ownRun(ctx, wfr)
 	if err != nil {
-		return fmt.Errorf("find run of deleted object: %w", err)
+		return r.inboxUnreachable(ctx, wfr, fmt.Errorf("find run of deleted object: %w", err))
 	}
 	if runID != "" {
 		cancelled, err := r.Inbox.CancelRun(ctx, runID)
 		if err != nil {
-			return fmt.Errorf("cancel run %s of deleted object: %w", runID, err)
+			return r.inboxUnreachable(ctx, wfr, fmt.Errorf("cancel run %s of deleted object: %w", runID, err))
 		}
 		if cancelled {
 			logf.FromContext(ctx).Info("Cancelled the unfinished run of a deleted WorkflowRun",
@@ -36,12 +43,43 @@ func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alp
 				"Cancelled run %s because the WorkflowRun was deleted before it finished", runID)
 		}
 	}
-	// With the resourceVersion: a finalizer another party removed meanwhile
-	// is not written back (a conflict requeues).
+	return ctrl.Result{}, r.removeFinalizer(ctx, wfr)
+}
+
+// removeFinalizer lets a deleted object go. With the resourceVersion: a
+// finalizer another party removed meanwhile is not written back (a conflict
+// requeues).
+func (r *WorkflowRunReconciler) removeFinalizer(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) error {
 	patch := client.MergeFromWithOptions(wfr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(wfr, Finalizer)
 	if err := r.Patch(ctx, wfr, patch); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
 	}
 	return nil
+}
+
+// inboxUnreachable handles an inbox error met while deleting: within the
+// grace period it records the Deleting condition (and a Warning Event when
+// the condition changes) and retries; after it, the finalizer goes anyway.
+func (r *WorkflowRunReconciler) inboxUnreachable(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, cause error) (ctrl.Result, error) {
+	log := logf.FromContext(ctx).WithValues("workflowrun", client.ObjectKeyFromObject(wfr))
+	overdue, retry := deletionWait(wfr, r.DeletionGracePeriod, r.now())
+	if overdue {
+		log.Error(cause, "The inbox stayed unreachable for the deletion grace period; removing the finalizer anyway",
+			"runID", wfr.Status.RunID)
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
+			"The inbox was unreachable for the deletion grace period; the finalizer was removed without cancelling the run (run %q stays in the inbox, not cancelled, and runs or waits as any run does): %v",
+			wfr.Status.RunID, cause)
+		return ctrl.Result{}, r.removeFinalizer(ctx, wfr)
+	}
+	log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", cause.Error())
+	before := wfr.DeepCopy()
+	if setCondition(&wfr.Status.Conditions, unreachableCondition(wfr.Generation, cause, r.DeletionGracePeriod)) {
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonInboxUnreachable, "Delete",
+			"The inbox is unreachable; the deletion is retried: %v", cause)
+		if err := r.Status().Patch(ctx, wfr, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("write Deleting condition: %w", err))
+		}
+	}
+	return ctrl.Result{RequeueAfter: retry}, nil
 }
