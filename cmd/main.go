@@ -54,6 +54,7 @@ type options struct {
 	resyncPeriod         time.Duration
 	maxConcurrent        int
 	autoscaleInterval    time.Duration
+	deletionGracePeriod  time.Duration
 	zap                  zap.Options
 }
 
@@ -104,6 +105,7 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.DurationVar(&o.retention, "retention", envDuration("RETENTION", 7*24*time.Hour), "delete finished inbox runs (and their events) older than this; 0 keeps them (env RETENTION)")
 	flag.DurationVar(&o.resyncPeriod, "resync-period", envDuration("RESYNC_PERIOD", controller.DefaultResyncPeriod), "re-read unfinished runs this often without a notification (env RESYNC_PERIOD)")
 	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 16), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
+	flag.DurationVar(&o.deletionGracePeriod, "deletion-grace-period", envDuration("DELETION_GRACE_PERIOD", controller.DefaultDeletionGracePeriod), "how long the deletion of a WorkflowRun or WorkflowRegistry waits for an unreachable database before its finalizer is removed anyway (env DELETION_GRACE_PERIOD)")
 	flag.DurationVar(&o.autoscaleInterval, "autoscale-interval", envDuration("AUTOSCALE_INTERVAL", controller.DefaultAutoscaleInterval), "evaluate worker pools this often, besides on new runs (env AUTOSCALE_INTERVAL)")
 	o.zap.BindFlags(flag)
 	if err := flag.Parse(args); err != nil {
@@ -122,6 +124,9 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	}
 	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
 		return o, errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	if o.deletionGracePeriod <= 0 {
+		return o, errors.New("--deletion-grace-period must be positive")
 	}
 	return o, nil
 }
@@ -192,11 +197,13 @@ func run() error {
 	if err := (&controller.WorkflowRunReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
 		Changes: watcher.Changes(), ResyncPeriod: o.resyncPeriod, Metrics: m, MaxConcurrentReconciles: o.maxConcurrent,
+		DeletionGracePeriod: o.deletionGracePeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowRun controller: %w", err)
 	}
 	if err := (&controller.WorkflowRegistryReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowregistry-controller"),
+		DeletionGracePeriod: o.deletionGracePeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowRegistry controller: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/controller"
 )
 
 func envMap(m map[string]string) lookupEnv {
@@ -56,5 +58,25 @@ func TestDatabaseURLFile(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--database-url-file", filepath.Join(t.TempDir(), "missing")}, envMap(nil)); err == nil {
 		t.Fatal("a missing URL file must be an error")
+	}
+}
+
+// Issue 10, item 20: the deletion grace period is a flag with an
+// environment fallback.
+func TestDeletionGracePeriod(t *testing.T) {
+	o, err := parseFlags([]string{"--database-url", "x"}, envMap(nil))
+	if err != nil || o.deletionGracePeriod != controller.DefaultDeletionGracePeriod {
+		t.Fatalf("default: %v %v", o.deletionGracePeriod, err)
+	}
+	o, err = parseFlags([]string{"--database-url", "x"}, envMap(map[string]string{"DELETION_GRACE_PERIOD": "3m"}))
+	if err != nil || o.deletionGracePeriod != 3*time.Minute {
+		t.Fatalf("environment: %v %v", o.deletionGracePeriod, err)
+	}
+	o, err = parseFlags([]string{"--database-url", "x", "--deletion-grace-period", "30s"}, envMap(map[string]string{"DELETION_GRACE_PERIOD": "3m"}))
+	if err != nil || o.deletionGracePeriod != 30*time.Second {
+		t.Fatalf("flag over environment: %v %v", o.deletionGracePeriod, err)
+	}
+	if _, err := parseFlags([]string{"--database-url", "x", "--deletion-grace-period", "0s"}, envMap(nil)); err == nil {
+		t.Fatal("a zero grace period must be an error")
 	}
 }
