@@ -20,8 +20,10 @@ var _ = Describe("two manager replicas", Ordered, func() {
 	// converge.
 	It("fails over to the standby when the leader is SIGKILLed", func() {
 		createNamespace(ns)
+		// demo.fail.v1 with failTimes 0 succeeds at once; it is a type no
+		// other spec moves to another runtime (specs run in random order).
 		worker := start("leader-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.echo.", "--worker-id=leader-worker")
+			"--type-prefixes=demo.fail.", "--worker-id=leader-worker")
 		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
 
 		standbyMetrics, standbyHealth := freePort(), freePort()
@@ -35,7 +37,7 @@ var _ = Describe("two manager replicas", Ordered, func() {
 		var manifest strings.Builder
 		for i := range 20 {
 			fmt.Fprintf(&manifest, "---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
-				"metadata: {name: failover-%02d}\nspec: {type: demo.echo.v1, payload: {i: %d}}\n", i, i)
+				"metadata: {name: failover-%02d}\nspec: {type: demo.fail.v1, payload: {failTimes: 0, i: %d}}\n", i, i)
 		}
 		mustKubectl("apply", "-n", ns, "-f", writeManifest("failover.yaml", manifest.String()))
 
