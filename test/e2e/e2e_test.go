@@ -237,6 +237,8 @@ spec:
   - {name: demo.echo.v1, runtime: go}
   - {name: demo.sleep.v1, runtime: go}
 `))
+		// Specs of other containers run in random order: give the types back.
+		DeferCleanup(func() { mustKubectl("delete", "workflowregistry", "xrt", "-n", "e2e-xrt") })
 		runtimeOf := func(name string) func() string {
 			return func() string {
 				var rt string
