@@ -246,7 +246,7 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 	st.Runnable, st.Leased = int32(min(d.Runnable, 1<<31-1)), int32(min(d.Leased, 1<<31-1))
 	gen := p.reg.Generation
 	setReady := func(status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: status,
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: status,
 			Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
 	if a.Metrics != nil {
@@ -320,7 +320,7 @@ func (a *Autoscaler) blockedPool(p pool) workflowv1alpha1.WorkerPoolStatus {
 			"%s is not scaled: type prefix %q overlaps a prefix owned by WorkflowRegistry %s (%d conflicting prefix(es))",
 			p.spec.ScaleTargetRef.Name, c.Prefix, c.Owner, len(p.conflicts))
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
+	setCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
 		Reason: ReasonPrefixConflict, Message: msg, ObservedGeneration: p.reg.Generation})
 	return st
 }

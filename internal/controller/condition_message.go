@@ -28,34 +28,36 @@ func boundMessage(msg string) string {
 	return msg[:cut] + mark
 }
 
-// joinBounded joins items with sep after prefix, stopping before the
-// message would pass MaxConditionMessageBytes and saying how many items were
-// left out ("… and N more"). Use it for messages that list one entry per
-// problem (conflicts, rejected entries), whose count has no bound.
-func joinBounded(prefix string, items []string, sep string) string {
+// listWithinBytes joins items with sep, stopping before limit bytes and
+// ending with "… and N more" when some are left out. Use it for messages that
+// list one entry per problem (conflicts, rejected entries), whose count has
+// no bound.
+func listWithinBytes(items []string, sep string, limit int) string {
 	var b strings.Builder
-	b.WriteString(prefix)
 	for i, it := range items {
 		more := fmt.Sprintf("%s… and %d more", sep, len(items)-i)
-		add := it
+		n := len(it)
 		if i > 0 {
-			add = sep + it
+			n += len(sep)
 		}
-		// Keep room for the "… and N more" of the items not yet written.
-		room := MaxConditionMessageBytes - b.Len()
+		// Keep room for the "… and N more" tail unless this is the last item.
+		room := limit - b.Len()
 		if i < len(items)-1 {
 			room -= len(more)
 		}
-		if len(add) > room {
+		if n > room {
 			if i == 0 {
-				more = fmt.Sprintf("… and %d more", len(items))
+				return fmt.Sprintf("… and %d more", len(items))
 			}
 			b.WriteString(more)
-			return boundMessage(b.String())
+			return b.String()
 		}
-		b.WriteString(add)
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(it)
 	}
-	return boundMessage(b.String())
+	return b.String()
 }
 
 // setCondition is meta.SetStatusCondition with the message bounded; every

@@ -18,7 +18,7 @@ func TestConditionMessagesAreBounded(t *testing.T) {
 	for i := range items {
 		items[i] = fmt.Sprintf("workflow type content.thumbnail%d.v1 is owned by WorkflowRegistry media/thumbs-%d", i, i)
 	}
-	msg := joinBounded("conflicts: ", items, "; ")
+	msg := "conflicts: " + listWithinBytes(items, "; ", MaxConditionMessageBytes-len("conflicts: "))
 	if len(msg) > MaxConditionMessageBytes {
 		t.Fatalf("message is %d bytes, above %d", len(msg), MaxConditionMessageBytes)
 	}
@@ -29,10 +29,10 @@ func TestConditionMessagesAreBounded(t *testing.T) {
 	if want := fmt.Sprintf("; … and %d more", len(items)-written); !strings.HasSuffix(msg, want) {
 		t.Fatalf("message ends %q, want the suffix %q", msg[len(msg)-40:], want)
 	}
-	if got := joinBounded("conflicts: ", items[:2], "; "); got != "conflicts: "+items[0]+"; "+items[1] {
+	if got := listWithinBytes(items[:2], "; ", MaxConditionMessageBytes); got != items[0]+"; "+items[1] {
 		t.Fatalf("short list changed: %q", got)
 	}
-	if got := joinBounded("x: ", []string{strings.Repeat("y", 50000)}, "; "); got != "x: … and 1 more" {
+	if got := listWithinBytes([]string{strings.Repeat("y", 50000)}, "; ", MaxConditionMessageBytes); got != "… and 1 more" {
 		t.Fatalf("one huge entry: %.100q", got)
 	}
 

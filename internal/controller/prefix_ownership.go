@@ -99,33 +99,3 @@ func prefixConflictMessage(conflicts []prefixConflict) string {
 	return listWithinBytes(items, "; ", maxOwnershipMessageBytes-80) +
 		"; the pool is not scaled while the owner keeps it"
 }
-
-// listWithinBytes joins items with sep, stopping before limit bytes and
-// ending with "… and N more" when some are left out.
-func listWithinBytes(items []string, sep string, limit int) string {
-	var b strings.Builder
-	for i, it := range items {
-		more := fmt.Sprintf("%s… and %d more", sep, len(items)-i)
-		n := len(it)
-		if i > 0 {
-			n += len(sep)
-		}
-		// Keep room for the "… and N more" tail unless this is the last item.
-		room := limit - b.Len()
-		if i < len(items)-1 {
-			room -= len(more)
-		}
-		if n > room {
-			if i == 0 {
-				return fmt.Sprintf("… %d conflict(s)", len(items))
-			}
-			b.WriteString(more)
-			return b.String()
-		}
-		if i > 0 {
-			b.WriteString(sep)
-		}
-		b.WriteString(it)
-	}
-	return b.String()
-}

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -133,7 +132,7 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
 		cond.Message = listWithinBytes(conflictMsgs, "; ", maxOwnershipMessageBytes)
 	}
-	meta.SetStatusCondition(&reg.Status.Conditions, cond)
+	setCondition(&reg.Status.Conditions, cond)
 	if !equality.Semantic.DeepEqual(before.Status, reg.Status) {
 		if err := r.Status().Patch(ctx, reg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("write status: %w", err)
