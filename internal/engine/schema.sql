@@ -860,6 +860,7 @@ CREATE FUNCTION workflow.record_steps(p_worker_id text, p_ids uuid[], p_tokens b
 declare
     v_owned boolean[];
     v_inserted boolean[];
+    v_unresolved uuid[];
 begin
     -- The run rows are share-locked: a claim, park or cancel of the same run
     -- waits for the journal write (or skips the run), so a write can never
@@ -892,8 +893,12 @@ begin
         returning run_id, name
     )
     select array_agg(o.id is not null order by req.idx),
-           array_agg(i.run_id is not null order by req.idx)
-    into v_owned, v_inserted
+           array_agg(i.run_id is not null order by req.idx),
+           -- Runs whose journal must be read to answer: the usual batch,
+           -- every step new, reads none.
+           coalesce(array_agg(req.id) filter (where o.id is not null and i.run_id is null
+                                                 and req.problem is null), '{}')
+    into v_owned, v_inserted, v_unresolved
     from req
     left join (select distinct on (o.id, o.token) o.id, o.token from owned o) o
       on o.id = req.id and o.token = req.token
@@ -912,7 +917,7 @@ begin
     ), mine as (
         select s.run_id, s.name, s.position, s.kind, s.output
         from workflow.workflow_step s
-        where s.run_id = any (p_ids)
+        where s.run_id = any (v_unresolved)
     )
     select req.idx::integer,
            case when req.problem is not null then 'invalid'

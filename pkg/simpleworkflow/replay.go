@@ -30,15 +30,10 @@ type replay struct {
 }
 
 func newReplay(s *session, ref engine.LeaseRef, cancel context.CancelCauseFunc, journal []engine.JournalEntry) *replay {
-	r := &replay{
-		s: s, ref: ref, cancel: cancel,
-		byPos:   make(map[int]engine.JournalEntry, len(journal)),
-		byName:  make(map[string]engine.JournalEntry, len(journal)),
-		signals: map[string]int{},
-	}
+	// Most runs record nothing: the maps are made on first use.
+	r := &replay{s: s, ref: ref, cancel: cancel}
 	for _, e := range journal {
-		r.byPos[e.Position] = e
-		r.byName[e.Name] = e
+		r.rememberLocked(e)
 	}
 	return r
 }
@@ -120,6 +115,13 @@ func trimPrefix(s, p string) string {
 func (r *replay) remember(e engine.JournalEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.rememberLocked(e)
+}
+
+func (r *replay) rememberLocked(e engine.JournalEntry) {
+	if r.byPos == nil {
+		r.byPos, r.byName = map[int]engine.JournalEntry{}, map[string]engine.JournalEntry{}
+	}
 	r.byPos[e.Position] = e
 	r.byName[e.Name] = e
 }
@@ -137,6 +139,9 @@ func (r *replay) lookup(name string) (engine.JournalEntry, bool) {
 func (r *replay) signalStep(name string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.signals == nil {
+		r.signals = map[string]int{}
+	}
 	r.signals[name]++
 	if n := r.signals[name]; n > 1 {
 		return name + ":" + strconv.Itoa(n)
