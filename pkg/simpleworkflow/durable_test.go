@@ -228,7 +228,18 @@ func TestChildRunsFromHandlers(t *testing.T) {
 			}
 			return simpleworkflow.JSONResult(map[string]any{"child": id, "result": res})
 		},
-		"fam.double.v1": func(_ context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+		"fam.double.v1": func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+			// Finish only once the parent has parked in AwaitChild, so that
+			// the parent must wake and replay StartChild.
+			self, err := b.client.Get(ctx, task.ID)
+			if err != nil {
+				return nil, err
+			}
+			for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if p, err := b.client.Get(ctx, self.ParentID); err == nil && p.Wait != nil {
+					break
+				}
+			}
 			var in struct{ N int }
 			if err := task.Decode(&in); err != nil {
 				return nil, err
