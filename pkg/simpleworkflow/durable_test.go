@@ -513,3 +513,78 @@ func TestPoisonOutcomesAffectOnlyTheirRun(t *testing.T) {
 		t.Fatalf("cleaned error %q: want the text without NUL, invalid bytes replaced, saying so", nul.LastError)
 	}
 }
+
+// Issue 10, item 12: a claim in flight when the worker is told to stop is not
+// abandoned. The server commits the claim while a proxy holds back its
+// answer; the worker is stopped, then the answer arrives: the claimed run is
+// executed (or handed back) at once, never left leased until its lease
+// expires with an attempt spent.
+func TestClaimInFlightAtShutdownIsNotAbandoned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy, proxyURL := startGateProxy(t, b.url)
+	workerClient, err := simpleworkflow.Connect(b.ctx, proxyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(workerClient.Close)
+	var calls atomic.Int32
+	p, err := simpleworkflow.NewPoller(workerClient, simpleworkflow.PollerConfig{
+		TypePrefixes: []string{"cut."}, LeaseDuration: time.Minute, PollInterval: 50 * time.Millisecond,
+		ShutdownGracePeriod: 5 * time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Handle("cut.a.v1", func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) {
+		calls.Add(1)
+		return json.RawMessage(`{"ok":true}`), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	proxy.hold("cut.a.v1") // the claim's answer names the run's type
+	defer proxy.release()
+	res, err := b.client.Create(b.ctx, "cut.a.v1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the server to commit the claim", func() (bool, error) {
+		r, err := b.client.Get(b.ctx, res.ID)
+		return err == nil && r.Status == simpleworkflow.StatusLeased, err
+	})
+	cancel() // shutdown begins while the claim's answer is on its way
+	returnedEarly := false
+	select {
+	case err := <-done:
+		returnedEarly = true
+		if err != nil {
+			t.Logf("poller returned %v", err)
+		}
+	case <-time.After(2 * time.Second):
+	}
+	proxy.release()
+	if !returnedEarly {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("poller returned %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the worker did not stop within 20 s of its claim's answer")
+		}
+	}
+	run, err := b.client.Get(b.ctx, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case run.Status == simpleworkflow.StatusSucceeded && calls.Load() == 1:
+	case run.Status == simpleworkflow.StatusPending && run.Attempt == 0 && calls.Load() == 0:
+	default:
+		t.Fatalf("the run claimed during shutdown is %s at attempt %d after %d calls: left leased or its attempt spent",
+			run.Status, run.Attempt, calls.Load())
+	}
+}
