@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,36 +14,16 @@ import (
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
 )
 
-// pgCluster is a Postgres cluster of the test's own, so that it can be
-// restarted and frozen without disturbing other tests.
-type pgCluster struct {
-	script, dir, url string
-}
-
-func startCluster(t *testing.T) *pgCluster {
+// startCluster starts a Postgres cluster of the test's own, so that it can
+// be restarted and frozen without disturbing other tests.
+func startCluster(t *testing.T) *pgtest.Cluster {
 	t.Helper()
-	script, err := pgtest.RepoFile("hack/pg.sh")
+	c, err := pgtest.StartCluster(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &pgCluster{script: script, dir: filepath.Join(t.TempDir(), "pg")}
-	cmd := exec.Command("bash", script, "start", c.dir, "--watch", strconv.Itoa(os.Getpid()))
-	cmd.Env = append(os.Environ(), "PG_FSYNC=off")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("start postgres: %v", err)
-	}
-	c.url = strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("bash", script, "stop", c.dir).Run() })
+	t.Cleanup(c.Stop)
 	return c
-}
-
-func (c *pgCluster) run(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command("bash", append([]string{c.script}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("pg.sh %v: %v\n%s", args, err, out)
-	}
 }
 
 // startPythonWorker starts the Python example worker process.
@@ -103,12 +82,12 @@ func TestWorkersSurviveDatabaseOutages(t *testing.T) {
 	bin := buildWorker(t)
 	pg := startCluster(t)
 	ctx := context.Background()
-	client := connect(t, pg.url)
+	client := connect(t, pg.URL)
 	if err := client.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	goWorker := startWorker(t, bin, pg.url, "go-outage", "--runtime=go", "--lease-duration=3s")
-	pyWorker := startPythonWorker(t, pg.url, "py-outage")
+	goWorker := startWorker(t, bin, pg.URL, "go-outage", "--runtime=go", "--lease-duration=3s")
+	pyWorker := startPythonWorker(t, pg.URL, "py-outage")
 
 	var ids []string
 	create := func(n int, tag string) {
@@ -138,12 +117,16 @@ func TestWorkersSurviveDatabaseOutages(t *testing.T) {
 	}
 	create(150, "before")
 	waitFor(t, 60*time.Second, "some runs to finish", func() bool { return succeeded() >= 20 })
-	pg.run(t, "restart", pg.dir)
+	if err := pg.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
 	create(150, "after-restart")
 	waitFor(t, 120*time.Second, "every run to succeed after the restart", func() bool { return succeeded() == len(ids) })
 
 	create(150, "during-pause")
-	pg.run(t, "pause", pg.dir, "10")
+	if err := pg.Pause(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	create(50, "after-pause")
 	waitFor(t, 120*time.Second, "every run to succeed after the pause", func() bool { return succeeded() == len(ids) })
 

@@ -1,10 +1,13 @@
 package devenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -28,6 +31,13 @@ func StartControlPlane(dir, crdDir string) (*ControlPlane, error) {
 		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make envtest` and point it at bin/k8s/<version>")
 	}
 	env := &envtest.Environment{}
+	// A serving directory of our own keeps the API server's certificates
+	// and port across RestartAPIServer, so clients need no new kubeconfig.
+	certDir := filepath.Join(dir, "kube-apiserver")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", certDir, err)
+	}
+	env.ControlPlane.GetAPIServer().CertDir = certDir
 	if crdDir != "" {
 		env.CRDDirectoryPaths = []string{crdDir}
 		env.ErrorIfCRDPathMissing = true
@@ -65,6 +75,48 @@ func (c *ControlPlane) ImpersonatingKubeconfig(path, user string) error {
 		a.Impersonate = user
 	}
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// RestartAPIServer stops kube-apiserver (etcd keeps running, as it would in
+// a cluster whose API server is upgraded or crashes), waits for down, then
+// starts it again on the same port with the same certificates and waits
+// until it reports ready (its RBAC roles loaded) or ctx ends.
+func (c *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	api := c.env.ControlPlane.GetAPIServer()
+	if err := api.Stop(); err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver again: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("client for readyz: %w", err)
+	}
+	for {
+		if ready(ctx, cs.Discovery().RESTClient()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not ready: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ready asks the API server's /readyz once, for at most two seconds, and
+// reports whether every check passed.
+func ready(ctx context.Context, rc rest.Interface) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx)
+	return err == nil
 }
 
 // Stop stops the control plane.

@@ -1178,7 +1178,7 @@ CREATE TABLE workflow.workflow_event (
     workflow_id uuid NOT NULL,
     event_type text NOT NULL,
     data jsonb DEFAULT '{}'::jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     CONSTRAINT workflow_event_type_valid CHECK ((event_type = ANY (ARRAY['created'::text, 'leased'::text, 'started'::text, 'heartbeat'::text, 'succeeded'::text, 'failed'::text, 'retried'::text, 'cancelled'::text, 'waiting'::text, 'woken'::text, 'signal_received'::text])))
 );
 

@@ -15,10 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -69,30 +66,11 @@ func Main(m *testing.M) int {
 // StartServer starts a throwaway cluster with hack/pg.sh and returns its URL
 // and a function that stops it.
 func StartServer(ctx context.Context) (string, func(), error) {
-	script, err := RepoFile("hack/pg.sh")
+	c, err := StartCluster(ctx)
 	if err != nil {
 		return "", nil, err
 	}
-	dir, err := os.MkdirTemp("", "simple-workflow-pg-")
-	if err != nil {
-		return "", nil, fmt.Errorf("temp dir: %w", err)
-	}
-	state := filepath.Join(dir, "pg")
-	cmd := exec.CommandContext(ctx, "bash", script, "start", state, "--watch", strconv.Itoa(os.Getpid()))
-	cmd.Env = append(os.Environ(), "PG_FSYNC="+envOr("PG_FSYNC", "off"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("start postgres with %s: %w", script, err)
-	}
-	stop := func() {
-		c := exec.Command("bash", script, "stop", state)
-		c.Stderr = os.Stderr
-		_ = c.Run()
-		os.RemoveAll(dir)
-	}
-	return strings.TrimSpace(string(out)), stop, nil
+	return c.URL, c.Stop, nil
 }
 
 func envOr(k, def string) string {
