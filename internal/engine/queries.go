@@ -44,6 +44,7 @@ const (
 	qRegistryUpsert        = "RegistryUpsert"
 	qRegistryGet           = "RegistryGet"
 	qRegistryDelete        = "RegistryDelete"
+	qDAGSteps              = "DAGSteps"
 )
 
 // queries maps a query name to its SQL text.
@@ -97,7 +98,7 @@ func loadQueries() (queries, error) {
 		qRunHeartbeat, qRunComplete, qRunFail, qRunRelease, qRunReapExpired,
 		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qPoolQueueDepth, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
 		qRunExpireDeadlines, qRunChildren, qStepRecord, qStepPark, qStepStartChild, qStepList,
-		qSignalSend, qSignalList, qRunStepSummary,
+		qSignalSend, qSignalList, qRunStepSummary, qDAGSteps,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)

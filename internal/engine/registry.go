@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -24,8 +25,11 @@ type RegistryEntry struct {
 	// Owner names the WorkflowRegistry object that declared the entry, if any.
 	OwnerNamespace string
 	OwnerName      string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// Definition, when set, makes the type a DAG workflow orchestrated by
+	// the database (see DAGDefinition); Runtime is then empty.
+	Definition *DAGDefinition
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // ErrOwnedElsewhere is returned when a registry entry belongs to another owner.
@@ -38,14 +42,24 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 	if err := ValidateType(r.WorkflowName); err != nil {
 		return fmt.Errorf("register workflow: %w", err)
 	}
-	if r.Runtime != RuntimeGo && r.Runtime != RuntimePython {
+	if r.Definition == nil && r.Runtime != RuntimeGo && r.Runtime != RuntimePython {
 		return fmt.Errorf("register workflow %s: %w: runtime must be go or python, got %q", r.WorkflowName, ErrInvalid, r.Runtime)
+	}
+	if r.Definition != nil && r.Runtime != "" {
+		return fmt.Errorf("register workflow %s: %w: a workflow with steps has no runtime of its own (its steps' types have theirs)", r.WorkflowName, ErrInvalid)
+	}
+	var def []byte
+	if r.Definition != nil {
+		var err error
+		if def, err = json.Marshal(r.Definition); err != nil {
+			return fmt.Errorf("register workflow %s: encode definition: %w", r.WorkflowName, err)
+		}
 	}
 	var name string
 	err := e.pool.QueryRow(ctx, e.q[qRegistryUpsert], pgx.NamedArgs{
-		"workflow_name": r.WorkflowName, "runtime": r.Runtime, "is_enabled": r.Enabled,
+		"workflow_name": r.WorkflowName, "runtime": nullIfEmpty(r.Runtime), "is_enabled": r.Enabled,
 		"description": r.Description, "owner_namespace": nullIfEmpty(r.OwnerNamespace),
-		"owner_name": nullIfEmpty(r.OwnerName),
+		"owner_name": nullIfEmpty(r.OwnerName), "definition": def,
 	}).Scan(&name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("register workflow %s: %w", r.WorkflowName, ErrOwnedElsewhere)
@@ -55,9 +69,16 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 
 func scanRegistryEntry(row pgx.Row) (RegistryEntry, error) {
 	var r RegistryEntry
-	var ns, owner *string
-	err := row.Scan(&r.WorkflowName, &r.Runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt)
-	r.OwnerNamespace, r.OwnerName = deref(ns), deref(owner)
+	var ns, owner, runtime *string
+	var def []byte
+	err := row.Scan(&r.WorkflowName, &runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt, &def)
+	r.OwnerNamespace, r.OwnerName, r.Runtime = deref(ns), deref(owner), deref(runtime)
+	if err == nil && def != nil {
+		r.Definition = new(DAGDefinition)
+		if err := json.Unmarshal(def, r.Definition); err != nil {
+			return r, fmt.Errorf("decode definition of %s: %w", r.WorkflowName, err)
+		}
+	}
 	return r, err
 }
 

@@ -179,6 +179,320 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
 $$;
 
 --
+-- Name: dag_advance(uuid); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.dag_advance(p_run uuid) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
+    AS $$
+declare
+    v_run workflow.workflow_run;
+    v_limit bigint := coalesce(nullif(current_setting('workflow.max_payload_bytes', true), '')::bigint, 1048576);
+    v_bad record;
+    v_results jsonb;
+    v_total integer;
+    v_ok integer;
+    v_result jsonb;
+begin
+    select * into v_run from workflow.workflow_run r where r.id = p_run for update;
+    if not found or v_run.status <> 'pending' or v_run.dag is null then
+        return;
+    end if;
+
+    select c.id, c.parent_step, c.type, c.status, c.last_error into v_bad
+    from workflow.workflow_run c
+    where c.parent_id = p_run and c.status in ('failed', 'cancelled')
+    order by c.finished_at, c.parent_step
+    limit 1;
+    if found then
+        perform workflow.dag_end(v_run, 'failed', null,
+            format('step "%s" (%s) %s: %s', v_bad.parent_step, v_bad.type,
+                   case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
+                   left(coalesce(v_bad.last_error, v_bad.status), 4000)),
+            jsonb_build_object('reason', 'step_failed', 'step', v_bad.parent_step,
+                               'step_run_id', v_bad.id, 'step_status', v_bad.status));
+        return;
+    end if;
+
+    select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+    into v_results, v_ok
+    from workflow.workflow_run c
+    where c.parent_id = p_run and c.status = 'succeeded';
+    v_total := jsonb_array_length(v_run.dag->'steps');
+    if v_ok = v_total then
+        v_result := jsonb_build_object('steps', v_results);
+        if octet_length(v_result::text) > 1048576 then
+            perform workflow.dag_end(v_run, 'failed', null,
+                format('the steps'' results together are %s bytes; a result is at most 1048576', octet_length(v_result::text)),
+                jsonb_build_object('reason', 'result_too_large'));
+        else
+            perform workflow.dag_end(v_run, 'succeeded', v_result, null, jsonb_build_object('steps', v_total));
+        end if;
+        return;
+    end if;
+
+    -- A step whose payload would be too large fails the run.
+    select r.name, octet_length(r.payload::text) as bytes into v_bad
+    from workflow.dag_ready_steps(v_run, v_results) r
+    where octet_length(r.payload::text) > v_limit limit 1;
+    if found then
+        perform workflow.dag_end(v_run, 'failed', null,
+            format('the payload of step "%s" would be %s bytes; the limit is %s (workflow.max_payload_bytes)',
+                   v_bad.name, v_bad.bytes, v_limit),
+            jsonb_build_object('reason', 'payload_too_large', 'step', v_bad.name));
+        return;
+    end if;
+
+    insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                       retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at)
+    select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
+           r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at
+    from workflow.dag_ready_steps(v_run, v_results) r
+    on conflict do nothing;
+end
+$$;
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: workflow_run; Type: TABLE; Schema: workflow; Owner: -
+--
+
+CREATE TABLE workflow.workflow_run (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    type text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    priority integer DEFAULT 100 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    idempotency_key text,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 3 NOT NULL,
+    leased_by text,
+    lease_until timestamp with time zone,
+    last_error text,
+    result jsonb,
+    retry_base_delay interval,
+    retry_max_delay interval,
+    source_namespace text,
+    source_name text,
+    source_uid text,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    deleted_at timestamp with time zone,
+    lease_token bigint,
+    heartbeat_count integer DEFAULT 0 NOT NULL,
+    parent_id uuid,
+    parent_step text,
+    deadline_at timestamp with time zone,
+    wait_kind text,
+    wait_step text,
+    wait_signal text,
+    dag jsonb,
+    CONSTRAINT workflow_run_attempt_range CHECK (((attempt >= 0) AND (attempt <= max_attempts))),
+    CONSTRAINT workflow_run_idempotency_key_length CHECK (((idempotency_key IS NULL) OR ((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 512)))),
+    CONSTRAINT workflow_run_lease_held CHECK (((status <> 'leased'::text) OR ((leased_by IS NOT NULL) AND (lease_until IS NOT NULL)))),
+    CONSTRAINT workflow_run_max_attempts_range CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT workflow_run_parent_step_set CHECK (((parent_id IS NULL) = (parent_step IS NULL))),
+    CONSTRAINT workflow_run_payload_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
+    CONSTRAINT workflow_run_retry_policy_valid CHECK ((((retry_base_delay IS NULL) OR (retry_base_delay > '00:00:00'::interval)) AND ((retry_max_delay IS NULL) OR (retry_max_delay > '00:00:00'::interval)) AND ((retry_base_delay IS NULL) OR (retry_max_delay IS NULL) OR (retry_max_delay >= retry_base_delay)))),
+    CONSTRAINT workflow_run_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'leased'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT workflow_run_type_format CHECK (((char_length(type) <= 253) AND (type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'::text))),
+    CONSTRAINT workflow_run_wait_kind_valid CHECK (((wait_kind IS NULL) OR (wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'child'::text, 'dag'::text])))),
+    CONSTRAINT workflow_run_wait_not_leased CHECK (((wait_kind IS NULL) OR (status <> 'leased'::text)))
+);
+
+--
+-- Name: TABLE workflow_run; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON TABLE workflow.workflow_run IS 'The durable inbox: one row per recorded intent. A pending row always runs eventually.';
+
+--
+-- Name: COLUMN workflow_run.lease_token; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON COLUMN workflow.workflow_run.lease_token IS 'Drawn from workflow.lease_token_seq by every claim; guards every write of the lease holder.';
+
+--
+-- Name: COLUMN workflow_run.dag; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON COLUMN workflow.workflow_run.dag IS 'The definition a DAG run started with (a snapshot: editing the registry changes new runs only).';
+
+--
+-- Name: dag_end(workflow.workflow_run, text, jsonb, text, jsonb); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.dag_end(p_run workflow.workflow_run, p_status text, p_result jsonb, p_error text, p_data jsonb) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "workflow.via_function" TO 'on'
+    AS $$
+begin
+    update workflow.workflow_run r
+    set status = p_status, result = p_result, last_error = p_error,
+        wait_kind = null, wait_step = null, wait_signal = null,
+        finished_at = now(), updated_at = now()
+    where r.id = p_run.id;
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (p_run.id, p_status, jsonb_strip_nulls(p_data || jsonb_build_object('error', p_error)));
+end
+$$;
+
+--
+-- Name: dag_ready_steps(workflow.workflow_run, jsonb); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.dag_ready_steps(p_run workflow.workflow_run, p_results jsonb) RETURNS TABLE(name text, type text, payload jsonb, max_attempts integer, base_delay interval, max_delay interval)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    select s->>'name', s->>'type',
+           (p_run.payload || coalesce(s->'payload', '{}'::jsonb))
+               || jsonb_build_object('steps', coalesce(
+                      (select jsonb_object_agg(d, p_results->d)
+                       from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d), '{}'::jsonb)),
+           coalesce((s->>'maxAttempts')::integer, 3),
+           make_interval(secs => (s->>'retryBaseDelayMs')::bigint / 1000.0),
+           make_interval(secs => (s->>'retryMaxDelayMs')::bigint / 1000.0)
+    from jsonb_array_elements(p_run.dag->'steps') with ordinality x(s, i)
+    where not exists (select 1 from workflow.workflow_run c
+                      where c.parent_id = p_run.id and c.parent_step = s->>'name')
+      and not exists (select 1 from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
+                      where not p_results ? d)
+    order by x.i
+$$;
+
+--
+-- Name: definition_problem(jsonb); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.definition_problem(p_def jsonb) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+    v_steps jsonb;
+    v_n integer;
+    v_step record;
+    v_key text;
+    v_done text[] := '{}';
+    v_ready text[];
+    v_path text[];
+    v_cur text;
+    v_next text;
+begin
+    if p_def is null or jsonb_typeof(p_def) <> 'object' or not p_def ? 'steps' then
+        return 'a definition is an object with "steps"';
+    end if;
+    select k into v_key from jsonb_object_keys(p_def) k where k <> 'steps' limit 1;
+    if found then
+        return format('unknown field %s', to_jsonb(left(v_key, 64)));
+    end if;
+    v_steps := p_def->'steps';
+    if jsonb_typeof(v_steps) <> 'array' then
+        return '"steps" must be a list';
+    end if;
+    v_n := jsonb_array_length(v_steps);
+    if v_n < 1 or v_n > 100 then
+        return format('a workflow has 1 to 100 steps, not %s', v_n);
+    end if;
+    for v_step in select s, i from jsonb_array_elements(v_steps) with ordinality x(s, i) loop
+        if jsonb_typeof(v_step.s) <> 'object' then
+            return format('step %s is not an object', v_step.i);
+        end if;
+        select k into v_key from jsonb_object_keys(v_step.s) k
+        where k not in ('name', 'type', 'dependsOn', 'payload', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs')
+        limit 1;
+        if found then
+            return format('step %s: unknown field %s', v_step.i, to_jsonb(left(v_key, 64)));
+        end if;
+        if jsonb_typeof(v_step.s->'name') is distinct from 'string'
+           or (v_step.s->>'name') !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$' then
+            return format('step %s: name must be 1 to 63 letters, digits, ".", "_" or "-", starting with a letter or digit', v_step.i);
+        end if;
+        if jsonb_typeof(v_step.s->'type') is distinct from 'string'
+           or char_length(v_step.s->>'type') > 253
+           or (v_step.s->>'type') !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$' then
+            return format('step "%s": type must be a workflow type such as billing.charge.v1', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'dependsOn' and (jsonb_typeof(v_step.s->'dependsOn') <> 'array'
+            or jsonb_array_length(v_step.s->'dependsOn') > 100
+            or exists (select 1 from jsonb_array_elements(v_step.s->'dependsOn') d where jsonb_typeof(d) <> 'string')) then
+            return format('step "%s": dependsOn must be a list of at most 100 step names', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'payload' and jsonb_typeof(v_step.s->'payload') <> 'object' then
+            return format('step "%s": payload must be an object', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'maxAttempts' and (jsonb_typeof(v_step.s->'maxAttempts') <> 'number'
+            or (v_step.s->>'maxAttempts') !~ '^[0-9]{1,4}$'
+            or (v_step.s->>'maxAttempts')::integer not between 1 and 1000) then
+            return format('step "%s": maxAttempts must be 1 to 1000', v_step.s->>'name');
+        end if;
+        foreach v_key in array array['retryBaseDelayMs', 'retryMaxDelayMs'] loop
+            if v_step.s ? v_key and (jsonb_typeof(v_step.s->v_key) <> 'number'
+                or (v_step.s->>v_key) !~ '^[0-9]{1,11}$'
+                or (v_step.s->>v_key)::bigint not between 1 and 31622400000) then
+                return format('step "%s": %s must be 1 to 31622400000 (366 days)', v_step.s->>'name', v_key);
+            end if;
+        end loop;
+        if (v_step.s->>'retryBaseDelayMs')::bigint > (v_step.s->>'retryMaxDelayMs')::bigint then
+            return format('step "%s": retryMaxDelayMs must be at least retryBaseDelayMs', v_step.s->>'name');
+        end if;
+    end loop;
+
+    select s->>'name' into v_key from jsonb_array_elements(v_steps) s
+    group by s->>'name' having count(*) > 1 limit 1;
+    if found then
+        return format('step name "%s" is used twice', v_key);
+    end if;
+    select format('step "%s" depends on "%s", which is not a step of this workflow', s->>'name', d) into v_key
+    from jsonb_array_elements(v_steps) s, jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
+    where not exists (select 1 from jsonb_array_elements(v_steps) t where t->>'name' = d)
+    limit 1;
+    if found then
+        return v_key;
+    end if;
+
+    -- Peel off steps whose dependencies are all peeled; what is left holds a cycle.
+    loop
+        select array_agg(s->>'name') into v_ready
+        from jsonb_array_elements(v_steps) s
+        where not (s->>'name') = any (v_done)
+          and array(select jsonb_array_elements_text(coalesce(s->'dependsOn', '[]'))) <@ v_done;
+        exit when v_ready is null;
+        v_done := v_done || v_ready;
+    end loop;
+    if cardinality(v_done) = v_n then
+        return null;
+    end if;
+    -- Every step left depends on another step left: follow them until one repeats.
+    select s->>'name' into v_cur from jsonb_array_elements(v_steps) with ordinality x(s, i)
+    where not (s->>'name') = any (v_done) order by i limit 1;
+    v_path := array[v_cur];
+    loop
+        select d into v_next
+        from jsonb_array_elements(v_steps) s, jsonb_array_elements_text(s->'dependsOn') with ordinality y(d, j)
+        where s->>'name' = v_cur and not d = any (v_done)
+        order by j limit 1;
+        if v_next = any (v_path) then
+            return format('cycle: %s (each step depends on the next)',
+                          array_to_string(v_path[array_position(v_path, v_next):] || v_next, ' → '));
+        end if;
+        v_path := v_path || v_next;
+        v_cur := v_next;
+    end loop;
+end
+$_$;
+
+--
 -- Name: delete_finished_runs(timestamp with time zone, integer); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -350,71 +664,6 @@ begin
 end
 $$;
 
-SET default_tablespace = '';
-
-SET default_table_access_method = heap;
-
---
--- Name: workflow_run; Type: TABLE; Schema: workflow; Owner: -
---
-
-CREATE TABLE workflow.workflow_run (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    type text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL,
-    priority integer DEFAULT 100 NOT NULL,
-    run_at timestamp with time zone DEFAULT now() NOT NULL,
-    idempotency_key text,
-    attempt integer DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 3 NOT NULL,
-    leased_by text,
-    lease_until timestamp with time zone,
-    last_error text,
-    result jsonb,
-    retry_base_delay interval,
-    retry_max_delay interval,
-    source_namespace text,
-    source_name text,
-    source_uid text,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    deleted_at timestamp with time zone,
-    lease_token bigint,
-    heartbeat_count integer DEFAULT 0 NOT NULL,
-    parent_id uuid,
-    parent_step text,
-    deadline_at timestamp with time zone,
-    wait_kind text,
-    wait_step text,
-    wait_signal text,
-    CONSTRAINT workflow_run_attempt_range CHECK (((attempt >= 0) AND (attempt <= max_attempts))),
-    CONSTRAINT workflow_run_idempotency_key_length CHECK (((idempotency_key IS NULL) OR ((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 512)))),
-    CONSTRAINT workflow_run_lease_held CHECK (((status <> 'leased'::text) OR ((leased_by IS NOT NULL) AND (lease_until IS NOT NULL)))),
-    CONSTRAINT workflow_run_max_attempts_range CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
-    CONSTRAINT workflow_run_parent_step_set CHECK (((parent_id IS NULL) = (parent_step IS NULL))),
-    CONSTRAINT workflow_run_payload_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
-    CONSTRAINT workflow_run_retry_policy_valid CHECK ((((retry_base_delay IS NULL) OR (retry_base_delay > '00:00:00'::interval)) AND ((retry_max_delay IS NULL) OR (retry_max_delay > '00:00:00'::interval)) AND ((retry_base_delay IS NULL) OR (retry_max_delay IS NULL) OR (retry_max_delay >= retry_base_delay)))),
-    CONSTRAINT workflow_run_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'leased'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
-    CONSTRAINT workflow_run_type_format CHECK (((char_length(type) <= 253) AND (type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'::text))),
-    CONSTRAINT workflow_run_wait_kind_valid CHECK (((wait_kind IS NULL) OR (wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'child'::text])))),
-    CONSTRAINT workflow_run_wait_not_leased CHECK (((wait_kind IS NULL) OR (status <> 'leased'::text)))
-);
-
---
--- Name: TABLE workflow_run; Type: COMMENT; Schema: workflow; Owner: -
---
-
-COMMENT ON TABLE workflow.workflow_run IS 'The durable inbox: one row per recorded intent. A pending row always runs eventually.';
-
---
--- Name: COLUMN workflow_run.lease_token; Type: COMMENT; Schema: workflow; Owner: -
---
-
-COMMENT ON COLUMN workflow.workflow_run.lease_token IS 'Drawn from workflow.lease_token_seq by every claim; guards every write of the lease holder.';
-
 --
 -- Name: held_run(text, uuid, bigint); Type: FUNCTION; Schema: workflow; Owner: -
 --
@@ -476,6 +725,11 @@ CREATE FUNCTION workflow.on_child_finished() RETURNS trigger
 declare
     v_parent workflow.workflow_run;
 begin
+    if exists (select 1 from workflow.workflow_run p where p.id = new.parent_id and p.dag is not null) then
+        perform workflow.dag_advance(new.parent_id);
+        return null;
+    end if;
+
     update workflow.workflow_step s
     set outcome     = case new.status when 'succeeded' then 'ok' else 'error' end,
         output      = case when new.status = 'succeeded' then new.result end,
@@ -530,6 +784,46 @@ end
 $$;
 
 --
+-- Name: on_registry_written(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.on_registry_written() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+    v_problem text;
+begin
+    if new.definition is null then
+        return new;
+    end if;
+    v_problem := workflow.definition_problem(new.definition);
+    if v_problem is null then
+        select format('step "%s" runs %s, which has steps of its own; a step is a type that workers run',
+                      s->>'name', s->>'type')
+        into v_problem
+        from jsonb_array_elements(new.definition->'steps') s
+        where s->>'type' = new.workflow_name
+           or exists (select 1 from workflow.workflow_registry g
+                      where g.workflow_name = s->>'type' and g.definition is not null)
+        limit 1;
+    end if;
+    if v_problem is null then
+        select format('it is step "%s" of %s, and a step is a type that workers run', s->>'name', g.workflow_name)
+        into v_problem
+        from workflow.workflow_registry g, jsonb_array_elements(g.definition->'steps') s
+        where g.definition is not null and g.workflow_name <> new.workflow_name
+          and s->>'type' = new.workflow_name
+        limit 1;
+    end if;
+    if v_problem is not null then
+        raise exception 'invalid definition of %: %', new.workflow_name, v_problem using errcode = '22023';
+    end if;
+    return new;
+end
+$$;
+
+--
 -- Name: on_run_cancelled(); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -565,6 +859,7 @@ CREATE FUNCTION workflow.on_run_inserted() RETURNS trigger
 declare
     v_limit bigint := coalesce(nullif(current_setting('workflow.max_payload_bytes', true), '')::bigint, 1048576);
     v_big record;
+    v_dag record;
 begin
     select n.type, octet_length(n.payload::text) as bytes into v_big
     from new_runs n where octet_length(n.payload::text) > v_limit limit 1;
@@ -581,6 +876,30 @@ begin
                'parent_id', n.parent_id, 'parent_step', n.parent_step, 'deadline_at', n.deadline_at))
     from new_runs n
     order by n.created_at;
+
+    if exists (select 1 from new_runs n where n.dag is not null)
+       or exists (select 1 from workflow.workflow_registry g where g.definition is not null) then
+        for v_dag in
+            select n.id, coalesce(n.dag, g.definition) as def, n.dag is not null as inline
+            from new_runs n
+            left join workflow.workflow_registry g on g.workflow_name = n.type and g.definition is not null
+            where n.status = 'pending' and (n.dag is not null or g.definition is not null)
+            order by n.created_at, n.id
+        loop
+            if v_dag.inline and workflow.definition_problem(v_dag.def) is not null then
+                raise exception 'invalid definition of run %: %', v_dag.id, workflow.definition_problem(v_dag.def)
+                    using errcode = '22023';
+            end if;
+            update workflow.workflow_run r
+            set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = now()
+            where r.id = v_dag.id;
+            insert into workflow.workflow_event (workflow_id, event_type, data)
+            values (v_dag.id, 'waiting', jsonb_build_object('kind', 'dag',
+                                                            'steps', jsonb_array_length(v_dag.def->'steps')));
+            perform workflow.dag_advance(v_dag.id);
+        end loop;
+    end if;
+
     perform pg_notify('workflow_run_created', t.type)
     from (select distinct n.type from new_runs n) t;
     return null;
@@ -1208,14 +1527,16 @@ ALTER TABLE workflow.workflow_event ALTER COLUMN id ADD GENERATED ALWAYS AS IDEN
 CREATE TABLE workflow.workflow_registry (
     workflow_name text NOT NULL,
     intent_type text DEFAULT 'workflow'::text NOT NULL,
-    runtime text NOT NULL,
+    runtime text,
     is_enabled boolean DEFAULT true NOT NULL,
     description text DEFAULT ''::text NOT NULL,
     owner_namespace text,
     owner_name text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    definition jsonb,
     CONSTRAINT workflow_registry_name_format CHECK (((char_length(workflow_name) <= 253) AND (workflow_name ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'::text))),
+    CONSTRAINT workflow_registry_runtime_or_steps CHECK (((runtime IS NULL) <> (definition IS NULL))),
     CONSTRAINT workflow_registry_runtime_valid CHECK ((runtime = ANY (ARRAY['go'::text, 'python'::text])))
 );
 
@@ -1224,6 +1545,12 @@ CREATE TABLE workflow.workflow_registry (
 --
 
 COMMENT ON TABLE workflow.workflow_registry IS 'Which runtime executes a workflow type, and whether it may run at all.';
+
+--
+-- Name: COLUMN workflow_registry.definition; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON COLUMN workflow.workflow_registry.definition IS 'A DAG workflow''s steps ({"steps": [...]}); runtime is null then: the database runs it.';
 
 --
 -- Name: workflow_signal; Type: TABLE; Schema: workflow; Owner: -
@@ -1307,6 +1634,13 @@ ALTER TABLE ONLY workflow.workflow_event
 
 ALTER TABLE ONLY workflow.workflow_registry
     ADD CONSTRAINT workflow_registry_pkey PRIMARY KEY (workflow_name);
+
+--
+-- Name: workflow_run workflow_run_dag_key; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE workflow.workflow_run
+    ADD CONSTRAINT workflow_run_dag_key CHECK (((idempotency_key IS NULL) OR ("left"(idempotency_key, 4) <> 'dag:'::text) OR COALESCE((idempotency_key = ((('dag:'::text || (parent_id)::text) || ':'::text) || parent_step)), false))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_pending_has_attempt_left; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
@@ -1458,6 +1792,12 @@ CREATE TRIGGER workflow_child_finished AFTER UPDATE ON workflow.workflow_run FOR
 --
 
 CREATE TRIGGER workflow_parent_ended AFTER UPDATE ON workflow.workflow_run FOR EACH ROW WHEN (((old.status = ANY (ARRAY['pending'::text, 'leased'::text])) AND (new.status = ANY (ARRAY['failed'::text, 'cancelled'::text])))) EXECUTE FUNCTION workflow.on_parent_ended();
+
+--
+-- Name: workflow_registry workflow_registry_written; Type: TRIGGER; Schema: workflow; Owner: -
+--
+
+CREATE TRIGGER workflow_registry_written BEFORE INSERT OR UPDATE OF definition ON workflow.workflow_registry FOR EACH ROW EXECUTE FUNCTION workflow.on_registry_written();
 
 --
 -- Name: workflow_run workflow_run_cancelled; Type: TRIGGER; Schema: workflow; Owner: -

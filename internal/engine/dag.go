@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxDAGSteps bounds the steps of one DAG workflow.
+const MaxDAGSteps = 100
+
+// DAGDefinition is a workflow type defined as a graph of steps, stored in
+// workflow_registry.definition. A run of such a type is orchestrated by the
+// database: each step is a child run of the step's type, started once every
+// step it depends on succeeded. The database validates it (unique names,
+// known dependencies, no cycle, at most MaxDAGSteps steps) and refuses a bad
+// one with ErrInvalid and a message naming the problem.
+type DAGDefinition struct {
+	Steps []DAGStepDefinition `json:"steps"`
+}
+
+// DAGStepDefinition is one step of a DAGDefinition.
+type DAGStepDefinition struct {
+	// Name is unique within the definition: 1 to 63 letters, digits, '.',
+	// '_' or '-', starting with a letter or digit.
+	Name string `json:"name"`
+	// Type is the workflow type the step runs, such as billing.charge.v1.
+	Type string `json:"type"`
+	// DependsOn names the steps that must succeed before this one starts.
+	DependsOn []string `json:"dependsOn,omitempty"`
+	// Payload is merged over the workflow's payload's top-level keys.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// MaxAttempts of the step's run (1 to 1000); the inbox default when 0.
+	MaxAttempts int `json:"maxAttempts,omitempty"`
+	// RetryBaseDelayMs and RetryMaxDelayMs are the step run's backoff.
+	RetryBaseDelayMs int64 `json:"retryBaseDelayMs,omitempty"`
+	RetryMaxDelayMs  int64 `json:"retryMaxDelayMs,omitempty"`
+}
+
+// DAGStep is the state of one step of a DAG run, in definition order.
+type DAGStep struct {
+	Name      string
+	Type      string
+	DependsOn []string
+	// RunID is empty until the step has started.
+	RunID string
+	// Status is the step run's status; empty when not started.
+	Status      string
+	Attempt     int
+	MaxAttempts int
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
+	// Error is the step run's last error, at most 1,024 characters.
+	Error string
+	// WaitKind is set while the step's run is parked.
+	WaitKind string
+	// WorkflowStatus is the status of the DAG run itself.
+	WorkflowStatus string
+}
+
+// DAGSteps returns the steps of a DAG run with the state of each, in the
+// order of its definition; none when the run is not a DAG run.
+func (e *Engine) DAGSteps(ctx context.Context, runID string) ([]DAGStep, error) {
+	rows, err := e.pool.Query(ctx, e.q[qDAGSteps], pgx.NamedArgs{"id": runID})
+	if err != nil {
+		return nil, translate("steps of run "+runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DAGStep, error) {
+		var s DAGStep
+		var id, status, lastErr, wait *string
+		err := row.Scan(&s.Name, &s.Type, &s.DependsOn, &id, &status, &s.Attempt, &s.MaxAttempts,
+			&s.StartedAt, &s.FinishedAt, &lastErr, &wait, &s.WorkflowStatus)
+		s.RunID, s.Status, s.Error, s.WaitKind = deref(id), deref(status), deref(lastErr), deref(wait)
+		return s, err
+	})
+	if err != nil {
+		return nil, translate(fmt.Sprintf("steps of run %s", runID), err)
+	}
+	return out, nil
+}

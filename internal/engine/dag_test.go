@@ -1,0 +1,331 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// register declares a DAG workflow type in the registry.
+func (b *bundle) register(t *testing.T, name string, steps ...engine.DAGStepDefinition) {
+	t.Helper()
+	if err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{
+		WorkflowName: name, Enabled: true, Definition: &engine.DAGDefinition{Steps: steps},
+	}); err != nil {
+		t.Fatalf("register %s: %v", name, err)
+	}
+}
+
+func step(name, typ string, deps ...string) engine.DAGStepDefinition {
+	return engine.DAGStepDefinition{Name: name, Type: typ, DependsOn: deps}
+}
+
+// insertSQL records a run the way a plain SQL producer does.
+func (b *bundle) insertSQL(t *testing.T, typ, payload string) string {
+	t.Helper()
+	var id string
+	if err := b.pool.QueryRow(b.ctx, `insert into workflow.workflow_run (type, payload) values ($1, $2) returning id`,
+		typ, payload).Scan(&id); err != nil {
+		t.Fatalf("insert %s: %v", typ, err)
+	}
+	return id
+}
+
+// stepRuns returns "step=status" for every started step of a DAG run.
+func (b *bundle) stepRuns(t *testing.T, id string) string {
+	t.Helper()
+	steps, err := b.eng.DAGSteps(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range steps {
+		if s.Status != "" {
+			out = append(out, s.Name+"="+s.Status)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// work claims every runnable run of the prefix and completes each with
+// {"by": <step type>, "payload": <its payload>}; it returns the claimed types.
+func (b *bundle) work(t *testing.T, prefix string) []string {
+	t.Helper()
+	claimed := b.claim(t, "w1", []string{prefix}, 1000)
+	var cs []engine.Completion
+	var types []string
+	for _, c := range claimed {
+		res, _ := json.Marshal(map[string]any{"by": c.Type, "payload": json.RawMessage(c.Payload)})
+		cs = append(cs, engine.Completion{LeaseRef: c.Ref(), Result: res})
+		types = append(types, c.Type)
+	}
+	if _, err := b.eng.CompleteRuns(b.ctx, "w1", cs); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(types)
+	return types
+}
+
+// A diamond a → (b, c) → d inserted by plain SQL runs in dependency order
+// with nothing but the database and a worker: b and c start together once a
+// succeeded, d gets both results under "steps", the run's result holds every
+// step's result, and the run itself is never handed to a worker.
+func TestDAGDiamondRunsInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dag.diamond.v1",
+		step("a", "dagw.a.v1"),
+		engine.DAGStepDefinition{Name: "b", Type: "dagw.b.v1", DependsOn: []string{"a"}, Payload: json.RawMessage(`{"carrier":"ups","orderId":99}`)},
+		step("c", "dagw.c.v1", "a"),
+		step("d", "dagw.d.v1", "b", "c"))
+	id := b.insertSQL(t, "dag.diamond.v1", `{"orderId": 7}`)
+
+	if got := b.claim(t, "w0", []string{"dag."}, 10); len(got) != 0 {
+		t.Fatalf("a worker claimed the DAG run itself: %+v", got)
+	}
+	if got := b.stepRuns(t, id); got != "a=pending" {
+		t.Fatalf("after insert: %q, want only a started", got)
+	}
+	if got := b.work(t, "dagw."); fmt.Sprint(got) != "[dagw.a.v1]" {
+		t.Fatalf("first round ran %v", got)
+	}
+	if got := b.stepRuns(t, id); got != "a=succeeded b=pending c=pending" {
+		t.Fatalf("after a: %q", got)
+	}
+	if got := b.work(t, "dagw."); fmt.Sprint(got) != "[dagw.b.v1 dagw.c.v1]" {
+		t.Fatalf("second round ran %v, want b and c together", got)
+	}
+	claimed := b.claim(t, "w1", []string{"dagw."}, 10)
+	if len(claimed) != 1 || claimed[0].Type != "dagw.d.v1" {
+		t.Fatalf("third round claimed %+v", claimed)
+	}
+	var dPayload struct {
+		OrderID int `json:"orderId"`
+		Steps   map[string]struct {
+			By      string          `json:"by"`
+			Payload json.RawMessage `json:"payload"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal(claimed[0].Payload, &dPayload); err != nil {
+		t.Fatal(err)
+	}
+	if dPayload.OrderID != 7 || len(dPayload.Steps) != 2 || dPayload.Steps["b"].By != "dagw.b.v1" || dPayload.Steps["c"].By != "dagw.c.v1" {
+		t.Fatalf("d's payload: %s", claimed[0].Payload)
+	}
+	var bPayload map[string]any
+	if err := json.Unmarshal(dPayload.Steps["b"].Payload, &bPayload); err != nil {
+		t.Fatal(err)
+	}
+	if bPayload["carrier"] != "ups" || bPayload["orderId"] != float64(99) || fmt.Sprint(bPayload["steps"]) != "map[a:map[by:dagw.a.v1 payload:map[orderId:7 steps:map[]]]]" {
+		t.Fatalf("b's payload (its own merged over the run's, a's result under steps): %v", bPayload)
+	}
+	if _, err := b.eng.CompleteRuns(b.ctx, "w1", []engine.Completion{{LeaseRef: claimed[0].Ref(), Result: json.RawMessage(`{"shipped":true}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	run := b.get(t, id)
+	if run.Status != engine.StatusSucceeded {
+		t.Fatalf("the workflow is %s (%s)", run.Status, run.LastError)
+	}
+	var result struct {
+		Steps map[string]json.RawMessage `json:"steps"`
+	}
+	if err := json.Unmarshal(run.Result, &result); err != nil || len(result.Steps) != 4 || string(result.Steps["d"]) != `{"shipped": true}` {
+		t.Fatalf("result %s", run.Result)
+	}
+	assertEvents(t, b.eventTypes(t, id), engine.EventCreated, engine.EventWaiting, engine.EventSucceeded)
+}
+
+// A step that fails for good fails the workflow: the running sibling is
+// cancelled, the steps not started never start, and the error names the step.
+func TestDAGStepFailureFailsTheWorkflow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagf.flow.v1",
+		step("a", "dagfw.a.v1"),
+		engine.DAGStepDefinition{Name: "b", Type: "dagfw.b.v1", DependsOn: []string{"a"}, MaxAttempts: 1},
+		step("c", "dagfw.c.v1", "a"),
+		step("d", "dagfw.d.v1", "b", "c"))
+	id := b.insertSQL(t, "dagf.flow.v1", `{}`)
+	b.work(t, "dagfw.")
+	claimed := b.claim(t, "w1", []string{"dagfw.b."}, 10)
+	if len(claimed) != 1 {
+		t.Fatalf("claimed %d b runs", len(claimed))
+	}
+	if _, err := b.eng.FailRuns(b.ctx, "w1", []engine.Failure{{LeaseRef: claimed[0].Ref(), Error: "card declined", Retryable: true}}); err != nil {
+		t.Fatal(err)
+	}
+	run := b.get(t, id)
+	if run.Status != engine.StatusFailed || run.LastError != `step "b" (dagfw.b.v1) failed: card declined` {
+		t.Fatalf("workflow %s: %q", run.Status, run.LastError)
+	}
+	if got := b.stepRuns(t, id); got != "a=succeeded b=failed c=cancelled" {
+		t.Fatalf("steps %q: c cancelled, d never started", got)
+	}
+	if got := b.work(t, "dagfw."); len(got) != 0 {
+		t.Fatalf("steps ran after the workflow failed: %v", got)
+	}
+}
+
+// Cancelling the workflow (the seed's UPDATE) cancels its unfinished steps,
+// and nothing starts afterwards, even when a step finishes late.
+func TestDAGCancelStopsEverything(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagc.flow.v1", step("a", "dagcw.a.v1"), step("b", "dagcw.b.v1"), step("c", "dagcw.c.v1", "a", "b"))
+	id := b.insertSQL(t, "dagc.flow.v1", `{}`)
+	held := b.claim(t, "w1", []string{"dagcw.a."}, 1)
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_run set status = 'cancelled' where id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.stepRuns(t, id); got != "a=cancelled b=cancelled" {
+		t.Fatalf("steps after cancel: %q", got)
+	}
+	// The worker that held a finds out at its write; nothing else starts.
+	if done, _ := b.eng.CompleteRuns(b.ctx, "w1", []engine.Completion{{LeaseRef: held[0].Ref()}}); len(done) != 0 {
+		t.Fatal("a cancelled step was completed")
+	}
+	if got := b.work(t, "dagcw."); len(got) != 0 {
+		t.Fatalf("steps ran after cancel: %v", got)
+	}
+	if run := b.get(t, id); run.Status != engine.StatusCancelled {
+		t.Fatalf("workflow %s", run.Status)
+	}
+}
+
+// A run follows the definition it started with: the registry edited in
+// flight changes new runs only.
+func TestDAGRunKeepsItsSnapshot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dags.flow.v1", step("a", "dagsw.a.v1"), step("b", "dagsw.b.v1", "a"))
+	old := b.insertSQL(t, "dags.flow.v1", `{}`)
+	b.register(t, "dags.flow.v1", step("x", "dagsw.x.v1"))
+	fresh := b.insertSQL(t, "dags.flow.v1", `{}`)
+	for range 3 {
+		b.work(t, "dagsw.")
+	}
+	if got := b.stepRuns(t, old); got != "a=succeeded b=succeeded" {
+		t.Fatalf("old run: %q", got)
+	}
+	if got := b.stepRuns(t, fresh); got != "x=succeeded" {
+		t.Fatalf("new run: %q", got)
+	}
+}
+
+// A 100-step fan-out/fan-in: one root, 98 steps after it, one step after
+// all of them; the last receives all 98 results.
+func TestDAGWideFanOutFanIn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	steps := []engine.DAGStepDefinition{step("root", "dagwide.root.v1")}
+	var mids []string
+	for i := range 98 {
+		name := fmt.Sprintf("m%02d", i)
+		mids = append(mids, name)
+		steps = append(steps, step(name, "dagwide.mid.v1", "root"))
+	}
+	steps = append(steps, step("join", "dagwide.join.v1", mids...))
+	b.register(t, "dagwide.flow.v1", steps...)
+	id := b.insertSQL(t, "dagwide.flow.v1", `{}`)
+	rounds := [][]string{}
+	for range 4 {
+		got := b.work(t, "dagwide.")
+		if len(got) > 0 {
+			rounds = append(rounds, []string{fmt.Sprint(len(got)), got[0]})
+		}
+	}
+	if fmt.Sprint(rounds) != "[[1 dagwide.root.v1] [98 dagwide.mid.v1] [1 dagwide.join.v1]]" {
+		t.Fatalf("rounds %v", rounds)
+	}
+	run := b.get(t, id)
+	var result struct {
+		Steps map[string]struct {
+			Payload struct {
+				Steps map[string]json.RawMessage `json:"steps"`
+			} `json:"payload"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal(run.Result, &result); err != nil || run.Status != engine.StatusSucceeded ||
+		len(result.Steps) != 100 || len(result.Steps["join"].Payload.Steps) != 98 {
+		t.Fatalf("workflow %s, %d step results", run.Status, len(result.Steps))
+	}
+}
+
+// What the database refuses in a definition, with a message naming the
+// problem; the refused definition is not stored.
+func TestDAGDefinitionsAreValidated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagv.inner.v1", step("a", "dagvw.a.v1"))
+	tooMany := make([]engine.DAGStepDefinition, 101)
+	for i := range tooMany {
+		tooMany[i] = step(fmt.Sprintf("s%d", i), "dagvw.a.v1")
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []engine.DAGStepDefinition
+		want  string
+	}{
+		{"cycle", []engine.DAGStepDefinition{step("a", "dagvw.a.v1", "c"), step("b", "dagvw.b.v1", "a"), step("c", "dagvw.c.v1", "b"), step("d", "dagvw.d.v1")},
+			"cycle: a → c → b → a"},
+		{"self", []engine.DAGStepDefinition{step("a", "dagvw.a.v1", "a")}, "cycle: a → a"},
+		{"missing", []engine.DAGStepDefinition{step("a", "dagvw.a.v1", "nope")}, `step "a" depends on "nope", which is not a step of this workflow`},
+		{"duplicate", []engine.DAGStepDefinition{step("a", "dagvw.a.v1"), step("a", "dagvw.b.v1")}, `step name "a" is used twice`},
+		{"too many", tooMany, "a workflow has 1 to 100 steps, not 101"},
+		{"empty", nil, `"steps" must be a list`},
+		{"none", []engine.DAGStepDefinition{}, "a workflow has 1 to 100 steps, not 0"},
+		{"bad name", []engine.DAGStepDefinition{step("a b", "dagvw.a.v1")}, "name must be 1 to 63 letters"},
+		{"bad type", []engine.DAGStepDefinition{step("a", "Not A Type")}, "type must be a workflow type"},
+		{"nested", []engine.DAGStepDefinition{step("a", "dagv.inner.v1")}, "which has steps of its own"},
+		{"bad payload", []engine.DAGStepDefinition{{Name: "a", Type: "dagvw.a.v1", Payload: json.RawMessage(`[1]`)}}, "payload must be an object"},
+		{"attempts", []engine.DAGStepDefinition{{Name: "a", Type: "dagvw.a.v1", MaxAttempts: 5000}}, "maxAttempts must be 1 to 1000"},
+	} {
+		err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{WorkflowName: "dagv.outer.v1", Enabled: true,
+			Definition: &engine.DAGDefinition{Steps: tc.steps}})
+		if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want ErrInvalid saying %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := b.eng.GetRegistryEntry(b.ctx, "dagv.outer.v1"); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("a refused definition was stored: %v", err)
+	}
+	// A type some workflow uses as a step cannot get steps itself.
+	b.register(t, "dagv.user.v1", step("x", "dagvw.leaf.v1"))
+	err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{WorkflowName: "dagvw.leaf.v1", Enabled: true,
+		Definition: &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{step("y", "dagvw.a.v1")}}})
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), `it is step "x" of dagv.user.v1`) {
+		t.Fatalf("a step type got steps: %v", err)
+	}
+}
+
+// Hostile and careless input: a producer cannot take a step's key first; a
+// payload that outgrows the limit as results pile up fails the workflow
+// with a clear error instead of failing the worker's completion.
+func TestDAGRefusesHostileInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagh.flow.v1", step("a", "daghw.a.v1"), step("b", "daghw.b.v1", "a"))
+	half := strings.Repeat("x", 600_000) // the run's payload and a's result: each within 1 MiB, not both
+	id := b.insertSQL(t, "dagh.flow.v1", `{"blob":"`+half+`"}`)
+	_, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, idempotency_key) values ('daghw.b.v1', $1)`,
+		"dag:"+id+":b")
+	if err == nil || !strings.Contains(err.Error(), "workflow_run_dag_key") {
+		t.Fatalf("a producer took a step's key: %v", err)
+	}
+
+	claimed := b.claim(t, "w1", []string{"daghw.a."}, 1)
+	big := json.RawMessage(`{"other":"` + half + `"}`)
+	done, err := b.eng.CompleteRuns(b.ctx, "w1", []engine.Completion{{LeaseRef: claimed[0].Ref(), Result: big}})
+	if err != nil || len(done) != 1 {
+		t.Fatalf("the step's completion failed: %v", err)
+	}
+	run := b.get(t, id)
+	if run.Status != engine.StatusFailed || !strings.Contains(run.LastError, `the payload of step "b" would be`) {
+		t.Fatalf("workflow %s: %q", run.Status, run.LastError)
+	}
+}
