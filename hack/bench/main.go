@@ -1,10 +1,12 @@
 // Command bench measures the inbox: burn-down throughput (N no-op runs worked
 // by W concurrent handlers) and pickup latency (one insert on an idle queue to
 // handler start). It uses DATABASE_URL when set, else a throwaway Postgres
-// started with hack/pg.sh, and prints exactly three lines:
+// started with hack/pg.sh, and prints these lines:
 //
 //	engine burn-down: N runs in S s = X runs/s (workers=W)
 //	engine steps: N runs x S steps in T s = X steps/s (workers=W)
+//	engine dag chain: N runs x 10 steps in T s = X steps/s; one chain alone: Y ms per step
+//	engine dag fan-out: N runs x 100 steps in T s = X steps/s
 //	engine pickup latency: p50=... p90=... p99=... (n=K)
 package main
 
@@ -42,6 +44,7 @@ type config struct {
 	latencyN    int
 	stepRuns    int
 	steps       int
+	dagRuns     int
 }
 
 func run() error {
@@ -53,6 +56,7 @@ func run() error {
 	flag.IntVar(&cfg.latencyN, "latency-samples", 200, "single inserts timed for pickup latency")
 	flag.IntVar(&cfg.stepRuns, "step-runs", 5000, "runs of the step workflow")
 	flag.IntVar(&cfg.steps, "steps", 10, "no-op steps per run of the step workflow")
+	flag.IntVar(&cfg.dagRuns, "dag-runs", 300, "runs of the 10-step DAG chain (a tenth as many 100-step fan-outs)")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -91,6 +95,9 @@ func run() error {
 		return err
 	}
 	if err := stepThroughput(ctx, pool, client, cfg); err != nil {
+		return err
+	}
+	if err := dagThroughput(ctx, pool, client, cfg); err != nil {
 		return err
 	}
 	return pickupLatency(ctx, client, cfg)

@@ -169,13 +169,18 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
           and r.status = 'leased'
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
-        returning r.id, r.attempt
+        returning r.id, r.attempt, r.parent_id
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select d.id, 'succeeded', jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt)
         from done d
+    ), parents as (
+        select p.id from workflow.workflow_run p
+        where p.id in (select d.parent_id from done d where d.parent_id is not null)
+        order by p.id
+        for update
     )
-    select d.id from done d
+    select d.id from done d where (select count(*) from parents) >= 0
 $$;
 
 --
@@ -592,7 +597,7 @@ CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigi
           and r.status = 'leased'
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
-        returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error
+        returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error, r.parent_id
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select f.id,
@@ -603,8 +608,13 @@ CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigi
                    'reason', 'handler_error',
                    'next_run_at', case when f.status = 'pending' then f.run_at end))
         from failed f
+    ), parents as (
+        select p.id from workflow.workflow_run p
+        where p.id in (select f.parent_id from failed f where f.parent_id is not null and f.status = 'failed')
+        order by p.id
+        for update
     )
-    select f.id, f.status, f.run_at from failed f
+    select f.id, f.status, f.run_at from failed f where (select count(*) from parents) >= 0
 $$;
 
 --

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+)
+
+// dagThroughput measures DAG workflows orchestrated by the database: a
+// 10-step chain and a 100-wide fan-out whose steps are no-op runs, worked by
+// the same pollers as the burn-down. It prints
+//
+//	engine dag chain: N runs x 10 steps in T s = X steps/s; one chain alone: Y ms per step
+//	engine dag fan-out: N runs x 100 steps in T s = X steps/s
+//
+// "One chain alone" is the latency of a step of a lone chain, from the end of
+// its dependency to its own end: the orchestration's overhead per step plus
+// a worker's pickup.
+func dagThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) error {
+	eng, err := engine.New(pool)
+	if err != nil {
+		return err
+	}
+	chain := make([]engine.DAGStepDefinition, 10)
+	for i := range chain {
+		chain[i] = engine.DAGStepDefinition{Name: fmt.Sprintf("s%d", i), Type: "bench.dagstep.v1"}
+		if i > 0 {
+			chain[i].DependsOn = []string{chain[i-1].Name}
+		}
+	}
+	fan := make([]engine.DAGStepDefinition, 100)
+	for i := range fan {
+		fan[i] = engine.DAGStepDefinition{Name: fmt.Sprintf("f%d", i), Type: "bench.dagstep.v1"}
+	}
+	for name, steps := range map[string][]engine.DAGStepDefinition{"bench.dag.chain.v1": chain, "bench.dag.fan.v1": fan} {
+		if err := eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{WorkflowName: name, Enabled: true,
+			Definition: &engine.DAGDefinition{Steps: steps}}); err != nil {
+			return err
+		}
+	}
+	noop := func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { return nil, nil }
+	stop, err := startPollers(ctx, client, cfg, "bench.dagstep.", noop, "bench.dagstep.v1")
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	// One chain alone, for the per-step latency.
+	res, err := client.Create(ctx, "bench.dag.chain.v1", nil, nil)
+	if err != nil {
+		return err
+	}
+	if err := waitDAGs(ctx, pool, []string{"bench.dag.chain.v1"}); err != nil {
+		return err
+	}
+	var perStep float64
+	if err := pool.QueryRow(ctx, `select extract(epoch from (p.finished_at - min(c.created_at))) * 1000 / count(*)
+		from workflow.workflow_run p join workflow.workflow_run c on c.parent_id = p.id
+		where p.id = $1 group by p.finished_at`, res.ID).Scan(&perStep); err != nil {
+		return err
+	}
+
+	for _, b := range []struct {
+		typ, label  string
+		runs, steps int
+	}{
+		{"bench.dag.chain.v1", "chain", cfg.dagRuns, 10},
+		{"bench.dag.fan.v1", "fan-out", max(1, cfg.dagRuns/10), 100},
+	} {
+		start := time.Now()
+		if _, err := pool.Exec(ctx, `insert into workflow.workflow_run (type)
+			select $1 from generate_series(1, $2)`, b.typ, b.runs); err != nil {
+			return fmt.Errorf("create %s runs: %w", b.typ, err)
+		}
+		if err := waitDAGs(ctx, pool, []string{b.typ}); err != nil {
+			return err
+		}
+		elapsed := time.Since(start)
+		total := b.runs * b.steps
+		line := fmt.Sprintf("engine dag %s: %d runs x %d steps in %.2f s = %.0f steps/s", b.label, b.runs, b.steps,
+			elapsed.Seconds(), float64(total)/elapsed.Seconds())
+		if b.label == "chain" {
+			line += fmt.Sprintf("; one chain alone: %.1f ms per step", perStep)
+		}
+		fmt.Println(line)
+	}
+	return nil
+}
+
+// waitDAGs waits until no run of the given types is unfinished, and fails
+// if one did not succeed.
+func waitDAGs(ctx context.Context, pool *pgxpool.Pool, types []string) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		var open, bad int
+		if err := pool.QueryRow(ctx, `select count(*) filter (where status in ('pending', 'leased')),
+			count(*) filter (where status in ('failed', 'cancelled'))
+			from workflow.workflow_run where type = any ($1)`, types).Scan(&open, &bad); err != nil {
+			return err
+		}
+		if bad > 0 {
+			return fmt.Errorf("%d DAG runs of %v did not succeed", bad, types)
+		}
+		if open == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("DAG runs of %v did not finish in 10 minutes (%d left)", types, open)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
