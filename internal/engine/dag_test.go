@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -327,5 +328,32 @@ func TestDAGRefusesHostileInput(t *testing.T) {
 	run := b.get(t, id)
 	if run.Status != engine.StatusFailed || !strings.Contains(run.LastError, `the payload of step "b" would be`) {
 		t.Fatalf("workflow %s: %q", run.Status, run.LastError)
+	}
+}
+
+// Retention does not delete the finished steps of a DAG run still running
+// (they would start again); it deletes them once the run has ended.
+func TestDAGRetentionKeepsStepsOfARunningWorkflow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagr.flow.v1", step("a", "dagrw.a.v1"), step("b", "dagrw.b.v1", "a"))
+	id := b.insertSQL(t, "dagr.flow.v1", `{}`)
+	b.work(t, "dagrw.a.")
+	if _, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.stepRuns(t, id); got != "a=succeeded b=pending" {
+		t.Fatalf("after retention: %q", got)
+	}
+	b.work(t, "dagrw.")
+	if run := b.get(t, id); run.Status != engine.StatusSucceeded {
+		t.Fatalf("workflow %s", run.Status)
+	}
+	if _, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 100); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := b.pool.QueryRow(b.ctx, "select count(*) from workflow.workflow_run").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d runs left after the workflow ended (%v)", left, err)
 	}
 }

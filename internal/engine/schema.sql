@@ -509,6 +509,8 @@ CREATE FUNCTION workflow.delete_finished_runs(p_before timestamp with time zone,
         select r.id from workflow.workflow_run r
         where r.finished_at < p_before
           and r.status in ('succeeded', 'failed', 'cancelled')
+          and not exists (select 1 from workflow.workflow_run p
+                          where p.id = r.parent_id and p.dag is not null and p.status = 'pending')
         order by r.finished_at
         limit p_limit
         for update skip locked

@@ -399,3 +399,22 @@ begin
     return null;
 end
 $$;
+
+-- Retention keeps the finished steps of a DAG run that is still running:
+-- their results are what the next steps receive and what says they ran.
+create or replace function workflow.delete_finished_runs(p_before timestamptz, p_limit integer) returns bigint
+language sql set search_path = pg_catalog, pg_temp as $$
+    with doomed as (
+        select r.id from workflow.workflow_run r
+        where r.finished_at < p_before
+          and r.status in ('succeeded', 'failed', 'cancelled')
+          and not exists (select 1 from workflow.workflow_run p
+                          where p.id = r.parent_id and p.dag is not null and p.status = 'pending')
+        order by r.finished_at
+        limit p_limit
+        for update skip locked
+    ), deleted as (
+        delete from workflow.workflow_run r using doomed d where r.id = d.id returning 1
+    )
+    select count(*) from deleted
+$$;
