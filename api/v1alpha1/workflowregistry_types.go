@@ -14,15 +14,28 @@ const (
 	RuntimePython Runtime = "python"
 )
 
-// WorkflowDefinition registers one workflow type.
+// WorkflowDefinition registers one workflow type: either run by workers of
+// a runtime, or a DAG of steps that the database runs, each step a run of its
+// own type.
+//
+// Admission checks what the CEL cost budget affords for a registry of 500
+// workflows of 100 steps each: runtime or steps, unique step names, the
+// format of names and types, no step depending on itself. Walking the graph
+// does not fit, so the database checks it when the registry is mirrored
+// (every dependsOn names a step of the workflow, no cycle, no step of a type
+// with steps); a refused definition is reported on the registry's status
+// (condition DefinitionsValid, reason InvalidDefinition) and not registered.
+// +kubebuilder:validation:XValidation:rule="has(self.runtime) != has(self.steps)",message="a workflow has either a runtime (its workers run it) or steps (the database runs them), not both"
 type WorkflowDefinition struct {
 	// Name is the workflow type, such as billing.invoice.v1.
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9_]+(\\\\.[a-z0-9_]+)*\\\\.v[0-9]+$')",message="workflow name must be dot-separated lowercase segments of letters, digits and underscores ending in a version, such as billing.invoice.v1"
 	Name string `json:"name"`
-	// Runtime is the only runtime whose workers may claim this type.
-	Runtime Runtime `json:"runtime"`
+	// Runtime is the only runtime whose workers may claim this type. A
+	// workflow with steps has none (each step's type has its own).
+	// +optional
+	Runtime Runtime `json:"runtime,omitempty"`
 	// Enabled false keeps runs of this type pending. Defaults to true.
 	// +optional
 	// +kubebuilder:default=true
@@ -31,6 +44,17 @@ type WorkflowDefinition struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Description string `json:"description,omitempty"`
+	// Steps make the workflow a DAG run by the database: a run of this type
+	// starts each step, as a run of the step's type, once every step it
+	// depends on succeeded, and succeeds when all steps did (its result is
+	// {"steps": {"<name>": <result>}}), or fails with the first step that
+	// failed for good. At most 100 steps, with unique names.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=100
+	Steps []WorkflowStep `json:"steps,omitempty"`
 }
 
 // ScaleTargetRef names the scalable object of a worker pool, in the
@@ -149,13 +173,24 @@ type WorkflowRegistryStatus struct {
 	// ConflictingWorkflows lists names already owned by another registry.
 	// +optional
 	ConflictingWorkflows []string `json:"conflictingWorkflows,omitempty"`
+	// DefinedWorkflows counts the registered workflows that have steps (DAGs
+	// run by the database).
+	// +optional
+	DefinedWorkflows int32 `json:"definedWorkflows"`
+	// InvalidWorkflows lists the workflows whose steps the database refused
+	// (the DefinitionsValid condition says why); they were not registered.
+	// +optional
+	// +kubebuilder:validation:MaxItems=500
+	InvalidWorkflows []string `json:"invalidWorkflows,omitempty"`
 	// WorkerPools counts the declared worker pools.
 	// +optional
 	WorkerPools int32 `json:"workerPools"`
 	// Workers reports each worker pool.
 	// +optional
 	Workers []WorkerPoolStatus `json:"workers,omitempty"`
-	// Conditions: Ready.
+	// Conditions: Ready (every declared workflow is registered) and, for a
+	// registry with steps, DefinitionsValid (the database accepted every
+	// workflow's steps).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -168,10 +203,11 @@ type WorkflowRegistryStatus struct {
 // +kubebuilder:printcolumn:name="Workflows",type=integer,JSONPath=`.status.registeredWorkflows`
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.workerPools`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="DAGs",type=integer,JSONPath=`.status.definedWorkflows`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
-// WorkflowRegistry declares workflow types (runtime, enabled) and the worker
-// pools that serve them.
+// WorkflowRegistry declares workflow types (runtime or steps, enabled) and
+// the worker pools that serve them.
 type WorkflowRegistry struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -121,11 +121,13 @@ type RetryPolicy struct {
 	// BaseDelay is the delay unit, from 1s to 24h. Defaults to 1m.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="retryPolicy.baseDelay must be between 1s and 24h"
 	BaseDelay *metav1.Duration `json:"baseDelay,omitempty"`
 	// MaxDelay caps the delay, from 1s to 168h (7 days).
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="retryPolicy.maxDelay must be between 1s and 168h"
 	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
 }
@@ -212,6 +214,14 @@ type WorkflowRunStatus struct {
 	// ChildrenTotal counts all of the run's child runs.
 	// +optional
 	ChildrenTotal int32 `json:"childrenTotal,omitempty"`
+	// DAGSteps lists the steps of a run of a type with steps (a DAG run by
+	// the database), in the order of the definition, each with its phase.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	DAGSteps []DAGStepStatus `json:"dagSteps,omitempty"`
+	// Progress is "succeeded/total" steps of a DAG run, for display.
+	// +optional
+	Progress string `json:"progress,omitempty"`
 	// SignalsSent is how many entries of spec.signals were handled: sent
 	// to the run, or refused (the SignalsSent condition says why).
 	// +optional
@@ -268,6 +278,7 @@ type ChildRunStatus struct {
 // +kubebuilder:printcolumn:name="Attempts",type=string,JSONPath=`.status.attempts`
 // +kubebuilder:printcolumn:name="Steps",type=integer,JSONPath=`.status.stepsDone`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`
 // +kubebuilder:printcolumn:name="Last-Step",type=string,JSONPath=`.status.lastStep`,priority=1
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.status.leasedBy`,priority=1
 // +kubebuilder:printcolumn:name="Run-ID",type=string,JSONPath=`.status.runID`,priority=1

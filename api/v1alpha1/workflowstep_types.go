@@ -1,0 +1,55 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+)
+
+// WorkflowStep is one step of a DAG workflow: a run of Type, started once
+// every step of DependsOn succeeded.
+//
+// The formats are OpenAPI patterns rather than CEL rules: a registry holds up
+// to 500 workflows of 100 steps, and a CEL rule on a step is costed 50,000
+// times over (a regular expression on the type would exceed the budget).
+// +kubebuilder:validation:XValidation:rule="!has(self.dependsOn) || !(self.name in self.dependsOn)",message="a step cannot depend on itself"
+type WorkflowStep struct {
+	// Name is unique within the workflow: 1 to 63 letters, digits, '.', '_'
+	// or '-', starting with a letter or digit. It keys the step's result in
+	// the workflow's result.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`
+	Name string `json:"name"`
+	// Type is the workflow type the step runs, such as billing.charge.v1
+	// (dot-separated lowercase segments ending in a version). Its workers
+	// run it as any other run; it cannot itself be a type with steps.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$`
+	Type string `json:"type"`
+	// DependsOn names the steps of the same workflow that must succeed
+	// before this one starts; none starts it with the workflow.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`
+	DependsOn []string `json:"dependsOn,omitempty"`
+	// Payload is merged over the top-level keys of the workflow run's
+	// payload to make the step's payload: any JSON object.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:MaxProperties=256
+	Payload *apiextensionsv1.JSON `json:"payload,omitempty"`
+	// MaxAttempts bounds the attempts of the step's run, 1 to 1000.
+	// Defaults to the inbox default (3).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
+	// RetryPolicy is the backoff of the step's run, as a WorkflowRun's.
+	// +optional
+	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+}
