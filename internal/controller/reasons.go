@@ -18,10 +18,13 @@ const (
 	ConditionSignalsSent = "SignalsSent"
 )
 
-// Condition type of WorkflowRegistry.
+// Condition types of WorkflowRegistry.
 const (
 	// ConditionReady: every declared workflow is registered.
 	ConditionReady = "Ready"
+	// ConditionDefinitionsValid: the database accepted the steps of every
+	// workflow with steps (set only on registries that declare steps).
+	ConditionDefinitionsValid = "DefinitionsValid"
 )
 
 // Condition reasons and Event reasons.
@@ -57,6 +60,26 @@ const (
 	// ReasonRunIDMismatch: status.runID named a run that was not mirrored
 	// from this object; it was not used.
 	ReasonRunIDMismatch = "RunIDMismatch"
+	// ReasonAwaitingRegistration: the run's type is declared with steps by
+	// a WorkflowRegistry that is not mirrored yet; the run is recorded once
+	// it is.
+	ReasonAwaitingRegistration = "AwaitingRegistration"
+	// ReasonInvalidDefinition: the database refused a workflow's steps
+	// (a cycle, an unknown dependency, a step of a type with steps); the
+	// workflow was not registered.
+	ReasonInvalidDefinition = "InvalidDefinition"
+)
+
+// Event reasons of the steps of a DAG run, derived from the change of
+// status.dagSteps between two looks at the run.
+const (
+	ReasonStepStarted   = "StepStarted"
+	ReasonStepRetrying  = "StepRetrying"
+	ReasonStepWaiting   = "StepWaiting"
+	ReasonStepSucceeded = "StepSucceeded"
+	ReasonStepFailed    = "StepFailed"
+	ReasonStepCancelled = "StepCancelled"
+	ReasonStepsSkipped  = "StepsSkipped"
 )
 
 // Status limits.
@@ -67,4 +90,7 @@ const (
 	MaxLastErrorBytes = 1024
 	// MaxChildrenInStatus is how many child runs status.children lists.
 	MaxChildrenInStatus = 20
+	// MaxStepErrorBytes is the length a step's error in status.dagSteps is
+	// truncated to (a DAG has up to 100 steps).
+	MaxStepErrorBytes = 256
 )

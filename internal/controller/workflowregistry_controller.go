@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,7 +33,8 @@ import (
 const conflictRetryPeriod = 30 * time.Second
 
 // WorkflowRegistryReconciler mirrors spec.workflows into the inbox's
-// workflow_registry table.
+// workflow_registry table: a runtime, or the steps of a DAG that the
+// database validates and runs.
 type WorkflowRegistryReconciler struct {
 	client.Client
 	Inbox    Inbox
@@ -79,17 +81,20 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	ownedBefore := map[string]bool{}
+	for _, e := range owned {
+		ownedBefore[e.WorkflowName] = true
+	}
 	wanted := map[string]bool{}
-	var conflicts []string
-	var conflictMsgs []string
-	registered := int32(0)
+	var conflicts, conflictMsgs []string
+	var invalid, invalidMsgs, definitionMsgs, newlyInvalid []string
+	registered, defined, withSteps := int32(0), int32(0), 0
 	for _, wf := range reg.Spec.Workflows {
 		wanted[wf.Name] = true
-		enabled := wf.Enabled == nil || *wf.Enabled
-		err := r.Inbox.UpsertRegistryEntry(ctx, engine.RegistryEntry{
-			WorkflowName: wf.Name, Runtime: string(wf.Runtime), Enabled: enabled, Description: wf.Description,
-			OwnerNamespace: reg.Namespace, OwnerName: reg.Name,
-		})
+		if len(wf.Steps) > 0 {
+			withSteps++
+		}
+		err := r.Inbox.UpsertRegistryEntry(ctx, registryEntry(reg, wf))
 		switch {
 		case errors.Is(err, engine.ErrOwnedElsewhere):
 			owner := "another owner"
@@ -105,11 +110,33 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 			if !slices.Contains(before.Status.ConflictingWorkflows, wf.Name) {
 				r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonConflict, "Register", "%s", msg)
 			}
+		case isRefusal(err):
+			// The database refused the entry (a cycle in its steps, say):
+			// only a change of the spec helps. The other workflows are
+			// registered all the same.
+			msg := refusalMessage(wf.Name, err, ownedBefore[wf.Name])
+			invalid = append(invalid, wf.Name)
+			invalidMsgs = append(invalidMsgs, msg)
+			if len(wf.Steps) > 0 {
+				definitionMsgs = append(definitionMsgs, msg)
+			}
+			if before.Status.ObservedGeneration != reg.Generation || !slices.Contains(before.Status.InvalidWorkflows, wf.Name) {
+				newlyInvalid = append(newlyInvalid, truncate(msg, maxEventNoteBytes/2))
+			}
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("register %s: %w", wf.Name, err)
 		default:
 			registered++
+			if len(wf.Steps) > 0 {
+				defined++
+			}
 		}
+	}
+	if len(newlyInvalid) > 0 {
+		// One Event for all: the recorder folds Events of one object with
+		// one reason into a series that keeps the first note.
+		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonInvalidDefinition, "Register", "%s",
+			capitalize(listWithinBytes(newlyInvalid, "; ", maxEventNoteBytes)))
 	}
 	for _, e := range owned {
 		if wanted[e.WorkflowName] {
@@ -125,14 +152,25 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 	reg.Status.ObservedGeneration = reg.Generation
 	reg.Status.RegisteredWorkflows = registered
 	reg.Status.ConflictingWorkflows = conflicts
+	reg.Status.DefinedWorkflows = defined
+	reg.Status.InvalidWorkflows = invalid
 	reg.Status.WorkerPools = int32(len(reg.Spec.Workers))
 	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRegistered,
 		Message: fmt.Sprintf("%d workflow(s) registered", registered), ObservedGeneration: reg.Generation}
-	if len(conflicts) > 0 {
+	switch {
+	case len(invalid) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInvalidDefinition
+		cond.Message = listWithinBytes(append(invalidMsgs, conflictMsgs...), "; ", maxOwnershipMessageBytes)
+	case len(conflicts) > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
 		cond.Message = listWithinBytes(conflictMsgs, "; ", maxOwnershipMessageBytes)
 	}
 	setCondition(&reg.Status.Conditions, cond)
+	if withSteps > 0 {
+		setCondition(&reg.Status.Conditions, definitionsCondition(reg.Generation, int(defined), definitionMsgs))
+	} else {
+		meta.RemoveStatusCondition(&reg.Status.Conditions, ConditionDefinitionsValid)
+	}
 	if !equality.Semantic.DeepEqual(before.Status, reg.Status) {
 		if err := r.Status().Patch(ctx, reg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("write status: %w", err)
@@ -142,7 +180,9 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 				"%d workflow(s) registered", registered)
 		}
 	}
-	if len(conflicts) > 0 {
+	if len(conflicts) > 0 || len(invalid) > 0 {
+		// A refusal may also depend on other registrations (a step's type
+		// that has steps of its own): look again now and then.
 		return ctrl.Result{RequeueAfter: conflictRetryPeriod}, nil
 	}
 	return ctrl.Result{}, nil
