@@ -18,6 +18,7 @@ type Inbox interface {
 	ListSignals(ctx context.Context, runID string) ([]engine.Signal, error)
 	SummarizeSteps(ctx context.Context, runID string) (engine.StepSummary, error)
 	ListChildren(ctx context.Context, parentID string, limit int) ([]engine.ChildRun, error)
+	DAGSteps(ctx context.Context, runID string) ([]engine.DAGStep, error)
 	GetRegistryEntry(ctx context.Context, name string) (engine.RegistryEntry, error)
 	UpsertRegistryEntry(ctx context.Context, r engine.RegistryEntry) error
 	DeleteRegistryEntry(ctx context.Context, name, ownerNamespace, ownerName string) (bool, error)

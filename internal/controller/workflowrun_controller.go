@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,10 @@ type WorkflowRunReconciler struct {
 	Clock clock.PassiveClock
 	// ResyncPeriod re-reads unfinished runs; DefaultResyncPeriod when zero.
 	ResyncPeriod time.Duration
+	// DAGResyncPeriod re-reads unfinished DAG runs, whose steps' changes
+	// are not announced; DefaultDAGResyncPeriod when zero (ResyncPeriod
+	// when that is shorter).
+	DAGResyncPeriod time.Duration
 	// Changes delivers objects whose run changed in the inbox (see
 	// InboxWatcher); optional.
 	Changes <-chan event.GenericEvent
@@ -101,6 +106,9 @@ func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	before := wfr.DeepCopy()
 	runID, outcome, err := r.ensureMirrored(ctx, before, wfr)
+	if err == nil && outcome == awaitingRegistration {
+		return ctrl.Result{RequeueAfter: registrationRetryPeriod}, nil
+	}
 	if err != nil || outcome == leftAlone {
 		if err == nil && wfr.Status.Phase.Finished() {
 			return r.expireWithoutRun(ctx, wfr)
@@ -131,8 +139,13 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	steps, err := r.dagSteps(ctx, wfr, run, sum)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	r.applyStatus(wfr, run, blockedBy)
 	applyProgress(wfr, sum, children)
+	applyDAG(wfr, run, steps)
 	evs, err := r.newAuditEvents(ctx, wfr, run)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -140,7 +153,12 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if err := r.writeStatus(ctx, before, wfr, run); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.emitEvents(wfr, run, evs)
+	// The steps' Events go between the run's own: after it started, before
+	// it ended.
+	ongoing, final := splitFinal(evs)
+	r.emitEvents(wfr, run, ongoing)
+	r.emitStepEvents(wfr, stepEvents(before.Status.DAGSteps, wfr.Status.DAGSteps))
+	r.emitEvents(wfr, run, final)
 	r.emitSignalRejections(wfr, rejected)
 	return r.afterStatus(ctx, wfr, run)
 }
@@ -165,7 +183,9 @@ func (r *WorkflowRunReconciler) progress(ctx context.Context, run engine.Run) (e
 // disabledBy returns the registry entry that disables the run's type while
 // the run waits, or nil.
 func (r *WorkflowRunReconciler) disabledBy(ctx context.Context, run engine.Run) (*engine.RegistryEntry, error) {
-	if run.Status != engine.StatusPending {
+	if run.Status != engine.StatusPending || isDAGRun(run) {
+		// A DAG run is run by the database, never claimed: disabling its
+		// type does not hold it.
 		return nil, nil
 	}
 	entry, err := r.Inbox.GetRegistryEntry(ctx, run.Type)
@@ -195,6 +215,9 @@ func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1
 		resync := r.ResyncPeriod
 		if resync == 0 {
 			resync = DefaultResyncPeriod
+		}
+		if len(wfr.Status.DAGSteps) > 0 {
+			resync = min(resync, cmp.Or(r.DAGResyncPeriod, DefaultDAGResyncPeriod))
 		}
 		// Look again when a retry may start, or when a wait ends by time (the
 		// run is then runnable, no longer waiting).

@@ -35,6 +35,19 @@ type eventData struct {
 	DeadlineAt     *time.Time      `json:"deadline_at"`
 	PreviousStatus engine.Status   `json:"previous_status"`
 	Parked         engine.StepKind `json:"parked"`
+	// a DAG run: parked for the database (waiting, kind dag), ended by it
+	Kind  engine.StepKind `json:"kind"`
+	Steps int             `json:"steps"`
+}
+
+// dagEnded reports whether a final audit event was written by the database
+// ending a DAG run (no worker involved).
+func dagEnded(d eventData) bool {
+	switch d.Reason {
+	case "step_failed", "result_too_large", "payload_too_large":
+		return true
+	}
+	return d.Steps > 0 && d.WorkerID == ""
 }
 
 // newAuditEvents reads the run's audit events that were not reported yet and
@@ -86,12 +99,22 @@ func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, ru
 					"Attempt %d failed: %s; next attempt %s", d.Attempt, truncate(d.Error, 512), next)
 			}
 		case engine.EventSucceeded:
+			if dagEnded(d) {
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonSucceeded, "Finish",
+					"Succeeded: all %d steps succeeded", d.Steps)
+				break
+			}
 			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonSucceeded, "Finish",
 				"Succeeded on attempt %d (worker %s)", d.Attempt, d.WorkerID)
 		case engine.EventFailed:
 			if d.Reason == "deadline_exceeded" {
 				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonFailed, "Finish",
 					"Failed for good: %s", deadlineMessage(d))
+				break
+			}
+			if dagEnded(d) {
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonFailed, "Finish",
+					"Failed for good: %s", truncate(d.Error, 512))
 				break
 			}
 			msg := truncate(d.Error, 512)
@@ -103,6 +126,11 @@ func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, ru
 		case engine.EventCancelled:
 			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelled, "Cancel", "Cancelled")
 		case engine.EventWaiting:
+			if d.Kind == waitKindDAG {
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonStarted, "Start",
+					"Started: the database runs its %d steps, each as a run of the step's type, once the steps it depends on succeeded", d.Steps)
+				break
+			}
 			w := &engine.Wait{Kind: d.WaitKind, Step: d.Step, Signal: d.Signal, Until: d.Until}
 			msg := capitalize(describeWait(w))
 			if d.WaitKind == engine.StepKindChild && d.ChildID != "" {

@@ -123,6 +123,10 @@ const (
 	// leftAlone: there is no run to act on and nothing to retry (the status
 	// says why, or the finished run's row is gone); stop without error.
 	leftAlone
+	// awaitingRegistration: the object's type is declared with steps by a
+	// WorkflowRegistry not mirrored yet; nothing was recorded, look again
+	// shortly.
+	awaitingRegistration
 )
 
 // ensureMirrored returns the object's run, recording it in the inbox once; a
@@ -156,6 +160,13 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr 
 		// Never record a run again for a finished object: find the one
 		// holding its key, if retention left it.
 		return r.findByKey(ctx, before, wfr)
+	}
+	reg, err := r.pendingRegistration(ctx, wfr.Spec.Type)
+	if err != nil {
+		return "", mirrored, err
+	}
+	if reg != nil {
+		return "", awaitingRegistration, r.awaitRegistration(ctx, before, wfr, reg)
 	}
 	res, err := r.Inbox.CreateRun(ctx, createParams(wfr))
 	if errors.Is(err, engine.ErrInvalid) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -39,13 +40,18 @@ func timeOrNil(t *time.Time) *metav1.Time {
 	return &mt
 }
 
-// truncate shortens s to at most n bytes, marking the cut.
+// truncate shortens s to at most n bytes, marking the cut, which falls on
+// a rune boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	const mark = "… (truncated)"
-	return s[:n-len(mark)] + mark
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // applyStatus sets wfr.Status from the run's row.
@@ -56,6 +62,12 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 	st.Phase = phaseOf(run.Status)
 	st.WaitingFor = nil
 	wait := r.parkedOn(run)
+	if wait != nil && wait.Kind == waitKindDAG {
+		// Parked for the database, which runs its steps (applyDAG says
+		// where they are): the run is running, though no worker holds it.
+		st.Phase = workflowv1alpha1.PhaseRunning
+		wait = nil
+	}
 	if wait != nil {
 		st.Phase = workflowv1alpha1.PhaseWaiting
 		st.WaitingFor = &workflowv1alpha1.WaitingFor{

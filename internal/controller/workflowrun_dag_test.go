@@ -1,0 +1,241 @@
+package controller_test
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/controller"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// stepPhases is "name=Phase ..." of a DAG run's steps, in definition order.
+func stepPhases(ns, name string) func() string {
+	return func() string {
+		wfr := getRun(ns, name)()
+		if wfr == nil {
+			return ""
+		}
+		var out []string
+		for _, s := range wfr.Status.DAGSteps {
+			out = append(out, s.Name+"="+string(s.Phase))
+		}
+		return strings.Join(out, " ")
+	}
+}
+
+func dagStepStatus(wfr *workflowv1alpha1.WorkflowRun, name string) workflowv1alpha1.DAGStepStatus {
+	for _, s := range wfr.Status.DAGSteps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return workflowv1alpha1.DAGStepStatus{}
+}
+
+// stepNotes lists the phrases of a run's step Events of one reason (steps
+// that changed alike in one look share an Event: "Step a …; step b …").
+func stepNotes(ns, name, reason string) []string {
+	var out []string
+	for _, n := range eventNotes(ns, name, reason) {
+		for i, p := range strings.Split(n, "; step ") {
+			if i > 0 {
+				p = "Step " + p
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func failManual(c engine.ClaimedRun, msg string, retryable bool) {
+	_, err := eng.FailRuns(ctx, manualWorker, []engine.Failure{{LeaseRef: c.Ref(), Error: msg, Retryable: retryable}})
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+}
+
+// The steps of the DAG specs are played by hand (see claimManual): each step
+// has a type of its own under "manual.", which the suite's worker never
+// claims, so the spec decides when each starts, fails or succeeds.
+var _ = Describe("WorkflowRun of a type with steps", func() {
+	var ns, base string
+	BeforeEach(func() {
+		ns = newNamespace()
+		base = "manual.t" + randomSuffix()
+	})
+
+	register := func(name string, steps ...workflowv1alpha1.WorkflowStep) {
+		Expect(k8sClient.Create(ctx, dagRegistry(ns, "dags", name, steps...))).To(Succeed())
+		Eventually(registryEntry(name)).ShouldNot(BeNil())
+	}
+
+	It("shows each step's phase and the progress while the steps run, and ends Succeeded", func() {
+		dag, ta, tb, tc, td := base+".diamond.v1", base+".a.v1", base+".b.v1", base+".c.v1", base+".d.v1"
+		c := dagStep("c", tc, "a")
+		c.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
+		register(dag, dagStep("a", ta), dagStep("b", tb, "a"), c, dagStep("d", td, "b", "c"))
+		Expect(k8sClient.Create(ctx, newRun(ns, "diamond", dag, map[string]any{"order": "o-1"}))).To(Succeed())
+		runID := runIDOf(ns, "diamond")
+
+		// Started by the database: a is a run waiting for a worker, the
+		// others wait for their dependencies. The run itself is Running.
+		Eventually(func(g Gomega) {
+			got := getRun(ns, "diamond")()
+			g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhaseRunning))
+			g.Expect(got.Status.WaitingFor).To(BeNil())
+			g.Expect(got.Status.Progress).To(Equal("0/4"))
+			g.Expect(got.Status.Attempts).To(BeEmpty())
+			g.Expect(stepPhases(ns, "diamond")()).To(Equal("a=Pending b=Pending c=Pending d=Pending"))
+			a := dagStepStatus(got, "a")
+			g.Expect(a.Type).To(Equal(ta))
+			g.Expect(a.RunID).NotTo(BeEmpty())
+			g.Expect(a.Attempts).To(Equal("0/3"))
+			g.Expect(dagStepStatus(got, "b").RunID).To(BeEmpty())
+			fin := condition(got.Status.Conditions, controller.ConditionFinished)
+			g.Expect(fin.Reason).To(Equal(controller.ReasonRunning))
+			g.Expect(fin.Message).To(Equal("0 of 4 steps succeeded; pending: a, b, c, d"))
+		}).Should(Succeed())
+
+		ca := claimManual(ta, 1)[0]
+		Eventually(stepPhases(ns, "diamond")).Should(Equal("a=Running b=Pending c=Pending d=Pending"))
+		Expect(dagStepStatus(getRun(ns, "diamond")(), "a").StartedAt).NotTo(BeNil())
+		complete(ca)
+		Eventually(stepPhases(ns, "diamond")).Should(Equal("a=Succeeded b=Pending c=Pending d=Pending"))
+		Expect(getRun(ns, "diamond")().Status.Progress).To(Equal("1/4"))
+
+		cb := claimManual(tb, 1)[0]
+		cc := claimManual(tc, 1)[0]
+		Expect(cc.Payload).To(MatchJSON(`{"order":"o-1","steps":{"a":{"done":true}}}`))
+		failManual(cc, "card declined", true)
+		Eventually(stepPhases(ns, "diamond")).Should(Equal("a=Succeeded b=Running c=Retrying d=Pending"))
+		got := getRun(ns, "diamond")()
+		Expect(dagStepStatus(got, "c").Attempts).To(Equal("1/3"))
+		Expect(dagStepStatus(got, "c").Error).To(Equal("card declined"))
+		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(Equal(
+			"1 of 4 steps succeeded; running: b; retrying: c; pending: d"))
+
+		cc = claimManual(tc, 1)[0]
+		complete(cb, cc)
+		Eventually(func(g Gomega) {
+			got := getRun(ns, "diamond")()
+			g.Expect(got.Status.Progress).To(Equal("3/4"))
+			g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhaseRunning))
+		}).Should(Succeed())
+		out, err := kubectl("get", "wfr", "diamond", "-n", ns)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE\s+PROGRESS$`))
+		Expect(out).To(MatchRegexp(`(?m)^diamond\s+` + strings.ReplaceAll(dag, ".", `\.`) + `\s+Running\s+.*\s3/4$`))
+
+		complete(claimManual(td, 1)[0])
+		Eventually(phase(ns, "diamond")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		got = getRun(ns, "diamond")()
+		Expect(got.Status.RunID).To(Equal(runID))
+		Expect(stepPhases(ns, "diamond")()).To(Equal("a=Succeeded b=Succeeded c=Succeeded d=Succeeded"))
+		Expect(got.Status.Progress).To(Equal("4/4"))
+		Expect(dagStepStatus(got, "c").Attempts).To(Equal("2/3"))
+		Expect(dagStepStatus(got, "d").FinishedAt).NotTo(BeNil())
+		Expect(got.Status.Result).NotTo(BeNil())
+		var res struct{ Steps map[string]json.RawMessage }
+		Expect(json.Unmarshal(got.Status.Result.Raw, &res)).To(Succeed())
+		Expect(res.Steps).To(HaveLen(4))
+		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		Expect(fin.Status).To(Equal(metav1.ConditionTrue))
+		Expect(fin.Reason).To(Equal(controller.ReasonSucceeded))
+		Expect(fin.Message).To(Equal("all 4 steps succeeded"))
+
+		Eventually(func() []string { return eventNotes(ns, "diamond", controller.ReasonSucceeded) }).Should(Equal([]string{
+			"Succeeded: all 4 steps succeeded"}))
+		Expect(eventNotes(ns, "diamond", controller.ReasonStarted)).To(Equal([]string{
+			"Started: the database runs its 4 steps, each as a run of the step's type, once the steps it depends on succeeded"}))
+		Expect(stepNotes(ns, "diamond", controller.ReasonStepRetrying)).To(Equal([]string{
+			"Step c (" + tc + ") attempt 1/3 failed, to be retried: card declined"}))
+		Expect(stepNotes(ns, "diamond", controller.ReasonStepSucceeded)).To(ConsistOf(
+			"Step a ("+ta+") succeeded on attempt 1/3", "Step b ("+tb+") succeeded on attempt 1/3",
+			"Step c ("+tc+") succeeded on attempt 2/3", "Step d ("+td+") succeeded on attempt 1/3"))
+		Expect(stepNotes(ns, "diamond", controller.ReasonStepStarted)).To(ContainElements(
+			"Step a ("+ta+") started: attempt 1/3, run "+dagStepStatus(got, "a").RunID,
+			"Step b ("+tb+") started: attempt 1/3, run "+dagStepStatus(got, "b").RunID))
+		Expect(eventReasons(ns, "diamond")).NotTo(ContainElement(controller.ReasonWaiting))
+
+		out, err = kubectl("get", "wfr", "diamond", "-n", ns)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`(?m)^diamond\s+\S+\s+Succeeded\s+.*\s4/4$`))
+		out, err = kubectl("describe", "wfr", "diamond", "-n", ns)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("Dag Steps:"))
+		Expect(out).To(ContainSubstring("Progress:"))
+		Expect(out).To(ContainSubstring("Step c (" + tc + ") attempt 1/3 failed, to be retried: card declined"))
+	})
+
+	It("waits for the WorkflowRegistry declaring its type's steps to be mirrored before recording the run", func() {
+		dag := base + ".late.v1"
+		register(dag, dagStep("a", base+".a.v1"))
+		Eventually(func() bool {
+			reg := getRegistry(ns, "dags")
+			return reg.Status.ObservedGeneration == reg.Generation
+		}).Should(BeTrue())
+		// Make the registry look not mirrored yet: its controller looks at
+		// spec changes only.
+		reg := getRegistry(ns, "dags")
+		patch := client.MergeFrom(reg.DeepCopy())
+		reg.Status.ObservedGeneration = 0
+		Expect(k8sClient.Status().Patch(ctx, reg, patch)).To(Succeed())
+
+		Expect(k8sClient.Create(ctx, newRun(ns, "late", dag, nil))).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := getRun(ns, "late")()
+			acc := condition(got.Status.Conditions, controller.ConditionAccepted)
+			g.Expect(acc).NotTo(BeNil())
+			g.Expect(acc.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(acc.Reason).To(Equal(controller.ReasonAwaitingRegistration))
+			g.Expect(acc.Message).To(Equal("workflow type " + dag + " is declared with steps by WorkflowRegistry " + ns +
+				"/dags, which is not registered yet; the run is recorded once it is"))
+		}).Should(Succeed())
+		Consistently(func() string { return getRun(ns, "late")().Status.RunID }, 2*time.Second).Should(BeEmpty())
+
+		reg = getRegistry(ns, "dags")
+		patch = client.MergeFrom(reg.DeepCopy())
+		reg.Spec.Workflows[0].Description = "now mirrored"
+		Expect(k8sClient.Patch(ctx, reg, patch)).To(Succeed())
+		Eventually(phase(ns, "late")).Should(Equal(workflowv1alpha1.PhaseRunning))
+		Eventually(stepPhases(ns, "late")).Should(Equal("a=Pending"))
+		Expect(condition(getRun(ns, "late")().Status.Conditions, controller.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
+	})
+
+	It("shows the workflow Failed when a step fails for good: running steps are cancelled, unstarted ones skipped", func() {
+		dag, ta, tb, tc, te := base+".chain.v1", base+".a.v1", base+".b.v1", base+".c.v1", base+".e.v1"
+		register(dag, dagStep("a", ta), dagStep("b", tb, "a"), dagStep("c", tc, "b"), dagStep("e", te))
+		Expect(k8sClient.Create(ctx, newRun(ns, "chain", dag, nil))).To(Succeed())
+		runIDOf(ns, "chain")
+		claimManual(te, 1)
+		failManual(claimManual(ta, 1)[0], "out of stock", false)
+
+		Eventually(phase(ns, "chain")).Should(Equal(workflowv1alpha1.PhaseFailed))
+		Eventually(stepPhases(ns, "chain")).Should(Equal("a=Failed b=Skipped c=Skipped e=Cancelled"))
+		got := getRun(ns, "chain")()
+		Expect(got.Status.Progress).To(Equal("0/4"))
+		failure := `step "a" (` + ta + `) failed: out of stock`
+		Expect(got.Status.LastError).To(Equal(failure))
+		a := dagStepStatus(got, "a")
+		Expect(a.Error).To(Equal("out of stock"))
+		Expect(a.Attempts).To(Equal("1/3"))
+		Expect(dagStepStatus(got, "b").RunID).To(BeEmpty())
+		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		Expect(fin.Reason).To(Equal(controller.ReasonFailed))
+		Expect(fin.Message).To(Equal("failed after 0 of 4 steps succeeded: " + failure))
+
+		Eventually(func() []string { return eventNotes(ns, "chain", controller.ReasonFailed) }).Should(Equal([]string{
+			"Failed for good: " + failure}))
+		Expect(stepNotes(ns, "chain", controller.ReasonStepFailed)).To(Equal([]string{
+			"Step a (" + ta + ") failed for good on attempt 1/3: out of stock"}))
+		Expect(eventNotes(ns, "chain", controller.ReasonStepsSkipped)).To(Equal([]string{
+			"Skipped 2 step(s) that never started, the workflow having ended: b, c"}))
+		Expect(stepNotes(ns, "chain", controller.ReasonStepCancelled)).To(Equal([]string{
+			"Step e (" + te + ") was cancelled"}))
+	})
+})

@@ -1,0 +1,55 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+)
+
+// registrationRetryPeriod is how often a WorkflowRun whose type awaits its
+// registration looks again.
+const registrationRetryPeriod = time.Second
+
+// pendingRegistration returns the WorkflowRegistry that declares typ with
+// steps and has not mirrored its latest spec yet, or nil.
+//
+// A run becomes a DAG run when it is recorded, from the registry entry of
+// its type at that moment: a WorkflowRun applied together with the
+// WorkflowRegistry declaring its steps (kubectl apply -k) must wait for the
+// registry to be mirrored, or it would be recorded as a plain run of a type
+// no worker serves. The registries are read from the cache, without copies.
+func (r *WorkflowRunReconciler) pendingRegistration(ctx context.Context, typ string) (*workflowv1alpha1.WorkflowRegistry, error) {
+	var regs workflowv1alpha1.WorkflowRegistryList
+	if err := r.List(ctx, &regs, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list WorkflowRegistries: %w", err)
+	}
+	for i := range regs.Items {
+		reg := &regs.Items[i]
+		if reg.Status.ObservedGeneration == reg.Generation || !reg.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, wf := range reg.Spec.Workflows {
+			if wf.Name == typ && len(wf.Steps) > 0 {
+				return reg, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// awaitRegistration says on the object that its run waits for reg to be
+// mirrored, and writes the status.
+func (r *WorkflowRunReconciler) awaitRegistration(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, reg *workflowv1alpha1.WorkflowRegistry) error {
+	setCondition(&wfr.Status.Conditions, metav1.Condition{
+		Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonAwaitingRegistration,
+		Message: fmt.Sprintf("workflow type %s is declared with steps by WorkflowRegistry %s/%s, which is not registered yet; the run is recorded once it is",
+			wfr.Spec.Type, reg.Namespace, reg.Name),
+		ObservedGeneration: wfr.Generation,
+	})
+	return r.patchStatus(ctx, before, wfr)
+}
