@@ -89,7 +89,7 @@ var _ = Describe("simple-workflow", Ordered, func() {
 		}).Should(Equal("Waiting/signal"))
 		mustKubectl("patch", "wfr", "order-1", "-n", ns, "--type=json",
 			"-p", `[{"op":"add","path":"/spec/signals/-","value":{"name":"approve"}}]`)
-		Eventually(phases(ns)).Should(Equal("echo-hello=Succeeded fail-twice=Succeeded order-1=Succeeded sleep-short=Succeeded"))
+		Eventually(phases(ns)).Should(Equal("diamond-1=Succeeded echo-hello=Succeeded fail-twice=Succeeded order-1=Succeeded sleep-short=Succeeded"))
 
 		out := mustKubectl("get", "workflowruns", "-n", ns)
 		Expect(out).To(MatchRegexp(`NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE`))
