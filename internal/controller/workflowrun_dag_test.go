@@ -207,6 +207,21 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		Expect(condition(getRun(ns, "late")().Status.Conditions, controller.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
 	})
 
+	It("fails a DAG run at its deadline: its steps end or are skipped, the Event says why", func() {
+		dag := base + ".slow.v1"
+		register(dag, dagStep("a", base+".a.v1"), dagStep("b", base+".b.v1", "a"))
+		wfr := newRun(ns, "slow", dag, nil)
+		wfr.Spec.Deadline = &metav1.Duration{Duration: 2 * time.Second}
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		Eventually(phase(ns, "slow")).Should(Equal(workflowv1alpha1.PhaseFailed))
+		// The step has the run's deadline too: whichever the database
+		// expires first fails the run.
+		Eventually(stepPhases(ns, "slow")).Should(MatchRegexp(`^a=(Cancelled|Failed) b=Skipped$`))
+		Expect(getRun(ns, "slow")().Status.LastError).To(ContainSubstring("deadline exceeded"))
+		Eventually(func() []string { return eventNotes(ns, "slow", controller.ReasonFailed) }).Should(ConsistOf(
+			MatchRegexp(`^Failed for good: (deadline exceeded at \S+Z while its steps ran|step "a" \(\S+\) failed: deadline exceeded)$`)))
+	})
+
 	It("shows the workflow Failed when a step fails for good: running steps are cancelled, unstarted ones skipped", func() {
 		dag, ta, tb, tc, te := base+".chain.v1", base+".a.v1", base+".b.v1", base+".c.v1", base+".e.v1"
 		register(dag, dagStep("a", ta), dagStep("b", tb, "a"), dagStep("c", tc, "b"), dagStep("e", te))

@@ -171,6 +171,8 @@ func deadlineMessage(d eventData) string {
 		msg += " at " + d.DeadlineAt.UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
 	switch {
+	case d.Parked == waitKindDAG:
+		msg += " while its steps ran"
 	case d.Parked != "":
 		msg += " while waiting (" + string(d.Parked) + ")"
 	case d.PreviousStatus == engine.StatusLeased:
