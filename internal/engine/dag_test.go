@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -355,5 +356,46 @@ func TestDAGRetentionKeepsStepsOfARunningWorkflow(t *testing.T) {
 	var left int
 	if err := b.pool.QueryRow(b.ctx, "select count(*) from workflow.workflow_run").Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d runs left after the workflow ended (%v)", left, err)
+	}
+}
+
+// A step's change announces its DAG run's Kubernetes object, so the
+// operator follows step progress without polling.
+func TestDAGStepChangesAnnounceTheWorkflowObject(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagn.flow.v1", step("a", "dagnw.a.v1"), step("b", "dagnw.b.v1", "a"))
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, "listen workflow_run_changed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.eng.CreateRun(b.ctx, engine.CreateParams{Type: "dagn.flow.v1",
+		IdempotencyKey: "k8s:shop:order-1", Source: &engine.Source{Namespace: "shop", Name: "order-1", UID: "u-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Drain what the insert announced (the DAG run itself changed).
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+		_, err := conn.Conn().WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	b.claim(t, "w1", []string{"dagnw."}, 1) // a's run becomes leased: only the step changed
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("no notification for the DAG run's object: %v", err)
+		}
+		if n.Payload == "shop/order-1" {
+			return
+		}
 	}
 }

@@ -766,6 +766,28 @@ end
 $$;
 
 --
+-- Name: on_dag_step_changed(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.on_dag_step_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+    v_ns text;
+    v_name text;
+begin
+    select p.source_namespace, p.source_name into v_ns, v_name
+    from workflow.workflow_run p
+    where p.id = new.parent_id and p.dag is not null and p.source_name is not null;
+    if found and octet_length(v_ns) + octet_length(v_name) < 4000 then
+        perform pg_notify('workflow_run_changed', v_ns || '/' || v_name);
+    end if;
+    return null;
+end
+$$;
+
+--
 -- Name: on_finished_run_changed(); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -1798,6 +1820,12 @@ CREATE UNIQUE INDEX idx_workflow_step_position ON workflow.workflow_step USING b
 --
 
 CREATE TRIGGER workflow_child_finished AFTER UPDATE ON workflow.workflow_run FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND (old.status = ANY (ARRAY['pending'::text, 'leased'::text])) AND (new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])))) EXECUTE FUNCTION workflow.on_child_finished();
+
+--
+-- Name: workflow_run workflow_dag_step_changed; Type: TRIGGER; Schema: workflow; Owner: -
+--
+
+CREATE TRIGGER workflow_dag_step_changed AFTER UPDATE ON workflow.workflow_run FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND ((old.status IS DISTINCT FROM new.status) OR (old.attempt IS DISTINCT FROM new.attempt)))) EXECUTE FUNCTION workflow.on_dag_step_changed();
 
 --
 -- Name: workflow_run workflow_parent_ended; Type: TRIGGER; Schema: workflow; Owner: -

@@ -418,3 +418,30 @@ language sql set search_path = pg_catalog, pg_temp as $$
     )
     select count(*) from deleted
 $$;
+
+-- A step's run that changes status or attempt announces its DAG run's
+-- Kubernetes object (namespace/name, as workflow_source_run_changed does),
+-- so the operator shows step progress at once. One notification per
+-- object and transaction: Postgres folds identical ones.
+create or replace function workflow.on_dag_step_changed() returns trigger
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+    v_ns text;
+    v_name text;
+begin
+    select p.source_namespace, p.source_name into v_ns, v_name
+    from workflow.workflow_run p
+    where p.id = new.parent_id and p.dag is not null and p.source_name is not null;
+    if found and octet_length(v_ns) + octet_length(v_name) < 4000 then
+        perform pg_notify('workflow_run_changed', v_ns || '/' || v_name);
+    end if;
+    return null;
+end
+$$;
+
+create trigger workflow_dag_step_changed
+    after update on workflow.workflow_run
+    for each row
+    when (new.parent_id is not null
+          and (old.status is distinct from new.status or old.attempt is distinct from new.attempt))
+    execute function workflow.on_dag_step_changed();
