@@ -12,10 +12,17 @@
 {{- end }}
 {{- end }}
 
-{{/* Common labels. */}}
+{{/* Common labels of the manager's objects. */}}
 {{- define "simple-workflow.labels" -}}
+{{ include "simple-workflow.baseLabels" . }}
+app.kubernetes.io/component: manager
+{{- end }}
+
+{{/* Labels every object of the release carries, without a component. */}}
+{{- define "simple-workflow.baseLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-{{ include "simple-workflow.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "simple-workflow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
