@@ -91,7 +91,8 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	}
 	var o options
 	flag := flag.NewFlagSet("manager", flag.ContinueOnError)
-	flag.StringVar(&o.databaseURL, "database-url", env("DATABASE_URL", ""), "Postgres URL of the inbox (env DATABASE_URL)")
+	// No default shown for the URL: it may hold a password (--help prints defaults).
+	flag.StringVar(&o.databaseURL, "database-url", "", "Postgres URL of the inbox (env DATABASE_URL)")
 	flag.StringVar(&o.databaseURLFile, "database-url-file", env("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", env("METRICS_BIND_ADDRESS", ":8080"), "metrics endpoint address, 0 disables (env METRICS_BIND_ADDRESS)")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", env("HEALTH_PROBE_BIND_ADDRESS", ":8081"), "health probe address (env HEALTH_PROBE_BIND_ADDRESS)")
@@ -112,6 +113,9 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 		return o, err
 	}
 
+	if o.databaseURL == "" {
+		o.databaseURL = env("DATABASE_URL", "")
+	}
 	if o.databaseURL == "" && o.databaseURLFile != "" {
 		b, err := os.ReadFile(o.databaseURLFile)
 		if err != nil {

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"errors"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +82,26 @@ func TestDeletionGracePeriod(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--database-url", "x", "--deletion-grace-period", "0s"}, envMap(nil)); err == nil {
 		t.Fatal("a zero grace period must be an error")
+	}
+}
+
+// A password in DATABASE_URL is never printed by --help (which prints every
+// flag's default).
+func TestHelpDoesNotPrintTheDatabaseURL(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	_, perr := parseFlags([]string{"--help"}, envMap(map[string]string{"DATABASE_URL": "postgres://app:s3cret@db/app"}))
+	os.Stderr = stderr
+	_ = w.Close()
+	help, _ := io.ReadAll(r)
+	if !errors.Is(perr, flag.ErrHelp) || !strings.Contains(string(help), "database-url") {
+		t.Fatalf("--help: %v\n%s", perr, help)
+	}
+	if strings.Contains(string(help), "s3cret") {
+		t.Fatalf("--help printed the password:\n%s", help)
 	}
 }

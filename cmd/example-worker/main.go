@@ -85,7 +85,8 @@ func parseFlags(args []string) (options, error) {
 	host, _ := os.Hostname()
 	var o options
 	fs := flag.NewFlagSet("example-worker", flag.ContinueOnError)
-	fs.StringVar(&o.databaseURL, "database-url", envString("DATABASE_URL", ""), "Postgres URL (env DATABASE_URL)")
+	// No default shown for the URL: it may hold a password (-help prints defaults).
+	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL (env DATABASE_URL)")
 	fs.StringVar(&o.databaseFile, "database-url-file", envString("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
 	fs.StringVar(&o.typePrefixes, "type-prefixes", envString("TYPE_PREFIXES", "demo."), "comma-separated type prefixes to claim (env TYPE_PREFIXES)")
 	fs.StringVar(&o.runtime, "runtime", envString("RUNTIME", "go"), "runtime this worker declares (env RUNTIME)")
@@ -97,6 +98,9 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.migrate, "migrate", envBool("MIGRATE", false), "apply the schema migrations before starting (env MIGRATE)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.databaseURL == "" {
+		o.databaseURL = envString("DATABASE_URL", "")
 	}
 	if o.databaseURL == "" && o.databaseFile != "" {
 		b, err := os.ReadFile(o.databaseFile)
