@@ -88,6 +88,9 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "values.schema.json accepted a misspelt value"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow >/dev/null 2>&1; then \
 		echo "the chart rendered without a database"; exit 1; fi
+	@tag=$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml); \
+		grep -q "^appVersion: \"$$tag\"$$" charts/simple-workflow/Chart.yaml && grep -q "example-worker:$$tag\"" hack/demo/main.go || { \
+		echo "image tags differ: config/manager newTag $$tag, the chart's appVersion and hack/demo must match"; exit 1; }
 
 .PHONY: bench
 bench: ## Benchmark the engine (DATABASE_URL, else a throwaway Postgres).
