@@ -350,8 +350,11 @@ func TestDAGRetentionKeepsStepsOfARunningWorkflow(t *testing.T) {
 	if run := b.get(t, id); run.Status != engine.StatusSucceeded {
 		t.Fatalf("workflow %s", run.Status)
 	}
-	if _, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 100); err != nil {
-		t.Fatal(err)
+	// The workflow goes first, its steps at the next pass.
+	for range 2 {
+		if _, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 100); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var left int
 	if err := b.pool.QueryRow(b.ctx, "select count(*) from workflow.workflow_run").Scan(&left); err != nil || left != 0 {
@@ -397,5 +400,41 @@ func TestDAGStepChangesAnnounceTheWorkflowObject(t *testing.T) {
 		if n.Payload == "shop/order-1" {
 			return
 		}
+	}
+}
+
+// Keys of the reserved shape are refused, other dag: keys are not (a key
+// such as dag:nightly:… from before stays usable); a run of a DAG type
+// cannot be scheduled for later; a step whose type got steps behind the
+// registry's back fails its workflow instead of nesting without end.
+func TestDAGEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var id string
+	if err := b.pool.QueryRow(b.ctx, `insert into workflow.workflow_run (type, idempotency_key)
+        values ('legacy.job.v1', 'dag:nightly:2026-11-22') returning id`).Scan(&id); err != nil {
+		t.Fatalf("a dag: key outside the reserved shape was refused: %v", err)
+	}
+	if got := b.claim(t, "w1", []string{"legacy."}, 1); len(got) != 1 {
+		t.Fatal("the run with a legacy dag: key cannot be claimed")
+	}
+
+	b.register(t, "dage.flow.v1", step("a", "dagew.a.v1"))
+	_, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, run_at) values ('dage.flow.v1', now() + interval '1 day')`)
+	if err == nil || !strings.Contains(err.Error(), "run_at is not supported") {
+		t.Fatalf("a DAG run scheduled for tomorrow: %v", err)
+	}
+
+	b.register(t, "dage.outer.v1", step("x", "dage.inner.v1"))
+	if _, err := b.pool.Exec(b.ctx, `alter table workflow.workflow_registry disable trigger workflow_registry_written;
+        insert into workflow.workflow_registry (workflow_name, definition) values
+            ('dage.inner.v1', '{"steps": [{"name": "y", "type": "dage.outer.v1"}]}');
+        alter table workflow.workflow_registry enable trigger workflow_registry_written`); err != nil {
+		t.Fatal(err)
+	}
+	outer := b.insertSQL(t, "dage.outer.v1", `{}`)
+	run := b.get(t, outer)
+	if run.Status != engine.StatusFailed || !strings.Contains(run.LastError, "dage.inner.v1 has steps of its own") {
+		t.Fatalf("nested workflow: %s %q", run.Status, run.LastError)
 	}
 }

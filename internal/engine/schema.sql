@@ -510,7 +510,7 @@ CREATE FUNCTION workflow.delete_finished_runs(p_before timestamp with time zone,
         where r.finished_at < p_before
           and r.status in ('succeeded', 'failed', 'cancelled')
           and not exists (select 1 from workflow.workflow_run p
-                          where p.id = r.parent_id and p.dag is not null and p.status = 'pending')
+                          where p.id = r.parent_id and p.dag is not null)
         order by r.finished_at
         limit p_limit
         for update skip locked
@@ -828,7 +828,11 @@ CREATE FUNCTION workflow.on_registry_written() RETURNS trigger
 declare
     v_problem text;
 begin
+    -- Definitions are checked against each other: one writer at a time.
+    perform pg_advisory_xact_lock(hashtext('workflow.workflow_registry.definition'));
     if new.definition is null then
+        -- A type that is some workflow's step keeps no steps; a renamed
+        -- entry is checked like a new one.
         return new;
     end if;
     v_problem := workflow.definition_problem(new.definition);
@@ -914,7 +918,8 @@ begin
     if exists (select 1 from new_runs n where n.dag is not null)
        or exists (select 1 from workflow.workflow_registry g where g.definition is not null) then
         for v_dag in
-            select n.id, coalesce(n.dag, g.definition) as def, n.dag is not null as inline
+            select n.id, n.type, n.run_at, coalesce(n.dag, g.definition) as def, n.dag is not null as inline,
+                   exists (select 1 from workflow.workflow_run p where p.id = n.parent_id and p.dag is not null) as parent_dag
             from new_runs n
             left join workflow.workflow_registry g on g.workflow_name = n.type and g.definition is not null
             where n.status = 'pending' and (n.dag is not null or g.definition is not null)
@@ -923,6 +928,23 @@ begin
             if v_dag.inline and workflow.definition_problem(v_dag.def) is not null then
                 raise exception 'invalid definition of run %: %', v_dag.id, workflow.definition_problem(v_dag.def)
                     using errcode = '22023';
+            end if;
+            if v_dag.run_at > now() + interval '1 second' then
+                raise exception 'a run of %, a workflow with steps, starts at once: run_at is not supported for it', v_dag.type
+                    using errcode = '22023';
+            end if;
+            if v_dag.parent_dag then
+                -- A step whose type has steps (possible only if the registry
+                -- changed under a running workflow): it fails, and so does
+                -- its workflow, instead of nesting without end.
+                update workflow.workflow_run r
+                set status = 'failed', finished_at = now(), updated_at = now(),
+                    last_error = format('%s has steps of its own; a step must be a type that workers run', v_dag.type)
+                where r.id = v_dag.id;
+                insert into workflow.workflow_event (workflow_id, event_type, data)
+                values (v_dag.id, 'failed', jsonb_build_object('reason', 'nested_workflow',
+                        'error', format('%s has steps of its own; a step must be a type that workers run', v_dag.type)));
+                continue;
             end if;
             update workflow.workflow_run r
             set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = now()
@@ -1674,7 +1696,7 @@ ALTER TABLE ONLY workflow.workflow_registry
 --
 
 ALTER TABLE workflow.workflow_run
-    ADD CONSTRAINT workflow_run_dag_key CHECK (((idempotency_key IS NULL) OR ("left"(idempotency_key, 4) <> 'dag:'::text) OR COALESCE((idempotency_key = ((('dag:'::text || (parent_id)::text) || ':'::text) || parent_step)), false))) NOT VALID;
+    ADD CONSTRAINT workflow_run_dag_key CHECK (((idempotency_key IS NULL) OR ("left"(idempotency_key, 4) <> 'dag:'::text) OR (idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'::text) OR COALESCE((idempotency_key = ((('dag:'::text || (parent_id)::text) || ':'::text) || parent_step)), false))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_pending_has_attempt_left; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
@@ -1837,7 +1859,7 @@ CREATE TRIGGER workflow_parent_ended AFTER UPDATE ON workflow.workflow_run FOR E
 -- Name: workflow_registry workflow_registry_written; Type: TRIGGER; Schema: workflow; Owner: -
 --
 
-CREATE TRIGGER workflow_registry_written BEFORE INSERT OR UPDATE OF definition ON workflow.workflow_registry FOR EACH ROW EXECUTE FUNCTION workflow.on_registry_written();
+CREATE TRIGGER workflow_registry_written BEFORE INSERT OR UPDATE OF definition, workflow_name ON workflow.workflow_registry FOR EACH ROW EXECUTE FUNCTION workflow.on_registry_written();
 
 --
 -- Name: workflow_run workflow_run_cancelled; Type: TRIGGER; Schema: workflow; Owner: -

@@ -29,11 +29,14 @@ alter table workflow.workflow_run drop constraint workflow_run_wait_kind_valid;
 alter table workflow.workflow_run add constraint workflow_run_wait_kind_valid
     check (wait_kind is null or wait_kind in ('sleep', 'signal', 'child', 'dag'));
 
--- dag:<run>:<step> keys belong to the steps of that run: nobody can take a
--- step's key first and keep it from starting.
+-- dag:<run id>:<step> keys belong to the steps of that run: nobody can take
+-- a step's key first and keep it from starting. Only keys of that exact
+-- shape (a run id after "dag:") are reserved, so a key such as
+-- dag:nightly:… written before this migration still lets its run change.
 alter table workflow.workflow_run add constraint workflow_run_dag_key check (
     idempotency_key is null
     or left(idempotency_key, 4) <> 'dag:'
+    or idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'
     or coalesce(idempotency_key = 'dag:' || parent_id::text || ':' || parent_step, false)
 ) not valid;
 
@@ -162,7 +165,11 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_problem text;
 begin
+    -- Definitions are checked against each other: one writer at a time.
+    perform pg_advisory_xact_lock(hashtext('workflow.workflow_registry.definition'));
     if new.definition is null then
+        -- A type that is some workflow's step keeps no steps; a renamed
+        -- entry is checked like a new one.
         return new;
     end if;
     v_problem := workflow.definition_problem(new.definition);
@@ -192,7 +199,7 @@ end
 $$;
 
 create trigger workflow_registry_written
-    before insert or update of definition on workflow.workflow_registry
+    before insert or update of definition, workflow_name on workflow.workflow_registry
     for each row execute function workflow.on_registry_written();
 
 -- dag_ready_steps lists the steps of a DAG run that can start now (not
@@ -374,7 +381,8 @@ begin
     if exists (select 1 from new_runs n where n.dag is not null)
        or exists (select 1 from workflow.workflow_registry g where g.definition is not null) then
         for v_dag in
-            select n.id, coalesce(n.dag, g.definition) as def, n.dag is not null as inline
+            select n.id, n.type, n.run_at, coalesce(n.dag, g.definition) as def, n.dag is not null as inline,
+                   exists (select 1 from workflow.workflow_run p where p.id = n.parent_id and p.dag is not null) as parent_dag
             from new_runs n
             left join workflow.workflow_registry g on g.workflow_name = n.type and g.definition is not null
             where n.status = 'pending' and (n.dag is not null or g.definition is not null)
@@ -383,6 +391,23 @@ begin
             if v_dag.inline and workflow.definition_problem(v_dag.def) is not null then
                 raise exception 'invalid definition of run %: %', v_dag.id, workflow.definition_problem(v_dag.def)
                     using errcode = '22023';
+            end if;
+            if v_dag.run_at > now() + interval '1 second' then
+                raise exception 'a run of %, a workflow with steps, starts at once: run_at is not supported for it', v_dag.type
+                    using errcode = '22023';
+            end if;
+            if v_dag.parent_dag then
+                -- A step whose type has steps (possible only if the registry
+                -- changed under a running workflow): it fails, and so does
+                -- its workflow, instead of nesting without end.
+                update workflow.workflow_run r
+                set status = 'failed', finished_at = now(), updated_at = now(),
+                    last_error = format('%s has steps of its own; a step must be a type that workers run', v_dag.type)
+                where r.id = v_dag.id;
+                insert into workflow.workflow_event (workflow_id, event_type, data)
+                values (v_dag.id, 'failed', jsonb_build_object('reason', 'nested_workflow',
+                        'error', format('%s has steps of its own; a step must be a type that workers run', v_dag.type)));
+                continue;
             end if;
             update workflow.workflow_run r
             set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = now()
@@ -400,7 +425,7 @@ begin
 end
 $$;
 
--- Retention keeps the finished steps of a DAG run that is still running:
+-- Retention keeps the finished steps of a DAG run as long as the run itself:
 -- their results are what the next steps receive and what says they ran.
 create or replace function workflow.delete_finished_runs(p_before timestamptz, p_limit integer) returns bigint
 language sql set search_path = pg_catalog, pg_temp as $$
@@ -409,7 +434,7 @@ language sql set search_path = pg_catalog, pg_temp as $$
         where r.finished_at < p_before
           and r.status in ('succeeded', 'failed', 'cancelled')
           and not exists (select 1 from workflow.workflow_run p
-                          where p.id = r.parent_id and p.dag is not null and p.status = 'pending')
+                          where p.id = r.parent_id and p.dag is not null)
         order by r.finished_at
         limit p_limit
         for update skip locked
