@@ -179,12 +179,15 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 			reg := getRegistry(ns, "dags")
 			return reg.Status.ObservedGeneration == reg.Generation
 		}).Should(BeTrue())
-		// Make the registry look not mirrored yet: its controller looks at
-		// spec changes only.
+		// Make the registry look not mirrored yet (its controller looks at
+		// spec changes only) and its type not registered: only a first
+		// registration is awaited.
 		reg := getRegistry(ns, "dags")
 		patch := client.MergeFrom(reg.DeepCopy())
 		reg.Status.ObservedGeneration = 0
 		Expect(k8sClient.Status().Patch(ctx, reg, patch)).To(Succeed())
+		_, err := pool.Exec(ctx, "delete from workflow.workflow_registry where workflow_name = $1", dag)
+		Expect(err).NotTo(HaveOccurred())
 
 		Expect(k8sClient.Create(ctx, newRun(ns, "late", dag, nil))).To(Succeed())
 		Eventually(func(g Gomega) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
 // registrationRetryPeriod is how often a WorkflowRun whose type awaits its
@@ -24,6 +26,15 @@ const registrationRetryPeriod = time.Second
 // registry to be mirrored, or it would be recorded as a plain run of a type
 // no worker serves. The registries are read from the cache, without copies.
 func (r *WorkflowRunReconciler) pendingRegistration(ctx context.Context, typ string) (*workflowv1alpha1.WorkflowRegistry, error) {
+	// Once the type is in the inbox's registry, whoever owns it, there is
+	// nothing to wait for: only a first registration is awaited, so a
+	// registry of another namespace that can never own the type cannot hold
+	// these runs back.
+	if _, err := r.Inbox.GetRegistryEntry(ctx, typ); err == nil {
+		return nil, nil
+	} else if !errors.Is(err, engine.ErrNotFound) {
+		return nil, fmt.Errorf("registry entry %s: %w", typ, err)
+	}
 	var regs workflowv1alpha1.WorkflowRegistryList
 	if err := r.List(ctx, &regs, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list WorkflowRegistries: %w", err)
