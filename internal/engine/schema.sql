@@ -154,6 +154,14 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "workflow.via_function" TO 'on'
     AS $$
+    -- The workflows (DAG runs, durable parents) of the runs finishing here,
+    -- locked first and in id order: ending a workflow locks it before its
+    -- steps, so a step's end must not lock them the other way round.
+    select 1 from workflow.workflow_run p
+    where p.id in (select c.parent_id from workflow.workflow_run c
+                   where c.id = any (p_ids) and c.parent_id is not null)
+    order by p.id
+    for update of p;
     with req as (
         select * from unnest(p_ids, p_tokens, p_results) as t(id, token, result)
     ), done as (
@@ -174,13 +182,8 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select d.id, 'succeeded', jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt)
         from done d
-    ), parents as (
-        select p.id from workflow.workflow_run p
-        where p.id in (select d.parent_id from done d where d.parent_id is not null)
-        order by p.id
-        for update
     )
-    select d.id from done d where (select count(*) from parents) >= 0
+    select d.id from done d
 $$;
 
 --
@@ -575,6 +578,14 @@ CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigi
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "workflow.via_function" TO 'on'
     AS $$
+    -- The workflows (DAG runs, durable parents) of the runs finishing here,
+    -- locked first and in id order: ending a workflow locks it before its
+    -- steps, so a step's end must not lock them the other way round.
+    select 1 from workflow.workflow_run p
+    where p.id in (select c.parent_id from workflow.workflow_run c
+                   where c.id = any (p_ids) and c.parent_id is not null)
+    order by p.id
+    for update of p;
     with req as (
         select * from unnest(p_ids, p_tokens, p_errors, p_retryable)
             as t(id, token, error, retryable)
@@ -610,13 +621,8 @@ CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigi
                    'reason', 'handler_error',
                    'next_run_at', case when f.status = 'pending' then f.run_at end))
         from failed f
-    ), parents as (
-        select p.id from workflow.workflow_run p
-        where p.id in (select f.parent_id from failed f where f.parent_id is not null and f.status = 'failed')
-        order by p.id
-        for update
     )
-    select f.id, f.status, f.run_at from failed f where (select count(*) from parents) >= 0
+    select f.id, f.status, f.run_at from failed f
 $$;
 
 --
@@ -1758,6 +1764,12 @@ CREATE INDEX idx_workflow_event_workflow ON workflow.workflow_event USING btree 
 --
 
 CREATE INDEX idx_workflow_registry_owner ON workflow.workflow_registry USING btree (owner_namespace, owner_name);
+
+--
+-- Name: idx_workflow_run_child; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_child ON workflow.workflow_run USING btree (id) INCLUDE (parent_id) WHERE (parent_id IS NOT NULL);
 
 --
 -- Name: idx_workflow_run_claim; Type: INDEX; Schema: workflow; Owner: -
