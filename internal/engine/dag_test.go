@@ -476,3 +476,44 @@ func TestDAGConcurrentStepEndsDoNotDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// Two reapers at once over the expired leases of two steps of one workflow
+// (each step's last attempt, so each fails the workflow): both lock the
+// workflow first and neither deadlocks.
+func TestDAGConcurrentReapersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagx.flow.v1",
+		engine.DAGStepDefinition{Name: "a", Type: "dagxw.a.v1", MaxAttempts: 1},
+		engine.DAGStepDefinition{Name: "b", Type: "dagxw.b.v1", MaxAttempts: 1},
+		step("c", "dagxw.c.v1", "a", "b"))
+	for i := range 10 {
+		id := b.insertSQL(t, "dagx.flow.v1", `{}`)
+		if got := b.claim(t, "w1", []string{"dagxw."}, 2); len(got) != 2 {
+			t.Fatalf("round %d: claimed %d", i, len(got))
+		}
+		// Both leases expire (the worker died).
+		if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_run set lease_until = now() - interval '1 second'
+            where parent_id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := b.pool.Exec(b.ctx, "select * from workflow.reap_expired_leases(1)")
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+		if _, err := b.pool.Exec(b.ctx, "select * from workflow.reap_expired_leases(10)"); err != nil {
+			t.Fatal(err)
+		}
+		if run := b.get(t, id); run.Status != engine.StatusFailed {
+			t.Fatalf("round %d: workflow %s", i, run.Status)
+		}
+	}
+}

@@ -532,6 +532,17 @@ CREATE FUNCTION workflow.expire_deadlines(p_ids uuid[], p_limit integer) RETURNS
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "workflow.via_function" TO 'on'
     AS $$
+    -- The workflows of the runs about to expire, locked first and in id
+    -- order, as a worker's completions do.
+    select 1 from workflow.workflow_run p
+    where p.id in (select r.parent_id from workflow.workflow_run r
+                   where r.deadline_at <= now() and r.deadline_at is not null
+                     and r.status in ('pending', 'leased') and r.parent_id is not null
+                     and (p_ids is null or r.id = any (p_ids))
+                   order by r.deadline_at
+                   limit p_limit)
+    order by p.id
+    for update of p;
     with doomed as (
         select r.id, r.status, r.leased_by, r.wait_kind
         from workflow.workflow_run r
@@ -1197,6 +1208,15 @@ CREATE FUNCTION workflow.reap_expired_leases(p_limit integer) RETURNS TABLE(id u
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "workflow.via_function" TO 'on'
     AS $$
+    -- The workflows of the runs about to be reaped, locked first and in id
+    -- order, as a worker's completions do.
+    select 1 from workflow.workflow_run p
+    where p.id in (select r.parent_id from workflow.workflow_run r
+                   where r.status = 'leased' and r.lease_until < now() and r.parent_id is not null
+                   order by r.lease_until
+                   limit p_limit)
+    order by p.id
+    for update of p;
     with expired as (
         select r.id, r.leased_by, r.lease_until
         from workflow.workflow_run r
