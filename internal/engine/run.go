@@ -137,6 +137,19 @@ func millisOrNil(d time.Duration) *int64 {
 // CreateRun records an intent. With an idempotency key, a second call with the
 // same key records nothing and returns the first run's id with Created false.
 func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, error) {
+	return e.CreateRunIn(ctx, e.pool, p)
+}
+
+// Querier runs one statement and returns its row: satisfied by pgx.Tx,
+// *pgx.Conn and *pgxpool.Pool.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CreateRunIn is CreateRun through db: inside a caller's transaction the
+// run (its event and its workers' wake-up) commits or rolls back with the
+// caller's own writes.
+func (e *Engine) CreateRunIn(ctx context.Context, db Querier, p CreateParams) (CreateResult, error) {
 	if err := p.Validate(); err != nil {
 		return CreateResult{}, fmt.Errorf("create run: %w", err)
 	}
@@ -172,7 +185,7 @@ func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, e
 	}
 
 	var id string
-	err := e.pool.QueryRow(ctx, e.q[qRunInsert], args).Scan(&id)
+	err := db.QueryRow(ctx, e.q[qRunInsert], args).Scan(&id)
 	if err == nil {
 		return CreateResult{ID: id, Created: true}, nil
 	}
@@ -180,7 +193,7 @@ func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, e
 		return CreateResult{}, translate("create run", err)
 	}
 	// The idempotency key was taken: return the run that holds it.
-	err = e.pool.QueryRow(ctx, e.q[qRunIDByIdempotencyKey],
+	err = db.QueryRow(ctx, e.q[qRunIDByIdempotencyKey],
 		pgx.NamedArgs{"idempotency_key": p.IdempotencyKey}).Scan(&id)
 	if err != nil {
 		return CreateResult{}, translate("create run: look up existing run by idempotency key", err)

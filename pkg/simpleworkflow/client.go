@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -104,6 +105,21 @@ type CreateResult struct {
 // marshal to a JSON object (a json.RawMessage or []byte is used as is). When
 // Create returns without error the run is durable.
 func (c *Client) Create(ctx context.Context, workflowType string, payload any, opts *CreateOptions) (CreateResult, error) {
+	return c.CreateIn(ctx, c.pool, workflowType, payload, opts)
+}
+
+// DB is what CreateIn writes through: a pgx.Tx, a *pgx.Conn or a
+// *pgxpool.Pool.
+type DB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CreateIn is Create within the caller's transaction (the transactional
+// outbox): pass the pgx.Tx that holds your own writes, and the run — its
+// audit event and the wake-up of its workers — commits or rolls back with
+// them. Workers see it only once the transaction commits. The idempotency
+// key works as in Create.
+func (c *Client) CreateIn(ctx context.Context, db DB, workflowType string, payload any, opts *CreateOptions) (CreateResult, error) {
 	raw, err := marshalPayload(payload)
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("create %s: %w", workflowType, err)
@@ -122,7 +138,7 @@ func (c *Client) Create(ctx context.Context, workflowType string, payload any, o
 			p.RetryPolicy = &engine.RetryPolicy{BaseDelay: opts.RetryPolicy.BaseDelay, MaxDelay: opts.RetryPolicy.MaxDelay}
 		}
 	}
-	res, err := c.eng.CreateRun(ctx, p)
+	res, err := c.eng.CreateRunIn(ctx, db, p)
 	if err != nil {
 		return CreateResult{}, err
 	}

@@ -206,8 +206,15 @@ class Client:
         retry_base_delay: Optional[timedelta] = None,
         retry_max_delay: Optional[timedelta] = None,
         deadline: Optional[Duration] = None,
+        conn: Optional[psycopg.Connection] = None,
     ) -> CreateResult:
         """Record an intent. When this returns, the run is durable and will run eventually.
+
+        With ``conn``, the run is written on that connection, inside whatever
+        transaction it has open (the transactional outbox): it commits or rolls
+        back with the caller's own writes, and workers see it only after the
+        commit. Without it, the run is committed at once on a connection of the
+        client's own.
 
         With an idempotency key, a second call with the same key records nothing
         and returns the first run's id with ``created=False``. ``retry_base_delay``
@@ -241,16 +248,22 @@ class Client:
             "max": retry_max_delay,
             "deadline_ms": deadline_ms,
         }
-        with self._connect() as conn:
-            row = conn.execute(_INSERT, params).fetchone()
-            if row is not None:
-                return CreateResult(id=row[0], created=True)
-            row = conn.execute(
-                "select id::text from workflow.workflow_run where idempotency_key = %s", (idempotency_key,)
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"run with idempotency key {idempotency_key!r} vanished")
-            return CreateResult(id=row[0], created=False)
+        if conn is not None:
+            return self._insert(conn, params, idempotency_key)
+        with self._connect() as own:
+            return self._insert(own, params, idempotency_key)
+
+    @staticmethod
+    def _insert(conn: psycopg.Connection, params: Mapping[str, Any], idempotency_key: Optional[str]) -> CreateResult:
+        row = conn.execute(_INSERT, params).fetchone()
+        if row is not None:
+            return CreateResult(id=row[0], created=True)
+        row = conn.execute(
+            "select id::text from workflow.workflow_run where idempotency_key = %s", (idempotency_key,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"run with idempotency key {idempotency_key!r} vanished")
+        return CreateResult(id=row[0], created=False)
 
     def cancel(self, run_id: str) -> bool:
         """Cancel a pending or leased run; False when it had already finished."""

@@ -49,6 +49,30 @@ class ClientTest(InboxTest):
         self.assertEqual(self.trail(res.id), ["created", "cancelled"])
 
 
+    def test_create_in_the_callers_transaction(self):
+        # The transactional outbox: rolled back with the caller's writes (no
+        # run, no event, no worker woken); committed, a worker starts it at
+        # once although its poll interval is a minute.
+        self.sql("create table public.shop_order (id int primary key, run_id uuid)")
+        started = []
+        poller, _, _ = self.start_poller(type_prefixes=["outbox."], worker_id="py-outbox", poll_interval=60)
+        poller.handle("outbox.ship.v1", lambda run: started.append(run.id))
+        time.sleep(0.3)  # the worker's first poll has found nothing
+        with psycopg.connect(self.url) as conn:
+            res = self.client.create("outbox.ship.v1", {"order": 1}, conn=conn)
+            conn.execute("insert into public.shop_order values (1, %s)", (res.id,))
+            conn.rollback()
+        self.assertEqual(self.sql("select count(*) from workflow.workflow_run")[0][0], 0)
+        self.assertEqual(self.sql("select count(*) from workflow.workflow_event")[0][0], 0)
+        time.sleep(0.5)
+        self.assertEqual(started, [])
+        with psycopg.connect(self.url) as conn:
+            res = self.client.create("outbox.ship.v1", {"order": 2}, conn=conn)
+            conn.execute("insert into public.shop_order values (2, %s)", (res.id,))
+            conn.commit()
+        wait_for(lambda: started == [res.id], timeout=5, what="the committed run to start")
+
+
 class PollerTest(InboxTest):
     def test_runs_a_handler_with_the_same_trail_as_go(self):
         poller, _, _ = self.start_poller(type_prefixes=["py."], worker_id="py-1")

@@ -1,0 +1,74 @@
+package simpleworkflow_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+)
+
+// The transactional outbox: a run created in the caller's transaction is
+// rolled back with it (no run, no event, no worker woken) and, committed,
+// wakes a worker at once (its poll interval is a minute, so only the
+// commit's notification can have woken it).
+func TestCreateInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool := b.client.Pool()
+	if _, err := pool.Exec(b.ctx, `create table public.shop_order (id int primary key, run_id uuid)`); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 4)
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"outbox."}, PollInterval: time.Minute},
+		map[string]simpleworkflow.HandlerFunc{"outbox.ship.v1": func(_ context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+			started <- task.ID
+			return nil, nil
+		}})
+	order := func(id int, commit bool) string {
+		tx, err := pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		res, err := b.client.CreateIn(b.ctx, tx, "outbox.ship.v1", map[string]any{"order": id}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(b.ctx, `insert into public.shop_order values ($1, $2)`, id, res.ID); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res.ID
+	}
+
+	rolledBack := order(1, false)
+	var runs, events int
+	if err := pool.QueryRow(b.ctx, `select (select count(*) from workflow.workflow_run where id = $1),
+        (select count(*) from workflow.workflow_event where workflow_id = $1)`, rolledBack).Scan(&runs, &events); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 0 || events != 0 {
+		t.Fatalf("after rollback: %d runs, %d events", runs, events)
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("a worker ran %s after a rollback", id)
+	case <-time.After(500 * time.Millisecond):
+	}
+
+	committed := order(2, true)
+	select {
+	case id := <-started:
+		if id != committed {
+			t.Fatalf("ran %s, want %s", id, committed)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the committed run did not wake a worker within 5 s")
+	}
+}
