@@ -327,13 +327,19 @@ type SignalResult struct {
 // SendSignal sends a signal to a run (see workflow.send_signal). An unknown
 // run is an error wrapping ErrNotFound, a finished one ErrRunFinished.
 func (e *Engine) SendSignal(ctx context.Context, p SignalParams) (SignalResult, error) {
+	return e.SendSignalIn(ctx, e.pool, p)
+}
+
+// SendSignalIn is SendSignal through db, for instance inside a caller's
+// transaction: the signal and the wake-up of its run commit with it.
+func (e *Engine) SendSignalIn(ctx context.Context, db Querier, p SignalParams) (SignalResult, error) {
 	var payload *string
 	if len(p.Payload) > 0 {
 		s := string(p.Payload)
 		payload = &s
 	}
 	var r SignalResult
-	err := e.pool.QueryRow(ctx, e.q[qSignalSend], pgx.NamedArgs{
+	err := db.QueryRow(ctx, e.q[qSignalSend], pgx.NamedArgs{
 		"run_id": p.RunID, "name": p.Name, "payload": payload, "idempotency_key": nullIfEmpty(p.IdempotencyKey),
 	}).Scan(&r.SignalID, &r.Duplicate, &r.Delivered)
 	if err != nil {

@@ -72,3 +72,47 @@ func TestCreateInTheCallersTransaction(t *testing.T) {
 		t.Fatal("the committed run did not wake a worker within 5 s")
 	}
 }
+
+// A signal sent in a transaction that rolls back never reaches its run; one
+// that commits does.
+func TestSignalInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res, err := b.client.Create(b.ctx, "outbox.wait.v1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(key string, commit bool) {
+		tx, err := b.client.Pool().Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		if _, err := b.client.SignalIn(b.ctx, tx, res.ID, "approve", map[string]any{"key": key},
+			&simpleworkflow.SignalOptions{IdempotencyKey: key}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send("rolled-back", false)
+	send("committed", true)
+	var keys []string
+	rows, err := b.client.Pool().Query(b.ctx, "select idempotency_key from workflow.workflow_signal where run_id = $1", res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) != 1 || keys[0] != "committed" {
+		t.Fatalf("signals stored: %v, want only the committed one", keys)
+	}
+}

@@ -32,6 +32,12 @@ type SignalResult struct {
 // and handed to the first WaitForSignal of that name. Sending to an unknown
 // run is an error wrapping ErrNotFound, to a finished one ErrRunFinished.
 func (c *Client) Signal(ctx context.Context, runID, name string, payload any, opts *SignalOptions) (SignalResult, error) {
+	return c.SignalIn(ctx, c.pool, runID, name, payload, opts)
+}
+
+// SignalIn is Signal within the caller's transaction (see CreateIn): the
+// signal is sent, and its run woken, only if the transaction commits.
+func (c *Client) SignalIn(ctx context.Context, db DB, runID, name string, payload any, opts *SignalOptions) (SignalResult, error) {
 	if err := engine.ValidateStepName(name); err != nil {
 		return SignalResult{}, fmt.Errorf("signal %s: %w", runID, err)
 	}
@@ -49,7 +55,7 @@ func (c *Client) Signal(ctx context.Context, runID, name string, payload any, op
 	if opts != nil {
 		p.IdempotencyKey = opts.IdempotencyKey
 	}
-	res, err := c.eng.SendSignal(ctx, p)
+	res, err := c.eng.SendSignalIn(ctx, db, p)
 	if err != nil {
 		return SignalResult{}, err
 	}

@@ -297,6 +297,7 @@ class Client:
         name: str,
         payload: Any = None,
         idempotency_key: Optional[str] = None,
+        conn: Optional[psycopg.Connection] = None,
     ) -> SignalResult:
         """Send signal ``name`` with ``payload`` (any JSON value; None for none) to a run.
 
@@ -304,7 +305,9 @@ class Client:
         handed to the first ``wait_for_signal`` of that name, oldest first. With an
         idempotency key, sending again is a no-op (``duplicate=True``). Raises
         NotFoundError for an unknown run, RunFinishedError for a finished one and
-        InvalidInputError for a bad name, key or payload.
+        InvalidInputError for a bad name, key or payload. With ``conn``, the
+        signal is sent inside that connection's open transaction and reaches
+        its run only if the transaction commits.
         """
         problem = step_name_problem(name)
         if problem is not None:
@@ -317,12 +320,13 @@ class Client:
                 raw = json.dumps(payload, allow_nan=False)
             except (TypeError, ValueError) as e:
                 raise InvalidInputError(f"signal {name} to run {run_id}: payload is not JSON: {e}") from None
+        query = "select signal_id, duplicate, delivered from workflow.send_signal(%s::uuid, %s, %s::jsonb, %s)"
         try:
-            with self._connect() as conn:
-                row = conn.execute(
-                    "select signal_id, duplicate, delivered from workflow.send_signal(%s::uuid, %s, %s::jsonb, %s)",
-                    (run_id, name, raw, idempotency_key),
-                ).fetchone()
+            if conn is not None:
+                row = conn.execute(query, (run_id, name, raw, idempotency_key)).fetchone()
+            else:
+                with self._connect() as own:
+                    row = own.execute(query, (run_id, name, raw, idempotency_key)).fetchone()
         except psycopg.Error as e:
             state = getattr(e, "sqlstate", None)
             message = e.diag.message_primary if getattr(e, "diag", None) is not None else None

@@ -72,6 +72,16 @@ class ClientTest(InboxTest):
             conn.commit()
         wait_for(lambda: started == [res.id], timeout=5, what="the committed run to start")
 
+    def test_signal_in_the_callers_transaction(self):
+        run = self.client.create("outbox.wait.v1", {})
+        with psycopg.connect(self.url) as conn:
+            self.client.signal(run.id, "approve", {"n": 1}, idempotency_key="rolled-back", conn=conn)
+            conn.rollback()
+            self.client.signal(run.id, "approve", {"n": 2}, idempotency_key="committed", conn=conn)
+            conn.commit()
+        keys = self.sql("select idempotency_key from workflow.workflow_signal where run_id = %s", (run.id,))
+        self.assertEqual(keys, [("committed",)])
+
 
 class PollerTest(InboxTest):
     def test_runs_a_handler_with_the_same_trail_as_go(self):
