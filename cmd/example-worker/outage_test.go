@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simple-workflow/simple-workflow/internal/devenv"
 	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
 )
@@ -61,17 +62,6 @@ func startPythonWorker(t *testing.T, url, id string) *exec.Cmd {
 		}
 	})
 	return cmd
-}
-
-// alive reports whether a started process is still running (not exited,
-// not a zombie).
-func alive(cmd *exec.Cmd) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
-	if err != nil {
-		return false
-	}
-	_, rest, _ := strings.Cut(string(stat), ") ")
-	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
 }
 
 // Issue 10, item 17: Postgres crash-restarted under load, then frozen for
@@ -131,7 +121,7 @@ func TestWorkersSurviveDatabaseOutages(t *testing.T) {
 	waitFor(t, 120*time.Second, "every run to succeed after the pause", func() bool { return succeeded() == len(ids) })
 
 	for _, w := range []*exec.Cmd{goWorker, pyWorker} {
-		if !alive(w) {
+		if !devenv.Alive(w.Process.Pid) {
 			t.Fatalf("worker %s exited during the outages", w.Args[len(w.Args)-1])
 		}
 	}

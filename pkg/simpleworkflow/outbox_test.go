@@ -26,6 +26,15 @@ func TestCreateInTheCallersTransaction(t *testing.T) {
 			started <- task.ID
 			return nil, nil
 		}})
+	// The worker is listening and its first claim has been answered: from
+	// now on only a notification can wake it before a minute passes.
+	waitFor(t, 10*time.Second, "the worker to listen and poll once", func() (bool, error) {
+		var listening, polled int
+		err := pool.QueryRow(b.ctx, `select count(*) filter (where query ilike 'listen%'),
+                count(*) filter (where query like '%claim_runs%' and state = 'idle')
+            from pg_stat_activity where datname = current_database()`).Scan(&listening, &polled)
+		return listening > 0 && polled > 0, err
+	})
 	order := func(id int, commit bool) string {
 		tx, err := pool.Begin(b.ctx)
 		if err != nil {

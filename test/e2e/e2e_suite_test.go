@@ -86,14 +86,7 @@ func (p *process) stop(sig syscall.Signal) {
 }
 
 // alive reports whether the process still runs (not exited, not a zombie).
-func (p *process) alive() bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return false
-	}
-	_, rest, _ := strings.Cut(string(stat), ") ")
-	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
-}
+func (p *process) alive() bool { return devenv.Alive(p.cmd.Process.Pid) }
 
 // tail returns the last n bytes of s.
 func tail(s string, n int) string {

@@ -57,7 +57,13 @@ class ClientTest(InboxTest):
         started = []
         poller, _, _ = self.start_poller(type_prefixes=["outbox."], worker_id="py-outbox", poll_interval=60)
         poller.handle("outbox.ship.v1", lambda run: started.append(run.id))
-        time.sleep(0.3)  # the worker's first poll has found nothing
+        # The worker listens and its first claim has been answered: from now
+        # on only a notification can wake it before a minute passes.
+        wait_for(lambda: self.sql(
+            "select count(*) filter (where query ilike 'listen%%') > 0"
+            " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
+            " from pg_stat_activity where datname = current_database()")[0][0],
+            timeout=10, what="the worker to listen and poll once")
         with psycopg.connect(self.url) as conn:
             res = self.client.create("outbox.ship.v1", {"order": 1}, conn=conn)
             conn.execute("insert into public.shop_order values (1, %s)", (res.id,))
