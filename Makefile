@@ -42,8 +42,9 @@ fmt-check: ## Fail when gofmt would change a file.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (also over hack/riverbench, the benchmark's River module, so it keeps building).
 	$(GO) vet ./...
+	cd hack/riverbench && $(GO) vet ./...
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync them into the chart).
@@ -93,7 +94,7 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "image tags differ: config/manager newTag $$tag, the chart's appVersion and hack/demo must match"; exit 1; }
 
 .PHONY: bench
-bench: ## Benchmark the engine (DATABASE_URL, else a throwaway Postgres).
+bench: ## Benchmark the engine side by side with River (DATABASE_URL, else a throwaway Postgres).
 	$(GO) run ./hack/bench
 
 .PHONY: bench-operator

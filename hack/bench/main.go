@@ -1,13 +1,22 @@
 // Command bench measures the inbox: burn-down throughput (N no-op runs worked
 // by W concurrent handlers) and pickup latency (one insert on an idle queue to
-// handler start). It uses DATABASE_URL when set, else a throwaway Postgres
-// started with hack/pg.sh, and prints these lines:
+// handler start), each side by side with River, the peer (hack/riverbench, run
+// on a database of its own in the same server right before the engine). It
+// uses DATABASE_URL when set, else a throwaway Postgres started with
+// hack/pg.sh, and prints these lines (burn-down and pickup lines are each the
+// median of -rounds runs, River and the engine alternating):
 //
+//	river burn-down: N jobs in S s = X jobs/s (workers=W)
 //	engine burn-down: N runs in S s = X runs/s (workers=W)
 //	engine steps: N runs x S steps in T s = X steps/s (workers=W)
 //	engine dag chain: N runs x 10 steps in T s = X steps/s; one chain alone: Y ms per step
 //	engine dag fan-out: N runs x 100 steps in T s = X steps/s
+//	river pickup latency: p50=... p90=... p99=... (n=K)
 //	engine pickup latency: p50=... p90=... p99=... (n=K)
+//	engine/river: burn-down X.XXx, pickup p50 X.XXx
+//
+// The ratio line divides the engine's figure by River's: a burn-down above
+// 1.00x is faster than River, a pickup p50 below 1.00x is quicker.
 package main
 
 import (
@@ -45,6 +54,8 @@ type config struct {
 	stepRuns    int
 	steps       int
 	dagRuns     int
+	rounds      int
+	river       bool
 }
 
 func run() error {
@@ -57,7 +68,12 @@ func run() error {
 	flag.IntVar(&cfg.stepRuns, "step-runs", 5000, "runs of the step workflow")
 	flag.IntVar(&cfg.steps, "steps", 10, "no-op steps per run of the step workflow")
 	flag.IntVar(&cfg.dagRuns, "dag-runs", 300, "runs of the 10-step DAG chain (a tenth as many 100-step fan-outs)")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "runs of each burn-down and pickup measurement (the median is printed)")
+	flag.BoolVar(&cfg.river, "river", true, "measure River side by side (hack/riverbench)")
 	flag.Parse()
+	if cfg.rounds < 1 {
+		return fmt.Errorf("-rounds must be at least 1")
+	}
 
 	ctx := context.Background()
 	url := os.Getenv("DATABASE_URL")
@@ -91,16 +107,68 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := burnDown(ctx, pool, client, cfg); err != nil {
-		return err
+	var peer *river
+	if cfg.river {
+		if peer, err = newRiver(ctx, url); err != nil {
+			return err
+		}
+		defer peer.close()
 	}
+	var riverBurn, engineBurn []burnResult
+	for i := range cfg.rounds {
+		if peer != nil {
+			r, err := peer.burnDown(ctx, cfg.runs)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("river", "jobs"))
+			riverBurn = append(riverBurn, r)
+		}
+		r, err := burnDown(ctx, pool, client, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("engine", "runs"))
+		engineBurn = append(engineBurn, r)
+	}
+	if peer != nil {
+		fmt.Println(medianBurn(riverBurn).line("river", "jobs"))
+	}
+	fmt.Println(medianBurn(engineBurn).line("engine", "runs"))
 	if err := stepThroughput(ctx, pool, client, cfg); err != nil {
 		return err
 	}
 	if err := dagThroughput(ctx, pool, client, cfg); err != nil {
 		return err
 	}
-	return pickupLatency(ctx, client, cfg)
+	var riverPickup, enginePickup []pickupResult
+	for i := range cfg.rounds {
+		if peer != nil {
+			r, err := peer.pickup(ctx, cfg.latencyN)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("river"))
+			riverPickup = append(riverPickup, r)
+		}
+		r, err := pickupLatency(ctx, client, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("engine"))
+		enginePickup = append(enginePickup, r)
+	}
+	if peer != nil {
+		fmt.Println(medianPickup(riverPickup).line("river"))
+	}
+	ep := medianPickup(enginePickup)
+	fmt.Println(ep.line("engine"))
+	if peer != nil {
+		rb, eb, rp := medianBurn(riverBurn), medianBurn(engineBurn), medianPickup(riverPickup)
+		fmt.Printf("engine/river: burn-down %.2fx, pickup p50 %.2fx\n",
+			eb.perSecond()/rb.perSecond(), ep.p50.Seconds()/rp.p50.Seconds())
+	}
+	return nil
 }
 
 // startPollers runs cfg.pollers pollers with handler until the returned stop
@@ -129,13 +197,21 @@ func startPollers(ctx context.Context, client *simpleworkflow.Client, cfg config
 	return func() { cancel(); wg.Wait() }, nil
 }
 
-func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) error {
+// burnDown times cfg.runs no-op runs, inserted at once, from the pollers'
+// start until the last one is succeeded in the database. The previous
+// round's runs are deleted first, so every round starts from the same table.
+func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) (burnResult, error) {
+	if _, err := pool.Exec(ctx, "delete from workflow.workflow_run where type = 'bench.noop.v1'"); err != nil {
+		return burnResult{}, fmt.Errorf("delete the previous round's runs: %w", err)
+	}
 	if _, err := pool.Exec(ctx, `insert into workflow.workflow_run (type, payload)
 		select 'bench.noop.v1', '{}'::jsonb from generate_series(1, $1)`, cfg.runs); err != nil {
-		return fmt.Errorf("create runs: %w", err)
+		return burnResult{}, fmt.Errorf("create runs: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "vacuum analyze workflow.workflow_run"); err != nil {
-		return err
+	for _, t := range []string{"workflow.workflow_run", "workflow.workflow_event"} {
+		if _, err := pool.Exec(ctx, "vacuum analyze "+t); err != nil {
+			return burnResult{}, fmt.Errorf("vacuum %s: %w", t, err)
+		}
 	}
 	var handled atomic.Int64
 	noop := func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) {
@@ -145,7 +221,7 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Cl
 	start := time.Now()
 	stop, err := startPollers(ctx, client, cfg, "bench.noop.", noop, "bench.noop.v1")
 	if err != nil {
-		return err
+		return burnResult{}, err
 	}
 	defer stop()
 	// Watch the handler counter first, so that measuring does not compete
@@ -157,23 +233,22 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Cl
 		var left int
 		if err := pool.QueryRow(ctx, `select count(*) from workflow.workflow_run
 			where type = 'bench.noop.v1' and status <> 'succeeded'`).Scan(&left); err != nil {
-			return err
+			return burnResult{}, fmt.Errorf("count unfinished runs: %w", err)
 		}
 		if left == 0 {
 			break
 		}
 		if time.Since(start) > 10*time.Minute {
-			return fmt.Errorf("burn-down did not finish in 10 minutes (%d left)", left)
+			return burnResult{}, fmt.Errorf("burn-down did not finish in 10 minutes (%d left)", left)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
-	fmt.Printf("engine burn-down: %d runs in %.2f s = %.0f runs/s (workers=%d)\n",
-		cfg.runs, elapsed.Seconds(), float64(cfg.runs)/elapsed.Seconds(), cfg.pollers*cfg.concurrency)
-	return nil
+	return burnResult{n: cfg.runs, elapsed: time.Since(start), workers: cfg.pollers * cfg.concurrency}, nil
 }
 
-func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg config) error {
+// pickupLatency times cfg.latencyN single inserts on an idle queue, each to
+// its handler's start.
+func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg config) (pickupResult, error) {
 	var mu sync.Mutex
 	startedAt := map[string]time.Time{}
 	h := func(_ context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
@@ -187,7 +262,7 @@ func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg confi
 	lcfg.pollers = 1
 	stop, err := startPollers(ctx, client, lcfg, "bench.latency.", h, "bench.latency.v1")
 	if err != nil {
-		return err
+		return pickupResult{}, err
 	}
 	defer stop()
 	time.Sleep(500 * time.Millisecond) // let the poller connect and go idle
@@ -196,7 +271,7 @@ func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg confi
 		t0 := time.Now()
 		res, err := client.Create(ctx, "bench.latency.v1", nil, nil)
 		if err != nil {
-			return err
+			return pickupResult{}, fmt.Errorf("create run: %w", err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
@@ -208,7 +283,7 @@ func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg confi
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("sample %d: run not started within 5s", i)
+				return pickupResult{}, fmt.Errorf("sample %d: run not started within 5s", i)
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
@@ -218,6 +293,5 @@ func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg confi
 	q := func(p float64) time.Duration {
 		return samples[min(len(samples)-1, int(p*float64(len(samples))))].Round(10 * time.Microsecond)
 	}
-	fmt.Printf("engine pickup latency: p50=%s p90=%s p99=%s (n=%d)\n", q(0.50), q(0.90), q(0.99), len(samples))
-	return nil
+	return pickupResult{p50: q(0.50), p90: q(0.90), p99: q(0.99), n: len(samples)}, nil
 }

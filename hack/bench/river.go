@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
+)
+
+// riverDatabase is the database River runs on, in the same server as the
+// engine's.
+const riverDatabase = "river_bench"
+
+// river runs the peer, hack/riverbench (a Go module of its own), as a child
+// process against a database of its own and parses the lines it prints.
+type river struct {
+	dir string // holds the built binary
+	bin string
+	url string
+}
+
+// newRiver builds hack/riverbench (its dependencies come through the Go
+// module proxy on first use) and creates River's database when it is missing.
+func newRiver(ctx context.Context, serverURL string) (*river, error) {
+	src, err := pgtest.RepoFile("hack/riverbench")
+	if err != nil {
+		return nil, fmt.Errorf("find hack/riverbench: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "riverbench-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	r := &river{dir: dir, bin: filepath.Join(dir, "riverbench")}
+	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin, ".")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		r.close()
+		return nil, fmt.Errorf("build hack/riverbench: %w\n%s", err, out)
+	}
+	if r.url, err = pgtest.WithDatabase(serverURL, riverDatabase); err != nil {
+		r.close()
+		return nil, err
+	}
+	if err := createDatabase(ctx, serverURL, riverDatabase); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *river) close() { _ = os.RemoveAll(r.dir) }
+
+func createDatabase(ctx context.Context, serverURL, name string) error {
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return fmt.Errorf("connect to create %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "select exists (select 1 from pg_database where datname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("look for database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// run runs the binary with args and returns its standard output.
+func (r *river) run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, r.bin, args...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+r.url)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("riverbench %v: %w\n%s", args, err, stderr.Bytes())
+	}
+	return stdout.String(), nil
+}
+
+var (
+	riverBurnLine   = regexp.MustCompile(`river burn-down: (\d+) jobs in ([0-9.]+) s = ([0-9.]+) jobs/s \(workers=(\d+)\)`)
+	riverPickupLine = regexp.MustCompile(`river pickup latency: p50=(\S+) p90=(\S+) p99=(\S+) \(n=(\d+)\)`)
+)
+
+// burnDown measures River's burn-down of n no-op jobs.
+func (r *river) burnDown(ctx context.Context, n int) (burnResult, error) {
+	out, err := r.run(ctx, "-mode", "burn-down", "-jobs", strconv.Itoa(n))
+	if err != nil {
+		return burnResult{}, err
+	}
+	m := riverBurnLine.FindStringSubmatch(out)
+	if m == nil {
+		return burnResult{}, fmt.Errorf("riverbench printed no burn-down line: %q", out)
+	}
+	var res burnResult
+	res.n, _ = strconv.Atoi(m[1])
+	secs, _ := strconv.ParseFloat(m[2], 64)
+	res.elapsed = time.Duration(secs * float64(time.Second))
+	res.workers, _ = strconv.Atoi(m[4])
+	return res, nil
+}
+
+// pickup measures River's pickup latency over n single inserts.
+func (r *river) pickup(ctx context.Context, n int) (pickupResult, error) {
+	out, err := r.run(ctx, "-mode", "pickup", "-latency-samples", strconv.Itoa(n))
+	if err != nil {
+		return pickupResult{}, err
+	}
+	m := riverPickupLine.FindStringSubmatch(out)
+	if m == nil {
+		return pickupResult{}, fmt.Errorf("riverbench printed no pickup line: %q", out)
+	}
+	var res pickupResult
+	for i, d := range []*time.Duration{&res.p50, &res.p90, &res.p99} {
+		if *d, err = time.ParseDuration(m[i+1]); err != nil {
+			return pickupResult{}, fmt.Errorf("parse %q: %w", m[i+1], err)
+		}
+	}
+	res.n, _ = strconv.Atoi(m[4])
+	return res, nil
+}

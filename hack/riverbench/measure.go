@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// noopArgs is the job of both measurements: no payload, no work.
+type noopArgs struct{}
+
+// Kind names the job kind.
+func (noopArgs) Kind() string { return "bench_noop" }
+
+// noopWorker counts the jobs it starts and records when each one started.
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	handled   atomic.Int64
+	mu        sync.Mutex
+	startedAt map[int64]time.Time
+}
+
+// Work records the job's start and returns at once.
+func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
+	now := time.Now()
+	w.handled.Add(1)
+	if w.startedAt != nil {
+		w.mu.Lock()
+		w.startedAt[job.ID] = now
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+func newClient(pool *pgxpool.Pool, cfg config, w *noopWorker) (*river.Client[pgx.Tx], error) {
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return nil, fmt.Errorf("add worker: %w", err)
+	}
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.workers}},
+		FetchCooldown:     cfg.fetchCooldown,
+		FetchPollInterval: cfg.fetchPoll,
+		Workers:           workers,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	return c, nil
+}
+
+func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
+	w := &noopWorker{}
+	client, err := newClient(pool, cfg, w)
+	if err != nil {
+		return err
+	}
+	params := make([]river.InsertManyParams, 0, 10000)
+	for left := cfg.jobs; left > 0; left -= len(params) {
+		params = params[:0]
+		for range min(left, cap(params)) {
+			params = append(params, river.InsertManyParams{Args: noopArgs{}})
+		}
+		if _, err := client.InsertManyFast(ctx, params); err != nil {
+			return fmt.Errorf("insert jobs: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "vacuum analyze river_job"); err != nil {
+		return fmt.Errorf("vacuum river_job: %w", err)
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start client: %w", err)
+	}
+	defer stopClient(client)
+	// As for the engine: watch the handler counter first, so that measuring
+	// does not compete with the workers for the database; then wait for the
+	// last completions to be written.
+	for w.handled.Load() < int64(cfg.jobs) && time.Since(start) < 10*time.Minute {
+		time.Sleep(time.Millisecond)
+	}
+	for {
+		var left int
+		if err := pool.QueryRow(ctx, "select count(*) from river_job where state <> 'completed'").Scan(&left); err != nil {
+			return fmt.Errorf("count unfinished jobs: %w", err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			return fmt.Errorf("burn-down did not finish in 10 minutes (%d left)", left)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	fmt.Printf("river burn-down: %d jobs in %.2f s = %.0f jobs/s (workers=%d)\n",
+		cfg.jobs, elapsed.Seconds(), float64(cfg.jobs)/elapsed.Seconds(), cfg.workers)
+	return nil
+}
+
+func pickupLatency(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
+	w := &noopWorker{startedAt: map[int64]time.Time{}}
+	client, err := newClient(pool, cfg, w)
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start client: %w", err)
+	}
+	defer stopClient(client)
+	time.Sleep(500 * time.Millisecond) // let the client connect and go idle
+	var samples []time.Duration
+	for i := range cfg.samples {
+		t0 := time.Now()
+		res, err := client.Insert(ctx, noopArgs{}, nil)
+		if err != nil {
+			return fmt.Errorf("insert job: %w", err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			w.mu.Lock()
+			at, ok := w.startedAt[res.Job.ID]
+			w.mu.Unlock()
+			if ok {
+				samples = append(samples, at.Sub(t0))
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("sample %d: job not started within 5s", i)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		time.Sleep(10 * time.Millisecond) // idle queue between samples
+	}
+	slices.Sort(samples)
+	q := func(p float64) time.Duration {
+		return samples[min(len(samples)-1, int(p*float64(len(samples))))].Round(10 * time.Microsecond)
+	}
+	fmt.Printf("river pickup latency: p50=%s p90=%s p99=%s (n=%d)\n", q(0.50), q(0.90), q(0.99), len(samples))
+	return nil
+}
+
+func stopClient(c *river.Client[pgx.Tx]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = c.Stop(ctx)
+}
