@@ -200,7 +200,7 @@ func run() error {
 	}
 	if err := (&controller.WorkflowRunReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
-		Changes: watcher.Changes(), ResyncPeriod: o.resyncPeriod, Metrics: m, MaxConcurrentReconciles: o.maxConcurrent,
+		Changes: watcher.Changes(), Followers: watcher.Followers(), ResyncPeriod: o.resyncPeriod, Metrics: m, MaxConcurrentReconciles: o.maxConcurrent,
 		DeletionGracePeriod: o.deletionGracePeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowRun controller: %w", err)

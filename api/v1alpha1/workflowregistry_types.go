@@ -111,7 +111,8 @@ type WorkerPool struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="scaleDownDelay must be between 0s and 24h"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="scaleDownDelay must be a duration such as 30s or 5m, between 0s and 24h"
 	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
 	// ActivationRuns: a pool at zero stays at zero until at least this many
 	// runs are runnable. Defaults to 1.

@@ -15,7 +15,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.retryPolicy) == has(oldSelf.retryPolicy) && (!has(self.retryPolicy) || self.retryPolicy == oldSelf.retryPolicy)",message="spec.retryPolicy is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="spec.ttlSecondsAfterFinished is immutable"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.cancel) && oldSelf.cancel) || (has(self.cancel) && self.cancel)",message="spec.cancel can only change from false to true"
-// +kubebuilder:validation:XValidation:rule="has(self.deadline) == has(oldSelf.deadline) && (!has(self.deadline) || duration(self.deadline) == duration(oldSelf.deadline))",message="spec.deadline is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.deadline) == has(oldSelf.deadline) && (!has(self.deadline) || self.deadline == oldSelf.deadline || (self.deadline.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self.deadline) == duration(oldSelf.deadline)))",message="spec.deadline is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.signals) || size(oldSelf.signals) == 0 || has(self.signals)",message="spec.signals is append-only: entries cannot be removed"
 type WorkflowRunSpec struct {
 	// Type is the versioned workflow type, dot-separated lowercase segments
@@ -85,7 +85,8 @@ type WorkflowRunSpec struct {
 	// parked. A duration such as 30m or 2h, from 1s to 8760h (a year).
 	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="spec.deadline must be a duration between 1s and 8760h, such as 30m"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="spec.deadline must be a duration such as 30s, 5m or 2h, between 1s and 8760h"
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
 
 	// Signals are sent to the run, each once, in order. The list is
@@ -116,30 +117,33 @@ type WorkflowSignal struct {
 
 // RetryPolicy is a run's own backoff: the delay before attempt n+1 is
 // n² × baseDelay plus up to 10 % jitter, capped at maxDelay.
-// +kubebuilder:validation:XValidation:rule="!has(self.baseDelay) || !has(self.maxDelay) || duration(self.maxDelay) >= duration(self.baseDelay)",message="retryPolicy.maxDelay must be at least retryPolicy.baseDelay"
+// +kubebuilder:validation:XValidation:rule="!has(self.baseDelay) || !has(self.maxDelay) || !self.baseDelay.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') || !self.maxDelay.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') || duration(self.maxDelay) >= duration(self.baseDelay)",message="retryPolicy.maxDelay must be at least retryPolicy.baseDelay"
 type RetryPolicy struct {
 	// BaseDelay is the delay unit, from 1s to 24h. Defaults to 1m.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="retryPolicy.baseDelay must be between 1s and 24h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="retryPolicy.baseDelay must be a duration such as 30s or 5m, between 1s and 24h"
 	BaseDelay *metav1.Duration `json:"baseDelay,omitempty"`
 	// MaxDelay caps the delay, from 1s to 168h (7 days).
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="retryPolicy.maxDelay must be between 1s and 168h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="retryPolicy.maxDelay must be a duration such as 30s or 5m, between 1s and 168h"
 	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
 }
 
 // WorkflowRunPhase summarises where a run is.
-// +kubebuilder:validation:Enum=Pending;Running;Waiting;Succeeded;Failed;Cancelled
+// +kubebuilder:validation:Enum=Pending;Retrying;Running;Waiting;Succeeded;Failed;Cancelled
 type WorkflowRunPhase string
 
 // The phases of a WorkflowRun.
 const (
 	// PhasePending: waiting for a worker (first attempt or a retry).
 	PhasePending WorkflowRunPhase = "Pending"
+	// PhaseRetrying: an attempt failed; the next one waits for its backoff
+	// (status.nextAttemptAt says until when).
+	PhaseRetrying WorkflowRunPhase = "Retrying"
 	// PhaseRunning: leased by a worker.
 	PhaseRunning WorkflowRunPhase = "Running"
 	// PhaseWaiting: parked at a durable sleep, a wait for a signal or a wait
@@ -160,7 +164,8 @@ func (p WorkflowRunPhase) Finished() bool {
 
 // WorkflowRunStatus mirrors the run's row in the inbox.
 type WorkflowRunStatus struct {
-	// Phase is Pending, Running, Waiting, Succeeded, Failed or Cancelled.
+	// Phase is Pending, Retrying, Running, Waiting, Succeeded, Failed or
+	// Cancelled.
 	// +optional
 	Phase WorkflowRunPhase `json:"phase,omitempty"`
 	// RunID is the id of the run in the inbox.
@@ -279,12 +284,14 @@ type ChildRunStatus struct {
 // +kubebuilder:printcolumn:name="Steps",type=integer,JSONPath=`.status.stepsDone`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`
+// +kubebuilder:printcolumn:name="Next-Attempt",type=string,JSONPath=`.status.nextAttemptAt`
 // +kubebuilder:printcolumn:name="Last-Step",type=string,JSONPath=`.status.lastStep`,priority=1
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.status.leasedBy`,priority=1
 // +kubebuilder:printcolumn:name="Run-ID",type=string,JSONPath=`.status.runID`,priority=1
 
 // WorkflowRun is one durable run of a workflow type, mirrored into the
 // inbox; its status follows the run.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.cancel) || !self.spec.cancel || (has(oldSelf.spec.cancel) && oldSelf.spec.cancel) || !has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Succeeded', 'Failed', 'Cancelled'])",messageExpression="'spec.cancel cannot be set: the run already finished (status.phase is ' + self.status.phase + ')'",reason=FieldValueForbidden,fieldPath=".spec.cancel"
 type WorkflowRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // WorkflowStep is one step of a DAG workflow: a run of Type, started once
@@ -51,5 +52,24 @@ type WorkflowStep struct {
 	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
 	// RetryPolicy is the backoff of the step's run, as a WorkflowRun's.
 	// +optional
-	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+	RetryPolicy *StepRetryPolicy `json:"retryPolicy,omitempty"`
+}
+
+// StepRetryPolicy is a step's own backoff, as a WorkflowRun's RetryPolicy.
+// Its durations are short strings, so that their rules fit the CEL budget of
+// 50,000 steps; that maxDelay is at least baseDelay is checked by the
+// database when the registry is mirrored (condition DefinitionsValid).
+type StepRetryPolicy struct {
+	// BaseDelay is the delay unit, from 1s to 24h. Defaults to 1m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="retryPolicy.baseDelay must be a duration such as 30s or 5m, between 1s and 24h"
+	BaseDelay *metav1.Duration `json:"baseDelay,omitempty"`
+	// MaxDelay caps the delay, from 1s to 168h (7 days).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="retryPolicy.maxDelay must be a duration such as 30s or 5m, between 1s and 168h"
+	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
 }

@@ -156,7 +156,7 @@ func run() error {
 		return err
 	}
 	if err := (&controller.WorkflowRunReconciler{Client: mgr.GetClient(), Inbox: eng,
-		Recorder: mgr.GetEventRecorder("workflowrun-controller"), Changes: watcher.Changes(), Metrics: m,
+		Recorder: mgr.GetEventRecorder("workflowrun-controller"), Changes: watcher.Changes(), Followers: watcher.Followers(), Metrics: m,
 		MaxConcurrentReconciles: 16, // the manager's default
 	}).SetupWithManager(mgr); err != nil {
 		return err

@@ -48,11 +48,11 @@ func (o *outageInbox) FindRunByIdempotencyKey(ctx context.Context, key string) (
 	return o.Inbox.FindRunByIdempotencyKey(ctx, key)
 }
 
-func (o *outageInbox) CancelRun(ctx context.Context, id string) (bool, error) {
+func (o *outageInbox) CancelRunAs(ctx context.Context, id, by string) (bool, error) {
 	if o.down.Load() {
 		return false, errUnreachable
 	}
-	return o.Inbox.CancelRun(ctx, id)
+	return o.Inbox.CancelRunAs(ctx, id, by)
 }
 
 func (o *outageInbox) ListRegistryEntriesByOwner(ctx context.Context, ns, name string) ([]engine.RegistryEntry, error) {

@@ -12,7 +12,7 @@ type Inbox interface {
 	CreateRun(ctx context.Context, p engine.CreateParams) (engine.CreateResult, error)
 	GetRun(ctx context.Context, id string) (engine.Run, error)
 	FindRunByIdempotencyKey(ctx context.Context, key string) (string, error)
-	CancelRun(ctx context.Context, id string) (bool, error)
+	CancelRunAs(ctx context.Context, id, by string) (bool, error)
 	ListEventsAfter(ctx context.Context, runID string, afterID int64) ([]engine.Event, error)
 	SendSignal(ctx context.Context, p engine.SignalParams) (engine.SignalResult, error)
 	ListSignals(ctx context.Context, runID string) ([]engine.Signal, error)

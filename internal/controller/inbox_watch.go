@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -17,18 +18,23 @@ import (
 // the WorkflowRun controller, reconnecting by itself. It is a manager
 // Runnable that runs on the leader only, like the controller it feeds.
 type InboxWatcher struct {
-	Engine *engine.Engine
-	Log    logr.Logger
-	events chan event.GenericEvent
+	Engine    *engine.Engine
+	Log       logr.Logger
+	events    chan event.GenericEvent
+	followers *Followers
 }
 
 // NewInboxWatcher returns a watcher whose Changes feed a controller.
 func NewInboxWatcher(eng *engine.Engine, log logr.Logger) *InboxWatcher {
-	return &InboxWatcher{Engine: eng, Log: log, events: make(chan event.GenericEvent, 4096)}
+	return &InboxWatcher{Engine: eng, Log: log, events: make(chan event.GenericEvent, 4096), followers: NewFollowers()}
 }
 
 // Changes is the channel of objects to reconcile.
 func (w *InboxWatcher) Changes() <-chan event.GenericEvent { return w.events }
+
+// Followers is the set of objects woken along with the object a run was
+// recorded from; the WorkflowRun controller fills it.
+func (w *InboxWatcher) Followers() *Followers { return w.followers }
 
 // Start listens until ctx ends.
 func (w *InboxWatcher) Start(ctx context.Context) error {
@@ -39,10 +45,14 @@ func (w *InboxWatcher) Start(ctx context.Context) error {
 			if !ok {
 				return
 			}
-			obj := &workflowv1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-			select {
-			case w.events <- event.GenericEvent{Object: obj}:
-			case <-ctx.Done():
+			objs := append([]types.NamespacedName{{Namespace: ns, Name: name}}, w.followers.Of(n.Payload)...)
+			for _, o := range objs {
+				obj := &workflowv1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}}
+				select {
+				case w.events <- event.GenericEvent{Object: obj}:
+				case <-ctx.Done():
+					return
+				}
 			}
 		},
 		OnConnect: func() { w.Log.Info("Listening for inbox changes") },

@@ -16,6 +16,13 @@ const (
 	// ConditionSignalsSent: every entry of spec.signals was sent to the run
 	// (false once one was refused; the message says which and why).
 	ConditionSignalsSent = "SignalsSent"
+	// ConditionUnserved: while the run waits for a worker, whether nothing
+	// declared serves its type (true: no WorkflowRegistry declares it and no
+	// worker pool covers it, or the pools covering it cannot be scaled).
+	ConditionUnserved = "Unserved"
+	// ConditionCancelRequested: what spec.cancel did (true: the run is
+	// cancelled; false: it had finished before, nothing was cancelled).
+	ConditionCancelRequested = "CancelRequested"
 )
 
 // Condition types of WorkflowRegistry.
@@ -68,6 +75,22 @@ const (
 	// (a cycle, an unknown dependency, a step of a type with steps); the
 	// workflow was not registered.
 	ReasonInvalidDefinition = "InvalidDefinition"
+	// ReasonDeduplicated: the object shares the run another WorkflowRun of
+	// its namespace recorded with the same idempotency key.
+	ReasonDeduplicated = "Deduplicated"
+	// ReasonNoWorker: no WorkflowRegistry declares the run's type and no
+	// worker pool covers it (Unserved).
+	ReasonNoWorker = "NoWorker"
+	// ReasonWorkerPoolNotReady: the worker pools covering the run's type
+	// cannot be scaled (Unserved).
+	ReasonWorkerPoolNotReady = "WorkerPoolNotReady"
+	// ReasonWorkerPool: a worker pool covers the run's type (not Unserved).
+	ReasonWorkerPool = "WorkerPool"
+	// ReasonCancelling: spec.cancel is set and the run is being cancelled.
+	ReasonCancelling = "Cancelling"
+	// ReasonCancelIgnored: spec.cancel was set on a run that had already
+	// finished.
+	ReasonCancelIgnored = "CancelIgnored"
 )
 
 // Event reasons of the steps of a DAG run, derived from the change of

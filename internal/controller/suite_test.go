@@ -110,7 +110,7 @@ func startManager(ctx context.Context) {
 	m := controller.NewMetrics(prometheus.NewRegistry())
 	Expect((&controller.WorkflowRunReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
-		Changes: watcher.Changes(), ResyncPeriod: 5 * time.Second, DAGResyncPeriod: time.Second, Metrics: m,
+		Changes: watcher.Changes(), Followers: watcher.Followers(), ResyncPeriod: 5 * time.Second, DAGResyncPeriod: time.Second, Metrics: m,
 	}).SetupWithManager(mgr)).To(Succeed())
 	Expect((&controller.WorkflowRegistryReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowregistry-controller"),

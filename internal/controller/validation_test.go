@@ -57,18 +57,18 @@ var _ = Describe("Admission validation", func() {
 		}, "spec.idempotencyKey"),
 		Entry("retry base delay too short", func(w *workflowv1alpha1.WorkflowRun) {
 			w.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: dur("10ms")}
-		}, "retryPolicy.baseDelay must be between 1s and 24h"),
+		}, "retryPolicy.baseDelay must be a duration such as 30s or 5m, between 1s and 24h"),
 		Entry("retry max below base", func(w *workflowv1alpha1.WorkflowRun) {
 			w.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: dur("1m"), MaxDelay: dur("10s")}
 		}, "retryPolicy.maxDelay must be at least retryPolicy.baseDelay"),
 		Entry("negative TTL", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.TTLSecondsAfterFinished = int32p(-5) },
 			"spec.ttlSecondsAfterFinished"),
 		Entry("zero deadline", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("0s") },
-			"spec.deadline must be a duration between 1s and 8760h"),
+			"spec.deadline must be a duration such as 30s, 5m or 2h, between 1s and 8760h"),
 		Entry("negative deadline", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("-5m") },
-			"spec.deadline must be a duration between 1s and 8760h"),
+			"spec.deadline must be a duration such as 30s, 5m or 2h, between 1s and 8760h"),
 		Entry("deadline too long", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("9000h") },
-			"spec.deadline must be a duration between 1s and 8760h"),
+			"spec.deadline must be a duration such as 30s, 5m or 2h, between 1s and 8760h"),
 		Entry("signal name with a space", func(w *workflowv1alpha1.WorkflowRun) {
 			w.Spec.Signals = []workflowv1alpha1.WorkflowSignal{{Name: "approve"}, {Name: "not ok"}}
 		}, "spec.signals[1].name: Invalid value: \"not ok\": signal name must be 1 to 128 characters of letters, digits and . _ : -"),
@@ -99,10 +99,51 @@ var _ = Describe("Admission validation", func() {
 			err := k8sClient.Create(ctx, unstructuredFrom(u))
 			Expect(err).To(HaveOccurred())
 			Expect(err.Error()).To(ContainSubstring("spec.deadline"))
+			if _, ok := deadline.(string); ok {
+				// Issue 14, item 4: what a duration looks like, not a
+				// conversion error.
+				Expect(err.Error()).To(ContainSubstring("spec.deadline must be a duration such as 30s, 5m or 2h"))
+				Expect(err.Error()).NotTo(ContainSubstring("conversion"))
+				Expect(err.Error()).NotTo(ContainSubstring("compilation"))
+			}
 		},
 		Entry("words", "tomorrow"),
 		Entry("days are not a unit", "1d"),
+		Entry("a unit alone", "h"),
+		Entry("a sign", "-5m"),
 		Entry("a number", 30),
+	)
+
+	DescribeTable("durations that are not durations, elsewhere",
+		func(kind string, spec map[string]any, message string) {
+			err := k8sClient.Create(ctx, unstructuredFrom(map[string]any{
+				"apiVersion": "workflow.simpleworkflow.dev/v1alpha1", "kind": kind,
+				"metadata": map[string]any{"name": "bad-duration", "namespace": ns},
+				"spec":     spec,
+			}))
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(message))
+			Expect(err.Error()).NotTo(ContainSubstring("conversion"))
+		},
+		Entry("retryPolicy.baseDelay", "WorkflowRun",
+			map[string]any{"type": "test.echo.v1", "retryPolicy": map[string]any{"baseDelay": "5 minutes", "maxDelay": "1h"}},
+			"retryPolicy.baseDelay must be a duration such as 30s or 5m"),
+		Entry("retryPolicy.maxDelay", "WorkflowRun",
+			map[string]any{"type": "test.echo.v1", "retryPolicy": map[string]any{"maxDelay": "1w"}},
+			"retryPolicy.maxDelay must be a duration such as 30s or 5m"),
+		Entry("scaleDownDelay", "WorkflowRegistry",
+			map[string]any{"workers": []any{map[string]any{
+				"scaleTargetRef": map[string]any{"name": "w"}, "runtime": "go", "typePrefixes": []any{"a."},
+				"maxReplicas": 1, "scaleDownDelay": "soon",
+			}}},
+			"scaleDownDelay must be a duration such as 30s or 5m"),
+		Entry("a DAG step's retryPolicy.baseDelay", "WorkflowRegistry",
+			map[string]any{"workflows": []any{map[string]any{
+				"name": "dag.bad.v1", "steps": []any{map[string]any{
+					"name": "a", "type": "test.echo.v1", "retryPolicy": map[string]any{"baseDelay": "2 days"},
+				}},
+			}}},
+			"retryPolicy.baseDelay must be a duration such as 30s or 5m"),
 	)
 
 	It("refuses a runAt that is not a timestamp", func() {
@@ -143,6 +184,11 @@ var _ = Describe("Admission validation", func() {
 		Entry("idempotencyKey added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.IdempotencyKey = "k" }, "spec.idempotencyKey is immutable"),
 		Entry("runAt added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.RunAt = &metav1.Time{Time: time.Now()} }, "spec.runAt is immutable"),
 		Entry("deadline added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Deadline = dur("1h") }, "spec.deadline is immutable"),
+		Entry("retryPolicy added", func(w *workflowv1alpha1.WorkflowRun) {
+			w.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: dur("1m")}
+		}, "spec.retryPolicy is immutable"),
+		Entry("ttlSecondsAfterFinished added", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.TTLSecondsAfterFinished = int32p(60) },
+			"spec.ttlSecondsAfterFinished is immutable"),
 		Entry("signal renamed", func(w *workflowv1alpha1.WorkflowRun) { w.Spec.Signals[0].Name = "reject" },
 			"spec.signals is append-only: existing entries cannot change or be removed"),
 		Entry("signal payload changed", func(w *workflowv1alpha1.WorkflowRun) {

@@ -47,7 +47,7 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 		b := dagStep("b", "test.echo.v1", "a")
 		b.Payload = payload(map[string]any{"greeting": "hi", "n": 1})
 		b.MaxAttempts = int32p(7)
-		b.RetryPolicy = &workflowv1alpha1.RetryPolicy{
+		b.RetryPolicy = &workflowv1alpha1.StepRetryPolicy{
 			BaseDelay: &metav1.Duration{Duration: 1500 * time.Millisecond}, MaxDelay: &metav1.Duration{Duration: time.Minute}}
 		reg := dagRegistry(ns, "dags", name, dagStep("a", "test.echo.v1"), b, dagStep("c", "test.fail.v1", "a"),
 			dagStep("d", "test.echo.v1", "b", "c"))

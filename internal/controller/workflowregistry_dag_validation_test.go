@@ -74,8 +74,8 @@ var _ = Describe("Admission validation of workflows with steps", func() {
 		Entry("a step's maxAttempts above 1000", func(w *workflowv1alpha1.WorkflowDefinition) { w.Steps[0].MaxAttempts = int32p(1001) },
 			"spec.workflows[0].steps[0].maxAttempts"),
 		Entry("a step's retry delay below 1s", func(w *workflowv1alpha1.WorkflowDefinition) {
-			w.Steps[0].RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: &metav1.Duration{Duration: 10 * time.Millisecond}}
-		}, "retryPolicy.baseDelay must be between 1s and 24h"),
+			w.Steps[0].RetryPolicy = &workflowv1alpha1.StepRetryPolicy{BaseDelay: &metav1.Duration{Duration: 10 * time.Millisecond}}
+		}, "retryPolicy.baseDelay must be a duration such as 30s or 5m, between 1s and 24h"),
 		Entry("more than 100 steps", func(w *workflowv1alpha1.WorkflowDefinition) {
 			w.Steps = nil
 			for i := range 101 {
@@ -105,7 +105,7 @@ var _ = Describe("Admission validation of workflows with steps", func() {
 			}
 			s.Payload = payload(map[string]any{"i": i})
 			s.MaxAttempts = int32p(5)
-			s.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
+			s.RetryPolicy = &workflowv1alpha1.StepRetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
 			steps = append(steps, s)
 		}
 		reg := dagRegistry(ns, "big", "dag.big"+randomSuffix()+".v1", steps...)

@@ -55,6 +55,10 @@ type WorkflowRunReconciler struct {
 	// inbox before the finalizer is removed without cancelling the run;
 	// DefaultDeletionGracePeriod when zero.
 	DeletionGracePeriod time.Duration
+	// Followers are the objects showing a run recorded from another object,
+	// woken with it by the InboxWatcher (its Followers()); optional: without
+	// it such objects follow the run at the resync period.
+	Followers *Followers
 }
 
 // +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns,verbs=get;list;watch;update;patch;delete
@@ -123,15 +127,16 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read run %s: %w", runID, err)
 	}
-	if wfr.Spec.Cancel && !engine.Status(run.Status).Finished() {
-		if _, err := r.Inbox.CancelRun(ctx, runID); err != nil {
-			return ctrl.Result{}, fmt.Errorf("cancel run %s: %w", runID, err)
-		}
-		if run, err = r.Inbox.GetRun(ctx, runID); err != nil {
-			return ctrl.Result{}, fmt.Errorf("read run %s: %w", runID, err)
-		}
+	if run, err = r.cancelOnSpec(ctx, wfr, run); err != nil {
+		return ctrl.Result{}, err
 	}
-	blockedBy, err := r.disabledBy(ctx, run)
+	r.trackFollower(wfr, run)
+	entry, err := r.registryEntry(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	blockedBy := disabledBy(run, entry)
+	unserved, err := r.unserved(ctx, run, entry)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -150,6 +155,9 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	applyCancelled(wfr, run, evs)
+	applyUnserved(wfr, unserved)
+	cancelIgnored := applyCancelRequest(wfr, run)
 	if err := r.writeStatus(ctx, before, wfr, run); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -160,6 +168,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	r.emitStepEvents(wfr, stepEvents(before.Status.DAGSteps, wfr.Status.DAGSteps))
 	r.emitEvents(wfr, run, final)
 	r.emitSignalRejections(wfr, rejected)
+	r.emitCancelIgnored(wfr, cancelIgnored)
 	return r.afterStatus(ctx, wfr, run)
 }
 
@@ -180,12 +189,12 @@ func (r *WorkflowRunReconciler) progress(ctx context.Context, run engine.Run) (e
 	return sum, children, nil
 }
 
-// disabledBy returns the registry entry that disables the run's type while
-// the run waits, or nil.
-func (r *WorkflowRunReconciler) disabledBy(ctx context.Context, run engine.Run) (*engine.RegistryEntry, error) {
+// registryEntry returns the registry entry of the run's type while the run
+// waits for a worker, or nil (no entry, or the run is not waiting for one).
+func (r *WorkflowRunReconciler) registryEntry(ctx context.Context, run engine.Run) (*engine.RegistryEntry, error) {
 	if run.Status != engine.StatusPending || isDAGRun(run) {
-		// A DAG run is run by the database, never claimed: disabling its
-		// type does not hold it.
+		// A DAG run is run by the database, never claimed: its type needs
+		// no worker, and disabling it does not hold it.
 		return nil, nil
 	}
 	entry, err := r.Inbox.GetRegistryEntry(ctx, run.Type)
@@ -195,10 +204,16 @@ func (r *WorkflowRunReconciler) disabledBy(ctx context.Context, run engine.Run) 
 	if err != nil {
 		return nil, fmt.Errorf("read registry entry %s: %w", run.Type, err)
 	}
-	if entry.Enabled {
-		return nil, nil
-	}
 	return &entry, nil
+}
+
+// disabledBy returns the registry entry that disables the run's type while
+// the run waits, or nil.
+func disabledBy(run engine.Run, entry *engine.RegistryEntry) *engine.RegistryEntry {
+	if entry == nil || entry.Enabled || run.Status != engine.StatusPending {
+		return nil
+	}
+	return entry
 }
 
 func (r *WorkflowRunReconciler) now() time.Time {

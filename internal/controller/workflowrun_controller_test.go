@@ -98,6 +98,8 @@ var _ = Describe("WorkflowRun controller", func() {
 		Eventually(phase(ns, "long")).Should(Equal(workflowv1alpha1.PhaseCancelled))
 		got := getRun(ns, "long")()
 		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Reason).To(Equal("Cancelled"))
+		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(Equal(
+			"cancelled by spec.cancel of WorkflowRun " + ns + "/long while attempt 1 ran on worker suite-worker"))
 		Eventually(func() []string { return eventReasons(ns, "long") }).Should(Equal([]string{
 			"Accepted", "Started", "Cancelled"}))
 		// The worker let go: no heartbeat extends the lease any more.
@@ -118,6 +120,12 @@ var _ = Describe("WorkflowRun controller", func() {
 		run, err := eng.GetRun(ctx, runID)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(run.Status).To(Equal(engine.StatusCancelled))
+		// The trail says who cancelled it.
+		evs, err := eng.ListEvents(ctx, runID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(evs[len(evs)-1].Data)).To(And(
+			ContainSubstring(`"reason": "requested"`),
+			ContainSubstring(`"by": "deletion of WorkflowRun `+ns+`/doomed-by-delete"`)))
 	})
 
 	It("deletes a finished object after ttlSecondsAfterFinished, keeping the inbox row and trail", func() {

@@ -77,7 +77,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 	It("shows each step's phase and the progress while the steps run, and ends Succeeded", func() {
 		dag, ta, tb, tc, td := base+".diamond.v1", base+".a.v1", base+".b.v1", base+".c.v1", base+".d.v1"
 		c := dagStep("c", tc, "a")
-		c.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
+		c.RetryPolicy = &workflowv1alpha1.StepRetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
 		register(dag, dagStep("a", ta), dagStep("b", tb, "a"), c, dagStep("d", td, "b", "c"))
 		Expect(k8sClient.Create(ctx, newRun(ns, "diamond", dag, map[string]any{"order": "o-1"}))).To(Succeed())
 		runID := runIDOf(ns, "diamond")
@@ -128,8 +128,8 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		}).Should(Succeed())
 		out, err := kubectl("get", "wfr", "diamond", "-n", ns)
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(MatchRegexp(`(?m)^NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE\s+PROGRESS$`))
-		Expect(out).To(MatchRegexp(`(?m)^diamond\s+` + strings.ReplaceAll(dag, ".", `\.`) + `\s+Running\s+.*\s3/4$`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE\s+PROGRESS\s+NEXT-ATTEMPT$`))
+		Expect(out).To(MatchRegexp(`(?m)^diamond\s+` + strings.ReplaceAll(dag, ".", `\.`) + `\s+Running\s+.*\s3/4\s*$`))
 
 		complete(claimManual(td, 1)[0])
 		Eventually(phase(ns, "diamond")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
@@ -164,7 +164,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 
 		out, err = kubectl("get", "wfr", "diamond", "-n", ns)
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(MatchRegexp(`(?m)^diamond\s+\S+\s+Succeeded\s+.*\s4/4$`))
+		Expect(out).To(MatchRegexp(`(?m)^diamond\s+\S+\s+Succeeded\s+.*\s4/4\s*$`))
 		out, err = kubectl("describe", "wfr", "diamond", "-n", ns)
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("Dag Steps:"))

@@ -22,6 +22,7 @@ import (
 // finalizer is removed anyway: an unfinished run then stays in the inbox,
 // not cancelled, and runs or waits as any run does (Issue 10, item 20).
 func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+	r.Followers.Forget(client.ObjectKeyFromObject(wfr))
 	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
 		return ctrl.Result{}, nil
 	}
@@ -32,7 +33,8 @@ func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alp
 		return r.inboxUnreachable(ctx, wfr, fmt.Errorf("find run of deleted object: %w", err))
 	}
 	if runID != "" {
-		cancelled, err := r.Inbox.CancelRun(ctx, runID)
+		by := fmt.Sprintf("deletion of WorkflowRun %s/%s", wfr.Namespace, wfr.Name)
+		cancelled, err := r.Inbox.CancelRunAs(ctx, runID, by)
 		if err != nil {
 			return r.inboxUnreachable(ctx, wfr, fmt.Errorf("cancel run %s of deleted object: %w", runID, err))
 		}

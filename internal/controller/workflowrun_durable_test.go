@@ -144,7 +144,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 
 		out, err := kubectl("get", "wfr", "order", "-n", ns)
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(MatchRegexp(`(?m)^NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE\s+PROGRESS$`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE\s+PROGRESS\s+NEXT-ATTEMPT$`))
 		Expect(out).To(MatchRegexp(`(?m)^order\s+` + strings.ReplaceAll(typ, ".", `\.`) + `\s+Waiting\s+0/3\s+2\s+`))
 
 		out, err = kubectl(approveCommand(ns, "order", `{"name":"approve","payload":{"by":"ann"}}`)...)

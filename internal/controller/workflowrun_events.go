@@ -35,6 +35,9 @@ type eventData struct {
 	DeadlineAt     *time.Time      `json:"deadline_at"`
 	PreviousStatus engine.Status   `json:"previous_status"`
 	Parked         engine.StepKind `json:"parked"`
+	// cancelled: who asked (a label), and the parent whose end cancelled it
+	By       string `json:"by"`
+	ParentID string `json:"parent_id"`
 	// a DAG run: parked for the database (waiting, kind dag), ended by it
 	Kind  engine.StepKind `json:"kind"`
 	Steps int             `json:"steps"`
@@ -124,7 +127,7 @@ func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, ru
 			r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonFailed, "Finish",
 				"Failed for good on attempt %d: %s", d.Attempt, msg)
 		case engine.EventCancelled:
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelled, "Cancel", "Cancelled")
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelled, "Cancel", "%s", capitalize(cancelDescription(d)))
 		case engine.EventWaiting:
 			if d.Kind == waitKindDAG {
 				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonStarted, "Start",

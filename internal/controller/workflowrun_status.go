@@ -84,15 +84,29 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 	if run.Status == engine.StatusPending && run.Wait == nil && run.RunAt.After(r.now()) {
 		st.NextAttemptAt = timeOrNil(&run.RunAt)
 	}
+	retrying := run.Status == engine.StatusPending && run.Wait == nil && run.Attempt > 0 && run.LastError != ""
+	if retrying {
+		st.Phase = workflowv1alpha1.PhaseRetrying
+	}
 	st.LastError = truncate(run.LastError, MaxLastErrorBytes)
 	st.ObservedGeneration = gen
 
+	reason, msg := acceptedMessage(run, wfr)
 	setCondition(&st.Conditions, metav1.Condition{
-		Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonMirrored,
-		Message: "recorded in the inbox as run " + run.ID, ObservedGeneration: gen,
+		Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: reason,
+		Message: msg, ObservedGeneration: gen,
 	})
 	switch st.Phase {
-	case workflowv1alpha1.PhaseSucceeded, workflowv1alpha1.PhaseFailed, workflowv1alpha1.PhaseCancelled:
+	case workflowv1alpha1.PhaseCancelled:
+		// How it was cancelled is said once, from its cancelled event
+		// (applyCancelled); later looks keep that message.
+		if c := meta.FindStatusCondition(st.Conditions, ConditionFinished); c == nil || c.Reason != string(workflowv1alpha1.PhaseCancelled) {
+			setCondition(&st.Conditions, metav1.Condition{
+				Type: ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
+				Message: "cancelled", ObservedGeneration: gen,
+			})
+		}
+	case workflowv1alpha1.PhaseSucceeded, workflowv1alpha1.PhaseFailed:
 		msg := fmt.Sprintf("finished after %d attempt(s)", run.Attempt)
 		if run.LastError != "" && st.Phase == workflowv1alpha1.PhaseFailed {
 			msg += ": " + st.LastError
@@ -110,6 +124,16 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 		setCondition(&st.Conditions, metav1.Condition{
 			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonRunning,
 			Message: fmt.Sprintf("attempt %d running on %s", run.Attempt, run.LeasedBy), ObservedGeneration: gen,
+		})
+	case workflowv1alpha1.PhaseRetrying:
+		next := "now, waiting for a worker"
+		if st.NextAttemptAt != nil {
+			next = "at " + st.NextAttemptAt.UTC().Format(time.RFC3339)
+		}
+		setCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonRetrying,
+			Message:            fmt.Sprintf("attempt %d of %d failed: %s; next attempt %s", run.Attempt, run.MaxAttempts, st.LastError, next),
+			ObservedGeneration: gen,
 		})
 	default:
 		setCondition(&st.Conditions, metav1.Condition{

@@ -364,8 +364,22 @@ func decodeCursor(c string) (time.Time, string, error) {
 // reports whether the run was cancelled by this call: false when it had
 // already finished or does not exist.
 func (e *Engine) CancelRun(ctx context.Context, id string) (bool, error) {
+	return e.CancelRunAs(ctx, id, "")
+}
+
+// MaxCancelledByBytes bounds the label CancelRunAs records.
+const MaxCancelledByBytes = 256
+
+// CancelRunAs is CancelRun recording who asked in the run's cancelled event
+// ("by"): a label such as "WorkflowRun team-a/order-1 (spec.cancel)", cut to
+// MaxCancelledByBytes. The event's reason is "requested".
+func (e *Engine) CancelRunAs(ctx context.Context, id, by string) (bool, error) {
+	by = strings.ToValidUTF8(strings.ReplaceAll(by, "\x00", ""), "")
+	if len(by) > MaxCancelledByBytes {
+		by = strings.ToValidUTF8(by[:MaxCancelledByBytes], "")
+	}
 	var ok bool
-	if err := e.pool.QueryRow(ctx, e.q[qRunCancel], pgx.NamedArgs{"id": id}).Scan(&ok); err != nil {
+	if err := e.pool.QueryRow(ctx, e.q[qRunCancel], pgx.NamedArgs{"id": id, "by": by}).Scan(&ok); err != nil {
 		return false, translate("cancel run "+id, err)
 	}
 	return ok, nil

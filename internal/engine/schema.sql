@@ -27,16 +27,20 @@ CREATE SCHEMA workflow;
 --
 
 CREATE FUNCTION workflow.cancel_run(p_id uuid) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    with c as (
-        update workflow.workflow_run
-        set status = 'cancelled', updated_at = now()
-        where id = p_id and status in ('pending', 'leased')
-        returning 1
-    )
-    select exists (select 1 from c)
+declare
+    v_done boolean;
+begin
+    perform set_config('workflow.cancel_reason', 'requested', true);
+    update workflow.workflow_run
+    set status = 'cancelled', updated_at = now()
+    where id = p_id and status in ('pending', 'leased');
+    v_done := found;
+    perform set_config('workflow.cancel_reason', '', true);
+    return v_done;
+end
 $$;
 
 --
@@ -826,10 +830,14 @@ CREATE FUNCTION workflow.on_parent_ended() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+declare
+    v_outer text := coalesce(current_setting('workflow.cancel_reason', true), '');
 begin
+    perform set_config('workflow.cancel_reason', 'parent_ended', true);
     update workflow.workflow_run c
     set status = 'cancelled', updated_at = now()
     where c.parent_id = new.id and c.status in ('pending', 'leased');
+    perform set_config('workflow.cancel_reason', v_outer, true);
     return null;
 end
 $$;
@@ -886,6 +894,8 @@ CREATE FUNCTION workflow.on_run_cancelled() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+declare
+    v_by text := left(nullif(current_setting('workflow.cancelled_by', true), ''), 256);
 begin
     new.finished_at := coalesce(new.finished_at, now());
     new.lease_until := null;
@@ -894,7 +904,9 @@ begin
             jsonb_strip_nulls(jsonb_build_object(
                 'previous_status', old.status, 'attempt', old.attempt,
                 'parked', old.wait_kind, 'parent_id', new.parent_id,
-                'worker_id', case when old.status = 'leased' then old.leased_by end)));
+                'worker_id', case when old.status = 'leased' then old.leased_by end,
+                'reason', coalesce(nullif(current_setting('workflow.cancel_reason', true), ''), 'plain_sql'),
+                'by', v_by)));
     new.wait_kind := null;
     new.wait_step := null;
     new.wait_signal := null;

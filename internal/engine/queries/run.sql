@@ -48,4 +48,7 @@ order by created_at, id
 limit @limit;
 
 -- name: RunCancel
-select workflow.cancel_run(@id);
+-- The setting is read by the cancel trigger (the event's "by"); the subquery
+-- runs before the call.
+select workflow.cancel_run(@id)
+from (select set_config('workflow.cancelled_by', @by::text, true)) s;
