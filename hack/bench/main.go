@@ -14,6 +14,7 @@
 //	river pickup latency: p50=... p90=... p99=... (n=K)
 //	engine pickup latency: p50=... p90=... p99=... (n=K)
 //	engine/river: burn-down X.XXx, pickup p50 X.XXx
+//	engine depth: queue_depth X ms (...), all 20 pools Y ms, ...; claim behind N other runs Z ms
 //
 // The ratio line divides the engine's figure by River's: a burn-down above
 // 1.00x is faster than River, a pickup p50 below 1.00x is quicker.
@@ -56,6 +57,7 @@ type config struct {
 	dagRuns     int
 	rounds      int
 	river       bool
+	depthRuns   int
 }
 
 func run() error {
@@ -70,6 +72,7 @@ func run() error {
 	flag.IntVar(&cfg.dagRuns, "dag-runs", 300, "runs of the 10-step DAG chain (a tenth as many 100-step fan-outs)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "runs of each burn-down and pickup measurement (the median is printed)")
 	flag.BoolVar(&cfg.river, "river", true, "measure River side by side (hack/riverbench)")
+	flag.IntVar(&cfg.depthRuns, "depth-runs", 1000000, "pending runs behind the depth and claim measurements (0 skips them)")
 	flag.Parse()
 	if cfg.rounds < 1 {
 		return fmt.Errorf("-rounds must be at least 1")
@@ -168,7 +171,7 @@ func run() error {
 		fmt.Printf("engine/river: burn-down %.2fx, pickup p50 %.2fx\n",
 			eb.perSecond()/rb.perSecond(), ep.p50.Seconds()/rp.p50.Seconds())
 	}
-	return nil
+	return depthBench(ctx, pool, cfg)
 }
 
 // startPollers runs cfg.pollers pollers with handler until the returned stop

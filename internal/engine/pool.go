@@ -23,8 +23,8 @@ type QueueDepth struct {
 	Leased int64
 }
 
-// QueueDepths measures the queue of every pool with one query; the result
-// is indexed like pools.
+// QueueDepths measures the queue of every pool with one query (by
+// workflow.queue_depth, one call per pool); the result is indexed like pools.
 func (e *Engine) QueueDepths(ctx context.Context, pools []PoolQuery) ([]QueueDepth, error) {
 	out := make([]QueueDepth, len(pools))
 	var ids []int32

@@ -8,7 +8,8 @@
 --                      them with the seed's UPDATE or workflow.cancel_run,
 --                      soft-deletes them, sends signals, and reads runs, events,
 --                      journals and signals.
---   workflow_reader    reads every table (a console).
+--   workflow_reader    reads every table and workflow.queue_depth (a console,
+--                      a dashboard, KEDA's PostgreSQL scaler).
 --
 -- The roles are NOLOGIN: grant them to login users, e.g.
 --   create role app_worker login password '...';
@@ -95,6 +96,8 @@ to workflow_producer;
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
                 workflow.workflow_signal, workflow.workflow_registry
     to workflow_reader;
+-- ... and the queue depth of a worker pool (a KEDA scaler or a dashboard).
+grant execute on function workflow.queue_depth(text[], text) to workflow_reader;
 
 -- What a producer's own statements may leave behind, enforced by row-level
 -- security. Every role sees and writes every row (the first policy), so

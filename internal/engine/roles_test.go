@@ -156,6 +156,8 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"claim_runs": true, "heartbeat_runs": true, "complete_runs": true, "fail_runs": true,
 		"release_runs": true, "record_steps": true, "park_run": true, "start_child": true,
 		"reap_expired_leases": true, "expire_deadlines": true,
+		// reader (and the helper it calls)
+		"queue_depth": true, "active_types": true,
 		// producer
 		"cancel_run": true, "send_signal": true,
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
@@ -460,6 +462,8 @@ func TestReaderRoleOnlyReads(t *testing.T) {
 			t.Errorf("reader may execute %s: %v %v", fn, may, err)
 		}
 	}
+	r.requireAllowed(t, b.ctx, "select * from workflow.queue_depth('{read.}', 'go')")
+	r.requireDenied(t, b.ctx, "select * from workflow.active_types('{read.}')")
 	r.requireDenied(t, b.ctx, seedInsert)
 	r.requireDenied(t, b.ctx, seedCancel, id)
 	r.requireDenied(t, b.ctx, "select workflow.cancel_run($1)", id)

@@ -23,6 +23,46 @@ SET row_security = off;
 CREATE SCHEMA workflow;
 
 --
+-- Name: active_types(text[]); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.active_types(p_type_prefixes text[]) RETURNS SETOF text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+    return query
+    with recursive bounds as (
+        select distinct b.lo, b.lo || chr(255) as hi
+        from unnest(p_type_prefixes) p
+        cross join lateral (
+            select (case when right(p, 1) = '%' then left(p, -1) else p end) collate "C" as lo) b
+        where p is not null
+    ), found as (
+        select b.hi, (select r.type collate "C" from workflow.workflow_run r
+                      where r.status in ('pending', 'leased') and r.deleted_at is null
+                        and r.type collate "C" >= b.lo and r.type collate "C" < b.hi
+                      order by r.type collate "C" limit 1) as type
+        from bounds b
+        union all
+        select f.hi, (select r.type collate "C" from workflow.workflow_run r
+                      where r.status in ('pending', 'leased') and r.deleted_at is null
+                        and r.type collate "C" > f.type and r.type collate "C" < f.hi
+                      order by r.type collate "C" limit 1)
+        from found f
+        where f.type is not null
+    )
+    select distinct f.type::text from found f where f.type is not null;
+end
+$$;
+
+--
+-- Name: FUNCTION active_types(p_type_prefixes text[]); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.active_types(p_type_prefixes text[]) IS 'Types of pending or leased runs under literal type prefixes.';
+
+--
 -- Name: cancel_run(uuid); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -55,6 +95,7 @@ CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_
 #variable_conflict use_column
 declare
     v_patterns text[];
+    v_types text[];
 begin
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
         raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
@@ -73,24 +114,63 @@ begin
     if cardinality(p_type_prefixes) > 0 then
         select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
     end if;
+    -- The claimable types; null means every type (no prefixes, no types).
+    if p_types is not null then
+        select coalesce(array_agg(distinct t), '{}') into v_types
+        from unnest(p_types) t
+        where t is not null and (v_patterns is null or t like any (v_patterns));
+    elsif v_patterns is not null then
+        select coalesce(array_agg(t), '{}') into v_types
+        from workflow.active_types(p_type_prefixes) t;
+    end if;
+    if v_types is not null then
+        select coalesce(array_agg(t), '{}') into v_types
+        from unnest(v_types) t
+        where not exists (
+            select 1 from workflow.workflow_registry g
+            where g.workflow_name = t
+              and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
+    end if;
 
     return query
     with candidates as (
-        select r.id, r.wait_kind, r.wait_step
-        from workflow.workflow_run r
-        where r.status = 'pending'
-          and r.deleted_at is null
-          and r.run_at <= now()
-          and (r.deadline_at is null or r.deadline_at > now())
-          and (v_patterns is null or r.type like any (v_patterns))
-          and (p_types is null or r.type = any (p_types))
-          and not exists (
-              select 1 from workflow.workflow_registry g
-              where g.workflow_name = r.type
-                and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)))
-        order by r.priority, r.created_at
+        select c.id, c.wait_kind, c.wait_step
+        from (
+            select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
+            from unnest(v_types) t(type)
+            cross join lateral (
+                select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
+                from workflow.workflow_run r
+                where r.type collate "C" = t.type
+                  and r.status = 'pending'
+                  and r.deleted_at is null
+                  and r.run_at <= now()
+                  and (r.deadline_at is null or r.deadline_at > now())
+                order by r.priority, r.created_at
+                limit p_limit
+                for update of r skip locked
+            ) r
+            union all
+            select a.id, a.wait_kind, a.wait_step, a.priority, a.created_at
+            from (
+                select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
+                from workflow.workflow_run r
+                where v_types is null
+                  and r.status = 'pending'
+                  and r.deleted_at is null
+                  and r.run_at <= now()
+                  and (r.deadline_at is null or r.deadline_at > now())
+                  and not exists (
+                      select 1 from workflow.workflow_registry g
+                      where g.workflow_name = r.type
+                        and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)))
+                order by r.priority, r.created_at
+                limit p_limit
+                for update of r skip locked
+            ) a
+        ) c
+        order by c.priority, c.created_at
         limit p_limit
-        for update of r skip locked
     ), claimed as (
         update workflow.workflow_run r
         set status      = 'leased',
@@ -1212,6 +1292,42 @@ CREATE FUNCTION workflow.prefix_pattern(p_prefix text) RETURNS text
 $$;
 
 --
+-- Name: queue_depth(text[], text); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text DEFAULT NULL::text) RETURNS TABLE(runnable bigint, leased bigint)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+begin
+    return query
+    select coalesce(sum(d.runnable), 0)::bigint, coalesce(sum(d.leased), 0)::bigint
+    from workflow.active_types(p_type_prefixes) t(type)
+    cross join lateral (
+        select case when exists (
+                   select 1 from workflow.workflow_registry g
+                   where g.workflow_name = t.type
+                     and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)))
+               then 0
+               else (select count(*) from workflow.workflow_run r
+                     where r.type collate "C" = t.type and r.status = 'pending'
+                       and r.deleted_at is null and r.run_at <= now())
+               end as runnable,
+               (select count(*) from workflow.workflow_run r
+                where r.type collate "C" = t.type and r.status = 'leased'
+                  and r.deleted_at is null) as leased
+    ) d;
+end
+$$;
+
+--
+-- Name: FUNCTION queue_depth(p_type_prefixes text[], p_runtime text); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text) IS 'Runnable and leased runs of a worker pool (its type prefixes and runtime): the numbers the autoscaler scales by.';
+
+--
 -- Name: reap_expired_leases(integer); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -1810,6 +1926,12 @@ CREATE INDEX idx_workflow_run_child ON workflow.workflow_run USING btree (id) IN
 CREATE INDEX idx_workflow_run_claim ON workflow.workflow_run USING btree (priority, created_at, run_at) WHERE ((status = 'pending'::text) AND (deleted_at IS NULL));
 
 --
+-- Name: idx_workflow_run_claim_type; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_claim_type ON workflow.workflow_run USING btree (type COLLATE "C", priority, created_at) WHERE ((status = 'pending'::text) AND (deleted_at IS NULL));
+
+--
 -- Name: idx_workflow_run_deadline; Type: INDEX; Schema: workflow; Owner: -
 --
 
@@ -1820,6 +1942,12 @@ CREATE INDEX idx_workflow_run_deadline ON workflow.workflow_run USING btree (dea
 --
 
 CREATE INDEX idx_workflow_run_deleted_at ON workflow.workflow_run USING btree (deleted_at) WHERE (deleted_at IS NOT NULL);
+
+--
+-- Name: idx_workflow_run_depth; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_depth ON workflow.workflow_run USING btree (type COLLATE "C", status, run_at) WHERE ((status = ANY (ARRAY['pending'::text, 'leased'::text])) AND (deleted_at IS NULL));
 
 --
 -- Name: idx_workflow_run_finished_at; Type: INDEX; Schema: workflow; Owner: -
@@ -1856,12 +1984,6 @@ CREATE UNIQUE INDEX idx_workflow_run_parent_step ON workflow.workflow_run USING 
 --
 
 CREATE INDEX idx_workflow_run_source ON workflow.workflow_run USING btree (source_uid) WHERE (source_uid IS NOT NULL);
-
---
--- Name: idx_workflow_run_type_prefix; Type: INDEX; Schema: workflow; Owner: -
---
-
-CREATE INDEX idx_workflow_run_type_prefix ON workflow.workflow_run USING btree (type text_pattern_ops) WHERE (status = ANY (ARRAY['pending'::text, 'leased'::text]));
 
 --
 -- Name: idx_workflow_signal_key; Type: INDEX; Schema: workflow; Owner: -

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// Shape of the depth benchmark's queue.
+const (
+	depthTypes = 100
+	depthPools = 20
+)
+
+// depthBench measures the queue at depth: cfg.depthRuns pending runs over
+// 100 types, served by 20 pools of 5 types each. It prints
+//
+//	engine depth: queue_depth X ms (one pool of N runnable), all 20 pools Y ms, with R pending over 100 types / 20 pools; claim behind R other runs Z ms
+//
+// queue_depth is one pool's call of workflow.queue_depth; "all 20 pools" is
+// the autoscaler's evaluation (engine.QueueDepths); the claim takes one run
+// of a type whose runs are all younger than the R others (median of 20
+// claims, as a poller makes them: its prefix and its handled types). The
+// runs live in a database of their own when the server lets the benchmark
+// create one, so they do not weigh on the other measurements.
+func depthBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
+	if cfg.depthRuns <= 0 {
+		return nil
+	}
+	db, cleanup, err := depthDatabase(ctx, pool)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	eng, err := engine.New(db)
+	if err != nil {
+		return err
+	}
+	// Populate fast: one set-based insert. Skipping the triggers (and so the
+	// created events) needs a superuser; without one the insert is slower.
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	_, replicaErr := conn.Exec(ctx, "set session_replication_role = replica")
+	_, err = conn.Exec(ctx, `insert into workflow.workflow_run (type, payload, created_at)
+		select format('depth.p%s.t%s.v1', (i % $2) / ($2 / $3), i % $2), '{}'::jsonb,
+		       now() - interval '1 hour' + i * interval '1 microsecond'
+		from generate_series(1, $1) i`, cfg.depthRuns, depthTypes, depthPools)
+	if replicaErr == nil {
+		_, _ = conn.Exec(ctx, "reset session_replication_role")
+	}
+	conn.Release()
+	if err != nil {
+		return fmt.Errorf("populate the depth queue: %w", err)
+	}
+	if _, err := db.Exec(ctx, `insert into workflow.workflow_run (type, payload)
+		select 'depthmatch.a.v1', '{}'::jsonb from generate_series(1, 100)`); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, "vacuum analyze workflow.workflow_run"); err != nil {
+		return err
+	}
+
+	var onePool []time.Duration
+	var runnable int64
+	for range 7 {
+		t0 := time.Now()
+		if err := db.QueryRow(ctx, `select runnable from workflow.queue_depth(array['depth.p1.'], 'go')`).Scan(&runnable); err != nil {
+			return fmt.Errorf("queue_depth: %w", err)
+		}
+		onePool = append(onePool, time.Since(t0))
+	}
+	pools := make([]engine.PoolQuery, depthPools)
+	for i := range pools {
+		pools[i] = engine.PoolQuery{TypePrefixes: []string{fmt.Sprintf("depth.p%d.", i)}, Runtime: "go"}
+	}
+	var allPools []time.Duration
+	for range 3 {
+		t0 := time.Now()
+		d, err := eng.QueueDepths(ctx, pools)
+		if err != nil {
+			return err
+		}
+		allPools = append(allPools, time.Since(t0))
+		var sum int64
+		for _, x := range d {
+			sum += x.Runnable
+		}
+		if sum != int64(cfg.depthRuns) {
+			return fmt.Errorf("queue depths add up to %d runnable, want %d", sum, cfg.depthRuns)
+		}
+	}
+	var claims []time.Duration
+	for i := range 21 {
+		t0 := time.Now()
+		got, err := eng.ClaimRuns(ctx, engine.ClaimParams{WorkerID: "bench-depth", TypePrefixes: []string{"depthmatch."},
+			Runtime: "go", Limit: 1, LeaseDuration: time.Minute, Types: []string{"depthmatch.a.v1"}})
+		if err != nil {
+			return err
+		}
+		if len(got) != 1 {
+			return fmt.Errorf("claim behind the queue: got %d runs, want 1", len(got))
+		}
+		if i > 0 { // the first claim plans the function
+			claims = append(claims, time.Since(t0))
+		}
+	}
+	fmt.Printf("engine depth: queue_depth %s (one pool of %d runnable), all %d pools %s, with %d pending over %d types / %d pools; claim behind %d other runs %s\n",
+		ms(median(onePool[1:])), runnable, depthPools, ms(median(allPools)), cfg.depthRuns, depthTypes, depthPools,
+		cfg.depthRuns, ms(median(claims)))
+	return nil
+}
+
+// depthDatabase returns a pool on a fresh, migrated database of the same
+// server, and a function that drops it; when the server refuses, it falls
+// back to pool itself and deletes the benchmark's runs afterwards.
+func depthDatabase(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, func(), error) {
+	name := fmt.Sprintf("bench_depth_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return pool, func() {
+			_, _ = pool.Exec(context.WithoutCancel(ctx), `delete from workflow.workflow_run where type like 'depth%'`)
+		}, nil
+	}
+	drop := func() {
+		_, _ = pool.Exec(context.WithoutCancel(ctx), "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)")
+	}
+	u, err := url.Parse(pool.Config().ConnString())
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	u.Path = "/" + name
+	db, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	if _, err := engine.Migrate(ctx, db); err != nil {
+		db.Close()
+		drop()
+		return nil, nil, err
+	}
+	return db, func() { db.Close(); drop() }, nil
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+}
