@@ -12,8 +12,13 @@ import (
 
 // Notification channels raised by the schema's triggers.
 const (
-	// ChannelRunCreated carries the type of newly inserted runs (one
-	// notification per distinct type and transaction).
+	// ChannelRunCreated carries the type of newly inserted runs: at most one
+	// notification per type and committing transaction, sent at commit. Only
+	// one committing transaction per type notifies at a time (so producers
+	// are not serialised by NOTIFY); the others leave it to that one, whose
+	// notification may therefore arrive just before their runs are visible.
+	// A listener that claims on a notification claims again WakeFollowUp
+	// after the last one, as the SDKs' pollers do.
 	ChannelRunCreated = "workflow_run_created"
 	// ChannelRunCancelled carries the id of a run that was just cancelled.
 	ChannelRunCancelled = "workflow_run_cancelled"
@@ -21,6 +26,11 @@ const (
 	// run was mirrored from, whenever its status, attempt or holder changes.
 	ChannelRunChanged = "workflow_run_changed"
 )
+
+// WakeFollowUp is how long after a ChannelRunCreated notification a worker
+// claims once more, for runs whose transactions committed right after the
+// notifying one (their producers did not notify; see ChannelRunCreated).
+const WakeFollowUp = 50 * time.Millisecond
 
 // Notification is one message received on a channel.
 type Notification struct {

@@ -98,7 +98,7 @@ func loadQueries() (queries, error) {
 		qRunHeartbeat, qRunComplete, qRunFail, qRunRelease, qRunReapExpired,
 		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qPoolQueueDepth, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
 		qRunExpireDeadlines, qRunChildren, qStepRecord, qStepPark, qStepStartChild, qStepList,
-		qSignalSend, qSignalList, qRunStepSummary, qDAGSteps,
+		qSignalSend, qSignalList, qRunStepSummary, qDAGSteps, qRunCreateMany,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)

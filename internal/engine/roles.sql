@@ -4,7 +4,8 @@
 --                      fail, release, journal, park, children, reap, deadlines)
 --                      and reads the registry. No other privilege on any table:
 --                      every write goes through a function.
---   workflow_producer  records runs with a plain INSERT (the seed's), cancels
+--   workflow_producer  records runs with a plain INSERT (the seed's) or
+--                      workflow.create_runs (a batch), cancels
 --                      them with the seed's UPDATE or workflow.cancel_run,
 --                      soft-deletes them, sends signals, and reads runs, events,
 --                      journals and signals.
@@ -89,7 +90,8 @@ grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflo
     to workflow_producer;
 grant execute on function
     workflow.cancel_run(uuid),
-    workflow.send_signal(uuid, text, jsonb, text)
+    workflow.send_signal(uuid, text, jsonb, text),
+    workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[])
 to workflow_producer;
 
 -- A console reads everything.

@@ -159,7 +159,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		// reader (and the helper it calls)
 		"queue_depth": true, "active_types": true,
 		// producer
-		"cancel_run": true, "send_signal": true,
+		"cancel_run": true, "send_signal": true, "create_runs": true,
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
 		"on_run_inserted": true, "on_run_cancelled": true, "on_run_soft_deleted": true,
 		"on_child_finished": true, "on_parent_ended": true, "on_runs_deleted": true,
@@ -355,6 +355,13 @@ func TestProducerRoleWritesThroughTheSeedSQL(t *testing.T) {
 	}
 	if again, err := p.eng.CreateRun(b.ctx, engine.CreateParams{Type: "prod.sig.v1", IdempotencyKey: "prod-1"}); err != nil || again.Created || again.ID != res.ID {
 		t.Fatalf("Go client insert again: %+v %v", again, err)
+	}
+	batch, err := p.eng.CreateRuns(b.ctx, []engine.CreateParams{{Type: "prod.many.v1"}, {Type: "prod.sig.v1", IdempotencyKey: "prod-1"}})
+	if err != nil || len(batch) != 2 || !batch[0].Created || batch[1].Created || batch[1].ID != res.ID {
+		t.Fatalf("create_runs as producer: %+v %v", batch, err)
+	}
+	if _, err := p.eng.CreateRuns(b.ctx, []engine.CreateParams{{Type: "prod.many.v1", IdempotencyKey: "k8s:default:x"}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("create_runs with a reserved key as producer: %v, want invalid", err)
 	}
 	if s, err := p.eng.SendSignal(b.ctx, engine.SignalParams{RunID: res.ID, Name: "approve", Payload: json.RawMessage(`{"by":"alice"}`)}); err != nil || s.SignalID == 0 {
 		t.Fatalf("send_signal as producer: %+v %v", s, err)

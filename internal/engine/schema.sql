@@ -271,6 +271,132 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
 $$;
 
 --
+-- Name: create_runs(text[], text[], integer[], timestamp with time zone[], text[], integer[], bigint[], bigint[], bigint[]); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.create_runs(p_types text[], p_payloads text[], p_priorities integer[] DEFAULT NULL::integer[], p_run_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_idempotency_keys text[] DEFAULT NULL::text[], p_max_attempts integer[] DEFAULT NULL::integer[], p_deadline_ms bigint[] DEFAULT NULL::bigint[], p_retry_base_ms bigint[] DEFAULT NULL::bigint[], p_retry_max_ms bigint[] DEFAULT NULL::bigint[]) RETURNS TABLE(ord integer, id uuid, created boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+#variable_conflict use_column
+declare
+    c_max constant integer := 10000;
+    n integer := coalesce(cardinality(p_types), 0);
+    v_payloads jsonb[];
+    v_keys text[];
+    v_ids uuid[];
+    v_bad record;
+    v_text text;
+begin
+    if n = 0 then
+        return;
+    end if;
+    if n > c_max then
+        raise exception 'create_runs: at most % runs per call, got %', c_max, n using errcode = '22023';
+    end if;
+    select a.name, a.len into v_bad
+    from (values ('payloads', cardinality(p_payloads)), ('priorities', cardinality(p_priorities)),
+                 ('run_ats', cardinality(p_run_ats)), ('idempotency_keys', cardinality(p_idempotency_keys)),
+                 ('max_attempts', cardinality(p_max_attempts)), ('deadline_ms', cardinality(p_deadline_ms)),
+                 ('retry_base_ms', cardinality(p_retry_base_ms)), ('retry_max_ms', cardinality(p_retry_max_ms))) a(name, len)
+    where a.len is not null and a.len <> n
+    limit 1;
+    if found then
+        raise exception 'create_runs: % has % elements, types has %', v_bad.name, v_bad.len, n using errcode = '22023';
+    end if;
+
+    -- Types, keys and numbers, row by row (the first bad row is named).
+    select t.ord, t.type, t.key, t.max_attempts, t.deadline_ms, t.base_ms, t.max_ms into v_bad
+    from unnest(p_types, p_idempotency_keys, p_max_attempts, p_deadline_ms, p_retry_base_ms, p_retry_max_ms)
+         with ordinality t(type, key, max_attempts, deadline_ms, base_ms, max_ms, ord)
+    where t.type is null or char_length(t.type) > 253 or t.type !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'
+       or char_length(t.key) > 512 or starts_with(t.key, 'k8s:') or starts_with(t.key, 'k8s-uid:')
+       or t.max_attempts < 1 or t.max_attempts > 1000
+       or t.deadline_ms < 1 or t.base_ms < 1 or t.max_ms < 1 or t.max_ms < t.base_ms
+    order by t.ord
+    limit 1;
+    if found then
+        raise exception 'create_runs: row %: %', v_bad.ord,
+            case
+                when v_bad.type is null or char_length(v_bad.type) > 253
+                     or v_bad.type !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'
+                    then format('type %L: a type is lowercase dot-separated words ending in a version, like billing.invoice.v1 (at most 253 characters)',
+                                left(v_bad.type, 300))
+                when char_length(v_bad.key) > 512
+                    then format('idempotency key is %s characters, at most 512 are allowed', char_length(v_bad.key))
+                when starts_with(v_bad.key, 'k8s:') or starts_with(v_bad.key, 'k8s-uid:')
+                    then 'idempotency keys starting with k8s: or k8s-uid: are reserved for runs mirrored from Kubernetes'
+                when v_bad.max_attempts < 1 or v_bad.max_attempts > 1000
+                    then format('max attempts must be between 1 and 1000, got %s', v_bad.max_attempts)
+                when v_bad.deadline_ms < 1
+                    then format('deadline must be at least 1 ms, got %s ms', v_bad.deadline_ms)
+                else 'retry delays must be at least 1 ms, and the max delay at least the base delay'
+            end
+            using errcode = '22023';
+    end if;
+
+    -- Payloads: all at once, and row by row only to name a bad one.
+    begin
+        select array_agg(coalesce(p::jsonb, '{}'::jsonb) order by o) into v_payloads
+        from unnest(coalesce(p_payloads, array_fill(null::text, array[n]))) with ordinality u(p, o);
+    exception when others then
+        for i in 1 .. n loop
+            begin
+                perform p_payloads[i]::jsonb;
+            exception when others then
+                get stacked diagnostics v_text = message_text;
+                raise exception 'create_runs: row %: payload is not valid JSON: %', i, v_text using errcode = '22023';
+            end;
+        end loop;
+        raise;
+    end;
+    select u.o into v_bad from unnest(v_payloads) with ordinality u(p, o)
+    where jsonb_typeof(u.p) <> 'object' order by u.o limit 1;
+    if found then
+        raise exception 'create_runs: row %: payload must be a JSON object', v_bad.o using errcode = '22023';
+    end if;
+
+    select array_agg(nullif(k, '') order by o) into v_keys
+    from unnest(coalesce(p_idempotency_keys, array_fill(null::text, array[n]))) with ordinality u(k, o);
+    select array_agg(gen_random_uuid()) into v_ids from generate_series(1, n);
+
+    -- The first row of each key (a later row with the same key gets its
+    -- run); a key already taken records nothing.
+    insert into workflow.workflow_run (id, type, payload, priority, run_at, idempotency_key, max_attempts,
+                                       retry_base_delay, retry_max_delay, deadline_at)
+    select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()), t.key,
+           coalesce(t.max_attempts, 3),
+           t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
+           now() + t.deadline_ms * interval '1 millisecond'
+    from (
+        select u.*, row_number() over (partition by u.key order by u.ord) as nth
+        from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, v_keys, p_max_attempts,
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms)
+             with ordinality u(id, type, payload, priority, run_at, key, max_attempts, base_ms, max_ms, deadline_ms, ord)
+    ) t
+    where t.key is null or t.nth = 1
+    order by t.ord
+    on conflict (idempotency_key) do nothing;
+
+    -- A new statement, so a key taken by a transaction that committed while
+    -- this one waited on it is seen.
+    return query
+    select i.ord::integer,
+           case when i.key is null then i.id else r.id end,
+           i.key is null or r.id = i.id
+    from unnest(v_keys, v_ids) with ordinality i(key, id, ord)
+    left join workflow.workflow_run r on r.idempotency_key = i.key
+    order by i.ord;
+end
+$_$;
+
+--
+-- Name: FUNCTION create_runs(p_types text[], p_payloads text[], p_priorities integer[], p_run_ats timestamp with time zone[], p_idempotency_keys text[], p_max_attempts integer[], p_deadline_ms bigint[], p_retry_base_ms bigint[], p_retry_max_ms bigint[]); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.create_runs(p_types text[], p_payloads text[], p_priorities integer[], p_run_ats timestamp with time zone[], p_idempotency_keys text[], p_max_attempts integer[], p_deadline_ms bigint[], p_retry_base_ms bigint[], p_retry_max_ms bigint[]) IS 'Records many runs in one call; idempotency keys per row; returns (ord, id, created) per input row.';
+
+--
 -- Name: dag_advance(uuid); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -996,6 +1122,22 @@ end
 $$;
 
 --
+-- Name: on_run_committing(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.on_run_committing() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+    if pg_try_advisory_xact_lock(hashtext('workflow_run_created:' || new.type), hashtext(new.type)) then
+        perform pg_notify('workflow_run_created', new.type);
+    end if;
+    return null;
+end
+$$;
+
+--
 -- Name: on_run_inserted(); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -1064,9 +1206,6 @@ begin
             perform workflow.dag_advance(v_dag.id);
         end loop;
     end if;
-
-    perform pg_notify('workflow_run_created', t.type)
-    from (select distinct n.type from new_runs n) t;
     return null;
 end
 $$;
@@ -2050,6 +2189,18 @@ CREATE TRIGGER workflow_run_inserted AFTER INSERT ON workflow.workflow_run REFER
 --
 
 CREATE TRIGGER workflow_run_soft_deleted BEFORE UPDATE OF deleted_at ON workflow.workflow_run FOR EACH ROW WHEN (((old.deleted_at IS NULL) AND (new.deleted_at IS NOT NULL) AND (old.status = ANY (ARRAY['pending'::text, 'leased'::text])) AND (new.status = ANY (ARRAY['pending'::text, 'leased'::text])))) EXECUTE FUNCTION workflow.on_run_soft_deleted();
+
+--
+-- Name: workflow_run workflow_run_wake; Type: TRIGGER; Schema: workflow; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER workflow_run_wake AFTER INSERT ON workflow.workflow_run DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((strpos(COALESCE(current_setting('workflow.wake_types'::text, true), ''::text), ((','::text || new.type) || ','::text)) = 0) AND (set_config('workflow.wake_types'::text, (((COALESCE(current_setting('workflow.wake_types'::text, true), ''::text) || ','::text) || new.type) || ','::text), true) <> ''::text))) EXECUTE FUNCTION workflow.on_run_committing();
+
+--
+-- Name: TRIGGER workflow_run_wake ON workflow_run; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON TRIGGER workflow_run_wake ON workflow.workflow_run IS 'Notifies workflow_run_created once per type at commit; one committing transaction per type at a time (see on_run_committing).';
 
 --
 -- Name: workflow_run workflow_runs_deleted; Type: TRIGGER; Schema: workflow; Owner: -

@@ -124,7 +124,16 @@ func (c *Client) CreateIn(ctx context.Context, db DB, workflowType string, paylo
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("create %s: %w", workflowType, err)
 	}
-	p := engine.CreateParams{Type: workflowType, Payload: raw}
+	res, err := c.eng.CreateRunIn(ctx, db, createParams(workflowType, raw, opts))
+	if err != nil {
+		return CreateResult{}, err
+	}
+	return CreateResult{ID: res.ID, Created: res.Created}, nil
+}
+
+// createParams is what the engine takes for one run.
+func createParams(workflowType string, payload json.RawMessage, opts *CreateOptions) engine.CreateParams {
+	p := engine.CreateParams{Type: workflowType, Payload: payload}
 	if opts != nil {
 		p.IdempotencyKey = opts.IdempotencyKey
 		p.Priority = opts.Priority
@@ -138,11 +147,7 @@ func (c *Client) CreateIn(ctx context.Context, db DB, workflowType string, paylo
 			p.RetryPolicy = &engine.RetryPolicy{BaseDelay: opts.RetryPolicy.BaseDelay, MaxDelay: opts.RetryPolicy.MaxDelay}
 		}
 	}
-	res, err := c.eng.CreateRunIn(ctx, db, p)
-	if err != nil {
-		return CreateResult{}, err
-	}
-	return CreateResult{ID: res.ID, Created: res.Created}, nil
+	return p
 }
 
 func marshalPayload(payload any) (json.RawMessage, error) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -130,7 +131,10 @@ type session struct {
 	// running counts claimed runs whose outcome is not written yet.
 	running int
 
-	wake      chan struct{}
+	wake chan struct{}
+	// followUp wakes the claim loop once more engine.WakeFollowUp after the
+	// latest insert notification.
+	followUp  *time.Timer
 	freed     chan struct{}
 	outcomes  chan outcome
 	abandoned chan struct{}
@@ -149,7 +153,7 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 	for t := range handlers {
 		types = append(types, t)
 	}
-	return &session{
+	s := &session{
 		types:     types,
 		eng:       p.client.eng,
 		cfg:       p.cfg,
@@ -164,7 +168,15 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 		steps:     make(chan stepRequest, p.cfg.Concurrency),
 		stepsDone: make(chan struct{}),
 	}
+	s.followUp = time.AfterFunc(time.Hour, func() { signal(s.wake) })
+	s.followUp.Stop()
+	return s
 }
+
+// wakeFollowUp is engine.WakeFollowUp, as a variable for tests.
+var wakeFollowUp atomic.Int64
+
+func init() { wakeFollowUp.Store(int64(engine.WakeFollowUp)) }
 
 func signal(ch chan struct{}) {
 	select {
@@ -194,6 +206,7 @@ func (s *session) run(ctx context.Context) error {
 	defer func() {
 		stopBackground()
 		bgWG.Wait()
+		s.followUp.Stop()
 	}()
 
 	bgWG.Go(func() {
@@ -231,6 +244,7 @@ func (s *session) onNotify(n engine.Notification) {
 	case engine.ChannelRunCreated:
 		if s.matches(n.Payload) {
 			signal(s.wake)
+			s.followUp.Reset(time.Duration(wakeFollowUp.Load()))
 		}
 	case engine.ChannelRunCancelled:
 		s.mu.Lock()

@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxCreateMany is the most runs one CreateRuns call records (the limit of
+// workflow.create_runs).
+const MaxCreateMany = 10000
+
+const qRunCreateMany = "RunCreateMany"
+
+// CreateRuns records a batch of runs in one round trip (workflow.create_runs).
+// Each run's idempotency key works as in CreateRun: a key already taken, or
+// repeated earlier in the batch, records nothing for that run and returns
+// the run that holds it with Created false. The results are in input order.
+// Every run is checked first, and a bad one fails the whole batch with an
+// error naming it (rows count from 1); nothing is written then. Source and
+// DeadlineAt are not supported in a batch.
+func (e *Engine) CreateRuns(ctx context.Context, ps []CreateParams) ([]CreateResult, error) {
+	return e.CreateRunsIn(ctx, e.pool, ps)
+}
+
+// CreateRunsIn is CreateRuns through db, e.g. inside the caller's
+// transaction: the runs commit or roll back with the caller's own writes.
+func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams) ([]CreateResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	if len(ps) > MaxCreateMany {
+		return nil, fmt.Errorf("create runs: %w: at most %d runs per call, got %d", ErrInvalid, MaxCreateMany, len(ps))
+	}
+	n := len(ps)
+	var (
+		types       = make([]string, n)
+		payloads    = make([]string, n)
+		priorities  = make([]*int32, n)
+		runAts      = make([]*time.Time, n)
+		keys        = make([]*string, n)
+		maxAttempts = make([]*int32, n)
+		deadlineMS  = make([]*int64, n)
+		baseMS      = make([]*int64, n)
+		maxMS       = make([]*int64, n)
+	)
+	for i, p := range ps {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("create runs: row %d: %w", i+1, err)
+		}
+		if p.Source != nil || p.DeadlineAt != nil {
+			return nil, fmt.Errorf("create runs: row %d: %w: a batch takes no source and no deadline instant", i+1, ErrInvalid)
+		}
+		if k := p.IdempotencyKey; strings.ContainsRune(k, 0) || !utf8.ValidString(k) {
+			return nil, fmt.Errorf("create runs: row %d: %w: idempotency key must be UTF-8 text without NUL characters", i+1, ErrInvalid)
+		}
+		types[i] = p.Type
+		payloads[i] = "{}"
+		if s := strings.TrimSpace(string(p.Payload)); s != "" {
+			payloads[i] = s
+		}
+		if p.Priority != nil {
+			v := int32(*p.Priority)
+			if int(v) != *p.Priority {
+				return nil, fmt.Errorf("create runs: row %d: %w: priority %d is out of range", i+1, ErrInvalid, *p.Priority)
+			}
+			priorities[i] = &v
+		}
+		runAts[i] = p.RunAt
+		keys[i] = nullIfEmpty(p.IdempotencyKey)
+		if p.MaxAttempts > 0 {
+			v := int32(p.MaxAttempts)
+			maxAttempts[i] = &v
+		}
+		deadlineMS[i] = millisOrNil(p.Deadline)
+		if p.RetryPolicy != nil {
+			baseMS[i], maxMS[i] = millisOrNil(p.RetryPolicy.BaseDelay), millisOrNil(p.RetryPolicy.MaxDelay)
+		}
+	}
+	var ids []string
+	var created []bool
+	err := db.QueryRow(ctx, e.q[qRunCreateMany], pgx.NamedArgs{
+		"types": types, "payloads": payloads, "priorities": priorities, "run_ats": runAts,
+		"idempotency_keys": keys, "max_attempts": maxAttempts, "deadline_ms": deadlineMS,
+		"retry_base_ms": baseMS, "retry_max_ms": maxMS,
+	}).Scan(&ids, &created)
+	if err != nil {
+		return nil, translate("create runs", err)
+	}
+	if len(ids) != n || len(created) != n {
+		return nil, fmt.Errorf("create runs: %d results for %d runs", len(ids), n)
+	}
+	out := make([]CreateResult, n)
+	for i := range out {
+		out[i] = CreateResult{ID: ids[i], Created: created[i]}
+	}
+	return out, nil
+}

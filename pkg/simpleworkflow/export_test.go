@@ -1,0 +1,10 @@
+package simpleworkflow
+
+import "time"
+
+// SetWakeFollowUp changes how long after an insert notification pollers
+// claim once more, until the returned function restores it.
+func SetWakeFollowUp(d time.Duration) (restore func()) {
+	old := wakeFollowUp.Swap(int64(d))
+	return func() { wakeFollowUp.Store(old) }
+}
