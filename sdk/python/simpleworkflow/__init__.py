@@ -16,6 +16,7 @@ behaves exactly like a Go worker and leaves the same audit trail.
 """
 
 from .client import (
+    MAX_CREATE_MANY,
     MAX_STEP_NAME_LENGTH,
     MAX_STEP_OUTPUT_BYTES,
     Client,
@@ -40,6 +41,7 @@ from .errors import (
 from .poller import IntentPoller
 
 __all__ = [
+    "MAX_CREATE_MANY",
     "MAX_STEPS",
     "MAX_STEP_NAME_LENGTH",
     "MAX_STEP_OUTPUT_BYTES",

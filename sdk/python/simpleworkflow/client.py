@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, List, Mapping, Optional, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import psycopg
 
@@ -16,6 +16,8 @@ from .errors import InvalidInputError, NotFoundError, RunFinishedError
 TYPE_PATTERN = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$")
 MAX_TYPE_LENGTH = 253
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
+#: The most runs one create_many call records (workflow.create_runs).
+MAX_CREATE_MANY = 10000
 #: Step and signal names: 1 to 128 characters of letters, digits and . _ : -.
 STEP_NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_STEP_NAME_LENGTH = 128
@@ -58,6 +60,53 @@ def validate_type(workflow_type: str) -> None:
             f"type {workflow_type!r}: type must be dot-separated lowercase segments of letters, digits "
             "and underscores ending in a version such as .v1 (for example content.thumbnail.v1)"
         )
+
+
+def _create_params(
+    workflow_type: Any,
+    payload: Any,
+    idempotency_key: Optional[str],
+    priority: Optional[int],
+    run_at: Optional[datetime],
+    max_attempts: Optional[int],
+    retry_base_delay: Optional[timedelta],
+    retry_max_delay: Optional[timedelta],
+    deadline: Optional[Duration],
+) -> dict:
+    """The checked parameters of one run to create (InvalidInputError when one is bad)."""
+    if not isinstance(workflow_type, str):
+        raise InvalidInputError(f"type must be a string, got {workflow_type!r}")
+    validate_type(workflow_type)
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, Mapping):
+        raise InvalidInputError("payload must be a JSON object (a mapping)")
+    try:
+        raw = json.dumps(payload)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"payload is not JSON: {e}") from None
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise InvalidInputError(f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters")
+    if idempotency_key is not None and "\x00" in idempotency_key:
+        raise InvalidInputError("idempotency key must not contain NUL characters")
+    if max_attempts is not None and not 1 <= max_attempts <= 1000:
+        raise InvalidInputError("max attempts must be between 1 and 1000")
+    deadline_ms = None
+    if deadline is not None:
+        deadline_ms = to_millis(deadline, "deadline")
+        if deadline_ms < 1:
+            raise InvalidInputError(f"deadline must be at least 1ms, got {deadline!r}")
+    return {
+        "type": workflow_type,
+        "payload": raw,
+        "priority": priority,
+        "run_at": run_at,
+        "key": idempotency_key,
+        "max_attempts": max_attempts,
+        "base": retry_base_delay,
+        "max": retry_max_delay,
+        "deadline_ms": deadline_ms,
+    }
 
 
 @dataclass(frozen=True)
@@ -168,6 +217,16 @@ on conflict (idempotency_key) do nothing
 returning id::text
 """
 
+_CREATE_MANY = """
+select coalesce(array_agg(c.id::text order by c.ord), '{}'), coalesce(array_agg(c.created order by c.ord), '{}')
+from workflow.create_runs(%s::text[], %s::text[], %s::integer[], %s::timestamptz[], %s::text[], %s::integer[],
+                          %s::bigint[], %s::bigint[], %s::bigint[]) c
+"""
+
+#: The keys a create_many run may have: create's arguments.
+_RUN_KEYS = frozenset({"type", "payload", "idempotency_key", "priority", "run_at", "max_attempts",
+                       "retry_base_delay", "retry_max_delay", "deadline"})
+
 _GET = """
 select id::text, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
        leased_by, lease_until, last_error, result, created_at, updated_at, finished_at,
@@ -223,35 +282,69 @@ class Client:
         exceeded" that long after its creation, by the database clock, wherever
         it is: pending, parked or running.
         """
-        validate_type(workflow_type)
-        if payload is None:
-            payload = {}
-        if not isinstance(payload, Mapping):
-            raise InvalidInputError("payload must be a JSON object (a mapping)")
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
-            raise InvalidInputError(f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters")
-        if max_attempts is not None and not 1 <= max_attempts <= 1000:
-            raise InvalidInputError("max attempts must be between 1 and 1000")
-        deadline_ms = None
-        if deadline is not None:
-            deadline_ms = to_millis(deadline, "deadline")
-            if deadline_ms < 1:
-                raise InvalidInputError(f"deadline must be at least 1ms, got {deadline!r}")
-        params = {
-            "type": workflow_type,
-            "payload": json.dumps(payload),
-            "priority": priority,
-            "run_at": run_at,
-            "key": idempotency_key,
-            "max_attempts": max_attempts,
-            "base": retry_base_delay,
-            "max": retry_max_delay,
-            "deadline_ms": deadline_ms,
-        }
+        params = _create_params(workflow_type, payload, idempotency_key, priority, run_at, max_attempts,
+                                retry_base_delay, retry_max_delay, deadline)
         if conn is not None:
             return self._insert(conn, params, idempotency_key)
         with self._connect() as own:
             return self._insert(own, params, idempotency_key)
+
+    def create_many(
+        self, runs: Sequence[Mapping[str, Any]], *, conn: Optional[psycopg.Connection] = None
+    ) -> List[CreateResult]:
+        """Record a batch of runs (at most MAX_CREATE_MANY) in one round trip.
+
+        Each run is a mapping with ``type`` and, optionally, the keyword
+        arguments of :meth:`create` (``payload``, ``idempotency_key``,
+        ``priority``, ``run_at``, ``max_attempts``, ``retry_base_delay``,
+        ``retry_max_delay``, ``deadline``). Returns one CreateResult per run,
+        in order. Idempotency keys work per run as in create: a key already
+        taken, or used by an earlier run of the same batch, records nothing
+        for that run and returns the run that holds it with ``created=False``.
+        The batch is checked before anything is written; a bad run raises
+        InvalidInputError naming it ("row 3: ...", counting from 1). With
+        ``conn``, the runs are written in that connection's transaction, as
+        in create.
+        """
+        if len(runs) > MAX_CREATE_MANY:
+            raise InvalidInputError(f"create_many: at most {MAX_CREATE_MANY} runs per call, got {len(runs)}")
+        cols: List[List[Any]] = [[] for _ in range(9)]
+        for i, run in enumerate(runs, start=1):
+            if not isinstance(run, Mapping):
+                raise InvalidInputError(f"create_many: row {i}: a run is a mapping with a type, got {type(run).__name__}")
+            unknown = sorted(set(run) - _RUN_KEYS)
+            if unknown:
+                raise InvalidInputError(f"create_many: row {i}: unknown keys {unknown}")
+            try:
+                params = _create_params(run.get("type"), run.get("payload"), run.get("idempotency_key"),
+                                        run.get("priority"), run.get("run_at"), run.get("max_attempts"),
+                                        run.get("retry_base_delay"), run.get("retry_max_delay"), run.get("deadline"))
+            except InvalidInputError as e:
+                raise InvalidInputError(f"create_many: row {i}: {e}") from None
+            base, top = params["base"], params["max"]
+            for col, value in zip(cols, (
+                params["type"], params["payload"], params["priority"], params["run_at"], params["key"],
+                params["max_attempts"], params["deadline_ms"],
+                to_millis(base, "retry base delay") if base is not None else None,
+                to_millis(top, "retry max delay") if top is not None else None,
+            )):
+                col.append(value)
+        if not runs:
+            return []
+        try:
+            if conn is not None:
+                row = conn.execute(_CREATE_MANY, cols).fetchone()
+            else:
+                with self._connect() as own:
+                    row = own.execute(_CREATE_MANY, cols).fetchone()
+        except psycopg.Error as e:
+            state = getattr(e, "sqlstate", None)
+            message = e.diag.message_primary if getattr(e, "diag", None) is not None else None
+            if state in ("22023", "22P02", "54000", "23514", "22021"):
+                raise InvalidInputError(message or str(e)) from None
+            raise
+        assert row is not None
+        return [CreateResult(id=i, created=c) for i, c in zip(row[0], row[1])]
 
     @staticmethod
     def _insert(conn: psycopg.Connection, params: Mapping[str, Any], idempotency_key: Optional[str]) -> CreateResult:

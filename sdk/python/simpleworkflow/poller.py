@@ -24,6 +24,12 @@ log = logging.getLogger("simpleworkflow")
 
 Handler = Callable[[RunContext], Any]
 
+#: Seconds after a workflow_run_created notification when the poller claims
+#: once more: only one committing transaction per type notifies at a time, so
+#: runs committed right after it were announced by its notification alone
+#: (engine.WakeFollowUp in Go).
+WAKE_FOLLOW_UP = 0.05
+
 #: A parked run due within this many seconds gets a timer that wakes the claim
 #: loop on time; later ones are found by the regular poll.
 _WAKE_TIMER_HORIZON = 600.0
@@ -330,8 +336,17 @@ class IntentPoller:
                 conn.execute("listen workflow_run_created")
                 conn.execute("listen workflow_run_cancelled")
                 self._wake.set()  # catch up on anything missed while disconnected
+                follow_up_at = None
                 while not self._stopping.is_set():
-                    ready, _, _ = select.select([conn.fileno()], [], [], 0.5)
+                    timeout = 0.5
+                    if follow_up_at is not None:
+                        timeout = max(0.0, min(timeout, follow_up_at - time.monotonic()))
+                    ready, _, _ = select.select([conn.fileno()], [], [], timeout)
+                    if follow_up_at is not None and time.monotonic() >= follow_up_at:
+                        # Runs committed right after the notifying transaction
+                        # were not announced on their own (see WAKE_FOLLOW_UP).
+                        follow_up_at = None
+                        self._wake.set()
                     if not ready:
                         continue
                     conn.pgconn.consume_input()
@@ -343,6 +358,7 @@ class IntentPoller:
                         if channel == "workflow_run_created":
                             if not prefixes or any(payload.startswith(p) for p in prefixes):
                                 self._wake.set()
+                                follow_up_at = time.monotonic() + WAKE_FOLLOW_UP
                         elif channel == "workflow_run_cancelled":
                             with self._lock:
                                 ctx = self._active.get(payload)

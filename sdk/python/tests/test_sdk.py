@@ -78,6 +78,43 @@ class ClientTest(InboxTest):
             conn.commit()
         wait_for(lambda: started == [res.id], timeout=5, what="the committed run to start")
 
+    def test_create_many(self):
+        before = self.client.create("many.a.v1", {}, idempotency_key="k1")
+        res = self.client.create_many([
+            {"type": "many.a.v1", "payload": {"n": 1}},
+            {"type": "many.a.v1", "idempotency_key": "k1"},
+            {"type": "many.b.v1", "payload": {"n": 2}, "idempotency_key": "k2", "priority": 5, "max_attempts": 7,
+             "retry_base_delay": timedelta(seconds=1), "deadline": 3600},
+            {"type": "many.b.v1", "idempotency_key": "k2"},
+        ])
+        self.assertEqual([r.created for r in res], [True, False, True, False])
+        self.assertEqual(res[1].id, before.id)
+        self.assertEqual(res[3].id, res[2].id)
+        run = self.client.get(res[2].id)
+        self.assertEqual((run.priority, run.max_attempts, dict(run.payload)), (5, 7, {"n": 2}))
+        self.assertIsNotNone(run.deadline_at)
+        self.assertEqual(self.trail(res[0].id), ["created"])
+        self.assertEqual(self.client.create_many([]), [])
+        # A bad row is named and nothing is written.
+        for runs, want in [
+            ([{"type": "many.a.v1"}, {"type": "Many"}], "row 2"),
+            ([{"type": "many.a.v1", "payload": [1]}], "row 1"),
+            ([{"type": "many.a.v1"}, {"type": "many.a.v1", "payload": {"a": "x\x00y"}}], "row 2"),
+            ([{"type": "many.a.v1", "idempotency_key": "a\x00b"}], "row 1"),
+            ([{"type": "many.a.v1", "colour": "red"}], "row 1"),
+            ([{"type": "many.a.v1"}] * 10001, "at most 10000"),
+        ]:
+            with self.assertRaises(InvalidInputError) as cm:
+                self.client.create_many(runs)
+            self.assertIn(want, str(cm.exception))
+        self.assertEqual(self.sql("select count(*) from workflow.workflow_run")[0][0], 3)
+        # In the caller's transaction: rolled back with it.
+        with psycopg.connect(self.url) as conn:
+            rolled = self.client.create_many([{"type": "many.tx.v1"}], conn=conn)
+            conn.rollback()
+        with self.assertRaises(NotFoundError):
+            self.client.get(rolled[0].id)
+
     def test_signal_in_the_callers_transaction(self):
         run = self.client.create("outbox.wait.v1", {})
         with psycopg.connect(self.url) as conn:
