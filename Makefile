@@ -73,6 +73,8 @@ test-python: ## Test the Python SDK against a throwaway Postgres.
 
 .PHONY: test-chart
 test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values must fail); kustomize builds config/.
+	@$(KUBECTL) version --client >/dev/null && $(HELM) version | grep -q 'GitCommit:"[^"]' || { \
+		echo "kubectl or helm answers no version: rebuild them (rm -rf bin; make envtest)"; exit 1; }
 	$(KUBECTL) kustomize config/default > /dev/null
 	@$(KUBECTL) kustomize config/default | grep -q 'name: simple-workflow-edit' || { \
 		echo "config/default lacks the aggregated ClusterRoles"; exit 1; }
@@ -117,11 +119,13 @@ build-installer: manifests $(KUBECTL) ## Write dist/install.yaml (CRDs, RBAC, ma
 
 .PHONY: demo
 demo: envtest build ## Postgres + control plane + manager + example workers; applies config/samples. Ctrl-C stops.
-	$(GO) run ./hack/demo
+	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
+	$(LOCALBIN)/demo
 
 .PHONY: demo-env
 demo-env: envtest ## Only Postgres and the control plane, for development. Ctrl-C stops.
-	$(GO) run ./hack/demo -env-only
+	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
+	$(LOCALBIN)/demo -env-only
 
 ##@ Tools
 
@@ -136,15 +140,15 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 envtest: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) ## Build kube-apiserver, etcd, kubectl and helm from Go modules into bin/.
 
 $(HELM): | $(LOCALBIN)
-	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+	cd hack/tools/helm && $(GO) build -ldflags "$$(../version-ldflags.sh helm)" -o $@ helm.sh/helm/v3/cmd/helm
 
 $(KUBE_APISERVER):
 	mkdir -p $(ENVTEST_DIR)
-	cd hack/tools/kube && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+	cd hack/tools/kube && $(GO) build -ldflags "$$(../version-ldflags.sh kube)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(KUBECTL):
 	mkdir -p $(ENVTEST_DIR)
-	cd hack/tools/kube && $(GO) build -o $@ k8s.io/kubernetes/cmd/kubectl
+	cd hack/tools/kube && $(GO) build -ldflags "$$(../version-ldflags.sh kube)" -o $@ k8s.io/kubernetes/cmd/kubectl
 
 $(ETCD):
 	mkdir -p $(ENVTEST_DIR)

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -46,6 +48,7 @@ type options struct {
 	probeAddr            string
 	leaderElect          bool
 	leaderElectNamespace string
+	kubeconfig           string
 	kubeAPIQPS           float64
 	kubeAPIBurst         int
 	skipMigrations       bool
@@ -98,6 +101,7 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", env("HEALTH_PROBE_BIND_ADDRESS", ":8081"), "health probe address (env HEALTH_PROBE_BIND_ADDRESS)")
 	flag.BoolVar(&o.leaderElect, "leader-elect", envBool("LEADER_ELECT", false), "elect a leader so only one manager is active (env LEADER_ELECT)")
 	flag.StringVar(&o.leaderElectNamespace, "leader-election-namespace", env("LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader election Lease (env LEADER_ELECTION_NAMESPACE)")
+	flag.StringVar(&o.kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig file of the cluster; in a Pod the in-cluster config is used when unset (env KUBECONFIG)")
 	qps, _ := strconv.ParseFloat(env("KUBE_API_QPS", "200"), 64)
 	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", qps, "Kubernetes API queries per second (env KUBE_API_QPS)")
 	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 400), "Kubernetes API burst (env KUBE_API_BURST)")
@@ -143,9 +147,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	log := ctrl.Log.WithName("setup")
 	ctx := ctrl.SetupSignalHandler()
+	ctrl.SetLogger(newQuietShutdownLogger(zap.New(zap.UseFlagOptions(&o.zap)), func() bool { return ctx.Err() != nil }))
+	log := ctrl.Log.WithName("setup")
 
 	pool, err := pgxpool.New(ctx, o.databaseURL)
 	if err != nil {
@@ -176,7 +180,10 @@ func run() error {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(workflowv1alpha1.AddToScheme(scheme))
-	cfg := ctrl.GetConfigOrDie()
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
 	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -189,6 +196,9 @@ func run() error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "simple-workflow-manager.simpleworkflow.dev",
 		LeaderElectionNamespace: o.leaderElectNamespace,
+		// Step down at once on SIGTERM, so that a standby leads without
+		// waiting for the lease to expire; the process exits right after.
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -252,4 +262,22 @@ func pingWithRetry(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// restConfig loads the Kubernetes client configuration: the kubeconfig file
+// when one is named, else the in-cluster configuration, else
+// ~/.kube/config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
+	}
+	return cfg, nil
 }

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,7 +35,16 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	var stopped []string
+	err := run(&stopped)
+	if len(stopped) > 0 {
+		// The deferred clean-ups ran in reverse order of start.
+		say("All stopped: %s", strings.Join(stopped, "; "))
+	}
+	if errors.Is(err, context.Canceled) {
+		return // interrupted while starting: what started was stopped
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -42,7 +52,9 @@ func main() {
 
 func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run() error {
+// run starts everything, and appends to stopped what its clean-ups stopped
+// or removed. Ctrl-C (SIGINT) or SIGTERM ends it without an error.
+func run(stopped *[]string) error {
 	envOnly := flag.Bool("env-only", false, "start only Postgres and the control plane")
 	bin := flag.String("bin", "bin", "directory with manager and example-worker")
 	flag.Parse()
@@ -53,7 +65,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		_ = os.RemoveAll(dir)
+		*stopped = append(*stopped, "removed the working directory "+dir)
+	}()
 	say("Working directory (logs): %s", dir)
 
 	say("Starting a throwaway Postgres")
@@ -61,7 +76,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer stopPG()
+	defer func() {
+		stopPG()
+		*stopped = append(*stopped, "Postgres stopped and its data directory removed")
+	}()
 
 	say("Starting the local control plane (kube-apiserver + etcd)")
 	crds, err := pgtest.RepoFile("config/crd/bases")
@@ -73,8 +91,8 @@ func run() error {
 		return err
 	}
 	defer func() {
-		say("Stopping the control plane")
 		_ = cp.Stop()
+		*stopped = append(*stopped, "control plane (kube-apiserver, etcd) stopped")
 	}()
 	kubectlPath := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
 
@@ -106,20 +124,32 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	manager := exec.Command(filepath.Join(*bin, "manager"), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--autoscale-interval=2s")
+	metricsAddr, err := freeLocalAddr()
+	if err != nil {
+		return err
+	}
+	manager := exec.Command(filepath.Join(*bin, "manager"), "--metrics-bind-address="+metricsAddr,
+		"--health-probe-bind-address=0", "--autoscale-interval=2s")
 	manager.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig, "DATABASE_URL="+dbURL)
 	manager.Stdout, manager.Stderr = managerLog, managerLog
+	// Its own process group: Ctrl-C reaches the demo, which stops the
+	// manager in order (SIGTERM, after the workers).
+	manager.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := manager.Start(); err != nil {
 		return fmt.Errorf("start manager (run `make build` first): %w", err)
 	}
 	defer func() {
-		say("Stopping the manager")
 		_ = manager.Process.Signal(syscall.SIGTERM)
 		_ = manager.Wait()
+		*stopped = append(*stopped, "manager stopped (SIGTERM)")
 	}()
+	say("Manager metrics: http://%s/metrics", metricsAddr)
 
 	say("Creating the example-worker Deployment; worker processes follow its replicas (no kubelet here)")
 	if err := createWorkerDeployment(ctx, c); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	follower := &devenv.ReplicaFollower{
@@ -128,6 +158,7 @@ func run() error {
 			cmd := exec.Command(filepath.Join(*bin, "example-worker"), "--type-prefixes=demo.",
 				fmt.Sprintf("--worker-id=example-worker-%d", i), "--shutdown-grace-period=5s")
 			cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("example-worker-%d.log", i))); err == nil {
 				cmd.Stdout, cmd.Stderr = f, f
 			}
@@ -144,6 +175,7 @@ func run() error {
 	defer func() {
 		stopFollow()
 		<-followDone
+		*stopped = append(*stopped, "example-worker processes stopped (SIGTERM)")
 	}()
 
 	kubectl := func(args ...string) (string, error) {
@@ -159,6 +191,9 @@ func run() error {
 	say("kubectl apply -k config/samples/")
 	out, err := kubectl("apply", "-k", samples)
 	fmt.Print(out)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("kubectl apply: %w", err)
 	}
@@ -167,6 +202,9 @@ func run() error {
 	approved := false
 	for {
 		out, err := kubectl("get", "workflowruns", "-o", "wide")
+		if ctx.Err() != nil {
+			return nil // Ctrl-C while waiting for the samples
+		}
 		if err != nil {
 			return fmt.Errorf("kubectl get workflowruns: %w: %s", err, out)
 		}
@@ -182,6 +220,9 @@ func run() error {
 			say("kubectl patch wfr order-1 --type=json -p '" + patch + "'")
 			out, err := kubectl("patch", "wfr", "order-1", "--type=json", "-p", patch)
 			fmt.Print(out)
+			if ctx.Err() != nil {
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("approve order-1: %w", err)
 			}
@@ -256,3 +297,13 @@ func createWorkerDeployment(ctx context.Context, c client.Client) error {
 }
 
 func int64p(v int64) *int64 { return &v }
+
+// freeLocalAddr returns a loopback address with a port free at this moment.
+func freeLocalAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

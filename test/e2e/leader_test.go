@@ -55,4 +55,34 @@ var _ = Describe("two manager replicas", Ordered, func() {
 		Expect(sdkPool().QueryRow(ctx, "select count(*) from workflow.workflow_run where source_namespace = $1", ns).Scan(&rows)).To(Succeed())
 		Expect(rows).To(Equal(20))
 	})
+
+	// Issue 14, item 8: a normal SIGTERM steps down at once (the lease is
+	// released, a standby leads without waiting for it to expire), exits 0
+	// and logs no error: no "leader election lost", no stack trace.
+	It("steps down at once on SIGTERM and logs nothing alarming", func() {
+		nextMetrics, nextHealth := freePort(), freePort()
+		next := start("manager-next", []string{"KUBECONFIG=" + managerKC, "DATABASE_URL=" + dbURL},
+			filepath.Join(binDir, "manager"), "--leader-elect", "--leader-election-namespace="+chartNamespace,
+			"--metrics-bind-address="+nextMetrics, "--health-probe-bind-address="+nextHealth,
+			"--autoscale-interval=1s", "--resync-period=5s")
+		Eventually(next.output, 30*time.Second).Should(MatchRegexp(`(?i)attempting to acquire leader lease`))
+
+		leader := manager
+		before := len(leader.output())
+		stopped := time.Now()
+		Expect(leader.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		state, err := leader.cmd.Process.Wait()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(state.ExitCode()).To(Equal(0), tail(leader.output(), 4000))
+		shutdown := leader.output()[before:]
+		Expect(shutdown).NotTo(ContainSubstring("leader election lost"))
+		Expect(shutdown).NotTo(MatchRegexp(`(?i)"level":"error"|\tERROR\t|stacktrace|panic`))
+
+		manager = next
+		metricsAddr, healthAddr = nextMetrics, nextHealth
+		Eventually(next.output, 10*time.Second, 100*time.Millisecond).Should(MatchRegexp(`(?i)successfully acquired lease`))
+		handover := time.Since(stopped)
+		AddReportEntry("leader handover on SIGTERM", handover.String())
+		Expect(handover).To(BeNumerically("<", 8*time.Second), "released, not left to expire (15 s)")
+	})
 })
