@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
 	"time"
 
@@ -34,7 +33,7 @@ func depthBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	if cfg.depthRuns <= 0 {
 		return nil
 	}
-	db, cleanup, err := depthDatabase(ctx, pool)
+	db, cleanup, err := benchDatabase(ctx, pool, "depth")
 	if err != nil {
 		return err
 	}
@@ -119,26 +118,28 @@ func depthBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	return nil
 }
 
-// depthDatabase returns a pool on a fresh, migrated database of the same
+// benchDatabase returns a pool on a fresh, migrated database of the same
 // server, and a function that drops it; when the server refuses, it falls
-// back to pool itself and deletes the benchmark's runs afterwards.
-func depthDatabase(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, func(), error) {
-	name := fmt.Sprintf("bench_depth_%d", time.Now().UnixNano())
+// back to pool itself and, at the end, deletes the runs whose type starts
+// with prefix.
+func benchDatabase(ctx context.Context, pool *pgxpool.Pool, prefix string) (*pgxpool.Pool, func(), error) {
+	name := fmt.Sprintf("bench_%s_%d", prefix, time.Now().UnixNano())
 	if _, err := pool.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return pool, func() {
-			_, _ = pool.Exec(context.WithoutCancel(ctx), `delete from workflow.workflow_run where type like 'depth%'`)
+			_, _ = pool.Exec(context.WithoutCancel(ctx), `delete from workflow.workflow_run where starts_with(type, $1)`, prefix)
 		}, nil
 	}
 	drop := func() {
 		_, _ = pool.Exec(context.WithoutCancel(ctx), "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)")
 	}
-	u, err := url.Parse(pool.Config().ConnString())
+	cfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
 	if err != nil {
 		drop()
 		return nil, nil, err
 	}
-	u.Path = "/" + name
-	db, err := pgxpool.New(ctx, u.String())
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = 16
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		drop()
 		return nil, nil, err

@@ -14,6 +14,8 @@
 //	river pickup latency: p50=... p90=... p99=... (n=K)
 //	engine pickup latency: p50=... p90=... p99=... (n=K)
 //	engine/river: burn-down X.XXx, pickup p50 X.XXx
+//	engine producers: C clients x S s single-row inserts: X/s with wake-ups (...), Y/s without = R; ...
+//	engine create-many: N runs in S s = X runs/s (batches of B, 4 clients)
 //	engine depth: queue_depth X ms (...), all 20 pools Y ms, ...; claim behind N other runs Z ms
 //
 // The ratio line divides the engine's figure by River's: a burn-down above
@@ -58,6 +60,11 @@ type config struct {
 	rounds      int
 	river       bool
 	depthRuns   int
+
+	producers       int
+	producerSeconds int
+	createManyRuns  int
+	createManyBatch int
 }
 
 func run() error {
@@ -73,6 +80,10 @@ func run() error {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "runs of each burn-down and pickup measurement (the median is printed)")
 	flag.BoolVar(&cfg.river, "river", true, "measure River side by side (hack/riverbench)")
 	flag.IntVar(&cfg.depthRuns, "depth-runs", 1000000, "pending runs behind the depth and claim measurements (0 skips them)")
+	flag.IntVar(&cfg.producers, "producers", 8, "clients of the single-row insert measurement")
+	flag.IntVar(&cfg.producerSeconds, "producer-seconds", 10, "seconds of single-row inserts per wake-up mode (0 skips them)")
+	flag.IntVar(&cfg.createManyRuns, "create-many-runs", 200000, "runs recorded with CreateMany (0 skips them)")
+	flag.IntVar(&cfg.createManyBatch, "create-many-batch", 5000, "runs per CreateMany call")
 	flag.Parse()
 	if cfg.rounds < 1 {
 		return fmt.Errorf("-rounds must be at least 1")
@@ -170,6 +181,12 @@ func run() error {
 		rb, eb, rp := medianBurn(riverBurn), medianBurn(engineBurn), medianPickup(riverPickup)
 		fmt.Printf("engine/river: burn-down %.2fx, pickup p50 %.2fx\n",
 			eb.perSecond()/rb.perSecond(), ep.p50.Seconds()/rp.p50.Seconds())
+	}
+	if err := producerBench(ctx, pool, cfg); err != nil {
+		return err
+	}
+	if err := createManyBench(ctx, pool, cfg); err != nil {
+		return err
 	}
 	return depthBench(ctx, pool, cfg)
 }

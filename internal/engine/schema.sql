@@ -29,6 +29,7 @@ CREATE SCHEMA workflow;
 CREATE FUNCTION workflow.active_types(p_type_prefixes text[]) RETURNS SETOF text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 begin
     return query
@@ -91,6 +92,7 @@ CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "workflow.via_function" TO 'on'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 declare
@@ -115,20 +117,16 @@ begin
         select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
     end if;
     -- The claimable types; null means every type (no prefixes, no types).
-    if p_types is not null then
-        select coalesce(array_agg(distinct t), '{}') into v_types
-        from unnest(p_types) t
-        where t is not null and (v_patterns is null or t like any (v_patterns));
-    elsif v_patterns is not null then
-        select coalesce(array_agg(t), '{}') into v_types
-        from workflow.active_types(p_type_prefixes) t;
-    end if;
-    if v_types is not null then
-        select coalesce(array_agg(t), '{}') into v_types
-        from unnest(v_types) t
+    if p_types is not null or v_patterns is not null then
+        select coalesce(array_agg(distinct c.t), '{}') into v_types
+        from (select t from unnest(p_types) t
+              where t is not null and (v_patterns is null or t like any (v_patterns))
+              union all
+              select t from workflow.active_types(p_type_prefixes) t
+              where p_types is null) c
         where not exists (
             select 1 from workflow.workflow_registry g
-            where g.workflow_name = t
+            where g.workflow_name = c.t
               and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
     end if;
 
@@ -1437,6 +1435,7 @@ $$;
 CREATE FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text DEFAULT NULL::text) RETURNS TABLE(runnable bigint, leased bigint)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 begin

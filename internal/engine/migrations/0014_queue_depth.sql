@@ -27,7 +27,8 @@ create index if not exists idx_workflow_run_claim_type
 create function workflow.active_types(p_type_prefixes text[])
 returns setof text
 language plpgsql stable security definer
-set search_path = pg_catalog, pg_temp as $$
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan as $$
 begin
     return query
     with recursive bounds as (
@@ -67,12 +68,13 @@ comment on function workflow.active_types(text[]) is
 --   leased    leased runs whose type is under one of the prefixes.
 -- A run under several of the prefixes counts once. Prefixes are literal, as
 -- in claim_runs. The cost is one index probe per type plus an index-only
--- count of the pool's own runs. (PL/pgSQL, so that a connection that asks
--- again reuses the plans.)
+-- count of the pool's own runs. (PL/pgSQL with generic plans, so that a
+-- connection that asks again reuses them instead of planning again.)
 create function workflow.queue_depth(p_type_prefixes text[], p_runtime text default null)
 returns table (runnable bigint, leased bigint)
 language plpgsql stable security definer
-set search_path = pg_catalog, pg_temp as $$
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan as $$
 #variable_conflict use_column
 begin
     return query
@@ -116,7 +118,10 @@ returns table (id uuid, type text, payload jsonb, attempt integer, max_attempts 
                deadline_at timestamptz, journal jsonb)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
-set workflow.via_function = on as $$
+set workflow.via_function = on
+-- One plan per connection: planning this statement afresh on every call
+-- would cost more than running it.
+set plan_cache_mode = force_generic_plan as $$
 #variable_conflict use_column
 declare
     v_patterns text[];
@@ -140,20 +145,16 @@ begin
         select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
     end if;
     -- The claimable types; null means every type (no prefixes, no types).
-    if p_types is not null then
-        select coalesce(array_agg(distinct t), '{}') into v_types
-        from unnest(p_types) t
-        where t is not null and (v_patterns is null or t like any (v_patterns));
-    elsif v_patterns is not null then
-        select coalesce(array_agg(t), '{}') into v_types
-        from workflow.active_types(p_type_prefixes) t;
-    end if;
-    if v_types is not null then
-        select coalesce(array_agg(t), '{}') into v_types
-        from unnest(v_types) t
+    if p_types is not null or v_patterns is not null then
+        select coalesce(array_agg(distinct c.t), '{}') into v_types
+        from (select t from unnest(p_types) t
+              where t is not null and (v_patterns is null or t like any (v_patterns))
+              union all
+              select t from workflow.active_types(p_type_prefixes) t
+              where p_types is null) c
         where not exists (
             select 1 from workflow.workflow_registry g
-            where g.workflow_name = t
+            where g.workflow_name = c.t
               and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
     end if;
 
