@@ -144,10 +144,11 @@ func producerBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 }
 
 // createManyBench records cfg.createManyRuns runs with Client.CreateMany from
-// 4 clients in batches of cfg.createManyBatch, in a database of its own. It
-// prints
+// 4 clients in batches of cfg.createManyBatch, then as many with plain
+// INSERT ... SELECT statements of the same size, for comparison, in a
+// database of its own. It prints
 //
-//	engine create-many: N runs in S s = X runs/s (batches of B, 4 clients)
+//	engine create-many: N runs in S s = X runs/s (batches of B, 4 clients); INSERT ... SELECT: Y runs/s
 func createManyBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	if cfg.createManyRuns <= 0 {
 		return nil
@@ -161,22 +162,57 @@ func createManyBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error 
 	if err != nil {
 		return err
 	}
-	const clients = 4
 	batch := make([]simpleworkflow.NewRun, cfg.createManyBatch)
 	for i := range batch {
 		batch[i] = simpleworkflow.NewRun{Type: "createmany.a.v1", Payload: map[string]any{"n": i}}
 	}
-	var next atomic.Int64
+	many, manyTime, err := inBatches(ctx, cfg, func() error {
+		_, err := client.CreateMany(ctx, batch)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	plain, plainTime, err := inBatches(ctx, cfg, func() error {
+		_, err := db.Exec(ctx, `insert into workflow.workflow_run (type, payload)
+			select 'createmany.b.v1', jsonb_build_object('n', i) from generate_series(1, $1) i`, cfg.createManyBatch)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var n int64
+	if err := db.QueryRow(ctx, `select count(*) from workflow.workflow_run where type = 'createmany.a.v1'`).Scan(&n); err != nil {
+		return err
+	}
+	if n != many {
+		return fmt.Errorf("create-many: %d runs recorded, want %d", n, many)
+	}
+	fmt.Printf("engine create-many: %d runs in %.2f s = %.0f runs/s (batches of %d, %d clients); INSERT ... SELECT: %.0f runs/s\n",
+		many, manyTime.Seconds(), float64(many)/manyTime.Seconds(), cfg.createManyBatch, createManyClients,
+		float64(plain)/plainTime.Seconds())
+	return nil
+}
+
+// createManyClients is how many clients record batches at once.
+const createManyClients = 4
+
+// inBatches calls record from createManyClients goroutines until
+// cfg.createManyRuns runs (in batches of cfg.createManyBatch) are recorded,
+// and returns how many were and how long it took.
+func inBatches(ctx context.Context, cfg config, record func() error) (int64, time.Duration, error) {
+	var next, done atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, clients)
+	errs := make(chan error, createManyClients)
 	start := time.Now()
-	for range clients {
+	for range createManyClients {
 		wg.Go(func() {
-			for next.Add(int64(len(batch))) <= int64(cfg.createManyRuns) {
-				if _, err := client.CreateMany(ctx, batch); err != nil {
+			for ctx.Err() == nil && next.Add(int64(cfg.createManyBatch)) <= int64(cfg.createManyRuns) {
+				if err := record(); err != nil {
 					errs <- err
 					return
 				}
+				done.Add(int64(cfg.createManyBatch))
 			}
 		})
 	}
@@ -184,14 +220,8 @@ func createManyBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error 
 	d := time.Since(start)
 	select {
 	case err := <-errs:
-		return err
+		return 0, 0, err
 	default:
 	}
-	var n int64
-	if err := db.QueryRow(ctx, `select count(*) from workflow.workflow_run where type = 'createmany.a.v1'`).Scan(&n); err != nil {
-		return err
-	}
-	fmt.Printf("engine create-many: %d runs in %.2f s = %.0f runs/s (batches of %d, %d clients)\n",
-		n, d.Seconds(), float64(n)/d.Seconds(), cfg.createManyBatch, clients)
-	return nil
+	return done.Load(), d, nil
 }

@@ -34,7 +34,7 @@ CREATE FUNCTION workflow.active_types(p_type_prefixes text[]) RETURNS SETOF text
 begin
     return query
     with recursive bounds as (
-        select distinct b.lo, b.lo || chr(255) as hi
+        select distinct b.lo, b.lo || chr(127) as hi
         from unnest(p_type_prefixes) p
         cross join lateral (
             select (case when right(p, 1) = '%' then left(p, -1) else p end) collate "C" as lo) b

@@ -2,11 +2,11 @@
 --
 -- Both look runs up by type through an index whose first column is the
 -- type in byte order (collation "C"): a literal type prefix is then the
--- range [prefix, prefix || chr(255)) (types are ASCII), and the distinct
--- types under a prefix are found by skipping from one type to the next in
--- that index, one probe per type. The work of a depth count or a claim is
--- then proportional to the runs of the pool's own types, not to the runs
--- queued for everyone else.
+-- range [prefix, prefix || chr(127)) (a type's characters, [a-z0-9_.], all
+-- sort below chr(127)), and the distinct types under a prefix are found by
+-- skipping from one type to the next in that index, one probe per type.
+-- The work of a depth count or a claim is then proportional to the runs of
+-- the pool's own types, not to the runs queued for everyone else.
 --
 -- idx_workflow_run_depth replaces idx_workflow_run_type_prefix (same rows,
 -- plus the status and run_at that a depth count reads without visiting the
@@ -32,7 +32,7 @@ set plan_cache_mode = force_generic_plan as $$
 begin
     return query
     with recursive bounds as (
-        select distinct b.lo, b.lo || chr(255) as hi
+        select distinct b.lo, b.lo || chr(127) as hi
         from unnest(p_type_prefixes) p
         cross join lateral (
             select (case when right(p, 1) = '%' then left(p, -1) else p end) collate "C" as lo) b
