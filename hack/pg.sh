@@ -16,6 +16,7 @@
 # they are missing and the script runs as root, Debian's postgresql package is
 # installed with apt-get. As root, the server runs as the "postgres" user.
 # PG_FSYNC=off trades durability for speed (tests only; the default is on).
+# PG_EXTRA_OPTS adds server options (e.g. "-c shared_preload_libraries=pg_stat_statements").
 set -euo pipefail
 
 log() { printf 'pg.sh: %s\n' "$*" >&2; }
@@ -98,7 +99,7 @@ start() {
   while :; do
     port=$(free_port)
     if as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${PG_FSYNC:-on} -c shared_buffers=256MB" \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${PG_FSYNC:-on} -c shared_buffers=256MB ${PG_EXTRA_OPTS:-}" \
       start >/dev/null 2>&1; then
       break
     fi

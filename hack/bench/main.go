@@ -60,6 +60,7 @@ type config struct {
 	rounds      int
 	river       bool
 	depthRuns   int
+	pgStats     bool
 
 	producers       int
 	producerSeconds int
@@ -80,6 +81,7 @@ func run() error {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "runs of each burn-down and pickup measurement (the median is printed)")
 	flag.BoolVar(&cfg.river, "river", true, "measure River side by side (hack/riverbench)")
 	flag.IntVar(&cfg.depthRuns, "depth-runs", 1000000, "pending runs behind the depth and claim measurements (0 skips them)")
+	flag.BoolVar(&cfg.pgStats, "pg-stats", false, "print the statements each engine burn-down spent its time in (pg_stat_statements; preloaded in the throwaway server)")
 	flag.IntVar(&cfg.producers, "producers", 8, "clients of the single-row insert measurement")
 	flag.IntVar(&cfg.producerSeconds, "producer-seconds", 10, "seconds of single-row inserts per wake-up mode (0 skips them)")
 	flag.IntVar(&cfg.createManyRuns, "create-many-runs", 200000, "runs recorded with CreateMany (0 skips them)")
@@ -93,6 +95,9 @@ func run() error {
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
 		os.Setenv("PG_FSYNC", "on") // measure with durable commits
+		if cfg.pgStats {
+			os.Setenv("PG_EXTRA_OPTS", "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all")
+		}
 		u, stop, err := pgtest.StartServer(ctx)
 		if err != nil {
 			return err
@@ -121,6 +126,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if cfg.pgStats {
+		if cfg.pgStats, err = statStatements(ctx, pool); err != nil {
+			return err
+		}
+		if !cfg.pgStats {
+			fmt.Fprintln(os.Stderr, "bench: -pg-stats needs pg_stat_statements in shared_preload_libraries; not printing statements")
+		}
+	}
 	var peer *river
 	if cfg.river {
 		if peer, err = newRiver(ctx, url); err != nil {
@@ -135,14 +148,14 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("river", "jobs"))
+			fmt.Fprintf(os.Stderr, "round %d: %s; WAL %d bytes/job\n", i+1, r.line("river", "jobs"), r.walPerRun())
 			riverBurn = append(riverBurn, r)
 		}
 		r, err := burnDown(ctx, pool, client, cfg)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("engine", "runs"))
+		fmt.Fprintf(os.Stderr, "round %d: %s; WAL %d bytes/run\n", i+1, r.line("engine", "runs"), r.walPerRun())
 		engineBurn = append(engineBurn, r)
 	}
 	if peer != nil {
@@ -181,6 +194,8 @@ func run() error {
 		rb, eb, rp := medianBurn(riverBurn), medianBurn(engineBurn), medianPickup(riverPickup)
 		fmt.Printf("engine/river: burn-down %.2fx, pickup p50 %.2fx\n",
 			eb.perSecond()/rb.perSecond(), ep.p50.Seconds()/rp.p50.Seconds())
+		fmt.Printf("WAL per burnt-down run: engine %d bytes, river %d bytes\n",
+			eb.walPerRun(), rb.walPerRun())
 	}
 	if err := producerBench(ctx, pool, cfg); err != nil {
 		return err
@@ -238,6 +253,15 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Cl
 		handled.Add(1)
 		return nil, nil
 	}
+	if cfg.pgStats {
+		if err := resetStatements(ctx, pool); err != nil {
+			return burnResult{}, err
+		}
+	}
+	wal0, err := walPosition(ctx, pool)
+	if err != nil {
+		return burnResult{}, err
+	}
 	start := time.Now()
 	stop, err := startPollers(ctx, client, cfg, "bench.noop.", noop, "bench.noop.v1")
 	if err != nil {
@@ -263,7 +287,20 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Cl
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return burnResult{n: cfg.runs, elapsed: time.Since(start), workers: cfg.pollers * cfg.concurrency}, nil
+	res := burnResult{n: cfg.runs, elapsed: time.Since(start), workers: cfg.pollers * cfg.concurrency}
+	wal1, err := walPosition(ctx, pool)
+	if err != nil {
+		return burnResult{}, err
+	}
+	res.walBytes = wal1 - wal0
+	if cfg.pgStats {
+		fmt.Fprintf(os.Stderr, "WAL from %X/%X to %X/%X (pg_waldump --stats=record -s ... -e ... shows what it holds)\n",
+			wal0>>32, uint32(wal0), wal1>>32, uint32(wal1))
+		if err := printStatements(ctx, pool, os.Stderr, cfg.runs); err != nil {
+			return burnResult{}, err
+		}
+	}
+	return res, nil
 }
 
 // pickupLatency times cfg.latencyN single inserts on an idle queue, each to

@@ -9,9 +9,10 @@ import (
 // burnResult is one burn-down: n runs (or jobs) done in elapsed by workers
 // concurrent handlers.
 type burnResult struct {
-	n       int
-	elapsed time.Duration
-	workers int
+	n        int
+	elapsed  time.Duration
+	workers  int
+	walBytes int64 // WAL the server wrote meanwhile
 }
 
 func (r burnResult) perSecond() float64 { return float64(r.n) / r.elapsed.Seconds() }
@@ -22,6 +23,9 @@ func (r burnResult) line(who, unit string) string {
 	return fmt.Sprintf("%s burn-down: %d %s in %.2f s = %.0f %s/s (workers=%d)",
 		who, r.n, unit, r.elapsed.Seconds(), r.perSecond(), unit, r.workers)
 }
+
+// walPerRun is the WAL written per run (or job) of the burn-down.
+func (r burnResult) walPerRun() int64 { return r.walBytes / int64(r.n) }
 
 // medianBurn returns the result of median throughput.
 func medianBurn(rs []burnResult) burnResult {

@@ -92,6 +92,7 @@ func (r *river) run(ctx context.Context, args ...string) (string, error) {
 
 var (
 	riverBurnLine   = regexp.MustCompile(`river burn-down: (\d+) jobs in ([0-9.]+) s = ([0-9.]+) jobs/s \(workers=(\d+)\)`)
+	riverWALLine    = regexp.MustCompile(`river burn-down WAL: (\d+) bytes`)
 	riverPickupLine = regexp.MustCompile(`river pickup latency: p50=(\S+) p90=(\S+) p99=(\S+) \(n=(\d+)\)`)
 )
 
@@ -110,6 +111,9 @@ func (r *river) burnDown(ctx context.Context, n int) (burnResult, error) {
 	secs, _ := strconv.ParseFloat(m[2], 64)
 	res.elapsed = time.Duration(secs * float64(time.Second))
 	res.workers, _ = strconv.Atoi(m[4])
+	if m := riverWALLine.FindStringSubmatch(out); m != nil {
+		res.walBytes, _ = strconv.ParseInt(m[1], 10, 64)
+	}
 	return res, nil
 }
 

@@ -7,6 +7,7 @@
 // (-mode) and prints one of these lines:
 //
 //	river burn-down: N jobs in S s = X jobs/s (workers=W)
+//	river burn-down WAL: B bytes in all
 //	river pickup latency: p50=... p90=... p99=... (n=K)
 //
 // hack/bench builds and runs it against a database of its own beside the

@@ -78,6 +78,10 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	if _, err := pool.Exec(ctx, "vacuum analyze river_job"); err != nil {
 		return fmt.Errorf("vacuum river_job: %w", err)
 	}
+	wal0, err := walPosition(ctx, pool)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start client: %w", err)
@@ -103,8 +107,13 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		time.Sleep(2 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	wal1, err := walPosition(ctx, pool)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("river burn-down: %d jobs in %.2f s = %.0f jobs/s (workers=%d)\n",
 		cfg.jobs, elapsed.Seconds(), float64(cfg.jobs)/elapsed.Seconds(), cfg.workers)
+	fmt.Printf("river burn-down WAL: %d bytes in all\n", wal1-wal0)
 	return nil
 }
 
@@ -148,6 +157,15 @@ func pickupLatency(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	}
 	fmt.Printf("river pickup latency: p50=%s p90=%s p99=%s (n=%d)\n", q(0.50), q(0.90), q(0.99), len(samples))
 	return nil
+}
+
+// walPosition returns the server's current WAL insert position in bytes.
+func walPosition(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var lsn int64
+	if err := pool.QueryRow(ctx, "select (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	return lsn, nil
 }
 
 func stopClient(c *river.Client[pgx.Tx]) {

@@ -256,7 +256,9 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          and r.status = 'leased'
+          -- status = 'leased', written so that the batch is found by primary
+          -- key and never through the partial index of leased runs.
+          and coalesce(r.status, '') = 'leased'
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
         returning r.id, r.attempt, r.parent_id
@@ -522,7 +524,8 @@ CREATE TABLE workflow.workflow_run (
     CONSTRAINT workflow_run_type_format CHECK (((char_length(type) <= 253) AND (type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'::text))),
     CONSTRAINT workflow_run_wait_kind_valid CHECK (((wait_kind IS NULL) OR (wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'child'::text, 'dag'::text])))),
     CONSTRAINT workflow_run_wait_not_leased CHECK (((wait_kind IS NULL) OR (status <> 'leased'::text)))
-);
+)
+WITH (fillfactor='50');
 
 --
 -- Name: TABLE workflow_run; Type: COMMENT; Schema: workflow; Owner: -
@@ -1886,7 +1889,8 @@ CREATE TABLE workflow.workflow_registry (
     CONSTRAINT workflow_registry_name_format CHECK (((char_length(workflow_name) <= 253) AND (workflow_name ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'::text))),
     CONSTRAINT workflow_registry_runtime_or_steps CHECK (((runtime IS NULL) <> (definition IS NULL))),
     CONSTRAINT workflow_registry_runtime_valid CHECK ((runtime = ANY (ARRAY['go'::text, 'python'::text])))
-);
+)
+WITH (autovacuum_analyze_threshold='0', autovacuum_analyze_scale_factor='0');
 
 --
 -- Name: TABLE workflow_registry; Type: COMMENT; Schema: workflow; Owner: -
