@@ -239,9 +239,11 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
     -- The workflows (DAG runs, durable parents) of the runs finishing here,
     -- locked first and in id order: ending a workflow locks it before its
     -- steps, so a step's end must not lock them the other way round.
+    -- Looked up by primary key: as a join (enable_nestloop is off here) the
+    -- parents were found by reading the whole table.
     select 1 from workflow.workflow_run p
-    where p.id in (select c.parent_id from workflow.workflow_run c
-                   where c.id = any (p_ids) and c.parent_id is not null)
+    where p.id = any (array(select c.parent_id from workflow.workflow_run c
+                            where c.id = any (p_ids) and c.parent_id is not null))
     order by p.id
     for update of p;
     with req as (
