@@ -99,6 +99,10 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 bench: ## Benchmark the engine side by side with River (DATABASE_URL, else a throwaway Postgres).
 	$(GO) run ./hack/bench
 
+.PHONY: soak
+soak: ## Steady load at half the burn-down for 10 minutes (-duration via SOAK_ARGS), retention 1m; sizes and dead tuples every minute.
+	$(GO) run ./hack/soak $(SOAK_ARGS)
+
 .PHONY: bench-operator
 bench-operator: envtest ## Benchmark the operator: 1,000 WorkflowRuns at once, memory with 10,000 cached.
 	$(GO) run ./hack/scalebench

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// tableSize is what a table occupies and how many dead tuples it holds.
+type tableSize struct {
+	table, indexes int64 // bytes (the table includes its TOAST)
+	live, dead     int64
+}
+
+func (s tableSize) String() string {
+	const mib = 1 << 20
+	return fmt.Sprintf("%.1f+%.1f MiB (live %d, dead %d)",
+		float64(s.table)/mib, float64(s.indexes)/mib, s.live, s.dead)
+}
+
+func sizes(ctx context.Context, pool *pgxpool.Pool) (run, event tableSize, err error) {
+	rows, err := pool.Query(ctx, `
+		select c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid),
+		       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0)
+		from pg_class c
+		join pg_namespace n on n.oid = c.relnamespace
+		left join pg_stat_user_tables s on s.relid = c.oid
+		where n.nspname = 'workflow' and c.relname in ('workflow_run', 'workflow_event')`)
+	if err != nil {
+		return run, event, fmt.Errorf("read table sizes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var s tableSize
+		if err := rows.Scan(&name, &s.table, &s.indexes, &s.live, &s.dead); err != nil {
+			return run, event, fmt.Errorf("scan table sizes: %w", err)
+		}
+		if name == "workflow_run" {
+			run = s
+		} else {
+			event = s
+		}
+	}
+	return run, event, rows.Err()
+}
+
+// sample is one reporting interval.
+type sample struct {
+	elapsed   time.Duration // since the load began
+	perSecond float64
+	p50, p99  time.Duration
+	run       tableSize
+	event     tableSize
+}
+
+// soak runs the steady load for cfg.duration and prints a line every
+// cfg.interval, then a verdict comparing the last interval with the first.
+func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error {
+	lctx, stopLoad := context.WithTimeout(ctx, cfg.duration)
+	defer stopLoad()
+	loadErr := make(chan error, 1)
+	go func() { loadErr <- produce(lctx, pool, cfg.rate) }()
+
+	var samples []sample
+	t := time.NewTicker(cfg.interval)
+	defer t.Stop()
+	last, lastAt := w.started.Load(), time.Now()
+	begin := lastAt
+	w.takeLatencies()
+	for {
+		select {
+		case <-lctx.Done():
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		now, at := w.started.Load(), time.Now()
+		lat := w.takeLatencies()
+		s := sample{elapsed: at.Sub(begin).Round(time.Second), perSecond: float64(now-last) / at.Sub(lastAt).Seconds(),
+			p50: quantile(lat, 0.5), p99: quantile(lat, 0.99)}
+		last, lastAt = now, at
+		var err error
+		if s.run, s.event, err = sizes(ctx, pool); err != nil {
+			return err
+		}
+		samples = append(samples, s)
+		fmt.Printf("soak %s: %.0f runs/s, pickup p50=%s p99=%s, workflow_run %s, workflow_event %s\n",
+			s.elapsed, s.perSecond, s.p50, s.p99, s.run, s.event)
+		if lctx.Err() != nil {
+			break
+		}
+	}
+	if err := <-loadErr; err != nil {
+		return err
+	}
+	printVerdict(samples, cfg.retention+cfg.retentionInterval)
+	return nil
+}
+
+// printVerdict compares the last interval with the first: throughput and p99
+// pickup with the first interval, sizes with the first interval that ended
+// after the retention window (before it, the tables fill up as they should).
+func printVerdict(samples []sample, window time.Duration) {
+	if len(samples) < 2 {
+		return
+	}
+	first, final := samples[0], samples[len(samples)-1]
+	fmt.Printf("soak last/first: throughput %.2fx, pickup p99 %.2fx\n",
+		final.perSecond/first.perSecond, ratio(final.p99, first.p99))
+	for _, s := range samples[:len(samples)-1] {
+		if s.elapsed <= window {
+			continue
+		}
+		fmt.Printf("soak sizes at %s against %s (after the retention window): workflow_run %.2fx, workflow_event %.2fx\n",
+			final.elapsed, s.elapsed,
+			float64(final.run.table+final.run.indexes)/float64(s.run.table+s.run.indexes),
+			float64(final.event.table+final.event.indexes)/float64(s.event.table+s.event.indexes))
+		return
+	}
+	fmt.Printf("soak sizes: the run was too short to compare sizes after the %s retention window\n", window)
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a.Seconds() / b.Seconds()
+}
