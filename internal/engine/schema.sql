@@ -527,7 +527,7 @@ CREATE TABLE workflow.workflow_run (
     CONSTRAINT workflow_run_wait_kind_valid CHECK (((wait_kind IS NULL) OR (wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'child'::text, 'dag'::text])))),
     CONSTRAINT workflow_run_wait_not_leased CHECK (((wait_kind IS NULL) OR (status <> 'leased'::text)))
 )
-WITH (fillfactor='50');
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
 
 --
 -- Name: TABLE workflow_run; Type: COMMENT; Schema: workflow; Owner: -
@@ -722,16 +722,21 @@ CREATE FUNCTION workflow.delete_finished_runs(p_before timestamp with time zone,
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     with doomed as (
-        select r.id from workflow.workflow_run r
+        select r.ctid from workflow.workflow_run r
         where r.finished_at < p_before
           and r.status in ('succeeded', 'failed', 'cancelled')
-          and not exists (select 1 from workflow.workflow_run p
-                          where p.id = r.parent_id and p.dag is not null)
+          and (r.parent_id is null
+               or not exists (select 1 from workflow.workflow_run p
+                              where p.id = r.parent_id and p.dag is not null))
         order by r.finished_at
         limit p_limit
         for update skip locked
     ), deleted as (
-        delete from workflow.workflow_run r using doomed d where r.id = d.id returning 1
+        -- By the row's address: the row is locked (above) until the end of
+        -- this statement, so it cannot move.
+        delete from workflow.workflow_run r
+        where r.ctid = any (array(select d.ctid from doomed d))
+        returning 1
     )
     select count(*) from deleted
 $$;
@@ -1852,7 +1857,8 @@ CREATE TABLE workflow.workflow_event (
     data jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     CONSTRAINT workflow_event_type_valid CHECK ((event_type = ANY (ARRAY['created'::text, 'leased'::text, 'started'::text, 'heartbeat'::text, 'succeeded'::text, 'failed'::text, 'retried'::text, 'cancelled'::text, 'waiting'::text, 'woken'::text, 'signal_received'::text])))
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_cost_delay='0', autovacuum_vacuum_insert_scale_factor='0.02');
 
 --
 -- Name: TABLE workflow_event; Type: COMMENT; Schema: workflow; Owner: -
@@ -2074,6 +2080,12 @@ CREATE INDEX idx_workflow_run_claim ON workflow.workflow_run USING btree (priori
 --
 
 CREATE INDEX idx_workflow_run_claim_type ON workflow.workflow_run USING btree (type COLLATE "C", priority, created_at) WHERE ((status = 'pending'::text) AND (deleted_at IS NULL));
+
+--
+-- Name: idx_workflow_run_dag; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_dag ON workflow.workflow_run USING btree (id) WHERE (dag IS NOT NULL);
 
 --
 -- Name: idx_workflow_run_deadline; Type: INDEX; Schema: workflow; Owner: -
