@@ -219,9 +219,24 @@ begin
         raise exception 'create_runs: row %: payload must be a JSON object', v_bad.o using errcode = '22023';
     end if;
 
-    select array_agg(nullif(k, '') order by o) into v_keys
-    from unnest(coalesce(p_idempotency_keys, array_fill(null::text, array[n]))) with ordinality u(k, o);
     select array_agg(gen_random_uuid()) into v_ids from generate_series(1, n);
+    if p_idempotency_keys is null or not exists (select 1 from unnest(p_idempotency_keys) k where k <> '') then
+        -- No keys: every row is a new run.
+        insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
+                                           retry_base_delay, retry_max_delay, deadline_at)
+        select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()),
+               coalesce(t.max_attempts, 3),
+               t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
+               now() + t.deadline_ms * interval '1 millisecond'
+        from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms)
+             with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms, ord)
+        order by t.ord;
+        return query select u.o::integer, u.id, true from unnest(v_ids) with ordinality u(id, o);
+        return;
+    end if;
+    select array_agg(nullif(k, '') order by o) into v_keys
+    from unnest(p_idempotency_keys) with ordinality u(k, o);
 
     -- The first row of each key (a later row with the same key gets its
     -- run); a key already taken records nothing.
