@@ -237,8 +237,11 @@ type WorkflowRunStatus struct {
 	// LastEventID is the last audit event reported as a Kubernetes Event.
 	// +optional
 	LastEventID int64 `json:"lastEventID,omitempty"`
-	// Conditions: Accepted (the run is in the inbox), Finished (with reason
-	// Succeeded, Failed or Cancelled), Blocked (its type is disabled),
+	// Conditions: Accepted (the run is in the inbox; reason Deduplicated
+	// when it is another object's run), Finished (with reason Succeeded,
+	// Failed or Cancelled, saying how it was cancelled), Blocked (its type is
+	// disabled), Unserved (while it waits for a worker: true when nothing
+	// declared serves its type), CancelRequested (what spec.cancel did),
 	// ResultTruncated and SignalsSent (false once a signal was refused).
 	// +optional
 	// +listType=map

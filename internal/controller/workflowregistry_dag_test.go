@@ -72,7 +72,8 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 		Expect(got.RetryBaseDelayMs).To(BeEquivalentTo(1500))
 		Expect(got.RetryMaxDelayMs).To(BeEquivalentTo(60000))
 		Expect(e.Definition.Steps[3].DependsOn).To(Equal([]string{"b", "c"}))
-		Expect(registryEntry(prefix + ".plain.v1")().Runtime).To(Equal("go"))
+		// The entries of one registry are written one by one.
+		Eventually(registryEntry(prefix + ".plain.v1")).Should(HaveField("Runtime", "go"))
 
 		Eventually(func(g Gomega) {
 			got := getRegistry(ns, "dags")
