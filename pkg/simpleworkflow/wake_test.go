@@ -11,8 +11,10 @@ import (
 
 // A producer that commits while another transaction announces the same
 // type sends no notification of its own; the worker, woken by the other
-// one's, claims once more shortly after it and finds the run (its poll
-// interval is a minute, so only that follow-up can have found it).
+// one's, claims once more shortly after it. Here the run falls due a second
+// after it is recorded, so the claim the notification triggers finds
+// nothing, and only the follow-up claim can find it before the poll
+// interval (a minute) passes.
 func TestPollerClaimsAgainAfterANotification(t *testing.T) {
 	defer simpleworkflow.SetWakeFollowUp(2 * time.Second)() // not parallel: it changes a package setting
 	b := setup(t)
@@ -23,34 +25,30 @@ func TestPollerClaimsAgainAfterANotification(t *testing.T) {
 			started <- task.ID
 			return nil, nil
 		}})
-	claimedSince := func(since time.Time) func() (bool, error) {
-		return func() (bool, error) {
-			var listening, polled int
-			err := pool.QueryRow(b.ctx, `select count(*) filter (where query ilike 'listen%'),
-                    count(*) filter (where query like '%claim_runs%' and state = 'idle' and state_change > $1)
-                from pg_stat_activity where datname = current_database()`, since).Scan(&listening, &polled)
-			return listening > 0 && polled > 0, err
-		}
-	}
-	waitFor(t, 10*time.Second, "the worker to listen and poll once", claimedSince(time.Time{}))
+	waitFor(t, 10*time.Second, "the worker to listen and poll once", func() (bool, error) {
+		var listening, polled int
+		err := pool.QueryRow(b.ctx, `select count(*) filter (where query ilike 'listen%'),
+                count(*) filter (where query like '%claim_runs%' and state = 'idle')
+            from pg_stat_activity where datname = current_database()`).Scan(&listening, &polled)
+		return listening > 0 && polled > 0, err
+	})
 
 	// Another transaction is announcing follow.up.v1: it holds the type's
-	// wake lock, and its notification arrives.
+	// wake lock while the producer commits, then its notification arrives.
 	holder, err := pool.Acquire(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Release()
-	var notifiedAt time.Time
-	if err := holder.QueryRow(b.ctx, `select now() from (select pg_advisory_lock(hashtext('workflow_run_created:' || $1), hashtext($1)),
-		pg_notify('workflow_run_created', $1)) n`, "follow.up.v1").Scan(&notifiedAt); err != nil {
+	const key = `hashtext('workflow_run_created:' || $1), hashtext($1)`
+	if _, err := holder.Exec(b.ctx, `select pg_advisory_lock(`+key+`)`, "follow.up.v1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the worker to claim on the notification", claimedSince(notifiedAt))
-
-	// Now the producer commits, without a notification of its own.
-	res, err := b.client.Create(b.ctx, "follow.up.v1", nil, nil)
+	res, err := b.client.Create(b.ctx, "follow.up.v1", nil, &simpleworkflow.CreateOptions{RunAt: time.Now().Add(time.Second)})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(b.ctx, `select pg_notify('workflow_run_created', $1), pg_advisory_unlock(`+key+`)`, "follow.up.v1"); err != nil {
 		t.Fatal(err)
 	}
 	select {
