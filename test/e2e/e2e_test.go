@@ -157,7 +157,7 @@ spec: {type: demo.echo.v1, payload: [1, 2, 3]}
 		Eventually(func() int {
 			return strings.Count(phases("e2e-crash")(), "=Pending") +
 				strings.Count(phases("e2e-crash")(), "=Running")
-		}, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">", 0))
+		}, 60*time.Second, 20*time.Millisecond).Should(BeNumerically(">", 0))
 		manager.stop(syscall.SIGKILL)
 		manager = startManager()
 		Eventually(func() int { return strings.Count(phases("e2e-crash")(), "=Succeeded") }, 120*time.Second).Should(Equal(n))
