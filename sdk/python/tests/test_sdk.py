@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import unittest
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 
@@ -114,6 +114,32 @@ class ClientTest(InboxTest):
             conn.rollback()
         with self.assertRaises(NotFoundError):
             self.client.get(rolled[0].id)
+
+    def test_poller_claims_again_after_a_notification(self):
+        # A producer that commits while another transaction announces the same
+        # type sends no notification of its own; the poller claims once more
+        # WAKE_FOLLOW_UP after the other one's. The run falls due a second after
+        # it is recorded, so only that follow-up claim can find it before the
+        # poll interval (a minute).
+        from simpleworkflow import poller as poller_module
+        saved = poller_module.WAKE_FOLLOW_UP
+        poller_module.WAKE_FOLLOW_UP = 2.0
+        self.addCleanup(setattr, poller_module, "WAKE_FOLLOW_UP", saved)
+        started = []
+        poller, _, _ = self.start_poller(type_prefixes=["follow."], worker_id="py-follow", poll_interval=60)
+        poller.handle("follow.up.v1", lambda run: started.append(run.id))
+        wait_for(lambda: self.sql(
+            "select count(*) filter (where query ilike 'listen%%') > 0"
+            " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
+            " from pg_stat_activity where datname = current_database()")[0][0],
+            timeout=10, what="the worker to listen and poll once")
+        key = "hashtext('workflow_run_created:' || %s), hashtext(%s)"
+        with psycopg.connect(self.url, autocommit=True) as holder:
+            holder.execute(f"select pg_advisory_lock({key})", ("follow.up.v1", "follow.up.v1"))
+            res = self.client.create("follow.up.v1", {}, run_at=datetime.now(timezone.utc) + timedelta(seconds=1))
+            holder.execute(f"select pg_notify('workflow_run_created', %s), pg_advisory_unlock({key})",
+                           ("follow.up.v1", "follow.up.v1", "follow.up.v1"))
+        wait_for(lambda: started == [res.id], timeout=20, what="the follow-up claim to start the run")
 
     def test_signal_in_the_callers_transaction(self):
         run = self.client.create("outbox.wait.v1", {})
