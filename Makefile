@@ -19,6 +19,11 @@ KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
 ETCD ?= $(ENVTEST_DIR)/etcd
 KUBECTL ?= $(ENVTEST_DIR)/kubectl
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+
+# Images (make image): podman or docker, tagged with the chart's appVersion.
+CONTAINER_ENGINE ?= podman
+IMAGE_REGISTRY ?= ghcr.io/simple-workflow
+export CONTAINER_ENGINE IMAGE_REGISTRY
 export KUBEBUILDER_ASSETS ?= $(ENVTEST_DIR)
 export HELM
 
@@ -64,7 +69,7 @@ check-generated: manifests generate ## Fail when committed generated files are s
 		git --no-pager diff --stat -- config api charts internal/engine/schema.sql; exit 1; fi
 
 .PHONY: test
-test: fmt-check vet check-generated envtest test-chart test-python ## Run every test (real Postgres, real kube-apiserver, e2e).
+test: fmt-check vet check-generated envtest test-chart test-python container-engine ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
 	$(GO) test -count=1 -timeout 40m ./...
 
 .PHONY: test-python
@@ -94,6 +99,11 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 	@tag=$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml); \
 		grep -q "^appVersion: \"$$tag\"$$" charts/simple-workflow/Chart.yaml && grep -q "example-worker:$$tag\"" hack/demo/main.go || { \
 		echo "image tags differ: config/manager newTag $$tag, the chart's appVersion and hack/demo must match"; exit 1; }
+	@repo=$$(sed -n 's/^ *newName: *//p' config/manager/kustomization.yaml); \
+		built=$$(sed -n 's/^registry=.*IMAGE_REGISTRY:-\([^}]*\)}$$/\1/p' hack/image.sh); \
+		[ "$$repo" = "$$built/manager" ] && grep -q "^  repository: $$built/manager$$" charts/simple-workflow/values.yaml && \
+		grep -q "^    repository: $$built/example-worker$$" charts/simple-workflow/values.yaml && grep -q "\"$$built/example-worker:" hack/demo/main.go || { \
+		echo "image names differ: make image builds $$built/manager and $$built/example-worker; the chart, config/manager ($$repo) and hack/demo must use them"; exit 1; }
 
 .PHONY: bench
 bench: ## Benchmark the engine side by side with River (DATABASE_URL, else a throwaway Postgres).
@@ -113,6 +123,18 @@ bench-operator: envtest ## Benchmark the operator: 1,000 WorkflowRuns at once, m
 build: ## Build the manager and the example worker into bin/.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 	$(GO) build -o $(LOCALBIN)/example-worker ./cmd/example-worker
+
+.PHONY: image
+image: $(if $(filter podman,$(CONTAINER_ENGINE)),container-engine) ## Build the images ghcr.io/simple-workflow/{manager,example-worker}:<appVersion> (no network needed; docs/images.md).
+	hack/image.sh
+
+.PHONY: image-context
+image-context: ## Only build bin/image/ (static binaries, CA certificates, /etc/passwd), the Dockerfile's build context.
+	hack/image.sh context
+
+.PHONY: container-engine
+container-engine: ## Install podman and runc when missing (Debian, as root) and write the podman settings that work here.
+	@hack/podman.sh
 
 .PHONY: build-installer
 build-installer: manifests $(KUBECTL) ## Write dist/install.yaml (CRDs, RBAC, manager) from config/default.

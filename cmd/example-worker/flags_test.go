@@ -34,3 +34,12 @@ func TestHelpDoesNotPrintTheDatabaseURL(t *testing.T) {
 		t.Fatalf("-help printed the password:\n%s", help)
 	}
 }
+
+// -version needs no database: it is how an image's worker says its build.
+func TestVersionNeedsNoDatabase(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	o, err := parseFlags([]string{"-version"})
+	if err != nil || !o.printVersion {
+		t.Fatalf("-version: %+v %v", o, err)
+	}
+}

@@ -45,6 +45,7 @@ type options struct {
 	gracePeriod   time.Duration
 	reapInterval  time.Duration
 	migrate       bool
+	printVersion  bool
 }
 
 func envString(key, def string) string {
@@ -96,8 +97,12 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.gracePeriod, "shutdown-grace-period", envDuration("SHUTDOWN_GRACE_PERIOD", simpleworkflow.DefaultShutdownGracePeriod), "time in-flight runs may finish after SIGTERM (env SHUTDOWN_GRACE_PERIOD)")
 	fs.DurationVar(&o.reapInterval, "reap-interval", envDuration("REAP_INTERVAL", simpleworkflow.DefaultReapInterval), "how often expired leases are reclaimed (env REAP_INTERVAL)")
 	fs.BoolVar(&o.migrate, "migrate", envBool("MIGRATE", false), "apply the schema migrations before starting (env MIGRATE)")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.printVersion {
+		return o, nil
 	}
 	if o.databaseURL == "" {
 		o.databaseURL = envString("DATABASE_URL", "")
@@ -133,7 +138,12 @@ func run() error {
 		}
 		return err
 	}
+	if o.printVersion {
+		fmt.Printf("example-worker %s (revision %s)\n", version, revision)
+		return nil
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log.Info("Starting example-worker", "version", version, "revision", revision)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
