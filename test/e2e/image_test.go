@@ -274,6 +274,7 @@ var _ = Describe("the manager and example worker images", Ordered, func() {
 		// Whatever happens below, a manager process leads again afterwards,
 		// for the suite's later specs and its clean-up.
 		DeferCleanup(func() {
+			By("handing leadership back to a manager process; the image's manager exits 0 on SIGTERM")
 			metricsAddr, healthAddr = freePort(), freePort()
 			manager = startManager()
 			Eventually(manager.output, 30*time.Second).Should(MatchRegexp(`(?i)attempting to acquire leader lease`))
@@ -336,7 +337,8 @@ var _ = Describe("the manager and example worker images", Ordered, func() {
 				"metadata: {name: image-echo-%d}\nspec: {type: demo.echo.v1, payload: {i: %d}}\n", i, i)
 		}
 		manifest.WriteString("---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n" +
-			"metadata: {name: image-fail-once}\nspec: {type: demo.fail.v1, payload: {failTimes: 1}}\n")
+			"metadata: {name: image-fail-once}\nspec: {type: demo.fail.v1, payload: {failTimes: 1}, maxAttempts: 2, retryPolicy: {baseDelay: 1s}}\n")
+		By("creating WorkflowRuns: they reach Succeeded through the image's manager and worker")
 		mustKubectl("apply", "-n", ns, "-f", writeManifest("image-runs.yaml", manifest.String()))
 		Eventually(phases(ns)).Should(Equal("image-echo-0=Succeeded image-echo-1=Succeeded image-echo-2=Succeeded image-fail-once=Succeeded"))
 		Expect(mustKubectl("get", "workflowrun", "image-echo-1", "-n", ns, "-o", "jsonpath={.status.result}")).To(MatchJSON(`{"i":1}`))
