@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -101,36 +103,57 @@ func TestClaimReadsOnlyItsOwnTypes(t *testing.T) {
 	b.create(t, engine.CreateParams{Type: "mine_x.a.v1", Priority: prio(1)}) // not under "mine."
 
 	for _, types := range [][]string{nil, {"mine.a.v1", "mine.b.v1", "other.t1.v1"}} {
-		tx, err := b.pool.Begin(b.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := tx.Query(b.ctx, `select id from workflow.claim_runs('w', '{mine.}', 'go', 3, 30000, $1)`, types)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var got []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
+		read := rowsRead(t, b, func(tx pgx.Tx) error {
+			rows, err := tx.Query(b.ctx, `select id from workflow.claim_runs('w', '{mine.}', 'go', 3, 30000, $1)`, types)
+			if err != nil {
+				return err
 			}
-			got = append(got, id)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		var fetched int64
-		if err := tx.QueryRow(b.ctx, `select pg_stat_get_xact_tuples_fetched('workflow.workflow_run'::regclass)`).Scan(&fetched); err != nil {
-			t.Fatal(err)
-		}
-		_ = tx.Rollback(b.ctx)
+			got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
 		if len(got) != 3 || got[0] != b1 || got[1] != a2 || got[2] != a1 {
 			t.Errorf("types %v: claimed %v, want %v (priority, then age, across types)", types, got, []string{b1, a2, a1})
 		}
-		if fetched > 100 {
-			t.Errorf("types %v: the claim fetched %d rows of workflow_run; it should read only its own types' runs", types, fetched)
+		if read > 100 {
+			t.Errorf("types %v: the claim read %d rows of workflow_run; it should read only its own types' runs", types, read)
 		}
 	}
 	_ = b2
+
+	// The depth of the pool reads its own types' runs only, not the 20,000
+	// others.
+	var runnable, leased int64
+	read := rowsRead(t, b, func(tx pgx.Tx) error {
+		return tx.QueryRow(b.ctx, `select runnable, leased from workflow.queue_depth('{mine.}', 'go')`).Scan(&runnable, &leased)
+	})
+	if runnable != 4 || leased != 0 || read > 100 {
+		t.Errorf("queue_depth(mine.) = %d runnable, %d leased, reading %d rows of workflow_run; want 4, 0, a few rows", runnable, leased, read)
+	}
+}
+
+// rowsRead runs do in a transaction (rolled back) on a connection of its
+// own, whose statistics start from nothing, and returns how many rows of
+// workflow_run it read (by sequential scans, and fetched through indexes).
+func rowsRead(t *testing.T, b *bundle, do func(pgx.Tx) error) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	tx, err := conn.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if err := do(tx); err != nil {
+		t.Fatal(err)
+	}
+	var read int64
+	if err := tx.QueryRow(b.ctx, `select pg_stat_get_xact_tuples_returned('workflow.workflow_run'::regclass)
+		+ pg_stat_get_xact_tuples_fetched('workflow.workflow_run'::regclass)`).Scan(&read); err != nil {
+		t.Fatal(err)
+	}
+	return read
 }

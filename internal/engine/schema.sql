@@ -27,9 +27,10 @@ CREATE SCHEMA workflow;
 --
 
 CREATE FUNCTION workflow.active_types(p_type_prefixes text[]) RETURNS SETOF text
-    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER ROWS 10
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET jit TO 'off'
     AS $$
 begin
     return query
@@ -93,6 +94,9 @@ CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "workflow.via_function" TO 'on'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET jit TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 #variable_conflict use_column
 declare
@@ -140,7 +144,7 @@ begin
                 select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
                 from workflow.workflow_run r
                 where r.type collate "C" = t.type
-                  and r.status = 'pending'
+                  and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
                   and r.deleted_at is null
                   and r.run_at <= now()
                   and (r.deadline_at is null or r.deadline_at > now())
@@ -1461,6 +1465,7 @@ CREATE FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text DEFA
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET jit TO 'off'
     AS $$
 #variable_conflict use_column
 begin
@@ -2094,7 +2099,7 @@ CREATE INDEX idx_workflow_run_claim ON workflow.workflow_run USING btree (priori
 -- Name: idx_workflow_run_claim_type; Type: INDEX; Schema: workflow; Owner: -
 --
 
-CREATE INDEX idx_workflow_run_claim_type ON workflow.workflow_run USING btree (type COLLATE "C", priority, created_at) WHERE ((status = 'pending'::text) AND (deleted_at IS NULL));
+CREATE INDEX idx_workflow_run_claim_type ON workflow.workflow_run USING btree (type COLLATE "C", priority, created_at) WHERE ((COALESCE(status, ''::text) = 'pending'::text) AND (deleted_at IS NULL));
 
 --
 -- Name: idx_workflow_run_dag; Type: INDEX; Schema: workflow; Owner: -

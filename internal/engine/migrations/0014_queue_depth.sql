@@ -17,18 +17,24 @@ drop index if exists workflow.idx_workflow_run_type_prefix;
 create index if not exists idx_workflow_run_depth
     on workflow.workflow_run (type collate "C", status, run_at)
     where status in ('pending', 'leased') and deleted_at is null;
+-- Its predicate names the status as coalesce(status, '') (status is never
+-- null, so the rows are the same): a claim of given types states it that
+-- way, which only this index's predicate matches, so that the claim never
+-- walks idx_workflow_run_claim (all pending runs in claim order) filtering
+-- by type, whatever the statistics say.
 create index if not exists idx_workflow_run_claim_type
     on workflow.workflow_run (type collate "C", priority, created_at)
-    where status = 'pending' and deleted_at is null;
+    where coalesce(status, '') = 'pending' and deleted_at is null;
 
 -- The types of pending or leased runs under the given literal type prefixes
 -- (a trailing "%" is dropped, as prefix_pattern does; "_" and "%" inside are
 -- literal). Each prefix costs one index probe per type found under it.
 create function workflow.active_types(p_type_prefixes text[])
 returns setof text
-language plpgsql stable security definer
+language plpgsql stable security definer rows 10
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan as $$
+set plan_cache_mode = force_generic_plan
+set jit = off as $$
 begin
     return query
     with recursive bounds as (
@@ -69,12 +75,14 @@ comment on function workflow.active_types(text[]) is
 -- A run under several of the prefixes counts once. Prefixes are literal, as
 -- in claim_runs. The cost is one index probe per type plus an index-only
 -- count of the pool's own runs. (PL/pgSQL with generic plans, so that a
--- connection that asks again reuses them instead of planning again.)
+-- connection that asks again reuses them instead of planning again, and
+-- without JIT, which would compile those plans for longer than they run.)
 create function workflow.queue_depth(p_type_prefixes text[], p_runtime text default null)
 returns table (runnable bigint, leased bigint)
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan as $$
+set plan_cache_mode = force_generic_plan
+set jit = off as $$
 #variable_conflict use_column
 begin
     return query
@@ -120,8 +128,15 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 set workflow.via_function = on
 -- One plan per connection: planning this statement afresh on every call
--- would cost more than running it.
-set plan_cache_mode = force_generic_plan as $$
+-- would cost more than running it. No JIT: compiling a generic plan's
+-- expressions (its row estimates are guesses) takes hundreds of
+-- milliseconds, for a statement that runs in one.
+set plan_cache_mode = force_generic_plan
+set jit = off
+-- A generic plan guesses how many candidates there are; they are at most
+-- p_limit, each found by primary key: never hash the whole table for them.
+set enable_hashjoin = off
+set enable_mergejoin = off as $$
 #variable_conflict use_column
 declare
     v_patterns text[];
@@ -168,7 +183,7 @@ begin
                 select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
                 from workflow.workflow_run r
                 where r.type collate "C" = t.type
-                  and r.status = 'pending'
+                  and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
                   and r.deleted_at is null
                   and r.run_at <= now()
                   and (r.deadline_at is null or r.deadline_at > now())
