@@ -97,14 +97,20 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error
 	if err := <-loadErr; err != nil {
 		return err
 	}
-	printVerdict(samples, cfg.retention+cfg.retentionInterval)
+	printVerdict(samples, cfg.retention+cfg.retentionInterval+2*autovacuumNaptime)
 	return nil
 }
 
+// autovacuumNaptime is Postgres's default autovacuum_naptime: dead tuples
+// pile up for about this long before autovacuum comes back to a table.
+const autovacuumNaptime = time.Minute
+
 // printVerdict compares the last interval with the first: throughput and p99
 // pickup with the first interval, sizes with the first interval that ended
-// after the retention window (before it, the tables fill up as they should).
-func printVerdict(samples []sample, window time.Duration) {
+// after settle (the retention window and two autovacuum rounds: before
+// that, the tables fill up with the window's runs and their dead versions,
+// as they should).
+func printVerdict(samples []sample, settle time.Duration) {
 	if len(samples) < 2 {
 		return
 	}
@@ -112,16 +118,16 @@ func printVerdict(samples []sample, window time.Duration) {
 	fmt.Printf("soak last/first: throughput %.2fx, pickup p99 %.2fx\n",
 		final.perSecond/first.perSecond, ratio(final.p99, first.p99))
 	for _, s := range samples[:len(samples)-1] {
-		if s.elapsed <= window {
+		if s.elapsed <= settle {
 			continue
 		}
-		fmt.Printf("soak sizes at %s against %s (after the retention window): workflow_run %.2fx, workflow_event %.2fx\n",
+		fmt.Printf("soak sizes at %s against %s (after the retention window and two autovacuum rounds): workflow_run %.2fx, workflow_event %.2fx\n",
 			final.elapsed, s.elapsed,
 			float64(final.run.table+final.run.indexes)/float64(s.run.table+s.run.indexes),
 			float64(final.event.table+final.event.indexes)/float64(s.event.table+s.event.indexes))
 		return
 	}
-	fmt.Printf("soak sizes: the run was too short to compare sizes after the %s retention window\n", window)
+	fmt.Printf("soak sizes: the run was too short to compare sizes after %s (the retention window and two autovacuum rounds)\n", settle)
 }
 
 func ratio(a, b time.Duration) float64 {
