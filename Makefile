@@ -85,7 +85,9 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "config/default lacks the aggregated ClusterRoles"; exit 1; }
 	$(KUBECTL) kustomize config/samples > /dev/null
 	$(HELM) lint charts/simple-workflow --set database.url=postgres://x
-	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set replicaCount=2 --set metrics.serviceMonitor.enabled=true --set networkPolicy.enabled=true
+	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set replicaCount=2 --set metrics.serviceMonitor.enabled=true \
+		--set networkPolicy.apiServerCIDRs[0]=10.0.0.1/32 --set networkPolicy.databaseEgress[0].ipBlock.cidr=10.20.0.0/16
+	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set networkPolicy.enabled=false
 	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set exampleWorker.database.existingSecret=worker-db --set rbac.aggregateRoles=false
 	$(HELM) template sw charts/simple-workflow --set database.existingSecret=db > /dev/null
 	@$(HELM) template sw charts/simple-workflow --set database.existingSecret=db | grep -q 'rbac.authorization.k8s.io/aggregate-to-edit: "true"' || { \
@@ -94,6 +96,14 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "rbac.aggregateRoles=false still rendered the aggregated ClusterRoles"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set manager.retenton=1h >/dev/null 2>&1; then \
 		echo "values.schema.json accepted a misspelt value"; exit 1; fi
+	@for bad in networkPolicy.apiServerCIDR[0]=10.0.0.1/32 networkPolicy.apiServerCIDRs[0]=10.0.0.1 networkPolicy.databaseEgress[0].ipblock.cidr=10.0.0.0/8 \
+		resources.limits.ephemeral_storage=1Gi resources.limit.memory=1Gi exampleWorker.resources.requests.memory=lots; do \
+		if $(HELM) template sw charts/simple-workflow --set database.url=x --set "$$bad" >/dev/null 2>&1; then \
+			echo "values.schema.json accepted $$bad"; exit 1; fi; done
+	@$(HELM) template sw charts/simple-workflow --set database.url=x --set exampleWorker.enabled=true | grep -c '^kind: NetworkPolicy$$' | grep -qx 2 || { \
+		echo "the chart did not render the NetworkPolicies of the manager and the example worker by default"; exit 1; }
+	@$(HELM) template sw charts/simple-workflow --set database.url=x --set exampleWorker.enabled=true | grep -c '^ *ephemeral-storage: ' | grep -qx 4 || { \
+		echo "the manager and the example worker lack ephemeral-storage requests and limits"; exit 1; }
 	@if $(HELM) template sw charts/simple-workflow >/dev/null 2>&1; then \
 		echo "the chart rendered without a database"; exit 1; fi
 	@tag=$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml); \

@@ -51,3 +51,18 @@ app.kubernetes.io/component: manager
 {{- printf "%s-database" (include "simple-workflow.fullname" .) }}
 {{- end }}
 {{- end }}
+
+{{/* Egress rules of every NetworkPolicy of the release: DNS and Postgres. */}}
+{{- define "simple-workflow.networkPolicy.commonEgress" -}}
+# DNS.
+- ports:
+  - {port: 53, protocol: UDP}
+  - {port: 53, protocol: TCP}
+# Postgres.
+- ports:
+  - {port: {{ .Values.networkPolicy.databasePort }}, protocol: TCP}
+  {{- with .Values.networkPolicy.databaseEgress }}
+  to:
+    {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
