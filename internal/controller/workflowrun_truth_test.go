@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -120,6 +121,36 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		Eventually(func() *metav1.Condition {
 			return condition(getRun(ns, "lonely")().Status.Conditions, controller.ConditionUnserved)
 		}).Should(BeNil())
+	})
+
+	It("says when the only worker pool covering a run's type cannot be scaled", func() {
+		Expect(k8sClient.Create(ctx, newRun(ns, "stranded", "nobody.stranded.v1", nil))).To(Succeed())
+		reg := &workflowv1alpha1.WorkflowRegistry{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stranded-reg"},
+			Spec: workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{
+				{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "no-such-deployment"}, Runtime: workflowv1alpha1.RuntimeGo,
+					TypePrefixes: []string{"nobody.stranded."}, MaxReplicas: 3},
+			}},
+		}
+		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
+		// The autoscaler finds the target missing and says so on the pool.
+		scaler := &controller.Autoscaler{Client: k8sClient, Engine: eng, Recorder: discardRecorder{},
+			Log: ctrl.Log.WithName("autoscaler"), Namespace: ns}
+		Eventually(func(g Gomega) {
+			g.Expect(scaler.Evaluate(ctx)).To(Succeed())
+			var got workflowv1alpha1.WorkflowRegistry
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(reg), &got)).To(Succeed())
+			g.Expect(got.Status.Workers).NotTo(BeEmpty())
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := condition(getRun(ns, "stranded")().Status.Conditions, controller.ConditionUnserved)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(controller.ReasonWorkerPoolNotReady))
+			g.Expect(c.Message).To(And(
+				HavePrefix("workflow type nobody.stranded.v1 is covered only by worker pool no-such-deployment (WorkflowRegistry "+ns+"/stranded-reg), which cannot be scaled"),
+				ContainSubstring("does not exist")))
+		}).Should(Succeed())
 	})
 
 	It("shows a waiting retry as Retrying with its next attempt time", func() {
