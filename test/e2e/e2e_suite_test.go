@@ -211,7 +211,10 @@ var _ = BeforeSuite(func() {
 	root, err := pgtest.RepoFile(".")
 	Expect(err).NotTo(HaveOccurred())
 	for out, pkg := range map[string]string{"manager": "./cmd", "example-worker": "./cmd/example-worker"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)
+		// Built as the images' binaries are (hack/image.sh): static and
+		// -trimpath, so the image spec's build finds every package compiled.
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(binDir, out), pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Dir = root
 		b, err := cmd.CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "go build %s: %s", pkg, b)
