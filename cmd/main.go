@@ -49,6 +49,7 @@ type options struct {
 	leaderElect          bool
 	leaderElectNamespace string
 	kubeconfig           string
+	printVersion         bool
 	kubeAPIQPS           float64
 	kubeAPIBurst         int
 	skipMigrations       bool
@@ -112,9 +113,13 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 16), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
 	flag.DurationVar(&o.deletionGracePeriod, "deletion-grace-period", envDuration("DELETION_GRACE_PERIOD", controller.DefaultDeletionGracePeriod), "how long the deletion of a WorkflowRun or WorkflowRegistry waits for an unreachable database before its finalizer is removed anyway (env DELETION_GRACE_PERIOD)")
 	flag.DurationVar(&o.autoscaleInterval, "autoscale-interval", envDuration("AUTOSCALE_INTERVAL", controller.DefaultAutoscaleInterval), "evaluate worker pools this often, besides on new runs (env AUTOSCALE_INTERVAL)")
+	flag.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	o.zap.BindFlags(flag)
 	if err := flag.Parse(args); err != nil {
 		return o, err
+	}
+	if o.printVersion {
+		return o, nil
 	}
 
 	if o.databaseURL == "" {
@@ -146,6 +151,10 @@ func run() error {
 	}
 	if err != nil {
 		return err
+	}
+	if o.printVersion {
+		fmt.Printf("manager %s (revision %s)\n", version, revision)
+		return nil
 	}
 	ctx := ctrl.SetupSignalHandler()
 	ctrl.SetLogger(newQuietShutdownLogger(zap.New(zap.UseFlagOptions(&o.zap)), func() bool { return ctx.Err() != nil }))
@@ -245,7 +254,7 @@ func run() error {
 	}); err != nil {
 		return err
 	}
-	log.Info("Starting manager")
+	log.Info("Starting manager", "version", version, "revision", revision)
 	return mgr.Start(ctx)
 }
 

@@ -105,3 +105,27 @@ func TestHelpDoesNotPrintTheDatabaseURL(t *testing.T) {
 		t.Fatalf("--help printed the password:\n%s", help)
 	}
 }
+
+// The manager takes --kubeconfig like every controller-runtime manager, and
+// says which file it could not load.
+func TestKubeconfigFlag(t *testing.T) {
+	o, err := parseFlags([]string{"--kubeconfig=/nowhere/kubeconfig"}, envMap(map[string]string{"DATABASE_URL": "postgres://x"}))
+	if err != nil || o.kubeconfig != "/nowhere/kubeconfig" {
+		t.Fatalf("--kubeconfig not taken: %+v %v", o, err)
+	}
+	if _, err := restConfig(o.kubeconfig); err == nil || !strings.Contains(err.Error(), "/nowhere/kubeconfig") {
+		t.Fatalf("a missing kubeconfig must be named in the error: %v", err)
+	}
+	o, err = parseFlags(nil, envMap(map[string]string{"DATABASE_URL": "postgres://x", "KUBECONFIG": "/env/kubeconfig"}))
+	if err != nil || o.kubeconfig != "/env/kubeconfig" {
+		t.Fatalf("KUBECONFIG not taken: %+v %v", o, err)
+	}
+}
+
+// --version answers without a database URL.
+func TestVersionFlagNeedsNoDatabase(t *testing.T) {
+	o, err := parseFlags([]string{"--version"}, envMap(map[string]string{}))
+	if err != nil || !o.printVersion {
+		t.Fatalf("--version: %+v %v", o, err)
+	}
+}
