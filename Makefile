@@ -74,7 +74,7 @@ test: fmt-check vet check-generated envtest test-chart test-python container-eng
 
 .PHONY: test-python
 test-python: ## Test the Python SDK against a throwaway Postgres.
-	PY=$$(hack/python-deps.sh) && $$PY -W error::ResourceWarning -m unittest discover -s sdk/python -t sdk/python -p 'test_*.py' -v
+	PY=$$(hack/python-deps.sh --dev) && $$PY -W error::ResourceWarning -m unittest discover -s sdk/python -t sdk/python -p 'test_*.py' -v
 
 .PHONY: test-chart
 test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values must fail); kustomize builds config/.

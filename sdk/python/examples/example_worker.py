@@ -36,11 +36,11 @@ COUNTER_DDL = """create table if not exists public.demo_step_counter (
     run_id uuid not null, step text not null, n integer not null, primary key (run_id, step))"""
 
 
-def echo(run: RunContext):
+def echo(run: RunContext) -> Dict[str, Any]:
     return dict(run.payload)
 
 
-def sleep(run: RunContext):
+def sleep(run: RunContext) -> Dict[str, Any]:
     seconds = run.payload.get("seconds", 0)
     if not isinstance(seconds, (int, float)) or not 0 <= seconds <= 86400:
         raise PermanentError(f"seconds must be between 0 and 86400, got {seconds!r}")
@@ -49,7 +49,7 @@ def sleep(run: RunContext):
     return {"sleptSeconds": seconds}
 
 
-def fail_times(run: RunContext):
+def fail_times(run: RunContext) -> Dict[str, Any]:
     n = run.payload.get("failTimes", 0)
     if run.attempt <= n:
         raise RuntimeError(f"planned failure {run.attempt} of {n}")

@@ -15,6 +15,10 @@ Every transition calls one of the inbox's SQL functions, so a Python worker
 behaves exactly like a Go worker and leaves the same audit trail.
 """
 
+# The package's version, the only place it is written (pyproject.toml reads
+# it); the same as the release's appVersion in charts/simple-workflow.
+__version__ = "0.1.0"
+
 from .client import (
     MAX_CREATE_MANY,
     MAX_STEP_NAME_LENGTH,
@@ -41,6 +45,7 @@ from .errors import (
 from .poller import IntentPoller
 
 __all__ = [
+    "__version__",
     "MAX_CREATE_MANY",
     "MAX_STEPS",
     "MAX_STEP_NAME_LENGTH",

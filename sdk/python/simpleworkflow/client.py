@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import psycopg
 
@@ -72,7 +72,7 @@ def _create_params(
     retry_base_delay: Optional[timedelta],
     retry_max_delay: Optional[timedelta],
     deadline: Optional[Duration],
-) -> dict:
+) -> Dict[str, Any]:
     """The checked parameters of one run to create (InvalidInputError when one is bad)."""
     if not isinstance(workflow_type, str):
         raise InvalidInputError(f"type must be a string, got {workflow_type!r}")
@@ -247,7 +247,7 @@ class Client:
     connection unless ``connect`` supplies them (for example from a pool).
     """
 
-    def __init__(self, conninfo: str = "", connect: Optional[Callable[[], psycopg.Connection]] = None) -> None:
+    def __init__(self, conninfo: str = "", connect: Optional[Callable[[], psycopg.Connection[Any]]] = None) -> None:
         if not conninfo and connect is None:
             raise InvalidInputError("a connection string (or a connect function) is required")
         self._conninfo = conninfo
@@ -265,7 +265,7 @@ class Client:
         retry_base_delay: Optional[timedelta] = None,
         retry_max_delay: Optional[timedelta] = None,
         deadline: Optional[Duration] = None,
-        conn: Optional[psycopg.Connection] = None,
+        conn: Optional[psycopg.Connection[Any]] = None,
     ) -> CreateResult:
         """Record an intent. When this returns, the run is durable and will run eventually.
 
@@ -290,7 +290,7 @@ class Client:
             return self._insert(own, params, idempotency_key)
 
     def create_many(
-        self, runs: Sequence[Mapping[str, Any]], *, conn: Optional[psycopg.Connection] = None
+        self, runs: Sequence[Mapping[str, Any]], *, conn: Optional[psycopg.Connection[Any]] = None
     ) -> List[CreateResult]:
         """Record a batch of runs (at most MAX_CREATE_MANY) in one round trip.
 
@@ -347,7 +347,7 @@ class Client:
         return [CreateResult(id=i, created=c) for i, c in zip(row[0], row[1])]
 
     @staticmethod
-    def _insert(conn: psycopg.Connection, params: Mapping[str, Any], idempotency_key: Optional[str]) -> CreateResult:
+    def _insert(conn: psycopg.Connection[Any], params: Mapping[str, Any], idempotency_key: Optional[str]) -> CreateResult:
         row = conn.execute(_INSERT, params).fetchone()
         if row is not None:
             return CreateResult(id=row[0], created=True)
@@ -376,7 +376,8 @@ class Client:
             run_at = row[5]
             wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
                         until=run_at if run_at < FAR_FUTURE else None)
-        return Run(*row[:16], deadline_at=row[16], parent_id=row[17], parent_step=row[18], wait=wait)
+        fields: List[Any] = [*row[:19], wait]  # Run's fields in order, wait last
+        return Run(*fields)
 
     def steps(self, run_id: str) -> List[JournalStep]:
         """Return a run's journal in the order its code reached the steps."""
@@ -390,7 +391,7 @@ class Client:
         name: str,
         payload: Any = None,
         idempotency_key: Optional[str] = None,
-        conn: Optional[psycopg.Connection] = None,
+        conn: Optional[psycopg.Connection[Any]] = None,
     ) -> SignalResult:
         """Send signal ``name`` with ``payload`` (any JSON value; None for none) to a run.
 

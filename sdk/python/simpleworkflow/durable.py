@@ -109,7 +109,7 @@ class RunContext:
         lease_token: Optional[int] = None,
         deadline_at: Optional[datetime] = None,
         journal: Optional[List[Mapping[str, Any]]] = None,
-        connect: Optional[Callable[[], psycopg.Connection]] = None,
+        connect: Optional[Callable[[], psycopg.Connection[Any]]] = None,
         on_park: Optional[Callable[[Optional[datetime]], None]] = None,
     ) -> None:
         self.id = run_id
@@ -312,7 +312,7 @@ class RunContext:
             if status in ("started", "duplicate"):
                 self._remember(_Entry(name=name, position=pos, kind=KIND_CHILD, outcome=outcome, output=output,
                                       error=error, child_id=child_id))
-                return child_id
+                return str(child_id)
             if status == "lease_lost":
                 self._cancel(REASON_LEASE_LOST)
                 raise StoppedError(f'start child "{name}": {REASON_LEASE_LOST}', REASON_LEASE_LOST)
@@ -419,9 +419,9 @@ class RunContext:
             self._signals[name] = n
         return name if n == 1 else f"{name}:{n}"
 
-    def _sql(self, query: str, params: tuple) -> tuple:
+    def _sql(self, query: str, params: Tuple[Any, ...]) -> Tuple[Any, ...]:
         assert self._connect is not None
-        row = self._connect().execute(query, params).fetchone()
+        row: Optional[Tuple[Any, ...]] = self._connect().execute(query, params).fetchone()
         assert row is not None
         return row
 

@@ -99,7 +99,7 @@ class IntentPoller:
         self._stopping = threading.Event()
         self._closed = threading.Event()
         self._local = threading.local()
-        self._conns: List[psycopg.Connection] = []
+        self._conns: List[psycopg.Connection[Any]] = []
         self._timers: List[threading.Timer] = []
 
     # Registration -----------------------------------------------------------
@@ -159,7 +159,7 @@ class IntentPoller:
                 self._conns.clear()
         log.info(json.dumps({"msg": "Worker stopped", "worker_id": self.worker_id}))
 
-    def _connect_until_ready(self) -> Optional[psycopg.Connection]:
+    def _connect_until_ready(self) -> Optional[psycopg.Connection[Any]]:
         """Connect, retrying with backoff while the database is unreachable; None once stopping."""
         backoff = 0.05
         while not self._stopping.is_set():
@@ -172,7 +172,7 @@ class IntentPoller:
                 backoff = min(backoff * 2, 5.0)
         return None
 
-    def _claim_loop(self, conn: psycopg.Connection, pool: ThreadPoolExecutor) -> None:
+    def _claim_loop(self, conn: psycopg.Connection[Any], pool: ThreadPoolExecutor) -> None:
         lease_ms = int(self.lease_duration * 1000)
         while not self._stopping.is_set():
             with self._lock:
@@ -214,7 +214,7 @@ class IntentPoller:
             self._wake.wait(self.poll_interval)
             self._wake.clear()
 
-    def _conn(self) -> psycopg.Connection:
+    def _conn(self) -> psycopg.Connection[Any]:
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed:
             conn = psycopg.connect(self.conninfo, autocommit=True)
@@ -373,7 +373,7 @@ class IntentPoller:
         interval = self.lease_duration / 3
         lease_ms = int(self.lease_duration * 1000)
         last_reap = 0.0
-        conn: Optional[psycopg.Connection] = None
+        conn: Optional[psycopg.Connection[Any]] = None
         while not self._closed.wait(interval):
             try:
                 if conn is None or conn.closed:
