@@ -139,10 +139,11 @@ type WorkflowRunPhase string
 
 // The phases of a WorkflowRun.
 const (
-	// PhasePending: waiting for a worker (first attempt or a retry).
+	// PhasePending: waiting for a worker (no attempt failed yet).
 	PhasePending WorkflowRunPhase = "Pending"
-	// PhaseRetrying: an attempt failed; the next one waits for its backoff
-	// (status.nextAttemptAt says until when).
+	// PhaseRetrying: an attempt failed and the next one has not started:
+	// it waits for its backoff (status.nextAttemptAt says until when), or
+	// for a worker once it is due.
 	PhaseRetrying WorkflowRunPhase = "Retrying"
 	// PhaseRunning: leased by a worker.
 	PhaseRunning WorkflowRunPhase = "Running"

@@ -47,6 +47,9 @@ func cancelDescription(d eventData) string {
 		}
 	case "parent_ended":
 		msg = "cancelled because its parent run " + d.ParentID + " ended"
+		if d.ParentID == "" {
+			msg = "cancelled because its parent run ended"
+		}
 	case "deleted":
 		msg = "cancelled because its inbox row was deleted"
 	default:

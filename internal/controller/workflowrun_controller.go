@@ -72,6 +72,9 @@ func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	log := logf.FromContext(ctx)
 	var wfr workflowv1alpha1.WorkflowRun
 	if err := r.Get(ctx, req.NamespacedName, &wfr); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Followers.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !wfr.DeletionTimestamp.IsZero() {
@@ -136,7 +139,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		return ctrl.Result{}, err
 	}
 	blockedBy := disabledBy(run, entry)
-	unserved, err := r.unserved(ctx, run, entry)
+	unserved, err := r.unserved(ctx, run, entry, wfr.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

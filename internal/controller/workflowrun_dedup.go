@@ -11,14 +11,15 @@ import (
 
 // recordedFrom returns the namespace/name of the WorkflowRun the run was
 // recorded from when that is another object than wfr (wfr was deduplicated
-// onto it through its idempotency key), or "".
+// onto it through its idempotency key), or "". An object recreated under
+// the same name, which adopted its predecessor's run, is the same object
+// here: the run's notifications already name it.
 func recordedFrom(run engine.Run, wfr *workflowv1alpha1.WorkflowRun) string {
 	src := run.Source
 	if src == nil || src.Name == "" {
 		return ""
 	}
-	same := src.Namespace == wfr.Namespace && (src.UID == string(wfr.UID) || src.UID == "" && src.Name == wfr.Name)
-	if same {
+	if src.Namespace == wfr.Namespace && (src.UID == string(wfr.UID) || src.Name == wfr.Name) {
 		return ""
 	}
 	return src.Namespace + "/" + src.Name

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,11 +66,26 @@ func (r *WorkflowRunReconciler) newAuditEvents(ctx context.Context, wfr *workflo
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	if !run.Status.Finished() && slices.ContainsFunc(evs, isFinalEvent) {
+		// The run ended after it was read: its events wait for the next
+		// look (its end is announced), which reads both together, so the
+		// status can say how it ended.
+		return nil, nil
+	}
 	wfr.Status.LastEventID = evs[len(evs)-1].ID
 	if len(evs) > maxEventsPerReconcile {
 		evs = evs[len(evs)-maxEventsPerReconcile:]
 	}
 	return evs, nil
+}
+
+// isFinalEvent reports whether ev ended its run.
+func isFinalEvent(ev engine.Event) bool {
+	switch ev.Type {
+	case engine.EventSucceeded, engine.EventFailed, engine.EventCancelled:
+		return true
+	}
+	return false
 }
 
 // emitEvents turns audit events into Kubernetes Events on the object (never

@@ -102,10 +102,11 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		// does.
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(reg), reg)).To(Succeed())
 		reg.Spec.Workers = []workflowv1alpha1.WorkerPool{
+			// Prefixes are owned cluster-wide: each spec uses its own.
 			{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "go-workers"}, Runtime: workflowv1alpha1.RuntimeGo,
-				TypePrefixes: []string{"nobody."}, MaxReplicas: 1},
-			{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "py-workers"}, Runtime: workflowv1alpha1.RuntimePython,
 				TypePrefixes: []string{"nobody.lonely."}, MaxReplicas: 1},
+			{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "py-workers"}, Runtime: workflowv1alpha1.RuntimePython,
+				TypePrefixes: []string{"nobody.lonely.v"}, MaxReplicas: 1},
 		}
 		Expect(k8sClient.Update(ctx, reg)).To(Succeed())
 		Eventually(func(g Gomega) {
@@ -150,6 +151,35 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 			g.Expect(c.Message).To(And(
 				HavePrefix("workflow type nobody.stranded.v1 is covered only by worker pool no-such-deployment (WorkflowRegistry "+ns+"/stranded-reg), which cannot be scaled"),
 				ContainSubstring("does not exist")))
+		}).Should(Succeed())
+	})
+
+	It("names another namespace's registry but not its pool's target or errors", func() {
+		other := newNamespace()
+		Expect(k8sClient.Create(ctx, newRun(ns, "foreign", "nobody.foreign.v1", nil))).To(Succeed())
+		reg := &workflowv1alpha1.WorkflowRegistry{
+			ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "their-reg"},
+			Spec: workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{
+				{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "their-secret-deployment"}, Runtime: workflowv1alpha1.RuntimeGo,
+					TypePrefixes: []string{"nobody.foreign."}, MaxReplicas: 3},
+			}},
+		}
+		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
+		scaler := &controller.Autoscaler{Client: k8sClient, Engine: eng, Recorder: discardRecorder{},
+			Log: ctrl.Log.WithName("autoscaler"), Namespace: other}
+		Eventually(func(g Gomega) {
+			g.Expect(scaler.Evaluate(ctx)).To(Succeed())
+			var got workflowv1alpha1.WorkflowRegistry
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(reg), &got)).To(Succeed())
+			g.Expect(got.Status.Workers).NotTo(BeEmpty())
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := condition(getRun(ns, "foreign")().Status.Conditions, controller.ConditionUnserved)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(controller.ReasonWorkerPoolNotReady))
+			g.Expect(c.Message).To(ContainSubstring("a worker pool of WorkflowRegistry " + other + "/their-reg"))
+			g.Expect(c.Message).NotTo(ContainSubstring("their-secret-deployment"))
+			g.Expect(c.Message).NotTo(ContainSubstring("does not exist"))
 		}).Should(Succeed())
 	})
 

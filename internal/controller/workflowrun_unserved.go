@@ -28,7 +28,11 @@ type service struct {
 // when the run does not wait for a worker. Workers started outside the
 // operator claim runs without declaring anything, so Unserved says what is
 // declared, not that no worker can exist.
-func (r *WorkflowRunReconciler) unserved(ctx context.Context, run engine.Run, entry *engine.RegistryEntry) (*service, error) {
+//
+// A registry of another namespace is named, but not its pool's target nor
+// its autoscaler's message: the run's owner learns that something serves
+// its type, not another team's Deployments or errors.
+func (r *WorkflowRunReconciler) unserved(ctx context.Context, run engine.Run, entry *engine.RegistryEntry, namespace string) (*service, error) {
 	if run.Status != engine.StatusPending || run.Wait != nil {
 		return nil, nil
 	}
@@ -46,11 +50,19 @@ func (r *WorkflowRunReconciler) unserved(ctx context.Context, run engine.Run, en
 			if !covers(pool, run.Type) || entry != nil && entry.Runtime != "" && string(pool.Runtime) != entry.Runtime {
 				continue
 			}
-			name := fmt.Sprintf("worker pool %s (WorkflowRegistry %s/%s)", pool.ScaleTargetRef.Name, reg.Namespace, reg.Name)
+			own := reg.Namespace == namespace
+			name := fmt.Sprintf("a worker pool of WorkflowRegistry %s/%s", reg.Namespace, reg.Name)
+			if own {
+				name = fmt.Sprintf("worker pool %s (WorkflowRegistry %s/%s)", pool.ScaleTargetRef.Name, reg.Namespace, reg.Name)
+			}
 			if c := poolReady(reg, pool.ScaleTargetRef.Name); c != nil && c.Status == metav1.ConditionFalse {
 				if blocked == nil {
+					why := "its registry's status says why"
+					if own {
+						why = fmt.Sprintf("%s: %s", c.Reason, c.Message)
+					}
 					blocked = &service{unserved: true, reason: ReasonWorkerPoolNotReady, message: fmt.Sprintf(
-						"workflow type %s is covered only by %s, which cannot be scaled (%s): %s", run.Type, name, c.Reason, c.Message)}
+						"workflow type %s is covered only by %s, which cannot be scaled (%s)", run.Type, name, why)}
 				}
 				continue
 			}

@@ -126,12 +126,44 @@ func TestCancelledEventSaysHow(t *testing.T) {
 		t.Fatalf("the parent: %v", d)
 	}
 
-	// A soft delete says so (unchanged).
+	// A soft delete says so, with the label when one is set.
 	deleted := b.create(t, engine.CreateParams{Type: "cxl.a.v1"})
-	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set deleted_at = now() where id = $1", deleted); err != nil {
+	tx, err = b.pool.Begin(b.ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if d := b.cancelledEvent(t, deleted); d["reason"] != "deleted" {
+	if _, err := tx.Exec(b.ctx, "set local workflow.cancelled_by = 'cleanup-job'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, "update workflow.workflow_run set deleted_at = now() where id = $1", deleted); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := b.cancelledEvent(t, deleted); d["reason"] != "deleted" || d["by"] != "cleanup-job" {
 		t.Fatalf("soft delete: %v", d)
+	}
+
+	// A plain UPDATE cannot pass for a parent's end (no parent has ended)
+	// nor invent a reason.
+	for _, forged := range []string{"parent_ended", "deleted", "anything"} {
+		id := b.create(t, engine.CreateParams{Type: "cxl.a.v1"})
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(b.ctx, "select set_config('workflow.cancel_reason', $1, true)", forged); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(b.ctx, "update workflow.workflow_run set status = 'cancelled' where id = $1", id); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := b.cancelledEvent(t, id); d["reason"] != "plain_sql" {
+			t.Fatalf("a plain UPDATE claiming %q: %v", forged, d)
+		}
 	}
 }

@@ -396,7 +396,9 @@ begin
              with ordinality u(id, type, payload, priority, run_at, key, max_attempts, base_ms, max_ms, deadline_ms, ord)
     ) t
     where t.key is null or t.nth = 1
-    order by t.ord
+    -- In key order: two batches sharing keys wait for each other's keys in
+    -- the same order, never in a cycle.
+    order by t.key, t.ord
     on conflict (idempotency_key) do nothing;
 
     -- A new statement, so a key taken by a transaction that committed while
@@ -1129,7 +1131,14 @@ CREATE FUNCTION workflow.on_run_cancelled() RETURNS trigger
     AS $$
 declare
     v_by text := left(nullif(current_setting('workflow.cancelled_by', true), ''), 256);
+    v_reason text := coalesce(nullif(current_setting('workflow.cancel_reason', true), ''), 'plain_sql');
 begin
+    if v_reason not in ('requested', 'parent_ended')
+       or v_reason = 'parent_ended'
+          and not exists (select 1 from workflow.workflow_run p
+                          where p.id = new.parent_id and p.status in ('failed', 'cancelled')) then
+        v_reason := 'plain_sql';
+    end if;
     new.finished_at := coalesce(new.finished_at, now());
     new.lease_until := null;
     insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -1138,8 +1147,7 @@ begin
                 'previous_status', old.status, 'attempt', old.attempt,
                 'parked', old.wait_kind, 'parent_id', new.parent_id,
                 'worker_id', case when old.status = 'leased' then old.leased_by end,
-                'reason', coalesce(nullif(current_setting('workflow.cancel_reason', true), ''), 'plain_sql'),
-                'by', v_by)));
+                'reason', v_reason, 'by', v_by)));
     new.wait_kind := null;
     new.wait_step := null;
     new.wait_signal := null;
@@ -1258,7 +1266,8 @@ begin
             jsonb_strip_nulls(jsonb_build_object(
                 'previous_status', old.status, 'attempt', old.attempt, 'reason', 'deleted',
                 'parked', old.wait_kind,
-                'worker_id', case when old.status = 'leased' then old.leased_by end)));
+                'worker_id', case when old.status = 'leased' then old.leased_by end,
+                'by', left(nullif(current_setting('workflow.cancelled_by', true), ''), 256))));
     perform pg_notify('workflow_run_cancelled', new.id::text);
     return new;
 end

@@ -253,7 +253,9 @@ begin
              with ordinality u(id, type, payload, priority, run_at, key, max_attempts, base_ms, max_ms, deadline_ms, ord)
     ) t
     where t.key is null or t.nth = 1
-    order by t.ord
+    -- In key order: two batches sharing keys wait for each other's keys in
+    -- the same order, never in a cycle.
+    order by t.key, t.ord
     on conflict (idempotency_key) do nothing;
 
     -- A new statement, so a key taken by a transaction that committed while

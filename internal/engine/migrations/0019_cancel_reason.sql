@@ -7,8 +7,12 @@
 --
 -- and, when the canceller set it, by whom: the transaction setting
 -- workflow.cancelled_by (e.g. set local workflow.cancelled_by =
--- 'billing-api'), at most 256 characters, recorded as 'by'. It is a label
--- the canceller chooses, not an identity the database checked.
+-- 'billing-api'), at most 256 characters, recorded as 'by' (a soft delete
+-- records it too). It is a label the canceller chooses, not an identity the
+-- database checked. So is the difference between 'requested' and
+-- 'plain_sql': a role that may UPDATE the row could set the setting
+-- cancel_run uses. 'parent_ended' is believed only when the run's parent
+-- has ended, and 'deleted' only comes from the soft-delete trigger.
 
 create or replace function workflow.cancel_run(p_id uuid) returns boolean
 language plpgsql security definer
@@ -49,7 +53,14 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_by text := left(nullif(current_setting('workflow.cancelled_by', true), ''), 256);
+    v_reason text := coalesce(nullif(current_setting('workflow.cancel_reason', true), ''), 'plain_sql');
 begin
+    if v_reason not in ('requested', 'parent_ended')
+       or v_reason = 'parent_ended'
+          and not exists (select 1 from workflow.workflow_run p
+                          where p.id = new.parent_id and p.status in ('failed', 'cancelled')) then
+        v_reason := 'plain_sql';
+    end if;
     new.finished_at := coalesce(new.finished_at, now());
     new.lease_until := null;
     insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -58,11 +69,34 @@ begin
                 'previous_status', old.status, 'attempt', old.attempt,
                 'parked', old.wait_kind, 'parent_id', new.parent_id,
                 'worker_id', case when old.status = 'leased' then old.leased_by end,
-                'reason', coalesce(nullif(current_setting('workflow.cancel_reason', true), ''), 'plain_sql'),
-                'by', v_by)));
+                'reason', v_reason, 'by', v_by)));
     new.wait_kind := null;
     new.wait_step := null;
     new.wait_signal := null;
+    perform pg_notify('workflow_run_cancelled', new.id::text);
+    return new;
+end
+$$;
+
+create or replace function workflow.on_run_soft_deleted() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    new.status := 'cancelled';
+    new.finished_at := coalesce(new.finished_at, now());
+    new.lease_until := null;
+    new.wait_kind := null;
+    new.wait_step := null;
+    new.wait_signal := null;
+    new.updated_at := now();
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (new.id, 'cancelled',
+            jsonb_strip_nulls(jsonb_build_object(
+                'previous_status', old.status, 'attempt', old.attempt, 'reason', 'deleted',
+                'parked', old.wait_kind,
+                'worker_id', case when old.status = 'leased' then old.leased_by end,
+                'by', left(nullif(current_setting('workflow.cancelled_by', true), ''), 256))));
     perform pg_notify('workflow_run_cancelled', new.id::text);
     return new;
 end
