@@ -195,7 +195,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) error {
 		slices.SortStableFunc(st, func(x, y workflowv1alpha1.WorkerPoolStatus) int { return order[x.Name] - order[y.Name] })
 	}
 	for reg, st := range statuses {
-		if err := a.writeStatus(ctx, reg, st); err != nil {
+		if err := a.writeStatus(ctx, reg, st); err != nil && ctx.Err() == nil {
 			a.Log.Error(err, "Writing worker pool status failed", "workflowregistry", client.ObjectKeyFromObject(reg))
 		}
 	}

@@ -109,7 +109,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // latestEventID is the id of the newest audit event (0 when there is none).
 func (m *Maintenance) latestEventID(ctx context.Context) int64 {
 	id, err := m.Engine.LatestEventID(ctx)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		m.Log.Error(err, "Reading the latest audit event failed")
 	}
 	return id
@@ -118,7 +118,9 @@ func (m *Maintenance) latestEventID(ctx context.Context) int64 {
 func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, finishedSince time.Time) (int64, time.Time) {
 	counts, err := m.Engine.RunsByPrefix(ctx)
 	if err != nil {
-		m.Log.Error(err, "Refreshing run metrics failed")
+		if ctx.Err() == nil {
+			m.Log.Error(err, "Refreshing run metrics failed")
+		}
 		return lastEventID, finishedSince
 	}
 	m.Metrics.Runs.Reset()

@@ -53,6 +53,11 @@ type WorkflowRegistryReconciler struct {
 
 // Reconcile mirrors one WorkflowRegistry.
 func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcileRequest(ctx, req)
+	return endOnShutdown(ctx, res, err)
+}
+
+func (r *WorkflowRegistryReconciler) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var reg workflowv1alpha1.WorkflowRegistry
 	if err := r.Get(ctx, req.NamespacedName, &reg); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -69,6 +69,11 @@ type WorkflowRunReconciler struct {
 
 // Reconcile brings one WorkflowRun and its inbox row together.
 func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcileRequest(ctx, req)
+	return endOnShutdown(ctx, res, err)
+}
+
+func (r *WorkflowRunReconciler) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	var wfr workflowv1alpha1.WorkflowRun
 	if err := r.Get(ctx, req.NamespacedName, &wfr); err != nil {
