@@ -20,36 +20,28 @@
 # the OCI labels; the binaries carry the same version.
 
 FROM scratch AS base
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG CREATED
+# Both images inherit these; each stage adds its title and description.
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="https://github.com/simple-workflow/simple-workflow" \
+      org.opencontainers.image.url="https://github.com/simple-workflow/simple-workflow" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY bin/image/etc/passwd bin/image/etc/group /etc/
 COPY bin/image/etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 USER 65532:65532
 
 FROM base AS example-worker
-ARG VERSION=dev
-ARG REVISION=unknown
-ARG CREATED
 LABEL org.opencontainers.image.title="simple-workflow example-worker" \
-      org.opencontainers.image.description="Example worker serving the demo.* workflow types, built only from the simple-workflow Go SDK" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.source="https://github.com/simple-workflow/simple-workflow" \
-      org.opencontainers.image.url="https://github.com/simple-workflow/simple-workflow" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.description="Example worker serving the demo.* workflow types, built only from the simple-workflow Go SDK"
 COPY bin/image/example-worker /example-worker
 ENTRYPOINT ["/example-worker"]
 
 FROM base AS manager
-ARG VERSION=dev
-ARG REVISION=unknown
-ARG CREATED
 LABEL org.opencontainers.image.title="simple-workflow manager" \
-      org.opencontainers.image.description="Kubernetes operator for durable asynchronous work on Postgres (WorkflowRun, WorkflowRegistry)" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.source="https://github.com/simple-workflow/simple-workflow" \
-      org.opencontainers.image.url="https://github.com/simple-workflow/simple-workflow" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.description="Kubernetes operator for durable asynchronous work on Postgres (WorkflowRun, WorkflowRegistry)"
 COPY bin/image/manager /manager
 ENTRYPOINT ["/manager"]

@@ -55,15 +55,7 @@ func cancelDescription(d eventData) string {
 	default:
 		msg = "cancelled"
 	}
-	switch {
-	case d.Parked != "":
-		msg += " while waiting (" + string(d.Parked) + ")"
-	case d.PreviousStatus == engine.StatusLeased:
-		msg += fmt.Sprintf(" while attempt %d ran on worker %s", d.Attempt, d.WorkerID)
-	case d.PreviousStatus == engine.StatusPending:
-		msg += " while it waited for a worker"
-	}
-	return msg
+	return msg + whereItWas(d)
 }
 
 // applyCancelled says on the Finished condition of a cancelled run how it was

@@ -189,15 +189,21 @@ func deadlineMessage(d eventData) string {
 	if d.DeadlineAt != nil {
 		msg += " at " + d.DeadlineAt.UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
+	return msg + whereItWas(d)
+}
+
+// whereItWas says where a run was when an event ended it (" while …"), or
+// "" when the event does not say.
+func whereItWas(d eventData) string {
 	switch {
 	case d.Parked == waitKindDAG:
-		msg += " while its steps ran"
+		return " while its steps ran"
 	case d.Parked != "":
-		msg += " while waiting (" + string(d.Parked) + ")"
+		return " while waiting (" + string(d.Parked) + ")"
 	case d.PreviousStatus == engine.StatusLeased:
-		msg += fmt.Sprintf(" while attempt %d ran on worker %s", d.Attempt, d.WorkerID)
+		return fmt.Sprintf(" while attempt %d ran on worker %s", d.Attempt, d.WorkerID)
 	case d.PreviousStatus == engine.StatusPending:
-		msg += " while waiting for a worker"
+		return " while waiting for a worker"
 	}
-	return msg
+	return ""
 }

@@ -124,63 +124,53 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		}).Should(BeNil())
 	})
 
-	It("says when the only worker pool covering a run's type cannot be scaled", func() {
-		Expect(k8sClient.Create(ctx, newRun(ns, "stranded", "nobody.stranded.v1", nil))).To(Succeed())
+	// strandedPool declares, in namespace regNS, one worker pool for
+	// prefix whose target does not exist, and has the autoscaler report it.
+	strandedPool := func(regNS, regName, target, prefix string) {
 		reg := &workflowv1alpha1.WorkflowRegistry{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stranded-reg"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: regNS, Name: regName},
 			Spec: workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{
-				{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "no-such-deployment"}, Runtime: workflowv1alpha1.RuntimeGo,
-					TypePrefixes: []string{"nobody.stranded."}, MaxReplicas: 3},
+				{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: target}, Runtime: workflowv1alpha1.RuntimeGo,
+					TypePrefixes: []string{prefix}, MaxReplicas: 3},
 			}},
 		}
 		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
-		// The autoscaler finds the target missing and says so on the pool.
 		scaler := &controller.Autoscaler{Client: k8sClient, Engine: eng, Recorder: discardRecorder{},
-			Log: ctrl.Log.WithName("autoscaler"), Namespace: ns}
+			Log: ctrl.Log.WithName("autoscaler"), Namespace: regNS}
 		Eventually(func(g Gomega) {
 			g.Expect(scaler.Evaluate(ctx)).To(Succeed())
 			var got workflowv1alpha1.WorkflowRegistry
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(reg), &got)).To(Succeed())
 			g.Expect(got.Status.Workers).NotTo(BeEmpty())
 		}).Should(Succeed())
-		Eventually(func(g Gomega) {
-			c := condition(getRun(ns, "stranded")().Status.Conditions, controller.ConditionUnserved)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(c.Reason).To(Equal(controller.ReasonWorkerPoolNotReady))
-			g.Expect(c.Message).To(And(
+	}
+	unserved := func(name string) func() *metav1.Condition {
+		return func() *metav1.Condition {
+			return condition(getRun(ns, name)().Status.Conditions, controller.ConditionUnserved)
+		}
+	}
+
+	It("says when the only worker pool covering a run's type cannot be scaled", func() {
+		Expect(k8sClient.Create(ctx, newRun(ns, "stranded", "nobody.stranded.v1", nil))).To(Succeed())
+		strandedPool(ns, "stranded-reg", "no-such-deployment", "nobody.stranded.")
+		Eventually(unserved("stranded")).Should(And(
+			HaveField("Status", metav1.ConditionTrue),
+			HaveField("Reason", controller.ReasonWorkerPoolNotReady),
+			HaveField("Message", And(
 				HavePrefix("workflow type nobody.stranded.v1 is covered only by worker pool no-such-deployment (WorkflowRegistry "+ns+"/stranded-reg), which cannot be scaled"),
-				ContainSubstring("does not exist")))
-		}).Should(Succeed())
+				ContainSubstring("does not exist")))))
 	})
 
 	It("names another namespace's registry but not its pool's target or errors", func() {
 		other := newNamespace()
 		Expect(k8sClient.Create(ctx, newRun(ns, "foreign", "nobody.foreign.v1", nil))).To(Succeed())
-		reg := &workflowv1alpha1.WorkflowRegistry{
-			ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "their-reg"},
-			Spec: workflowv1alpha1.WorkflowRegistrySpec{Workers: []workflowv1alpha1.WorkerPool{
-				{ScaleTargetRef: workflowv1alpha1.ScaleTargetRef{Name: "their-secret-deployment"}, Runtime: workflowv1alpha1.RuntimeGo,
-					TypePrefixes: []string{"nobody.foreign."}, MaxReplicas: 3},
-			}},
-		}
-		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
-		scaler := &controller.Autoscaler{Client: k8sClient, Engine: eng, Recorder: discardRecorder{},
-			Log: ctrl.Log.WithName("autoscaler"), Namespace: other}
-		Eventually(func(g Gomega) {
-			g.Expect(scaler.Evaluate(ctx)).To(Succeed())
-			var got workflowv1alpha1.WorkflowRegistry
-			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(reg), &got)).To(Succeed())
-			g.Expect(got.Status.Workers).NotTo(BeEmpty())
-		}).Should(Succeed())
-		Eventually(func(g Gomega) {
-			c := condition(getRun(ns, "foreign")().Status.Conditions, controller.ConditionUnserved)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Reason).To(Equal(controller.ReasonWorkerPoolNotReady))
-			g.Expect(c.Message).To(ContainSubstring("a worker pool of WorkflowRegistry " + other + "/their-reg"))
-			g.Expect(c.Message).NotTo(ContainSubstring("their-secret-deployment"))
-			g.Expect(c.Message).NotTo(ContainSubstring("does not exist"))
-		}).Should(Succeed())
+		strandedPool(other, "their-reg", "their-secret-deployment", "nobody.foreign.")
+		Eventually(unserved("foreign")).Should(And(
+			HaveField("Reason", controller.ReasonWorkerPoolNotReady),
+			HaveField("Message", And(
+				ContainSubstring("a worker pool of WorkflowRegistry "+other+"/their-reg"),
+				Not(ContainSubstring("their-secret-deployment")),
+				Not(ContainSubstring("does not exist"))))))
 	})
 
 	It("shows a waiting retry as Retrying with its next attempt time", func() {
@@ -221,9 +211,9 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		Expect(err).NotTo(HaveOccurred())
 
 		want := map[string]string{
-			"by-spec":   "cancelled by spec.cancel of WorkflowRun " + ns + "/by-spec while it waited for a worker",
-			"by-sql":    "cancelled by a plain SQL UPDATE of its inbox row while it waited for a worker",
-			"by-client": "cancelled through workflow.cancel_run (an SDK client's Cancel, say) while it waited for a worker",
+			"by-spec":   "cancelled by spec.cancel of WorkflowRun " + ns + "/by-spec while waiting for a worker",
+			"by-sql":    "cancelled by a plain SQL UPDATE of its inbox row while waiting for a worker",
+			"by-client": "cancelled through workflow.cancel_run (an SDK client's Cancel, say) while waiting for a worker",
 		}
 		for name, msg := range want {
 			Eventually(func(g Gomega) {

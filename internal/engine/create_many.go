@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -54,9 +53,6 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		}
 		if p.Source != nil || p.DeadlineAt != nil {
 			return nil, fmt.Errorf("create runs: row %d: %w: a batch takes no source and no deadline instant", i+1, ErrInvalid)
-		}
-		if k := p.IdempotencyKey; strings.ContainsRune(k, 0) || !utf8.ValidString(k) {
-			return nil, fmt.Errorf("create runs: row %d: %w: idempotency key must be UTF-8 text without NUL characters", i+1, ErrInvalid)
 		}
 		types[i] = p.Type
 		payloads[i] = "{}"

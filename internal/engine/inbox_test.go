@@ -221,6 +221,10 @@ func TestConstraintsRejectBadInput(t *testing.T) {
 			`insert into workflow.workflow_run (type, max_attempts) values ('a.v1', 5000)`, "max"},
 		{"idempotency key too long", engine.CreateParams{Type: "a.v1", IdempotencyKey: strings.Repeat("k", 600)},
 			`insert into workflow.workflow_run (type, idempotency_key) values ('a.v1', repeat('k', 600))`, "idempotency"},
+		{"idempotency key with NUL", engine.CreateParams{Type: "a.v1", IdempotencyKey: "a\x00b"},
+			`insert into workflow.workflow_run (type, idempotency_key) values ('a.v1', 'a' || chr(0) || 'b')`, "without NUL"},
+		{"idempotency key not UTF-8", engine.CreateParams{Type: "a.v1", IdempotencyKey: "a\xffb"},
+			`insert into workflow.workflow_run (type, idempotency_key) values ('a.v1', convert_from('\x61ff62'::bytea, 'UTF8'))`, "UTF-8"},
 		{"retry max below base", engine.CreateParams{Type: "a.v1", RetryPolicy: &engine.RetryPolicy{BaseDelay: time.Minute, MaxDelay: time.Second}},
 			`insert into workflow.workflow_run (type, retry_base_delay, retry_max_delay) values ('a.v1', '1 minute', '1 second')`, "delay"},
 	}

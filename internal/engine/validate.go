@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // typePattern is the workflow type format, the same as the database's
@@ -65,6 +67,9 @@ func (p CreateParams) Validate() error {
 	if len(p.IdempotencyKey) > MaxIdempotencyKeyLength {
 		return fmt.Errorf("%w: idempotency key is %d characters, at most %d are allowed",
 			ErrInvalid, len(p.IdempotencyKey), MaxIdempotencyKeyLength)
+	}
+	if k := p.IdempotencyKey; strings.ContainsRune(k, 0) || !utf8.ValidString(k) {
+		return fmt.Errorf("%w: idempotency key must be UTF-8 text without NUL characters", ErrInvalid)
 	}
 	if rp := p.RetryPolicy; rp != nil {
 		if rp.BaseDelay < 0 || rp.MaxDelay < 0 {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -309,17 +308,8 @@ spec:
 	})
 
 	It("serves readiness (with Postgres) and the inbox metrics", func() {
-		get := func(url string) (int, string) {
-			resp, err := http.Get(url)
-			if err != nil {
-				return 0, err.Error()
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, string(b)
-		}
-		Eventually(func() int { code, _ := get("http://" + healthAddr + "/readyz"); return code }).Should(Equal(http.StatusOK))
-		Eventually(func() string { _, body := get("http://" + metricsAddr + "/metrics"); return body }, 30*time.Second).Should(And(
+		Eventually(func() int { code, _ := httpGet("http://" + healthAddr + "/readyz"); return code }).Should(Equal(http.StatusOK))
+		Eventually(func() string { _, body := httpGet("http://" + metricsAddr + "/metrics"); return body }, 30*time.Second).Should(And(
 			MatchRegexp(`simpleworkflow_runs\{prefix="demo",status="succeeded"\} [1-9]`),
 			MatchRegexp(`simpleworkflow_transitions_total\{event="succeeded"\} [1-9]`),
 			MatchRegexp(`simpleworkflow_run_duration_seconds_count\{prefix="demo",status="succeeded"\} [1-9]`),

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -321,18 +320,9 @@ var _ = Describe("the manager and example worker images", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(mountinfo)).To(MatchRegexp(`(?m)^\S+ \S+ \S+ \S+ / ro[, ]`), "the root filesystem is mounted read-only")
 
-		get := func(url string) (int, string) {
-			resp, err := http.Get(url)
-			if err != nil {
-				return 0, err.Error()
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, string(b)
-		}
-		Eventually(func() int { code, _ := get("http://" + imgHealth + "/readyz"); return code }).Should(Equal(http.StatusOK))
+		Eventually(func() int { code, _ := httpGet("http://" + imgHealth + "/readyz"); return code }).Should(Equal(http.StatusOK))
 		version := strings.TrimPrefix(managerImage, "ghcr.io/simple-workflow/manager:")
-		Eventually(func() string { _, body := get("http://" + imgMetrics + "/metrics"); return body }).Should(
+		Eventually(func() string { _, body := httpGet("http://" + imgMetrics + "/metrics"); return body }).Should(
 			MatchRegexp(`simpleworkflow_build_info\{goversion="go[^"]+",revision="[0-9a-f]{40}",version="` + version + `"\} 1`))
 
 		By("starting the chart's example worker from its image")
