@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
+
 	"github.com/go-logr/logr"
 )
 
@@ -8,10 +11,12 @@ import (
 // whether the lease was lost or released on purpose at shutdown.
 const leaderElectionLost = "leader election lost"
 
-// quietShutdownSink is a logr.LogSink that reports the end of leadership
-// during a shutdown the manager asked for (SIGTERM, Ctrl-C) as the info line
-// it is, instead of an error with a stack trace. An end of leadership while
-// the manager runs is still an error.
+// quietShutdownSink is a logr.LogSink that reports, during a shutdown the
+// manager asked for (SIGTERM, Ctrl-C), what the shutdown itself causes as
+// the info lines they are, instead of errors with stack traces: the end of
+// leadership, and requests cut off by the cancelled context (client-go logs
+// a response body it could no longer read). The same errors while the
+// manager runs are still errors.
 type quietShutdownSink struct {
 	logr.LogSink
 	stopping func() bool
@@ -22,10 +27,15 @@ func newQuietShutdownLogger(log logr.Logger, stopping func() bool) logr.Logger {
 	return logr.New(quietShutdownSink{LogSink: log.GetSink(), stopping: stopping})
 }
 
-// Error logs err, unless it is the end of leadership during shutdown.
+// Error logs err, unless the shutdown caused it.
 func (s quietShutdownSink) Error(err error, msg string, kv ...any) {
-	if err != nil && err.Error() == leaderElectionLost && s.stopping() {
+	switch {
+	case err == nil || !s.stopping():
+	case err.Error() == leaderElectionLost:
 		s.LogSink.Info(0, "Leadership released on shutdown")
+		return
+	case errors.Is(err, context.Canceled):
+		s.LogSink.Info(0, msg+" (cut off by the shutdown)", append(kv, "cause", err.Error())...)
 		return
 	}
 	s.LogSink.Error(err, msg, kv...)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -20,8 +22,9 @@ func TestLeadershipEndIsQuietOnlyAtShutdown(t *testing.T) {
 	stopping = true
 	log.Error(errors.New(leaderElectionLost), "error received after stop sequence was engaged")
 	log.Error(errors.New("something else"), "runnable failed")
+	log.Error(fmt.Errorf("read body: %w", context.Canceled), "Unexpected error when reading response body")
 
-	if len(lines) != 3 {
+	if len(lines) != 4 {
 		t.Fatalf("logged %d lines: %q", len(lines), lines)
 	}
 	if !strings.Contains(lines[0], `"error"="leader election lost"`) {
@@ -32,5 +35,9 @@ func TestLeadershipEndIsQuietOnlyAtShutdown(t *testing.T) {
 	}
 	if !strings.Contains(lines[2], `"error"="something else"`) {
 		t.Fatalf("other errors at shutdown stay errors: %s", lines[2])
+	}
+	if strings.Contains(lines[3], `"error"=`) || !strings.Contains(lines[3], "cut off by the shutdown") ||
+		!strings.Contains(lines[3], `"cause"="read body: context canceled"`) {
+		t.Fatalf("a request cut off by the shutdown is an info line: %s", lines[3])
 	}
 }
