@@ -117,7 +117,7 @@ func (r *WorkflowRunReconciler) reconcileRequest(ctx context.Context, req ctrl.R
 // reconcile is the list of steps for a live object.
 func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	before := wfr.DeepCopy()
-	runID, outcome, err := r.ensureMirrored(ctx, before, wfr)
+	runID, known, outcome, err := r.ensureMirrored(ctx, before, wfr)
 	if err == nil && outcome == awaitingRegistration {
 		return ctrl.Result{RequeueAfter: registrationRetryPeriod}, nil
 	}
@@ -127,14 +127,21 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		}
 		return ctrl.Result{}, err
 	}
+	signalsToSend := int(wfr.Status.SignalsSent) < len(wfr.Spec.Signals)
 	rejected, err := r.sendSignals(ctx, wfr, runID)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	run, err := r.Inbox.GetRun(ctx, runID)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("read run %s: %w", runID, err)
+	// The run as ensureMirrored read it a moment ago, unless this look
+	// recorded it or sent it signals (which may have woken it).
+	if known == nil || signalsToSend {
+		run, err := r.Inbox.GetRun(ctx, runID)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("read run %s: %w", runID, err)
+		}
+		known = &run
 	}
+	run := *known
 	if run, err = r.cancelOnSpec(ctx, wfr, run); err != nil {
 		return ctrl.Result{}, err
 	}

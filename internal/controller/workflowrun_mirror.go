@@ -129,17 +129,18 @@ const (
 	awaitingRegistration
 )
 
-// ensureMirrored returns the object's run, recording it in the inbox once; a
+// ensureMirrored returns the object's run id, and the run when it read it
+// (nil when it just recorded it), recording it in the inbox once; a
 // restarted controller finds the existing row through the idempotency key.
 // status.runID is used only when it names a run mirrored from this object;
 // otherwise the mismatch is reported and the run is found again through the
 // idempotency key.
-func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, mirrorOutcome, error) {
+func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, *engine.Run, mirrorOutcome, error) {
 	if id := wfr.Status.RunID; id != "" {
 		run, err := r.Inbox.GetRun(ctx, id)
 		switch {
 		case err == nil && mirroredFrom(run, wfr):
-			return id, mirrored, nil
+			return id, &run, mirrored, nil
 		case err == nil:
 			r.reportRunIDMismatch(ctx, wfr, id)
 		case errors.Is(err, engine.ErrNotFound) && wfr.Status.Phase.Finished():
@@ -147,12 +148,12 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr 
 			// what it said; nothing is left to read (Issue 10, item 14).
 			logf.FromContext(ctx).V(1).Info("The finished run of a WorkflowRun is no longer in the inbox; leaving it as it is",
 				"workflowrun", client.ObjectKeyFromObject(wfr), "runID", id)
-			return "", leftAlone, nil
+			return "", nil, leftAlone, nil
 		case errors.Is(err, engine.ErrNotFound), errors.Is(err, engine.ErrInvalid):
 			// No such run, or not even a run id.
 			r.reportRunIDMismatch(ctx, wfr, id)
 		default:
-			return "", mirrored, fmt.Errorf("read run %s: %w", id, err)
+			return "", nil, mirrored, fmt.Errorf("read run %s: %w", id, err)
 		}
 		wfr.Status.RunID = ""
 	}
@@ -163,56 +164,58 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr 
 	}
 	reg, err := r.pendingRegistration(ctx, wfr.Spec.Type)
 	if err != nil {
-		return "", mirrored, err
+		return "", nil, mirrored, err
 	}
 	if reg != nil {
-		return "", awaitingRegistration, r.awaitRegistration(ctx, before, wfr, reg)
+		return "", nil, awaitingRegistration, r.awaitRegistration(ctx, before, wfr, reg)
 	}
 	res, err := r.Inbox.CreateRun(ctx, createParams(wfr))
 	if errors.Is(err, engine.ErrInvalid) {
 		// The database refused the input (a payload string holding \u0000,
 		// say): retrying cannot help, the spec must change.
-		return "", leftAlone, r.refuse(ctx, before, wfr, ReasonInvalidInput,
+		return "", nil, leftAlone, r.refuse(ctx, before, wfr, ReasonInvalidInput,
 			"the inbox refused the run: "+err.Error()+"; fix the spec (recreate the object) to record it")
 	}
 	if err != nil {
-		return "", mirrored, fmt.Errorf("record run in the inbox: %w", err)
+		return "", nil, mirrored, fmt.Errorf("record run in the inbox: %w", err)
 	}
+	var known *engine.Run
 	if !res.Created {
 		run, err := r.Inbox.GetRun(ctx, res.ID)
 		if err != nil {
-			return "", mirrored, fmt.Errorf("read run holding idempotency key: %w", err)
+			return "", nil, mirrored, fmt.Errorf("read run holding idempotency key: %w", err)
 		}
 		if !adoptable(run, wfr) {
-			return "", leftAlone, r.refuse(ctx, before, wfr, ReasonIdempotencyConflict, conflictMessage(wfr))
+			return "", nil, leftAlone, r.refuse(ctx, before, wfr, ReasonIdempotencyConflict, conflictMessage(wfr))
 		}
+		known = &run
 	}
 	wfr.Status.RunID = res.ID
-	return res.ID, mirrored, nil
+	return res.ID, known, mirrored, nil
 }
 
 // findByKey returns the run holding the object's idempotency key without
 // recording one.
-func (r *WorkflowRunReconciler) findByKey(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, mirrorOutcome, error) {
+func (r *WorkflowRunReconciler) findByKey(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, *engine.Run, mirrorOutcome, error) {
 	id, err := r.Inbox.FindRunByIdempotencyKey(ctx, idempotencyKey(wfr))
 	if errors.Is(err, engine.ErrNotFound) {
-		return "", leftAlone, r.patchStatus(ctx, before, wfr)
+		return "", nil, leftAlone, r.patchStatus(ctx, before, wfr)
 	}
 	if err != nil {
-		return "", mirrored, fmt.Errorf("find run by idempotency key: %w", err)
+		return "", nil, mirrored, fmt.Errorf("find run by idempotency key: %w", err)
 	}
 	run, err := r.Inbox.GetRun(ctx, id)
 	if errors.Is(err, engine.ErrNotFound) {
-		return "", leftAlone, r.patchStatus(ctx, before, wfr)
+		return "", nil, leftAlone, r.patchStatus(ctx, before, wfr)
 	}
 	if err != nil {
-		return "", mirrored, fmt.Errorf("read run %s: %w", id, err)
+		return "", nil, mirrored, fmt.Errorf("read run %s: %w", id, err)
 	}
 	if !adoptable(run, wfr) {
-		return "", leftAlone, r.refuse(ctx, before, wfr, ReasonIdempotencyConflict, conflictMessage(wfr))
+		return "", nil, leftAlone, r.refuse(ctx, before, wfr, ReasonIdempotencyConflict, conflictMessage(wfr))
 	}
 	wfr.Status.RunID = id
-	return id, mirrored, nil
+	return id, &run, mirrored, nil
 }
 
 // conflictMessage says the key is taken without saying anything of the run
