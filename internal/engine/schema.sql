@@ -1274,6 +1274,22 @@ end
 $$;
 
 --
+-- Name: on_run_status_committing(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.on_run_status_committing() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+    if pg_try_advisory_xact_lock(hashtext('workflow_run_status'), 0) then
+        perform pg_notify('workflow_run_status', '');
+    end if;
+    return null;
+end
+$$;
+
+--
 -- Name: on_runs_deleted(); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -1865,6 +1881,41 @@ CREATE FUNCTION workflow.step_name_problem(p_name text) RETURNS text
 $_$;
 
 --
+-- Name: type_depths(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.type_depths() RETURNS TABLE(type text, runnable bigint, leased bigint, parked bigint, oldest_due timestamp with time zone)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS $$
+#variable_conflict use_column
+begin
+    return query
+    select t.type,
+           (select count(*) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'pending'
+              and r.deleted_at is null and r.run_at <= now()),
+           (select count(*) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'leased' and r.deleted_at is null),
+           (select count(*) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'pending'
+              and r.deleted_at is null and r.run_at > now()),
+           (select min(r.run_at) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'pending'
+              and r.deleted_at is null and r.run_at <= now())
+    from workflow.active_types(array['']) t(type)
+    order by t.type;
+end
+$$;
+
+--
+-- Name: FUNCTION type_depths(); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.type_depths() IS 'Runnable, leased and parked runs of every type with unfinished runs, and when its oldest runnable run became due.';
+
+--
 -- Name: lease_token_seq; Type: SEQUENCE; Schema: workflow; Owner: -
 --
 
@@ -2111,6 +2162,12 @@ CREATE INDEX idx_workflow_run_claim ON workflow.workflow_run USING btree (priori
 CREATE INDEX idx_workflow_run_claim_type ON workflow.workflow_run USING btree (type COLLATE "C", priority, created_at) WHERE ((COALESCE(status, ''::text) = 'pending'::text) AND (deleted_at IS NULL));
 
 --
+-- Name: idx_workflow_run_created; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_created ON workflow.workflow_run USING btree (created_at, id);
+
+--
 -- Name: idx_workflow_run_dag; Type: INDEX; Schema: workflow; Owner: -
 --
 
@@ -2133,6 +2190,12 @@ CREATE INDEX idx_workflow_run_deleted_at ON workflow.workflow_run USING btree (d
 --
 
 CREATE INDEX idx_workflow_run_depth ON workflow.workflow_run USING btree (type COLLATE "C", status, run_at) WHERE ((status = ANY (ARRAY['pending'::text, 'leased'::text])) AND (deleted_at IS NULL));
+
+--
+-- Name: idx_workflow_run_ended_badly; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_ended_badly ON workflow.workflow_run USING btree (created_at, id) WHERE (status = ANY (ARRAY['failed'::text, 'cancelled'::text]));
 
 --
 -- Name: idx_workflow_run_finished_at; Type: INDEX; Schema: workflow; Owner: -
@@ -2169,6 +2232,12 @@ CREATE UNIQUE INDEX idx_workflow_run_parent_step ON workflow.workflow_run USING 
 --
 
 CREATE INDEX idx_workflow_run_source ON workflow.workflow_run USING btree (source_uid) WHERE (source_uid IS NOT NULL);
+
+--
+-- Name: idx_workflow_run_type_created; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_type_created ON workflow.workflow_run USING btree (type COLLATE "C", created_at, id);
 
 --
 -- Name: idx_workflow_signal_key; Type: INDEX; Schema: workflow; Owner: -
@@ -2235,6 +2304,18 @@ CREATE TRIGGER workflow_run_inserted AFTER INSERT ON workflow.workflow_run REFER
 --
 
 CREATE TRIGGER workflow_run_soft_deleted BEFORE UPDATE OF deleted_at ON workflow.workflow_run FOR EACH ROW WHEN (((old.deleted_at IS NULL) AND (new.deleted_at IS NOT NULL) AND (old.status = ANY (ARRAY['pending'::text, 'leased'::text])) AND (new.status = ANY (ARRAY['pending'::text, 'leased'::text])))) EXECUTE FUNCTION workflow.on_run_soft_deleted();
+
+--
+-- Name: workflow_run workflow_run_status_notify; Type: TRIGGER; Schema: workflow; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER workflow_run_status_notify AFTER UPDATE OF status ON workflow.workflow_run DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (current_setting('workflow.status_notified'::text, true) IS DISTINCT FROM 'on'::text) AND (set_config('workflow.status_notified'::text, 'on'::text, true) = 'on'::text))) EXECUTE FUNCTION workflow.on_run_status_committing();
+
+--
+-- Name: TRIGGER workflow_run_status_notify ON workflow_run; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON TRIGGER workflow_run_status_notify ON workflow.workflow_run IS 'Notifies workflow_run_status once per transaction that changes a run''s status, at commit; one committing transaction at a time.';
 
 --
 -- Name: workflow_run workflow_run_wake; Type: TRIGGER; Schema: workflow; Owner: -

@@ -1,0 +1,128 @@
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// Config configures a console.
+type Config struct {
+	// DB is the console's read-only pool (see OpenPool).
+	DB *pgxpool.Pool
+	// Pools lists the worker pools for the overview; nil shows none.
+	Pools PoolLister
+	// Logger receives the console's errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server serves the console.
+type Server struct {
+	db     *pgxpool.Pool
+	engine *engine.Engine
+	pools  PoolLister
+	log    *slog.Logger
+	pages  map[string]*template.Template
+	hub    *hub
+	mux    *http.ServeMux
+}
+
+// New returns a console reading through cfg.DB.
+func New(cfg Config) (*Server, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("console: no database pool")
+	}
+	eng, err := engine.New(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	s := &Server{db: cfg.DB, engine: eng, pools: cfg.Pools, log: log, pages: pages, hub: newHub(), mux: http.NewServeMux()}
+	static, err := fs.Sub(staticFiles, "static")
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /{$}", s.serveOverview)
+	s.mux.HandleFunc("GET /runs", s.serveRuns)
+	s.mux.HandleFunc("GET /runs/{id}", s.serveRun)
+	s.mux.HandleFunc("GET /live", s.serveLive)
+	return s, nil
+}
+
+// ServeHTTP serves the console's pages with headers that keep a browser
+// from running anything the pages did not bring themselves.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.Set("Allow", "GET, HEAD")
+		http.Error(w, "the console is read-only", http.StatusMethodNotAllowed)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// Run keeps the live updates going (LISTEN on the inbox's channels) until
+// ctx ends; the pages are served without it, but do not update.
+func (s *Server) Run(ctx context.Context) error { return s.run(ctx) }
+
+// Serve serves the console on addr, with its live updates, until ctx ends;
+// then it closes the open streams and returns nil.
+func (s *Server) Serve(ctx context.Context, addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("console: listen on %s: %w", addr, err)
+	}
+	return s.ServeListener(ctx, l)
+}
+
+// ServeListener is Serve on a listener the caller opened.
+func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	go func() { _ = s.run(ctx) }()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	s.log.Info("Serving the console", "address", l.Addr().String())
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("console: %w", err)
+	}
+	return nil
+}

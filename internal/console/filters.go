@@ -1,0 +1,141 @@
+package console
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// pageSize is how many runs a page of the list shows.
+const pageSize = 50
+
+// The statuses a list can be filtered by. The query uses the literal
+// fragment of the chosen one, never the request's text.
+var statusFilters = map[string]string{
+	"pending":   `r.status = 'pending'`,
+	"leased":    `r.status = 'leased'`,
+	"succeeded": `r.status = 'succeeded'`,
+	"failed":    `r.status = 'failed'`,
+	"cancelled": `r.status = 'cancelled'`,
+}
+
+// statusNames lists statusFilters in the order the filter form offers them.
+var statusNames = []string{"pending", "leased", "succeeded", "failed", "cancelled"}
+
+var (
+	prefixForm    = regexp.MustCompile(`^[a-z0-9_.]*$`)
+	namespaceForm = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	uuidForm      = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+)
+
+// runFilter is what the runs page lists: each field empty or zero when unset.
+type runFilter struct {
+	Prefix    string
+	Status    string
+	Namespace string
+	From, To  time.Time
+	// After continues below the run at (AfterAt, AfterID), newest first.
+	AfterAt time.Time
+	AfterID string
+}
+
+// timeForms are the forms the time filters accept: what an HTML
+// datetime-local input sends (UTC), and RFC 3339.
+var timeForms = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano}
+
+func parseTime(field, v string) (time.Time, error) {
+	for _, f := range timeForms {
+		if t, err := time.Parse(f, v); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s must be a time such as 2026-01-02T15:04 (UTC)", field)
+}
+
+// parseRunFilter reads the runs page's query string. A value it cannot use
+// is an error that names the field; nothing of it reaches SQL but as a
+// parameter.
+func parseRunFilter(q url.Values) (runFilter, error) {
+	var f runFilter
+	for k, vs := range q {
+		for _, v := range vs {
+			if len(v) > 512 || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				return f, fmt.Errorf("%s is not a usable value", k)
+			}
+		}
+	}
+	f.Prefix = strings.TrimSpace(q.Get("prefix"))
+	if len(f.Prefix) > 253 || !prefixForm.MatchString(f.Prefix) {
+		return f, fmt.Errorf("type prefix may hold only a-z, 0-9, '_' and '.' (at most 253 characters)")
+	}
+	f.Status = q.Get("status")
+	if _, ok := statusFilters[f.Status]; f.Status != "" && !ok {
+		return f, fmt.Errorf("status must be one of %s", strings.Join(statusNames, ", "))
+	}
+	f.Namespace = strings.TrimSpace(q.Get("namespace"))
+	if f.Namespace != "" && (len(f.Namespace) > 63 || !namespaceForm.MatchString(f.Namespace)) {
+		return f, fmt.Errorf("namespace must be a Kubernetes namespace name")
+	}
+	var err error
+	if v := q.Get("from"); v != "" {
+		if f.From, err = parseTime("from", v); err != nil {
+			return f, err
+		}
+	}
+	if v := q.Get("to"); v != "" {
+		if f.To, err = parseTime("to", v); err != nil {
+			return f, err
+		}
+	}
+	if v := q.Get("after"); v != "" {
+		if f.AfterAt, f.AfterID, err = decodeCursor(v); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// query returns the filter as a query string, without the cursor.
+func (f runFilter) query() url.Values {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("prefix", f.Prefix)
+	set("status", f.Status)
+	set("namespace", f.Namespace)
+	if !f.From.IsZero() {
+		q.Set("from", f.From.Format(time.RFC3339))
+	}
+	if !f.To.IsZero() {
+		q.Set("to", f.To.Format(time.RFC3339))
+	}
+	return q
+}
+
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	bad := fmt.Errorf("after is not a cursor this console made")
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	if !ok || !uuidForm.MatchString(id) {
+		return time.Time{}, "", bad
+	}
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	return at, id, nil
+}

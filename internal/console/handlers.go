@@ -1,0 +1,175 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// page is what every template gets: the page's own data and the layout's.
+type page struct {
+	Title string
+	Nav   string
+	// Live is the query string of the page's event stream.
+	Live string
+	Data any
+}
+
+// fragmentHeader asks for the page's main part only: the console's script
+// sends it when a live update arrives, and swaps the part in.
+const fragmentHeader = "X-Console-Fragment"
+
+// render writes a page, or its main part when asked for it. It renders into
+// a buffer first, so a failure is an error page, not half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, status int, p page) {
+	t := s.pages[name]
+	var b bytes.Buffer
+	tmpl := "layout"
+	if r.Header.Get(fragmentHeader) != "" {
+		tmpl = "main"
+	}
+	if err := t.ExecuteTemplate(&b, tmpl, p); err != nil {
+		s.log.Error("Console page failed", "page", name, "error", err)
+		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+// fail shows an error page: the message for what the request got wrong,
+// a generic one (and a log line) for the database's failures.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg string, err error) {
+	if err != nil {
+		s.log.Error("Console request failed", "path", r.URL.Path, "error", err)
+		if r.Context().Err() != nil {
+			return
+		}
+	}
+	s.render(w, r, "error", status, page{Title: http.StatusText(status), Data: msg})
+}
+
+func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
+	ov, err := s.loadOverview(r.Context())
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "The overview could not be read from the database.", err)
+		return
+	}
+	s.render(w, r, "overview", http.StatusOK, page{Title: "Overview", Nav: "overview", Live: "?", Data: ov})
+}
+
+// runsView is what the runs page shows.
+type runsView struct {
+	Filter   runFilter
+	Statuses []string
+	Runs     []runRow
+	Next     string
+	Error    string
+	Now      time.Time
+	// FromValue and ToValue fill the form's time inputs.
+	FromValue, ToValue string
+}
+
+func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
+	v := runsView{Statuses: statusNames, Now: time.Now()}
+	f, err := parseRunFilter(r.URL.Query())
+	v.Filter = f
+	if !f.From.IsZero() {
+		v.FromValue = f.From.Format("2006-01-02T15:04")
+	}
+	if !f.To.IsZero() {
+		v.ToValue = f.To.Format("2006-01-02T15:04")
+	}
+	if err != nil {
+		v.Error = err.Error()
+		s.render(w, r, "runs", http.StatusBadRequest, page{Title: "Runs", Nav: "runs", Data: v})
+		return
+	}
+	runs, next, err := listRuns(r.Context(), s.db, f)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "The runs could not be read from the database.", err)
+		return
+	}
+	v.Runs = runs
+	if next != "" {
+		q := f.query()
+		q.Set("after", next)
+		v.Next = "/runs?" + q.Encode()
+	}
+	s.render(w, r, "runs", http.StatusOK, page{Title: "Runs", Nav: "runs", Live: "?", Data: v})
+}
+
+func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !uuidForm.MatchString(id) {
+		s.fail(w, r, http.StatusNotFound, "A run's id is a UUID such as 0b6c5a6e-8d7e-4f43-9f51-3c1e1f0f7d3a.", nil)
+		return
+	}
+	p, err := s.loadRun(r.Context(), id)
+	if errors.Is(err, errNoRun) {
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no run %s (runs are deleted after the retention period).", id), nil)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
+		return
+	}
+	versions, err := runVersions(r.Context(), s, []string{id})
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
+		return
+	}
+	live := "?run=" + id + "&v=" + urlQueryEscape(versions[id])
+	s.render(w, r, "run", http.StatusOK, page{Title: "Run " + id, Nav: "runs", Live: live, Data: p})
+}
+
+// serveLive streams "changed" events (server-sent events) to a page: for a
+// run's page when the run changes, for the others when the inbox does.
+func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
+	run, version := r.URL.Query().Get("run"), r.URL.Query().Get("v")
+	if run != "" && !uuidForm.MatchString(run) || len(version) > 200 {
+		http.Error(w, "run must be a run's id", http.StatusBadRequest)
+		return
+	}
+	sub := s.hub.subscribe(run, version)
+	if sub == nil {
+		http.Error(w, "too many open live updates; reload later", http.StatusServiceUnavailable)
+		return
+	}
+	defer s.hub.unsubscribe(sub)
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
+		return
+	}
+	if rc.Flush() != nil {
+		return
+	}
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		var msg string
+		select {
+		case <-r.Context().Done():
+			return
+		case <-sub.ch:
+			msg = "event: changed\ndata: {}\n\n"
+		case <-tick.C:
+			msg = ": keep-alive\n\n"
+		}
+		if _, err := fmt.Fprint(w, msg); err != nil {
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+	}
+}

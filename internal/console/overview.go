@@ -1,0 +1,144 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// WorkerPool is a pool of workers as the console shows it: declared by a
+// WorkflowRegistry, serving some type prefixes.
+type WorkerPool struct {
+	// Namespace and Registry name the WorkflowRegistry that declares it.
+	Namespace, Registry string
+	// Target is the name of the scaled Deployment (or other object).
+	Target string
+	// Runtime of its workers (go or python).
+	Runtime string
+	// Prefixes are the type prefixes its workers claim.
+	Prefixes []string
+}
+
+// PoolLister lists the worker pools for the overview.
+type PoolLister interface {
+	WorkerPools(ctx context.Context) ([]WorkerPool, error)
+}
+
+// buckets is how many five-minute columns the hourly charts have.
+const buckets = 12
+
+// maxOverviewTypes bounds the types the overview lists.
+const maxOverviewTypes = 500
+
+// poolRow is a worker pool with its queue.
+type poolRow struct {
+	WorkerPool
+	Runnable, Leased int64
+}
+
+// typeRow is a type with its queue and its last hour.
+type typeRow struct {
+	Type                      string
+	Runnable, Leased, Parked  int64
+	OldestDue                 *time.Time
+	Succeeded, Failed         [buckets]int64
+	SucceededHour, FailedHour int64
+}
+
+// overview is what the overview page shows.
+type overview struct {
+	Pools     []poolRow
+	PoolsErr  string
+	Types     []typeRow
+	MoreTypes bool
+	Now       time.Time
+}
+
+// loadOverview reads the queue of every pool and type, and what finished in
+// the last hour (from idx_workflow_run_finished_at: its cost follows the
+// runs of that hour, not the history).
+func (s *Server) loadOverview(ctx context.Context) (overview, error) {
+	ov := overview{Now: time.Now()}
+	if s.pools != nil {
+		pools, err := s.pools.WorkerPools(ctx)
+		if err != nil {
+			ov.PoolsErr = err.Error()
+		} else {
+			qs := make([]engine.PoolQuery, len(pools))
+			for i, p := range pools {
+				qs[i] = engine.PoolQuery{TypePrefixes: p.Prefixes, Runtime: p.Runtime}
+			}
+			depths, err := s.engine.QueueDepths(ctx, qs)
+			if err != nil {
+				return ov, fmt.Errorf("overview: queue depths: %w", err)
+			}
+			for i, p := range pools {
+				ov.Pools = append(ov.Pools, poolRow{WorkerPool: p, Runnable: depths[i].Runnable, Leased: depths[i].Leased})
+			}
+		}
+	}
+
+	byType := map[string]*typeRow{}
+	get := func(t string) *typeRow {
+		if r, ok := byType[t]; ok {
+			return r
+		}
+		r := &typeRow{Type: t}
+		byType[t] = r
+		return r
+	}
+	rows, err := s.db.Query(ctx, `select type, runnable, leased, parked, oldest_due from workflow.type_depths()`)
+	if err != nil {
+		return ov, fmt.Errorf("overview: type depths: %w", err)
+	}
+	var t string
+	var runnable, leased, parked int64
+	var oldest *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&t, &runnable, &leased, &parked, &oldest}, func() error {
+		r := get(t)
+		r.Runnable, r.Leased, r.Parked, r.OldestDue = runnable, leased, parked, oldest
+		return nil
+	}); err != nil {
+		return ov, fmt.Errorf("overview: type depths: %w", err)
+	}
+
+	rows, err = s.db.Query(ctx, `
+select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
+       count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
+from workflow.workflow_run r
+where r.finished_at > now() - interval '1 hour'
+group by 1, 2`)
+	if err != nil {
+		return ov, fmt.Errorf("overview: last hour: %w", err)
+	}
+	var bucket int
+	var ok, bad int64
+	if _, err := pgx.ForEachRow(rows, []any{&t, &bucket, &ok, &bad}, func() error {
+		r := get(t)
+		if bucket < 0 {
+			bucket = 0
+		}
+		// Column 0 is the oldest five minutes, the last column the latest.
+		r.Succeeded[buckets-1-bucket] += ok
+		r.Failed[buckets-1-bucket] += bad
+		r.SucceededHour += ok
+		r.FailedHour += bad
+		return nil
+	}); err != nil {
+		return ov, fmt.Errorf("overview: last hour: %w", err)
+	}
+
+	for _, r := range byType {
+		ov.Types = append(ov.Types, *r)
+	}
+	sort.Slice(ov.Types, func(i, j int) bool { return ov.Types[i].Type < ov.Types[j].Type })
+	if len(ov.Types) > maxOverviewTypes {
+		ov.Types, ov.MoreTypes = ov.Types[:maxOverviewTypes], true
+	}
+	return ov, nil
+}

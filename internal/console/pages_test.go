@@ -1,0 +1,233 @@
+package console_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/console"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+var runLink = regexp.MustCompile(`href="/runs/([0-9a-f-]{36})"`)
+
+func TestPagesShowRunsAndEscapeWhatTheyShow(t *testing.T) {
+	e := setup(t, console.WorkerPool{Namespace: "team-a", Registry: "billing", Target: "billing-workers",
+		Runtime: "go", Prefixes: []string{"billing."}})
+	hostile := `{"note": "<script>alert(1)</script>", "img": "<img src=x onerror=alert(2)>"}`
+	id := e.create(t, engine.CreateParams{Type: "billing.invoice.v1", Payload: json.RawMessage(hostile),
+		Source: &engine.Source{Namespace: "team-a", Name: "inv-1", UID: "u-1"}})
+	other := e.create(t, engine.CreateParams{Type: "mail.send.v1", MaxAttempts: 1})
+	c := e.claim(t, "billing.", 1)
+	e.complete(t, c[0], `{"total": "<b>42</b>"}`)
+	c = e.claim(t, "mail.", 1)
+	e.fail(t, c[0], `smtp said <script>document.title='pwned'</script>`)
+	e.create(t, engine.CreateParams{Type: "billing.invoice.v1"}) // waits
+
+	code, body := e.get(t, "/")
+	if code != http.StatusOK {
+		t.Fatalf("overview: %d\n%s", code, body)
+	}
+	mustContain(t, "overview", body, `team-a/billing`, `billing-workers`, `<code>billing.</code>`,
+		`data-type="billing.invoice.v1"`, `data-type="mail.send.v1"`, `<svg class="chart"`)
+	// One billing run waits: the pool's runnable count and the type's.
+	if !regexp.MustCompile(`<td class="num">1</td><td class="num">0</td>\s*</tr>`).MatchString(body) {
+		t.Fatalf("overview: the pool does not show one runnable run:\n%s", body)
+	}
+
+	code, body = e.get(t, "/runs/"+id)
+	if code != http.StatusOK {
+		t.Fatalf("run page: %d\n%s", code, body)
+	}
+	if strings.Contains(body, "<script>alert") || strings.Contains(body, "<img src=x") || strings.Contains(body, "<b>42") {
+		t.Fatalf("the run page shows user data as markup:\n%s", body)
+	}
+	mustContain(t, "run page", body, `&lt;script&gt;alert(1)&lt;/script&gt;`, `&lt;b&gt;42&lt;/b&gt;`,
+		`<span class="status succeeded" id="status">succeeded</span>`, `WorkflowRun team-a/inv-1`,
+		`<li class="event created">`, `<li class="event succeeded">`, `<td>test-worker</td>`)
+
+	code, body = e.get(t, "/runs/"+other)
+	if code != http.StatusOK || strings.Contains(body, "<script>document") {
+		t.Fatalf("failed run page: %d\n%s", code, body)
+	}
+	mustContain(t, "failed run page", body, `&lt;script&gt;document.title=`, `class="status failed"`)
+
+	code, body = e.get(t, "/runs")
+	if code != http.StatusOK {
+		t.Fatalf("runs: %d\n%s", code, body)
+	}
+	if n := len(runLink.FindAllString(body, -1)); n != 3 {
+		t.Fatalf("runs page lists %d runs, want 3:\n%s", n, body)
+	}
+	if strings.Contains(body, "<script>document") {
+		t.Fatalf("runs page shows an error as markup:\n%s", body)
+	}
+}
+
+func TestRunsPageFiltersAndPages(t *testing.T) {
+	e := setup(t)
+	ids := map[string]bool{}
+	for i := range 120 {
+		p := engine.CreateParams{Type: fmt.Sprintf("report.build_%d.v1", i%3)}
+		if i%4 == 0 {
+			p.Source = &engine.Source{Namespace: "team-b", Name: fmt.Sprintf("r-%d", i), UID: fmt.Sprintf("u-%d", i)}
+		}
+		ids[e.create(t, p)] = true
+	}
+	mail := e.create(t, engine.CreateParams{Type: "mail.send.v1", MaxAttempts: 1})
+	c := e.claim(t, "mail.", 1)
+	e.fail(t, c[0], "boom")
+
+	// Every report run once, over three pages, newest first.
+	seen := map[string]bool{}
+	path := "/runs?prefix=report."
+	var last time.Time
+	for pageNo := 1; path != ""; pageNo++ {
+		code, body := e.get(t, path)
+		if code != http.StatusOK {
+			t.Fatalf("page %d: %d\n%s", pageNo, code, body)
+		}
+		for _, m := range runLink.FindAllStringSubmatch(body, -1) {
+			if seen[m[1]] || !ids[m[1]] {
+				t.Fatalf("page %d lists %s twice or a run not under report.", pageNo, m[1])
+			}
+			seen[m[1]] = true
+		}
+		for _, m := range regexp.MustCompile(`title="([0-9-]+ [0-9:]+Z)"`).FindAllStringSubmatch(body, -1) {
+			at, err := time.Parse("2006-01-02 15:04:05Z", m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !last.IsZero() && at.After(last) {
+				t.Fatalf("page %d is not newest first", pageNo)
+			}
+			last = at
+		}
+		path = ""
+		if m := regexp.MustCompile(`id="next" href="([^"]+)"`).FindStringSubmatch(body); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+			if pageNo == 3 {
+				t.Fatalf("a fourth page is offered: %s", path)
+			}
+		}
+	}
+	if len(seen) != 120 {
+		t.Fatalf("the pages listed %d report runs, want 120", len(seen))
+	}
+
+	_, body := e.get(t, "/runs?status=failed")
+	if got := runLink.FindAllStringSubmatch(body, -1); len(got) != 1 || got[0][1] != mail {
+		t.Fatalf("status=failed lists %v, want only %s", got, mail)
+	}
+	_, body = e.get(t, "/runs?namespace=team-b")
+	if n := len(runLink.FindAllString(body, -1)); n != 30 {
+		t.Fatalf("namespace=team-b lists %d runs, want 30", n)
+	}
+	_, body = e.get(t, "/runs?prefix=report.build_1.&status=pending")
+	if n := len(runLink.FindAllString(body, -1)); n != 40 {
+		t.Fatalf("prefix and status list %d runs, want 40", n)
+	}
+	future := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04")
+	_, body = e.get(t, "/runs?from="+future)
+	mustContain(t, "a window in the future", body, `id="no-runs"`)
+	_, body = e.get(t, "/runs?to="+future+"&prefix=mail.")
+	if n := len(runLink.FindAllString(body, -1)); n != 1 {
+		t.Fatalf("to= lists %d mail runs, want 1", n)
+	}
+}
+
+func TestConsoleRefusesBadInputAndWrites(t *testing.T) {
+	e := setup(t)
+	for path, want := range map[string]string{
+		"/runs?status=bogus": "status must be one of",
+		"/runs?prefix=x'%3B+drop+table+workflow.workflow_run--": "type prefix may hold only",
+		"/runs?namespace=Team_A":                                "namespace must be",
+		"/runs?from=yesterday":                                  "from must be a time",
+		"/runs?after=not-a-cursor":                              "after is not a cursor",
+		"/runs?prefix=a%00b":                                    "prefix is not a usable value",
+		"/runs?prefix=" + strings.Repeat("a", 600):              "prefix is not a usable value",
+	} {
+		code, body := e.get(t, path)
+		if code != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", path, code)
+		}
+		mustContain(t, path, body, want)
+	}
+	for _, path := range []string{"/runs/not-a-uuid", "/runs/00000000-0000-4000-8000-000000000000", "/nowhere"} {
+		if code, _ := e.get(t, path); code != http.StatusNotFound {
+			t.Errorf("%s: status %d, want 404", path, code)
+		}
+	}
+	resp, err := http.Post(e.base+"/runs", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST: status %d, want 405", resp.StatusCode)
+	}
+	resp, err = http.Get(e.base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+		t.Errorf("Content-Security-Policy is %q", csp)
+	}
+	if code, body := e.get(t, "/static/console.js"); code != http.StatusOK || !strings.Contains(body, "EventSource") {
+		t.Errorf("console.js: %d", code)
+	}
+
+	// The console's connections can read, and nothing else.
+	var role string
+	if err := e.reader.QueryRow(e.ctx, "select current_user").Scan(&role); err != nil || role != console.DefaultRole {
+		t.Fatalf("the console reads as %q (%v), want %s", role, err, console.DefaultRole)
+	}
+	for _, sql := range []string{
+		`insert into workflow.workflow_run (type) values ('x.v1')`,
+		`update workflow.workflow_run set status = 'cancelled'`,
+		`select workflow.cancel_run(gen_random_uuid())`,
+	} {
+		if _, err := e.reader.Exec(e.ctx, sql); err == nil {
+			t.Errorf("the console's pool could run %s", sql)
+		}
+		if _, err := e.reader.Exec(e.ctx, "begin read write; "+sql+"; commit"); err == nil {
+			t.Errorf("the console's pool could run %s in a read-write transaction", sql)
+		}
+	}
+}
+
+func TestRunPageDrawsADAGAndItsSteps(t *testing.T) {
+	e := setup(t)
+	def := &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{
+		{Name: "fetch", Type: "etl.fetch.v1"},
+		{Name: "clean", Type: "etl.clean.v1", DependsOn: []string{"fetch"}},
+		{Name: "report", Type: "etl.report.v1", DependsOn: []string{"fetch"}},
+		{Name: "publish", Type: "etl.publish.v1", DependsOn: []string{"clean", "report"}},
+	}}
+	if err := e.eng.UpsertRegistryEntry(e.ctx, engine.RegistryEntry{WorkflowName: "etl.pipeline.v1", Enabled: true,
+		Definition: def}); err != nil {
+		t.Fatal(err)
+	}
+	id := e.create(t, engine.CreateParams{Type: "etl.pipeline.v1"})
+	c := e.claim(t, "etl.fetch.", 1)
+	if len(c) != 1 {
+		t.Fatalf("the DAG's first step was not started: %v", c)
+	}
+	e.complete(t, c[0], `{}`)
+	code, body := e.get(t, "/runs/"+id)
+	if code != http.StatusOK {
+		t.Fatalf("run page: %d\n%s", code, body)
+	}
+	mustContain(t, "DAG run page", body, `<svg class="dag" id="dag"`,
+		`<g class="node succeeded" data-step="fetch">`, `<g class="node pending" data-step="clean">`,
+		`<g class="node pending" data-step="report">`, `<g class="node waiting" data-step="publish">`)
+	if n := strings.Count(body, "<line "); n != 4 {
+		t.Fatalf("the graph has %d edges, want 4", n)
+	}
+	mustContain(t, "DAG run page", body, `<table id="children">`)
+}
