@@ -1,0 +1,142 @@
+package console_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// stream opens a page's event stream and returns a channel that receives
+// each event's name.
+func (e *env) stream(t *testing.T, query string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/live"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("live: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	out := make(chan string, 16)
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if name, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				out <- name
+			}
+		}
+	}()
+	return out
+}
+
+func expectEvent(t *testing.T, ch <-chan string, within time.Duration, why string) {
+	t.Helper()
+	select {
+	case name := <-ch:
+		if name != "changed" {
+			t.Fatalf("%s: event %q", why, name)
+		}
+	case <-time.After(within):
+		t.Fatalf("%s: no event within %s", why, within)
+	}
+}
+
+func expectQuiet(t *testing.T, ch <-chan string, d time.Duration, why string) {
+	t.Helper()
+	select {
+	case name := <-ch:
+		t.Fatalf("%s: unexpected event %q", why, name)
+	case <-time.After(d):
+	}
+}
+
+var liveQuery = regexp.MustCompile(`data-live="([^"]*)"`)
+
+func TestRunPageIsToldWhenTheRunChanges(t *testing.T) {
+	e := setup(t)
+	id := e.create(t, engine.CreateParams{Type: "live.job.v1"}) // no Kubernetes object: only the status notification tells
+	_, body := e.get(t, "/runs/"+id)
+	m := liveQuery.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("the run page has no live stream:\n%s", body)
+	}
+	events := e.stream(t, strings.ReplaceAll(m[1], "&amp;", "&"))
+	// Nothing changed since the page was rendered.
+	expectQuiet(t, events, time.Second, "an unchanged run")
+
+	c := e.claim(t, "live.", 1)
+	expectEvent(t, events, 3*time.Second, "the run was claimed")
+	e.complete(t, c[0], `{"done": true}`)
+	expectEvent(t, events, 3*time.Second, "the run succeeded")
+	_, body = e.get(t, "/runs/"+id)
+	mustContain(t, "the run page after the run finished", body, `id="status">succeeded<`, `&#34;done&#34;: true`)
+
+	// Another run's change is not this page's.
+	other := e.create(t, engine.CreateParams{Type: "live.job.v1"})
+	c = e.claim(t, "live.", 1)
+	if len(c) != 1 || c[0].ID != other {
+		t.Fatalf("claimed %v, want %s", c, other)
+	}
+	expectQuiet(t, events, time.Second, "another run changed")
+
+	// A page rendered before a change it missed is told at once.
+	stale := e.stream(t, "?run="+id+"&v=stale")
+	expectEvent(t, stale, 3*time.Second, "a page older than the run")
+}
+
+func TestListPagesAreToldWhenTheInboxChanges(t *testing.T) {
+	e := setup(t)
+	events := e.stream(t, "?")
+	e.create(t, engine.CreateParams{Type: "live.list.v1"})
+	// At most one update per two seconds for the pages of many runs.
+	expectEvent(t, events, 4*time.Second, "a run was created")
+}
+
+func TestStatusNotificationOncePerTransaction(t *testing.T) {
+	e := setup(t)
+	conn, err := e.owner.Acquire(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(e.ctx, "listen workflow_run_status"); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		e.create(t, engine.CreateParams{Type: "notify.job.v1"})
+	}
+	c := e.claim(t, "notify.", 5) // one transaction changes five runs
+	if len(c) != 5 {
+		t.Fatalf("claimed %d runs", len(c))
+	}
+	wait := func(d time.Duration) bool {
+		ctx, cancel := context.WithTimeout(e.ctx, d)
+		defer cancel()
+		_, err := conn.Conn().WaitForNotification(ctx)
+		return err == nil
+	}
+	if !wait(3 * time.Second) {
+		t.Fatal("no workflow_run_status notification after a claim")
+	}
+	if wait(500 * time.Millisecond) {
+		t.Fatal("a second notification for the same transaction")
+	}
+	// Creating runs changes no status: no notification.
+	e.create(t, engine.CreateParams{Type: "notify.job.v1"})
+	if wait(500 * time.Millisecond) {
+		t.Fatal("a notification for an insert")
+	}
+}
