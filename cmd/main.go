@@ -10,12 +10,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -29,6 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/console"
 	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -59,6 +62,9 @@ type options struct {
 	maxConcurrent        int
 	autoscaleInterval    time.Duration
 	deletionGracePeriod  time.Duration
+	consoleAddr          string
+	consoleDatabaseURL   string
+	consoleDatabaseRole  string
 	zap                  zap.Options
 }
 
@@ -113,6 +119,9 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", envInt("MAX_CONCURRENT_RECONCILES", 16), "WorkflowRun reconciles in parallel (env MAX_CONCURRENT_RECONCILES)")
 	flag.DurationVar(&o.deletionGracePeriod, "deletion-grace-period", envDuration("DELETION_GRACE_PERIOD", controller.DefaultDeletionGracePeriod), "how long the deletion of a WorkflowRun or WorkflowRegistry waits for an unreachable database before its finalizer is removed anyway (env DELETION_GRACE_PERIOD)")
 	flag.DurationVar(&o.autoscaleInterval, "autoscale-interval", envDuration("AUTOSCALE_INTERVAL", controller.DefaultAutoscaleInterval), "evaluate worker pools this often, besides on new runs (env AUTOSCALE_INTERVAL)")
+	flag.StringVar(&o.consoleAddr, "console-bind-address", env("CONSOLE_BIND_ADDRESS", ""), "serve the read-only web console on this address, e.g. :8082; off when empty (env CONSOLE_BIND_ADDRESS)")
+	flag.StringVar(&o.consoleDatabaseURL, "console-database-url", env("CONSOLE_DATABASE_URL", ""), "Postgres URL the console reads with; the manager's when empty (env CONSOLE_DATABASE_URL)")
+	flag.StringVar(&o.consoleDatabaseRole, "console-database-role", env("CONSOLE_DATABASE_ROLE", console.DefaultRole), "database role the console reads as (SET ROLE); empty reads as the login user, still in read-only transactions (env CONSOLE_DATABASE_ROLE)")
 	flag.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	o.zap.BindFlags(flag)
 	if err := flag.Parse(args); err != nil {
@@ -240,6 +249,17 @@ func run() error {
 		Log: ctrl.Log.WithName("autoscaler"), Metrics: m, Interval: o.autoscaleInterval,
 	}); err != nil {
 		return err
+	}
+	if o.consoleAddr != "" {
+		srv, closeConsole, err := newConsole(ctx, o, registryPools{c: mgr.GetClient()},
+			slog.New(logr.ToSlogHandler(ctrl.Log.WithName("console"))))
+		if err != nil {
+			return err
+		}
+		defer closeConsole()
+		if err := mgr.Add(consoleRunnable{server: srv, addr: o.consoleAddr}); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/console"
+)
+
+// registryPools lists the worker pools the WorkflowRegistry objects declare,
+// for the console's overview.
+type registryPools struct{ c client.Reader }
+
+// WorkerPools implements console.PoolLister.
+func (p registryPools) WorkerPools(ctx context.Context) ([]console.WorkerPool, error) {
+	var list workflowv1alpha1.WorkflowRegistryList
+	if err := p.c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list WorkflowRegistries: %w", err)
+	}
+	var out []console.WorkerPool
+	for _, r := range list.Items {
+		for _, w := range r.Spec.Workers {
+			out = append(out, console.WorkerPool{
+				Namespace: r.Namespace, Registry: r.Name, Target: w.ScaleTargetRef.Name,
+				Runtime: string(w.Runtime), Prefixes: w.TypePrefixes,
+			})
+		}
+	}
+	return out, nil
+}
+
+// consoleRunnable serves the console on every replica, leader or not: it
+// only reads.
+type consoleRunnable struct {
+	server *console.Server
+	addr   string
+}
+
+// Start serves the console until ctx ends.
+func (r consoleRunnable) Start(ctx context.Context) error { return r.server.Serve(ctx, r.addr) }
+
+// NeedLeaderElection is false: standbys serve the console too.
+func (consoleRunnable) NeedLeaderElection() bool { return false }
+
+// newConsole opens the console's read-only pool and its server.
+func newConsole(ctx context.Context, o options, pools console.PoolLister, log *slog.Logger) (*console.Server, func(), error) {
+	url := o.consoleDatabaseURL
+	if url == "" {
+		url = o.databaseURL
+	}
+	pool, err := console.OpenPool(ctx, url, o.consoleDatabaseRole)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := console.New(console.Config{DB: pool, Pools: pools, Logger: log})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return srv, pool.Close, nil
+}
