@@ -69,7 +69,7 @@ check-generated: manifests generate ## Fail when committed generated files are s
 		git --no-pager diff --stat -- config api charts internal/engine/schema.sql; exit 1; fi
 
 .PHONY: test
-test: fmt-check vet check-generated envtest test-chart test-python container-engine ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
+test: fmt-check vet check-generated envtest test-chart test-python container-engine browser ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
 	$(GO) test -count=1 -timeout 40m ./...
 
 .PHONY: test-python
@@ -141,6 +141,10 @@ image: $(if $(filter podman,$(CONTAINER_ENGINE)),container-engine) ## Build the 
 .PHONY: image-context
 image-context: ## Only build bin/image/ (static binaries, CA certificates, /etc/passwd), the Dockerfile's build context.
 	hack/image.sh context
+
+.PHONY: browser
+browser: ## Install Debian's chromium when missing (as root), for the console's browser spec.
+	@hack/chromium.sh
 
 .PHONY: container-engine
 container-engine: ## Install podman and runc when missing (Debian, as root) and write the podman settings that work here.

@@ -182,13 +182,16 @@ func (s *Server) look(ctx context.Context) error {
 
 // runVersions returns a version of each run that moves whenever its page
 // would show something new: its status, attempt, update time, and its
-// latest audit event (steps, signals and children each leave one).
+// latest audit event, the number of its journal entries, and the latest
+// change of its children (a DAG's steps, durable child runs).
 func runVersions(ctx context.Context, s *Server, ids []string) (map[string]string, error) {
 	rows, err := s.db.Query(ctx, `
 select r.id::text,
        r.status || '/' || r.attempt || '/' || extract(epoch from r.updated_at)::text || '/' ||
        coalesce((select max(e.id) from workflow.workflow_event e where e.workflow_id = r.id), 0) || '/' ||
-       coalesce((select count(*) from workflow.workflow_step st where st.run_id = r.id), 0)
+       coalesce((select count(*) from workflow.workflow_step st where st.run_id = r.id), 0) || '/' ||
+       coalesce((select count(*) || '@' || extract(epoch from max(c.updated_at))::text
+                 from workflow.workflow_run c where c.parent_id = r.id), '')
 from workflow.workflow_run r
 where r.id = any($1::uuid[])`, ids)
 	if err != nil {

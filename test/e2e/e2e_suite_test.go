@@ -31,6 +31,7 @@ import (
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 	"github.com/simple-workflow/simple-workflow/internal/devenv"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
 )
@@ -139,16 +140,16 @@ func freePort() string {
 	return l.Addr().String()
 }
 
-var metricsAddr, healthAddr string
+var metricsAddr, healthAddr, consoleAddr string
 
 func startManager() *process {
 	if metricsAddr == "" {
-		metricsAddr, healthAddr = freePort(), freePort()
+		metricsAddr, healthAddr, consoleAddr = freePort(), freePort(), freePort()
 	}
 	return start("manager", []string{"KUBECONFIG=" + managerKC, "DATABASE_URL=" + dbURL},
 		filepath.Join(binDir, "manager"), "--leader-elect", "--leader-election-namespace="+chartNamespace,
 		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr,
-		"--autoscale-interval=1s", "--resync-period=5s")
+		"--autoscale-interval=1s", "--resync-period=5s", "--console-bind-address="+consoleAddr)
 }
 
 // apiserverStarting holds the windows in which the API server was
@@ -242,6 +243,11 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(sdk.Close)
 	Expect(sdk.Migrate(ctx)).To(Succeed())
+	// The roles the console (workflow_reader) and the chart's users act as.
+	owner, err := pgxpool.New(ctx, dbURL)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(engine.CreateRoles(ctx, owner)).To(Succeed())
+	owner.Close()
 
 	cp, err = devenv.StartControlPlane(workDir, "")
 	Expect(err).NotTo(HaveOccurred())

@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// browse runs a browser action with a bound, so no spec hangs on a page.
+func browse[T any](browser context.Context, a chromedp.Action[T]) (T, error) {
+	c, cancel := context.WithTimeout(browser, 30*time.Second)
+	defer cancel()
+	return chromedp.Run(c, a)
+}
+
+// findBrowser returns the path of a Chromium on PATH, or "".
+func findBrowser() string {
+	for _, b := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(b); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+var _ = Describe("the web console", Ordered, func() {
+	var (
+		browser context.Context
+		eng     *engine.Engine
+		base    string
+		shots   string
+	)
+	// page runs browser steps with a bound, so no spec hangs on a page.
+	page := func(steps ...chromedp.Action[chromedp.Void]) error {
+		_, err := browse(browser, chromedp.Steps(steps...))
+		return err
+	}
+	screenshot := func(name string) {
+		png, err := browse(browser, chromedp.FullScreenshot(90))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(filepath.Join(shots, name), png, 0o644)).To(Succeed())
+	}
+	text := func(sel string) string {
+		s, err := browse(browser, chromedp.Text(chromedp.CSS(sel)))
+		Expect(err).NotTo(HaveOccurred(), "text of %s", sel)
+		return s
+	}
+	nodeStates := func() []string {
+		states, err := browse(browser, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#dag g.node')).map(g => g.dataset.step + '=' + g.getAttribute('class').replace('node ', ''))`))
+		Expect(err).NotTo(HaveOccurred())
+		return states
+	}
+
+	BeforeAll(func() {
+		path := findBrowser()
+		if path == "" {
+			Skip("no Chromium on PATH (make test installs Debian's chromium with hack/chromium.sh as root)")
+		}
+		// CONSOLE_SCREENSHOTS names where the pages' screenshots go (the
+		// documentation's are taken so); else the suite's directory.
+		shots = os.Getenv("CONSOLE_SCREENSHOTS")
+		if shots == "" {
+			shots = workDir
+		}
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+			chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
+		alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+		DeferCleanup(cancelAlloc)
+		var cancelBrowser context.CancelFunc
+		browser, cancelBrowser = chromedp.NewContext(alloc)
+		DeferCleanup(cancelBrowser)
+		Expect(chromedp.Do(browser)).To(Succeed(), "start %s", path)
+
+		pool, err := pgxpool.New(ctx, dbURL)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(pool.Close)
+		eng, err = engine.New(pool)
+		Expect(err).NotTo(HaveOccurred())
+		base = "http://" + consoleAddr
+		Eventually(func() int { code, _ := httpGet(base + "/runs"); return code }, 30*time.Second).Should(Equal(200))
+	})
+
+	// work claims the runs of a type as a worker would and ends them: the
+	// first succeeds, the second fails, and so on.
+	work := func(prefix string) {
+		runs, err := eng.ClaimRuns(ctx, engine.ClaimParams{WorkerID: "console-e2e", TypePrefixes: []string{prefix},
+			Limit: 100, LeaseDuration: time.Minute})
+		Expect(err).NotTo(HaveOccurred())
+		for i, r := range runs {
+			ref := engine.LeaseRef{ID: r.ID, Token: r.LeaseToken, Attempt: r.Attempt}
+			if i%3 == 2 {
+				_, err = eng.FailRuns(ctx, "console-e2e", []engine.Failure{{LeaseRef: ref, Error: "the invoice service answered 503"}})
+			} else {
+				_, err = eng.CompleteRuns(ctx, "console-e2e", []engine.Completion{{LeaseRef: ref,
+					Result: json.RawMessage(fmt.Sprintf(`{"invoice": "INV-%04d", "amount": %d}`, i, 100+i))}})
+			}
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+
+	It("shows the overview of pools and types", func() {
+		for i := range 12 {
+			_, err := eng.CreateRun(ctx, engine.CreateParams{Type: "console.invoice.v1", MaxAttempts: 1,
+				Payload: json.RawMessage(fmt.Sprintf(`{"customer": "c-%d"}`, i))})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		work("console.invoice.")
+		for range 3 {
+			_, err := eng.CreateRun(ctx, engine.CreateParams{Type: "console.report.v1"})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Expect(page(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#types")))).To(Succeed())
+		row := text(`#types tr[data-type="console.invoice.v1"]`)
+		Expect(row).To(MatchRegexp(`console\.invoice\.v1\s+0\s+0\s+0\s+—\s+8\s+4`), "runnable, leased, parked, oldest, succeeded and failed in the last hour")
+		Expect(text(`#types tr[data-type="console.report.v1"]`)).To(MatchRegexp(`console\.report\.v1\s+3\s+0\s+0\s`))
+		bars, err := browse(browser, chromedp.Evaluate[int](`document.querySelectorAll('#types tr[data-type="console.invoice.v1"] svg rect.ok').length`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(bars).To(Equal(12))
+		screenshot("console-overview.png")
+	})
+
+	It("lists runs and filters them", func() {
+		Expect(page(chromedp.Navigate(base+"/runs"), chromedp.WaitVisible(chromedp.CSS("#runs")))).To(Succeed())
+		Expect(page(
+			chromedp.SetValue(chromedp.CSS(`#filters input[name="prefix"]`), "console.invoice."),
+			chromedp.SetValue(chromedp.CSS(`#filters select[name="status"]`), "failed"),
+			chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#runs`)),
+		)).To(Succeed())
+		loc, err := browse(browser, chromedp.Location())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(loc).To(ContainSubstring("prefix=console.invoice.&status=failed"))
+		statuses, err := browse(browser, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#runs tbody tr')).map(r => r.cells[1].innerText + ' ' + r.cells[2].innerText)`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(statuses).To(HaveLen(4))
+		for _, s := range statuses {
+			Expect(s).To(Equal("console.invoice.v1 failed"))
+		}
+		screenshotRuns := func() {
+			Expect(page(chromedp.Navigate(base+"/runs?prefix=console."), chromedp.WaitVisible(chromedp.CSS("#runs")))).To(Succeed())
+			screenshot("console-runs.png")
+		}
+		screenshotRuns()
+
+		By("refusing a filter it cannot use, with a message")
+		Expect(page(chromedp.Navigate(base+"/runs?status=lost"), chromedp.WaitVisible(chromedp.CSS("#error")))).To(Succeed())
+		Expect(text("#error")).To(ContainSubstring("status must be one of"))
+	})
+
+	It("shows a run's payload as text and updates the page live when the run finishes", func() {
+		res, err := eng.CreateRun(ctx, engine.CreateParams{Type: "console.live.v1",
+			Payload: json.RawMessage(`{"note": "<script>window.pwned = true</script><img src=x onerror=\"window.pwned = true\">"}`)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(page(chromedp.Navigate(base+"/runs/"+res.ID), chromedp.WaitVisible(chromedp.CSS("#payload")))).To(Succeed())
+		Expect(text("#payload")).To(ContainSubstring(`<script>window.pwned = true</script>`), "the payload is shown as text")
+		pwned, err := browse(browser, chromedp.Evaluate[bool](`window.pwned === true || document.querySelector('#payload script, #payload img') !== null`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(pwned).To(BeFalse(), "the payload's markup ran or became elements")
+		Expect(text("#status")).To(Equal("pending"))
+		Eventually(func() string {
+			state, err := browse(browser, chromedp.AttributeValue(chromedp.CSS("#live"), "data-state"))
+			Expect(err).NotTo(HaveOccurred())
+			return state.Value
+		}, 10*time.Second).Should(Equal("live"), "the page's event stream is open")
+
+		By("finishing the run while the page is open: the page changes without a reload")
+		_, err = browse(browser, chromedp.Evaluate[bool](`window.marker = 'same page'; true`))
+		Expect(err).NotTo(HaveOccurred())
+		work("console.live.")
+		Eventually(func() string { return text("#status") }, 10*time.Second).Should(Equal("succeeded"))
+		marker, err := browse(browser, chromedp.Evaluate[string](`window.marker`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(marker).To(Equal("same page"), "the page was reloaded instead of updated")
+		Expect(text("#result")).To(ContainSubstring(`"invoice": "INV-0000"`))
+		Expect(text("#timeline")).To(ContainSubstring("succeeded"))
+	})
+
+	It("draws a DAG workflow's steps with their states", func() {
+		def := &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{
+			{Name: "fetch", Type: "console.step_fetch.v1"},
+			{Name: "enrich", Type: "console.step_enrich.v1", DependsOn: []string{"fetch"}},
+			{Name: "score", Type: "console.step_score.v1", DependsOn: []string{"fetch"}},
+			{Name: "publish", Type: "console.step_publish.v1", DependsOn: []string{"enrich", "score"}},
+		}}
+		Expect(eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{WorkflowName: "console.pipeline.v1", Enabled: true,
+			Definition: def})).To(Succeed())
+		res, err := eng.CreateRun(ctx, engine.CreateParams{Type: "console.pipeline.v1", Payload: json.RawMessage(`{"batch": 7}`)})
+		Expect(err).NotTo(HaveOccurred())
+		work("console.step_fetch.")
+		work("console.step_enrich.")
+		Expect(page(chromedp.Navigate(base+"/runs/"+res.ID), chromedp.WaitVisible(chromedp.CSS("#dag")))).To(Succeed())
+		Expect(nodeStates()).To(Equal([]string{"fetch=succeeded", "enrich=succeeded", "score=pending", "publish=waiting"}))
+		screenshot("console-run.png")
+
+		By("following the live update as the next step finishes")
+		work("console.step_score.")
+		Eventually(nodeStates, 10*time.Second).Should(Equal([]string{"fetch=succeeded", "enrich=succeeded", "score=succeeded", "publish=pending"}))
+	})
+})
