@@ -102,13 +102,18 @@ func NewTracerProvider(ctx context.Context, serviceName string) (*sdktrace.Trace
 	if err != nil {
 		return nil, fmt.Errorf("OTLP %s trace exporter: %w", proto, err)
 	}
-	res, err := resource.Merge(
+	// Later resources win: the SDK's defaults, then serviceName, then
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+	res := resource.Default()
+	for _, r := range []*resource.Resource{
 		resource.NewSchemaless(attribute.String("service.name", serviceName)),
-		resource.Default(), // the SDK's attributes, and OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES
-	)
-	if err != nil {
-		// A schema URL conflict still yields a usable merged resource.
-		res = resource.Default()
+		resource.Environment(),
+	} {
+		merged, err := resource.Merge(res, r)
+		if err != nil {
+			return nil, fmt.Errorf("trace resource: %w", err)
+		}
+		res = merged
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)), nil
 }

@@ -3,7 +3,14 @@ package otelsetup_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow/otelsetup"
 )
@@ -79,5 +86,65 @@ func TestUnsupportedSettings(t *testing.T) {
 				t.Errorf("got %v, want ErrUnsupported", err)
 			}
 		})
+	}
+}
+
+// serviceNames starts an OTLP/HTTP receiver that answers every export and
+// records the service.name of its resources.
+func serviceNames(t *testing.T) (url string, names func() []string) {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(raw, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rs := range req.GetResourceSpans() {
+			for _, kv := range rs.GetResource().GetAttributes() {
+				if kv.GetKey() == "service.name" {
+					got = append(got, kv.GetValue().GetStringValue())
+				}
+			}
+		}
+		mu.Unlock()
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
+	}
+}
+
+// The service name is the caller's default unless OTEL_SERVICE_NAME says
+// otherwise.
+func TestServiceName(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ env, want string }{{"", "my-worker"}, {"from-env", "from-env"}} {
+		clearEnv(t)
+		url, names := serviceNames(t)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+		t.Setenv("OTEL_SERVICE_NAME", c.env)
+		tp, err := otelsetup.NewTracerProvider(ctx, "my-worker")
+		if err != nil || tp == nil {
+			t.Fatalf("provider %v, %v", tp, err)
+		}
+		_, span := tp.Tracer("test").Start(ctx, "one")
+		span.End()
+		if err := tp.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(); len(got) != 1 || got[0] != c.want {
+			t.Errorf("OTEL_SERVICE_NAME=%q: exported service names %v, want [%s]", c.env, got, c.want)
+		}
 	}
 }
