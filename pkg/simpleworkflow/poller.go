@@ -526,16 +526,13 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		}
 		for _, r := range res {
 			o := byID[r.ID]
-			next := r.RunAt
 			if r.Status == engine.StatusPending {
+				next := r.RunAt
 				ends[r.ID] = attemptEnd{outcome: OutcomeRetrying, err: o.err, next: &next}
-			} else {
-				ends[r.ID] = attemptEnd{outcome: OutcomeFailed, err: o.err}
-			}
-			if r.Status == engine.StatusPending {
 				s.log.Info("Run failed; retrying", "run_id", r.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt,
 					"error", o.err.Error(), "next_attempt_at", r.RunAt)
 			} else {
+				ends[r.ID] = attemptEnd{outcome: OutcomeFailed, err: o.err}
 				s.log.Info("Run failed", "run_id", r.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt, "error", o.err.Error())
 			}
 		}
@@ -552,12 +549,12 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 			s.log.Info("Run handed back", "run_id", id, "type", byID[id].run.typ, "reason", "worker shutting down")
 		}
 	}
-	// A slot is free once its outcome is written, so that the runs a worker
-	// holds leased never exceed its concurrency.
 	for _, o := range batch {
 		e := ends[o.run.ref.ID]
 		endAttemptSpan(o.run.span, e.outcome, e.err, e.next)
 	}
+	// A slot is free once its outcome is written, so that the runs a worker
+	// holds leased never exceed its concurrency.
 	s.mu.Lock()
 	for _, o := range batch {
 		delete(s.active, o.run.ref.ID)
