@@ -5,7 +5,9 @@
 //	demo.sleep.v1  {"seconds": N}: sleeps N seconds, stops promptly when cancelled
 //	demo.fail.v1   {"failTimes": N}: fails its first N attempts, then succeeds
 //
-// Every flag has an environment fallback (shown in -help). SIGTERM or SIGINT
+// Every flag has an environment fallback (shown in -help). Traces are
+// exported over OTLP when the standard OTEL_* variables name an endpoint
+// (see docs/traces.md). SIGTERM or SIGINT
 // stops it gracefully: in-flight runs finish within the grace period or are
 // handed back.
 package main
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow/otelsetup"
 )
 
 func main() {
@@ -146,6 +149,23 @@ func run() error {
 	log.Info("Starting example-worker", "version", version, "revision", revision)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+
+	shutdownTracing, err := otelsetup.Install(ctx, "example-worker")
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	if otelsetup.Enabled() {
+		log.Info("Exporting traces over OTLP")
+	}
+	defer func() {
+		// A fresh context: ctx has ended by now, and the spans not yet
+		// exported still deserve their chance.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(fctx); err != nil {
+			log.Warn("Flushing traces failed", "error", err)
+		}
+	}()
 
 	client, err := simpleworkflow.Connect(ctx, o.databaseURL)
 	if err != nil {

@@ -46,6 +46,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		deadlineMS  = make([]*int64, n)
 		baseMS      = make([]*int64, n)
 		maxMS       = make([]*int64, n)
+		traces      = make([]*string, n)
 	)
 	for i, p := range ps {
 		if err := p.Validate(); err != nil {
@@ -67,6 +68,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 			priorities[i] = &v
 		}
 		runAts[i] = p.RunAt
+		traces[i] = nullIfEmpty(p.TraceParent)
 		keys[i] = nullIfEmpty(p.IdempotencyKey)
 		if p.MaxAttempts > 0 {
 			v := int32(p.MaxAttempts)
@@ -82,7 +84,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 	err := db.QueryRow(ctx, e.q[qRunCreateMany], pgx.NamedArgs{
 		"types": types, "payloads": payloads, "priorities": priorities, "run_ats": runAts,
 		"idempotency_keys": keys, "max_attempts": maxAttempts, "deadline_ms": deadlineMS,
-		"retry_base_ms": baseMS, "retry_max_ms": maxMS,
+		"retry_base_ms": baseMS, "retry_max_ms": maxMS, "traceparents": traces,
 	}).Scan(&ids, &created)
 	if err != nil {
 		return nil, translate("create runs", err)

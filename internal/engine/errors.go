@@ -48,6 +48,7 @@ var constraintMessages = map[string]string{
 	"workflow_signal_name_format":            "signal name must be 1 to 128 characters of letters, digits and . _ : -",
 	"workflow_signal_payload_size":           "signal payload must be at most 256 KiB of JSON",
 	"workflow_signal_idempotency_key_length": "a signal's idempotency key must be 1 to 512 characters",
+	"workflow_run_traceparent_format":        traceParentRule,
 }
 
 // ConstraintMessage returns the human explanation of a schema check constraint,

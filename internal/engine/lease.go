@@ -44,6 +44,8 @@ type ClaimedRun struct {
 	// Journal is what earlier attempts recorded, in position order (nil for
 	// a run that has recorded nothing).
 	Journal []JournalEntry
+	// TraceParent is the W3C traceparent stored with the run ("" when none).
+	TraceParent string
 }
 
 func nilIfEmpty(s []string) []string {
@@ -79,11 +81,13 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRun, error) {
 		var c ClaimedRun
 		var payload, journal []byte
+		var traceParent *string
 		err := row.Scan(&c.ID, &c.Type, &payload, &c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.CreatedAt,
-			&c.LeaseToken, &c.DeadlineAt, &journal)
+			&c.LeaseToken, &c.DeadlineAt, &journal, &traceParent)
 		if err != nil {
 			return c, err
 		}
+		c.TraceParent = deref(traceParent)
 		c.Payload = payload
 		if len(journal) > 0 {
 			if err := json.Unmarshal(journal, &c.Journal); err != nil {

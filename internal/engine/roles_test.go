@@ -150,6 +150,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 	inlinable := map[string]bool{
 		"prefix_pattern": true, "retry_delay": true, "far_future": true,
 		"step_name_problem": true, "output_problem": true, "nondeterminism_message": true,
+		"traceparent_valid": true,
 	}
 	definer := map[string]bool{
 		// worker
@@ -163,7 +164,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
 		"on_run_inserted": true, "on_run_cancelled": true, "on_run_soft_deleted": true,
 		"on_child_finished": true, "on_parent_ended": true, "on_runs_deleted": true,
-		"on_status_changed_by_sql": true,
+		"on_status_changed_by_sql": true, "on_child_inserting": true,
 	}
 	rows, err := b.pool.Query(b.ctx, `
 select p.proname, p.oid::regprocedure::text, p.prosecdef, coalesce(p.proconfig, '{}'),

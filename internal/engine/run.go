@@ -75,6 +75,8 @@ type Run struct {
 	DeadlineAt *time.Time
 	// Wait says what a parked run waits for; nil when it is not parked.
 	Wait *Wait
+	// TraceParent is the W3C traceparent stored with the run ("" when none).
+	TraceParent string
 }
 
 // Wait is what a parked run waits for. The run is pending, with run_at at
@@ -109,6 +111,10 @@ type CreateParams struct {
 	// At most one of the two.
 	Deadline   time.Duration
 	DeadlineAt *time.Time
+	// TraceParent is the W3C traceparent of the context recording the run
+	// (00-<trace id>-<parent id>-<flags>, lowercase hex); empty records
+	// none. The spans of the run's attempts link to it.
+	TraceParent string
 }
 
 // CreateResult says which run holds the intent and whether this call created it.
@@ -168,6 +174,7 @@ func (e *Engine) CreateRunIn(ctx context.Context, db Querier, p CreateParams) (C
 		"retry_max_ms":    nil,
 		"deadline_at":     p.DeadlineAt,
 		"deadline_ms":     millisOrNil(p.Deadline),
+		"traceparent":     nullIfEmpty(p.TraceParent),
 	}
 	if p.MaxAttempts > 0 {
 		args["max_attempts"] = p.MaxAttempts
@@ -213,14 +220,16 @@ func scanRun(row pgx.Row) (Run, error) {
 		token                       *int64
 		parentID, parentStep        *string
 		waitKind, waitStep, waitSig *string
+		traceParent                 *string
 	)
 	err := row.Scan(&r.ID, &r.Type, &payload, &status, &r.Priority, &r.RunAt, &idem, &r.Attempt,
 		&r.MaxAttempts, &leasedBy, &r.LeaseUntil, &lastError, &result, &baseMS, &maxMS,
 		&srcNS, &srcName, &srcUID, &r.StartedAt, &r.FinishedAt, &r.CreatedAt, &r.UpdatedAt, &r.DeletedAt,
-		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig)
+		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig, &traceParent)
 	if err != nil {
 		return Run{}, err
 	}
+	r.TraceParent = deref(traceParent)
 	if token != nil {
 		r.LeaseToken = *token
 	}

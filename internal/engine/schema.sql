@@ -89,7 +89,7 @@ $$;
 -- Name: claim_runs(text, text[], text, integer, bigint, text[]); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
-CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint, p_types text[] DEFAULT NULL::text[]) RETURNS TABLE(id uuid, type text, payload jsonb, attempt integer, max_attempts integer, lease_until timestamp with time zone, created_at timestamp with time zone, lease_token bigint, deadline_at timestamp with time zone, journal jsonb)
+CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint, p_types text[] DEFAULT NULL::text[]) RETURNS TABLE(id uuid, type text, payload jsonb, attempt integer, max_attempts integer, lease_until timestamp with time zone, created_at timestamp with time zone, lease_token bigint, deadline_at timestamp with time zone, journal jsonb, traceparent text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "workflow.via_function" TO 'on'
@@ -189,7 +189,8 @@ begin
         from candidates c
         where r.id = c.id
         returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
-                  r.created_at, r.priority, r.lease_token, r.deadline_at, c.wait_kind, c.wait_step
+                  r.created_at, r.priority, r.lease_token, r.deadline_at, c.wait_kind, c.wait_step,
+                  r.traceparent
     ), timers as (
         -- The timer resolves the wait it ends: a sleep is done, any other wait
         -- timed out.
@@ -224,11 +225,18 @@ begin
                                        else s.outcome end,
                        'output', s.output, 'error', s.error, 'child_id', s.child_id)
                    order by s.position)
-            from workflow.workflow_step s where s.run_id = c.id)
+            from workflow.workflow_step s where s.run_id = c.id),
+           c.traceparent
     from claimed c
     order by c.priority, c.created_at;
 end
 $$;
+
+--
+-- Name: FUNCTION claim_runs(p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint, p_types text[]); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint, p_types text[]) IS 'Leases up to p_limit runnable runs of a worker''s types; returns each with its journal and traceparent.';
 
 --
 -- Name: complete_runs(text, uuid[], bigint[], jsonb[]); Type: FUNCTION; Schema: workflow; Owner: -
@@ -277,10 +285,10 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
 $$;
 
 --
--- Name: create_runs(text[], text[], integer[], timestamp with time zone[], text[], integer[], bigint[], bigint[], bigint[]); Type: FUNCTION; Schema: workflow; Owner: -
+-- Name: create_runs(text[], text[], integer[], timestamp with time zone[], text[], integer[], bigint[], bigint[], bigint[], text[]); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
-CREATE FUNCTION workflow.create_runs(p_types text[], p_payloads text[], p_priorities integer[] DEFAULT NULL::integer[], p_run_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_idempotency_keys text[] DEFAULT NULL::text[], p_max_attempts integer[] DEFAULT NULL::integer[], p_deadline_ms bigint[] DEFAULT NULL::bigint[], p_retry_base_ms bigint[] DEFAULT NULL::bigint[], p_retry_max_ms bigint[] DEFAULT NULL::bigint[]) RETURNS TABLE(ord integer, id uuid, created boolean)
+CREATE FUNCTION workflow.create_runs(p_types text[], p_payloads text[], p_priorities integer[] DEFAULT NULL::integer[], p_run_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_idempotency_keys text[] DEFAULT NULL::text[], p_max_attempts integer[] DEFAULT NULL::integer[], p_deadline_ms bigint[] DEFAULT NULL::bigint[], p_retry_base_ms bigint[] DEFAULT NULL::bigint[], p_retry_max_ms bigint[] DEFAULT NULL::bigint[], p_traceparents text[] DEFAULT NULL::text[]) RETURNS TABLE(ord integer, id uuid, created boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -304,7 +312,8 @@ begin
     from (values ('payloads', cardinality(p_payloads)), ('priorities', cardinality(p_priorities)),
                  ('run_ats', cardinality(p_run_ats)), ('idempotency_keys', cardinality(p_idempotency_keys)),
                  ('max_attempts', cardinality(p_max_attempts)), ('deadline_ms', cardinality(p_deadline_ms)),
-                 ('retry_base_ms', cardinality(p_retry_base_ms)), ('retry_max_ms', cardinality(p_retry_max_ms))) a(name, len)
+                 ('retry_base_ms', cardinality(p_retry_base_ms)), ('retry_max_ms', cardinality(p_retry_max_ms)),
+                 ('traceparents', cardinality(p_traceparents))) a(name, len)
     where a.len is not null and a.len <> n
     limit 1;
     if found then
@@ -312,13 +321,15 @@ begin
     end if;
 
     -- Types, keys and numbers, row by row (the first bad row is named).
-    select t.ord, t.type, t.key, t.max_attempts, t.deadline_ms, t.base_ms, t.max_ms into v_bad
-    from unnest(p_types, p_idempotency_keys, p_max_attempts, p_deadline_ms, p_retry_base_ms, p_retry_max_ms)
-         with ordinality t(type, key, max_attempts, deadline_ms, base_ms, max_ms, ord)
+    select t.ord, t.type, t.key, t.max_attempts, t.deadline_ms, t.base_ms, t.max_ms, t.traceparent into v_bad
+    from unnest(p_types, p_idempotency_keys, p_max_attempts, p_deadline_ms, p_retry_base_ms, p_retry_max_ms,
+                p_traceparents)
+         with ordinality t(type, key, max_attempts, deadline_ms, base_ms, max_ms, traceparent, ord)
     where t.type is null or char_length(t.type) > 253 or t.type !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'
        or char_length(t.key) > 512 or starts_with(t.key, 'k8s:') or starts_with(t.key, 'k8s-uid:')
        or t.max_attempts < 1 or t.max_attempts > 1000
        or t.deadline_ms < 1 or t.base_ms < 1 or t.max_ms < 1 or t.max_ms < t.base_ms
+       or not workflow.traceparent_valid(t.traceparent)
     order by t.ord
     limit 1;
     if found then
@@ -334,6 +345,8 @@ begin
                     then 'idempotency keys starting with k8s: or k8s-uid: are reserved for runs mirrored from Kubernetes'
                 when v_bad.max_attempts < 1 or v_bad.max_attempts > 1000
                     then format('max attempts must be between 1 and 1000, got %s', v_bad.max_attempts)
+                when not workflow.traceparent_valid(v_bad.traceparent)
+                    then 'traceparent must be a W3C traceparent: 00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>, neither id all zeros'
                 when v_bad.deadline_ms < 1
                     then format('deadline must be at least 1 ms, got %s ms', v_bad.deadline_ms)
                 else 'retry delays must be at least 1 ms, and the max delay at least the base delay'
@@ -366,14 +379,15 @@ begin
     if p_idempotency_keys is null or not exists (select 1 from unnest(p_idempotency_keys) k where k <> '') then
         -- No keys: every row is a new run.
         insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
-                                           retry_base_delay, retry_max_delay, deadline_at)
+                                           retry_base_delay, retry_max_delay, deadline_at, traceparent)
         select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()),
                coalesce(t.max_attempts, 3),
                t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-               now() + t.deadline_ms * interval '1 millisecond'
+               now() + t.deadline_ms * interval '1 millisecond', t.traceparent
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
-                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms)
-             with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms, ord)
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents)
+             with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
+                               traceparent, ord)
         order by t.ord;
         return query select u.o::integer, u.id, true from unnest(v_ids) with ordinality u(id, o);
         return;
@@ -384,16 +398,17 @@ begin
     -- The first row of each key (a later row with the same key gets its
     -- run); a key already taken records nothing.
     insert into workflow.workflow_run (id, type, payload, priority, run_at, idempotency_key, max_attempts,
-                                       retry_base_delay, retry_max_delay, deadline_at)
+                                       retry_base_delay, retry_max_delay, deadline_at, traceparent)
     select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()), t.key,
            coalesce(t.max_attempts, 3),
            t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-           now() + t.deadline_ms * interval '1 millisecond'
+           now() + t.deadline_ms * interval '1 millisecond', t.traceparent
     from (
         select u.*, row_number() over (partition by u.key order by u.ord) as nth
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, v_keys, p_max_attempts,
-                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms)
-             with ordinality u(id, type, payload, priority, run_at, key, max_attempts, base_ms, max_ms, deadline_ms, ord)
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents)
+             with ordinality u(id, type, payload, priority, run_at, key, max_attempts, base_ms, max_ms, deadline_ms,
+                               traceparent, ord)
     ) t
     where t.key is null or t.nth = 1
     -- In key order: two batches sharing keys wait for each other's keys in
@@ -414,10 +429,10 @@ end
 $_$;
 
 --
--- Name: FUNCTION create_runs(p_types text[], p_payloads text[], p_priorities integer[], p_run_ats timestamp with time zone[], p_idempotency_keys text[], p_max_attempts integer[], p_deadline_ms bigint[], p_retry_base_ms bigint[], p_retry_max_ms bigint[]); Type: COMMENT; Schema: workflow; Owner: -
+-- Name: FUNCTION create_runs(p_types text[], p_payloads text[], p_priorities integer[], p_run_ats timestamp with time zone[], p_idempotency_keys text[], p_max_attempts integer[], p_deadline_ms bigint[], p_retry_base_ms bigint[], p_retry_max_ms bigint[], p_traceparents text[]); Type: COMMENT; Schema: workflow; Owner: -
 --
 
-COMMENT ON FUNCTION workflow.create_runs(p_types text[], p_payloads text[], p_priorities integer[], p_run_ats timestamp with time zone[], p_idempotency_keys text[], p_max_attempts integer[], p_deadline_ms bigint[], p_retry_base_ms bigint[], p_retry_max_ms bigint[]) IS 'Records many runs in one call; idempotency keys per row; returns (ord, id, created) per input row.';
+COMMENT ON FUNCTION workflow.create_runs(p_types text[], p_payloads text[], p_priorities integer[], p_run_ats timestamp with time zone[], p_idempotency_keys text[], p_max_attempts integer[], p_deadline_ms bigint[], p_retry_base_ms bigint[], p_retry_max_ms bigint[], p_traceparents text[]) IS 'Records many runs in one call; idempotency keys and traceparents per row; returns (ord, id, created) per input row.';
 
 --
 -- Name: dag_advance(uuid); Type: FUNCTION; Schema: workflow; Owner: -
@@ -536,6 +551,7 @@ CREATE TABLE workflow.workflow_run (
     wait_step text,
     wait_signal text,
     dag jsonb,
+    traceparent text,
     CONSTRAINT workflow_run_attempt_range CHECK (((attempt >= 0) AND (attempt <= max_attempts))),
     CONSTRAINT workflow_run_idempotency_key_length CHECK (((idempotency_key IS NULL) OR ((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 512)))),
     CONSTRAINT workflow_run_lease_held CHECK (((status <> 'leased'::text) OR ((leased_by IS NOT NULL) AND (lease_until IS NOT NULL)))),
@@ -567,6 +583,12 @@ COMMENT ON COLUMN workflow.workflow_run.lease_token IS 'Drawn from workflow.leas
 --
 
 COMMENT ON COLUMN workflow.workflow_run.dag IS 'The definition a DAG run started with (a snapshot: editing the registry changes new runs only).';
+
+--
+-- Name: COLUMN workflow_run.traceparent; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON COLUMN workflow.workflow_run.traceparent IS 'W3C traceparent of the context that recorded the run (a child''s is its parent''s); null when none was given.';
 
 --
 -- Name: dag_end(workflow.workflow_run, text, jsonb, text, jsonb); Type: FUNCTION; Schema: workflow; Owner: -
@@ -1018,6 +1040,20 @@ begin
         perform pg_notify('workflow_run_created', v_parent.type);
     end if;
     return null;
+end
+$$;
+
+--
+-- Name: on_child_inserting(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.on_child_inserting() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+    select p.traceparent into new.traceparent from workflow.workflow_run p where p.id = new.parent_id;
+    return new;
 end
 $$;
 
@@ -1881,6 +1917,20 @@ CREATE FUNCTION workflow.step_name_problem(p_name text) RETURNS text
 $_$;
 
 --
+-- Name: traceparent_valid(text); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.traceparent_valid(p text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    select p is null
+        or (octet_length(p) = 55
+            and p ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+            and substr(p, 4, 32) <> '00000000000000000000000000000000'
+            and substr(p, 37, 16) <> '0000000000000000')
+$_$;
+
+--
 -- Name: type_depths(); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -2118,6 +2168,13 @@ ALTER TABLE workflow.workflow_run
     ADD CONSTRAINT workflow_run_source_bounded CHECK (((char_length(source_namespace) <= 63) AND (char_length(source_name) <= 253) AND (char_length(source_uid) <= 128))) NOT VALID;
 
 --
+-- Name: workflow_run workflow_run_traceparent_format; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE workflow.workflow_run
+    ADD CONSTRAINT workflow_run_traceparent_format CHECK (((traceparent IS NULL) OR ((octet_length(traceparent) = 55) AND (traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text) AND (substr(traceparent, 4, 32) <> '00000000000000000000000000000000'::text) AND (substr(traceparent, 37, 16) <> '0000000000000000'::text)))) NOT VALID;
+
+--
 -- Name: workflow_signal workflow_signal_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -
 --
 
@@ -2286,6 +2343,12 @@ CREATE TRIGGER workflow_registry_written BEFORE INSERT OR UPDATE OF definition, 
 --
 
 CREATE TRIGGER workflow_run_cancelled BEFORE UPDATE OF status ON workflow.workflow_run FOR EACH ROW WHEN (((new.status = 'cancelled'::text) AND (old.status = ANY (ARRAY['pending'::text, 'leased'::text])))) EXECUTE FUNCTION workflow.on_run_cancelled();
+
+--
+-- Name: workflow_run workflow_run_child_traceparent; Type: TRIGGER; Schema: workflow; Owner: -
+--
+
+CREATE TRIGGER workflow_run_child_traceparent BEFORE INSERT ON workflow.workflow_run FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND (new.traceparent IS NULL))) EXECUTE FUNCTION workflow.on_child_inserting();
 
 --
 -- Name: workflow_run workflow_run_finished_is_final; Type: TRIGGER; Schema: workflow; Owner: -

@@ -85,6 +85,9 @@ func (p CreateParams) Validate() error {
 	if p.Deadline < 0 || (p.Deadline > 0 && p.Deadline < time.Millisecond) {
 		return fmt.Errorf("%w: deadline must be at least 1ms, got %s", ErrInvalid, p.Deadline)
 	}
+	if err := ValidateTraceParent(p.TraceParent); err != nil {
+		return err
+	}
 	if p.Deadline > 0 && p.DeadlineAt != nil {
 		return fmt.Errorf("%w: give a deadline as a duration or as an instant, not both", ErrInvalid)
 	}

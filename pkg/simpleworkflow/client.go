@@ -81,6 +81,10 @@ type CreateOptions struct {
 	// creation (by the database clock), wherever it is: pending, parked or
 	// running. Zero means none.
 	Deadline time.Duration
+	// TraceParent is the W3C traceparent stored with the run; the spans of
+	// its attempts link to it. Empty takes the span context of the ctx
+	// given to Create (none when ctx carries no span).
+	TraceParent string
 }
 
 // RetryPolicy is a run's own backoff: the delay before attempt n+1 is
@@ -124,16 +128,22 @@ func (c *Client) CreateIn(ctx context.Context, db DB, workflowType string, paylo
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("create %s: %w", workflowType, err)
 	}
-	res, err := c.eng.CreateRunIn(ctx, db, createParams(workflowType, raw, opts))
+	res, err := c.eng.CreateRunIn(ctx, db, createParams(ctx, workflowType, raw, opts))
 	if err != nil {
 		return CreateResult{}, err
 	}
 	return CreateResult{ID: res.ID, Created: res.Created}, nil
 }
 
-// createParams is what the engine takes for one run.
-func createParams(workflowType string, payload json.RawMessage, opts *CreateOptions) engine.CreateParams {
+// createParams is what the engine takes for one run. Without a traceparent
+// of its own, the run stores the span context of ctx.
+func createParams(ctx context.Context, workflowType string, payload json.RawMessage, opts *CreateOptions) engine.CreateParams {
 	p := engine.CreateParams{Type: workflowType, Payload: payload}
+	if opts != nil && opts.TraceParent != "" {
+		p.TraceParent = opts.TraceParent
+	} else {
+		p.TraceParent = traceParentOf(ctx)
+	}
 	if opts != nil {
 		p.IdempotencyKey = opts.IdempotencyKey
 		p.Priority = opts.Priority

@@ -42,7 +42,7 @@ func (c *Client) CreateManyIn(ctx context.Context, db DB, runs []NewRun) ([]Crea
 		if err != nil {
 			return nil, fmt.Errorf("create runs: row %d (%s): %w", i+1, r.Type, err)
 		}
-		ps[i] = createParams(r.Type, raw, r.Options)
+		ps[i] = createParams(ctx, r.Type, raw, r.Options)
 	}
 	res, err := c.eng.CreateRunsIn(ctx, db, ps)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -43,19 +45,22 @@ func (t *Task) durable() (*replay, error) {
 // from the handler retries the attempt. Step names are 1 to 128 characters
 // of letters, digits and . _ : -, unique within the run; the output is at
 // most 256 KiB.
-func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
+func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (out json.RawMessage, err error) {
 	r, err := t.durable()
 	if err != nil {
 		return nil, err
 	}
+	ctx, span := r.startStepSpan(ctx, string(engine.StepKindStep), name)
+	defer func() { endStepSpan(span, err) }()
 	pos, e, found, err := r.reach(name, engine.StepKindStep)
 	if err != nil {
 		return nil, err
 	}
+	span.SetAttributes(AttrStepPos.Int(pos), AttrReplayed.Bool(found))
 	if found {
 		return e.Output, nil
 	}
-	out, err := fn(ctx)
+	out, err = fn(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -163,15 +168,21 @@ func (t *Task) WaitForSignal(ctx context.Context, name string, timeout time.Dura
 
 // wait reaches a sleep or a signal wait: replayed when the journal has it
 // done, otherwise resolved by the database at once or parked.
-func (t *Task) wait(ctx context.Context, step string, kind engine.StepKind, signal string, at *time.Time, delay *time.Duration) (engine.JournalEntry, error) {
+func (t *Task) wait(ctx context.Context, step string, kind engine.StepKind, signal string, at *time.Time, delay *time.Duration) (_ engine.JournalEntry, err error) {
 	r, err := t.durable()
 	if err != nil {
 		return engine.JournalEntry{}, err
+	}
+	ctx, span := r.startStepSpan(ctx, string(kind), step)
+	defer func() { endStepSpan(span, err) }()
+	if signal != "" {
+		span.SetAttributes(AttrSignal.String(signal))
 	}
 	pos, e, found, err := r.reach(step, kind)
 	if err != nil {
 		return engine.JournalEntry{}, err
 	}
+	span.SetAttributes(AttrStepPos.Int(pos), AttrReplayed.Bool(found && e.Done()))
 	if found && e.Done() {
 		return e, nil
 	}
@@ -197,6 +208,9 @@ func (t *Task) park(ctx context.Context, r *replay, p engine.ParkParams) (engine
 		r.remember(e)
 		return e, nil
 	case engine.WriteParked:
+		if res.WakeAt != nil {
+			trace.SpanFromContext(ctx).SetAttributes(AttrWakeAt.String(res.WakeAt.UTC().Format(time.RFC3339Nano)))
+		}
 		r.markParked(res.WakeAt)
 		return engine.JournalEntry{}, ErrParked
 	case engine.WriteLeaseLost:
@@ -226,15 +240,23 @@ type ChildOptions struct {
 // whichever worker claims it) as step name of this run and returns its id.
 // The child starts once: replays find the same child. Cancelling or failing
 // the parent cancels its unfinished children. Await its end with AwaitChild.
-func (t *Task) StartChild(ctx context.Context, name, workflowType string, opts *ChildOptions) (string, error) {
+func (t *Task) StartChild(ctx context.Context, name, workflowType string, opts *ChildOptions) (childID string, err error) {
 	r, err := t.durable()
 	if err != nil {
 		return "", err
 	}
+	ctx, span := r.startStepSpan(ctx, string(engine.StepKindChild), name, AttrChildType.String(workflowType))
+	defer func() {
+		if childID != "" {
+			span.SetAttributes(AttrChildID.String(childID))
+		}
+		endStepSpan(span, err)
+	}()
 	pos, e, found, err := r.reach(name, engine.StepKindChild)
 	if err != nil {
 		return "", err
 	}
+	span.SetAttributes(AttrStepPos.Int(pos), AttrReplayed.Bool(found))
 	if found {
 		return e.ChildID, nil
 	}
@@ -272,11 +294,13 @@ func (t *Task) StartChild(ctx context.Context, name, workflowType string, opts *
 // has ended: its JSON result when it succeeded, a *ChildFailedError when it
 // failed or was cancelled. Until then the run parks (ErrParked, as with
 // Sleep); the child's end wakes it.
-func (t *Task) AwaitChild(ctx context.Context, name string) (json.RawMessage, error) {
+func (t *Task) AwaitChild(ctx context.Context, name string) (_ json.RawMessage, err error) {
 	r, err := t.durable()
 	if err != nil {
 		return nil, err
 	}
+	ctx, span := r.startStepSpan(ctx, "await_child", name)
+	defer func() { endStepSpan(span, err) }()
 	r.mu.Lock()
 	stopped := r.stoppedLocked()
 	r.mu.Unlock()
@@ -287,6 +311,7 @@ func (t *Task) AwaitChild(ctx context.Context, name string) (json.RawMessage, er
 	if !ok || e.Kind != engine.StepKindChild {
 		return nil, Permanent(fmt.Errorf("await child: %w: no child run was started at step %q", ErrInvalid, name))
 	}
+	span.SetAttributes(AttrChildID.String(e.ChildID), AttrReplayed.Bool(e.Done()))
 	if !e.Done() {
 		e, err = t.park(ctx, r, engine.ParkParams{LeaseRef: r.ref, WorkerID: t.WorkerID, Kind: engine.StepKindChild,
 			Step: name, Position: e.Position})

@@ -26,6 +26,10 @@ type Task struct {
 	// none); the handler's context is then cancelled with
 	// ErrDeadlineExceeded.
 	DeadlineAt *time.Time
+	// TraceParent is the W3C traceparent stored with the run by its
+	// producer ("" for none). The handler's context already carries the
+	// attempt's span, linked to it; this is the raw value, e.g. to hand on.
+	TraceParent string
 
 	replay *replay
 }
@@ -38,7 +42,9 @@ func (t *Task) Decode(v any) error {
 	return nil
 }
 
-// HandlerFunc executes one attempt of a run. ctx is cancelled when the run is
+// HandlerFunc executes one attempt of a run. ctx carries the attempt's span
+// (see docs/traces.md): spans started from it are its children. ctx is
+// cancelled when the run is
 // cancelled, the lease is lost or the worker's shutdown grace period is over;
 // context.Cause(ctx) says which (ErrRunCancelled, ErrLeaseLost,
 // ErrShuttingDown, ErrDeadlineExceeded, or ErrParked after a durable wait

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -93,6 +95,8 @@ type activeRun struct {
 	ref    engine.LeaseRef
 	typ    string
 	cancel context.CancelCauseFunc
+	// span is the attempt's span, ended once its outcome is written.
+	span trace.Span
 	// done is set once the handler returned.
 	done bool
 }
@@ -121,6 +125,7 @@ type session struct {
 	eng      *engine.Engine
 	cfg      PollerConfig
 	log      *slog.Logger
+	tracer   trace.Tracer
 	handlers map[string]HandlerFunc
 	prefixes []string
 	// types are the handled types: the only ones claimed.
@@ -158,6 +163,7 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 		eng:       p.client.eng,
 		cfg:       p.cfg,
 		log:       p.cfg.Logger.With("worker_id", p.cfg.WorkerID),
+		tracer:    p.cfg.TracerProvider.Tracer(TracerName),
 		handlers:  handlers,
 		prefixes:  prefixes,
 		active:    map[string]*activeRun{},
@@ -345,15 +351,17 @@ func (s *session) minClaim() int {
 }
 
 func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
-	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel}
+	hctx, span := s.startAttemptSpan(context.WithoutCancel(ctx), c)
+	hctx, cancel := context.WithCancelCause(hctx)
+	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span}
 	s.mu.Lock()
 	s.active[c.ID] = a
 	s.running++
 	s.mu.Unlock()
 	task := &Task{ID: c.ID, Type: c.Type, Payload: c.Payload, Attempt: c.Attempt,
-		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID, DeadlineAt: c.DeadlineAt}
+		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID, DeadlineAt: c.DeadlineAt, TraceParent: c.TraceParent}
 	task.replay = newReplay(s, a.ref, cancel, c.Journal)
+	task.replay.span = span
 	if len(c.Journal) > 0 {
 		s.log.Info("Run resumed", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt, "journal", len(c.Journal))
 	} else {
@@ -403,6 +411,8 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 	select {
 	case s.outcomes <- o:
 	case <-s.abandoned:
+		// shutdown handed the run back without waiting for this outcome.
+		endAttemptSpan(a.span, OutcomeReleased, nil, nil)
 	}
 }
 
@@ -458,7 +468,11 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		failures    []engine.Failure
 		releases    []engine.LeaseRef
 	)
+	// How each attempt ended, for its span; the default covers an outcome
+	// whose write failed.
+	ends := make(map[string]attemptEnd, len(batch))
 	for _, o := range batch {
+		ends[o.run.ref.ID] = attemptEnd{outcome: OutcomeUnrecorded, err: o.err}
 		switch o.kind {
 		case outcomeComplete:
 			completions = append(completions, engine.Completion{LeaseRef: o.run.ref, Result: o.result})
@@ -467,6 +481,7 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		case outcomeRelease:
 			releases = append(releases, o.run.ref)
 		case outcomeDrop:
+			ends[o.run.ref.ID] = attemptEnd{outcome: dropOutcome(o.reason)}
 			if errors.Is(o.reason, ErrParked) {
 				s.log.Info("Run parked", "run_id", o.run.ref.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt)
 				continue
@@ -484,6 +499,7 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 			o := byID[f.ID]
 			o.kind, o.err, o.retryable = outcomeFail, errors.New(f.Error), false
 			byID[f.ID] = o
+			ends[f.ID] = attemptEnd{outcome: OutcomeUnrecorded, err: o.err}
 			failures = append(failures, f)
 		}
 		if err != nil {
@@ -492,11 +508,13 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		ok := make(map[string]bool, len(done))
 		for _, id := range done {
 			ok[id] = true
+			ends[id] = attemptEnd{outcome: OutcomeSucceeded}
 			o := byID[id]
 			s.log.Info("Run succeeded", "run_id", id, "type", o.run.typ, "attempt", o.run.ref.Attempt)
 		}
 		for _, c := range completions {
 			if !ok[c.ID] && err == nil && byID[c.ID].kind == outcomeComplete {
+				ends[c.ID] = attemptEnd{outcome: OutcomeLeaseLost}
 				s.log.Warn("Run result discarded: the lease was no longer held", "run_id", c.ID, "attempt", c.Attempt)
 			}
 		}
@@ -509,9 +527,12 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		for _, r := range res {
 			o := byID[r.ID]
 			if r.Status == engine.StatusPending {
+				next := r.RunAt
+				ends[r.ID] = attemptEnd{outcome: OutcomeRetrying, err: o.err, next: &next}
 				s.log.Info("Run failed; retrying", "run_id", r.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt,
 					"error", o.err.Error(), "next_attempt_at", r.RunAt)
 			} else {
+				ends[r.ID] = attemptEnd{outcome: OutcomeFailed, err: o.err}
 				s.log.Info("Run failed", "run_id", r.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt, "error", o.err.Error())
 			}
 		}
@@ -524,8 +545,13 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 			s.log.Error("Handing runs back failed; they will be retried after their lease expires", "error", err, "runs", len(releases))
 		}
 		for _, id := range done {
+			ends[id] = attemptEnd{outcome: OutcomeReleased}
 			s.log.Info("Run handed back", "run_id", id, "type", byID[id].run.typ, "reason", "worker shutting down")
 		}
+	}
+	for _, o := range batch {
+		e := ends[o.run.ref.ID]
+		endAttemptSpan(o.run.span, e.outcome, e.err, e.next)
 	}
 	// A slot is free once its outcome is written, so that the runs a worker
 	// holds leased never exceed its concurrency.

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -66,6 +69,10 @@ type PollerConfig struct {
 	ClaimBatchSize int
 	// Logger receives one line per transition. Defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the spans of attempts, steps and waits (see
+	// docs/traces.md). Defaults to otel.GetTracerProvider(), which makes
+	// none until an OpenTelemetry SDK is installed (e.g. by otelsetup).
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns c with every zero value replaced by its default.
@@ -103,6 +110,9 @@ func (c PollerConfig) withDefaults() PollerConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	return c
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -17,6 +19,8 @@ type replay struct {
 	s      *session
 	ref    engine.LeaseRef
 	cancel context.CancelCauseFunc
+	// span is the attempt's span: the parent of step and wait spans.
+	span trace.Span
 
 	mu      sync.Mutex
 	byPos   map[int]engine.JournalEntry

@@ -46,6 +46,8 @@ type Run struct {
 	ParentID string
 	// Wait says what a parked run waits for; nil when it is not parked.
 	Wait *Wait
+	// TraceParent is the W3C traceparent stored with the run ("" for none).
+	TraceParent string
 }
 
 // Wait is what a parked run waits for: a sleep, a signal or a child run.
@@ -57,7 +59,7 @@ func runFromEngine(r engine.Run) *Run {
 		RunAt: r.RunAt, IdempotencyKey: r.IdempotencyKey, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		LeasedBy: r.LeasedBy, LeaseUntil: r.LeaseUntil, LastError: r.LastError, Result: r.Result,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
-		DeadlineAt: r.DeadlineAt, ParentID: r.ParentID, Wait: r.Wait,
+		DeadlineAt: r.DeadlineAt, ParentID: r.ParentID, Wait: r.Wait, TraceParent: r.TraceParent,
 	}
 }
 

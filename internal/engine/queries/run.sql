@@ -3,14 +3,15 @@
 -- row is returned.
 insert into workflow.workflow_run (
     type, payload, priority, run_at, idempotency_key, max_attempts,
-    retry_base_delay, retry_max_delay, source_namespace, source_name, source_uid, deadline_at)
+    retry_base_delay, retry_max_delay, source_namespace, source_name, source_uid, deadline_at, traceparent)
 values (
     @type, @payload, coalesce(@priority::integer, 100), coalesce(@run_at::timestamptz, now()),
     @idempotency_key, coalesce(@max_attempts::integer, 3),
     @retry_base_ms::bigint * interval '1 millisecond',
     @retry_max_ms::bigint * interval '1 millisecond',
     @source_namespace, @source_name, @source_uid,
-    coalesce(@deadline_at::timestamptz, now() + @deadline_ms::bigint * interval '1 millisecond'))
+    coalesce(@deadline_at::timestamptz, now() + @deadline_ms::bigint * interval '1 millisecond'),
+    @traceparent::text)
 on conflict (idempotency_key) do nothing
 returning id;
 
@@ -24,7 +25,7 @@ select id, type, payload, status, priority, run_at, idempotency_key, attempt, ma
        (extract(epoch from retry_max_delay) * 1000)::bigint,
        source_namespace, source_name, source_uid,
        started_at, finished_at, created_at, updated_at, deleted_at,
-       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal
+       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent
 from workflow.workflow_run
 where id = @id;
 
@@ -37,7 +38,7 @@ select id, type, payload, status, priority, run_at, idempotency_key, attempt, ma
        (extract(epoch from retry_max_delay) * 1000)::bigint,
        source_namespace, source_name, source_uid,
        started_at, finished_at, created_at, updated_at, deleted_at,
-       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal
+       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent
 from workflow.workflow_run
 where deleted_at is null
   and (@type_prefix::text is null or type like workflow.prefix_pattern(@type_prefix::text))

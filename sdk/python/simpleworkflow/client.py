@@ -23,6 +23,9 @@ STEP_NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_STEP_NAME_LENGTH = 128
 #: The largest step output or signal payload, as JSON.
 MAX_STEP_OUTPUT_BYTES = 262144
+#: A W3C traceparent as a run stores it (workflow_run_traceparent_format):
+#: version 00, lowercase hex, neither the trace id nor the parent id all zeros.
+TRACEPARENT_PATTERN = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 #: The run_at of a run parked on an open wait (workflow.far_future()).
 FAR_FUTURE = datetime(9999, 1, 1, tzinfo=timezone.utc)
 
@@ -62,6 +65,20 @@ def validate_type(workflow_type: str) -> None:
         )
 
 
+def traceparent_problem(traceparent: Any) -> Optional[str]:
+    """Why a traceparent would be refused (None when it is None or valid)."""
+    if traceparent is None:
+        return None
+    rule = ("traceparent must be a W3C traceparent: 00-<32 lowercase hex trace id>-"
+            "<16 lowercase hex parent id>-<2 hex flags>, neither id all zeros")
+    if not isinstance(traceparent, str):
+        return rule
+    m = TRACEPARENT_PATTERN.fullmatch(traceparent)
+    if m is None or m.group(1) == "0" * 32 or m.group(2) == "0" * 16:
+        return rule
+    return None
+
+
 def _create_params(
     workflow_type: Any,
     payload: Any,
@@ -72,6 +89,7 @@ def _create_params(
     retry_base_delay: Optional[timedelta],
     retry_max_delay: Optional[timedelta],
     deadline: Optional[Duration],
+    traceparent: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The checked parameters of one run to create (InvalidInputError when one is bad)."""
     if not isinstance(workflow_type, str):
@@ -96,6 +114,9 @@ def _create_params(
         deadline_ms = to_millis(deadline, "deadline")
         if deadline_ms < 1:
             raise InvalidInputError(f"deadline must be at least 1ms, got {deadline!r}")
+    problem = traceparent_problem(traceparent)
+    if problem is not None:
+        raise InvalidInputError(problem)
     return {
         "type": workflow_type,
         "payload": raw,
@@ -106,6 +127,7 @@ def _create_params(
         "base": retry_base_delay,
         "max": retry_max_delay,
         "deadline_ms": deadline_ms,
+        "traceparent": traceparent,
     }
 
 
@@ -160,6 +182,8 @@ class Run:
     parent_id: Optional[str] = None
     parent_step: Optional[str] = None
     wait: Optional[Wait] = None
+    #: The W3C traceparent stored with the run by its producer (None for none).
+    traceparent: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -208,11 +232,11 @@ class Event:
 
 _INSERT = """
 insert into workflow.workflow_run (type, payload, priority, run_at, idempotency_key, max_attempts,
-                                   retry_base_delay, retry_max_delay, deadline_at)
+                                   retry_base_delay, retry_max_delay, deadline_at, traceparent)
 values (%(type)s, %(payload)s::jsonb, coalesce(%(priority)s::integer, 100),
         coalesce(%(run_at)s::timestamptz, now()), %(key)s, coalesce(%(max_attempts)s::integer, 3),
         %(base)s::interval, %(max)s::interval,
-        now() + %(deadline_ms)s::bigint * interval '1 millisecond')
+        now() + %(deadline_ms)s::bigint * interval '1 millisecond', %(traceparent)s::text)
 on conflict (idempotency_key) do nothing
 returning id::text
 """
@@ -220,17 +244,17 @@ returning id::text
 _CREATE_MANY = """
 select coalesce(array_agg(c.id::text order by c.ord), '{}'), coalesce(array_agg(c.created order by c.ord), '{}')
 from workflow.create_runs(%s::text[], %s::text[], %s::integer[], %s::timestamptz[], %s::text[], %s::integer[],
-                          %s::bigint[], %s::bigint[], %s::bigint[]) c
+                          %s::bigint[], %s::bigint[], %s::bigint[], %s::text[]) c
 """
 
 #: The keys a create_many run may have: create's arguments.
 _RUN_KEYS = frozenset({"type", "payload", "idempotency_key", "priority", "run_at", "max_attempts",
-                       "retry_base_delay", "retry_max_delay", "deadline"})
+                       "retry_base_delay", "retry_max_delay", "deadline", "traceparent"})
 
 _GET = """
 select id::text, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
        leased_by, lease_until, last_error, result, created_at, updated_at, finished_at,
-       deadline_at, parent_id::text, parent_step, wait_kind, wait_step, wait_signal
+       deadline_at, parent_id::text, parent_step, wait_kind, wait_step, wait_signal, traceparent
 from workflow.workflow_run where id = %s
 """
 
@@ -265,6 +289,7 @@ class Client:
         retry_base_delay: Optional[timedelta] = None,
         retry_max_delay: Optional[timedelta] = None,
         deadline: Optional[Duration] = None,
+        traceparent: Optional[str] = None,
         conn: Optional[psycopg.Connection[Any]] = None,
     ) -> CreateResult:
         """Record an intent. When this returns, the run is durable and will run eventually.
@@ -280,10 +305,12 @@ class Client:
         and ``retry_max_delay`` override the default backoff (attempt² minutes).
         ``deadline`` (seconds or a timedelta) fails the run with "deadline
         exceeded" that long after its creation, by the database clock, wherever
-        it is: pending, parked or running.
+        it is: pending, parked or running. ``traceparent`` (a W3C traceparent,
+        e.g. of the caller's current span) is stored with the run: the spans of
+        its attempts link to it, and handlers see it as ``ctx.traceparent``.
         """
         params = _create_params(workflow_type, payload, idempotency_key, priority, run_at, max_attempts,
-                                retry_base_delay, retry_max_delay, deadline)
+                                retry_base_delay, retry_max_delay, deadline, traceparent)
         if conn is not None:
             return self._insert(conn, params, idempotency_key)
         with self._connect() as own:
@@ -297,7 +324,7 @@ class Client:
         Each run is a mapping with ``type`` and, optionally, the keyword
         arguments of :meth:`create` (``payload``, ``idempotency_key``,
         ``priority``, ``run_at``, ``max_attempts``, ``retry_base_delay``,
-        ``retry_max_delay``, ``deadline``). Returns one CreateResult per run,
+        ``retry_max_delay``, ``deadline``, ``traceparent``). Returns one CreateResult per run,
         in order. Idempotency keys work per run as in create: a key already
         taken, or used by an earlier run of the same batch, records nothing
         for that run and returns the run that holds it with ``created=False``.
@@ -308,7 +335,7 @@ class Client:
         """
         if len(runs) > MAX_CREATE_MANY:
             raise InvalidInputError(f"create_many: at most {MAX_CREATE_MANY} runs per call, got {len(runs)}")
-        cols: List[List[Any]] = [[] for _ in range(9)]
+        cols: List[List[Any]] = [[] for _ in range(10)]
         for i, run in enumerate(runs, start=1):
             if not isinstance(run, Mapping):
                 raise InvalidInputError(f"create_many: row {i}: a run is a mapping with a type, got {type(run).__name__}")
@@ -318,7 +345,8 @@ class Client:
             try:
                 params = _create_params(run.get("type"), run.get("payload"), run.get("idempotency_key"),
                                         run.get("priority"), run.get("run_at"), run.get("max_attempts"),
-                                        run.get("retry_base_delay"), run.get("retry_max_delay"), run.get("deadline"))
+                                        run.get("retry_base_delay"), run.get("retry_max_delay"), run.get("deadline"),
+                                        run.get("traceparent"))
             except InvalidInputError as e:
                 raise InvalidInputError(f"create_many: row {i}: {e}") from None
             base, top = params["base"], params["max"]
@@ -327,6 +355,7 @@ class Client:
                 params["max_attempts"], params["deadline_ms"],
                 to_millis(base, "retry base delay") if base is not None else None,
                 to_millis(top, "retry max delay") if top is not None else None,
+                params["traceparent"],
             )):
                 col.append(value)
         if not runs:
@@ -370,13 +399,13 @@ class Client:
             row = conn.execute(_GET, (run_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"run {run_id} not found")
-        wait_kind, wait_step, wait_signal = row[19:22]
+        wait_kind, wait_step, wait_signal, traceparent = row[19:23]
         wait = None
         if wait_kind is not None:
             run_at = row[5]
             wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
                         until=run_at if run_at < FAR_FUTURE else None)
-        fields: List[Any] = [*row[:19], wait]  # Run's fields in order, wait last
+        fields: List[Any] = [*row[:19], wait, traceparent]  # Run's fields in order
         return Run(*fields)
 
     def steps(self, run_id: str) -> List[JournalStep]:

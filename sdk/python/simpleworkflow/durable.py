@@ -79,8 +79,10 @@ class RunContext:
     """One attempt of a run, as a handler sees it.
 
     ``id``, ``type``, ``payload``, ``attempt``, ``max_attempts``, ``worker_id``,
-    ``lease_token`` (the fence of this attempt's writes) and ``deadline_at``
-    (when the run fails with "deadline exceeded"; None for none) describe it.
+    ``lease_token`` (the fence of this attempt's writes), ``deadline_at``
+    (when the run fails with "deadline exceeded"; None for none) and
+    ``traceparent`` (the W3C traceparent its producer stored, e.g. to link or
+    parent the handler's own spans; None for none) describe it.
 
     ``cancelled`` is a threading.Event set when the run is cancelled, its lease
     is lost, its deadline passes, it parks, or the worker's shutdown grace
@@ -108,6 +110,7 @@ class RunContext:
         *,
         lease_token: Optional[int] = None,
         deadline_at: Optional[datetime] = None,
+        traceparent: Optional[str] = None,
         journal: Optional[List[Mapping[str, Any]]] = None,
         connect: Optional[Callable[[], psycopg.Connection[Any]]] = None,
         on_park: Optional[Callable[[Optional[datetime]], None]] = None,
@@ -120,6 +123,7 @@ class RunContext:
         self.worker_id = worker_id
         self.lease_token = lease_token
         self.deadline_at = deadline_at
+        self.traceparent = traceparent
         self.cancelled = threading.Event()
         self.reason: Optional[str] = None
         self.done = False

@@ -183,7 +183,8 @@ class IntentPoller:
                 continue
             try:
                 rows = conn.execute(
-                    "select id::text, type, payload, attempt, max_attempts, lease_token, deadline_at, journal "
+                    "select id::text, type, payload, attempt, max_attempts, lease_token, deadline_at, journal, "
+                    "traceparent "
                     "from workflow.claim_runs(%s, %s, %s, %s, %s, %s)",
                     # Only the types this worker has handlers for.
                     (self.worker_id, self.type_prefixes, self.runtime, free, lease_ms,
@@ -197,9 +198,10 @@ class IntentPoller:
                     return
                 conn = reconnected
                 continue
-            for run_id, wtype, payload, attempt, max_attempts, token, deadline_at, journal in rows:
+            for run_id, wtype, payload, attempt, max_attempts, token, deadline_at, journal, traceparent in rows:
                 ctx = RunContext(run_id, wtype, payload, attempt, max_attempts, self.worker_id,
-                                 lease_token=token, deadline_at=deadline_at, journal=journal,
+                                 lease_token=token, deadline_at=deadline_at, traceparent=traceparent,
+                                 journal=journal,
                                  connect=self._conn, on_park=self._wake_at)
                 with self._lock:
                     self._active[run_id] = ctx

@@ -1,0 +1,175 @@
+package simpleworkflow
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// TracerName is the instrumentation scope of the spans a Poller starts.
+const TracerName = "github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
+
+// Attribute keys of the spans a Poller starts (see docs/traces.md).
+const (
+	AttrRunID       = attribute.Key("simpleworkflow.run.id")
+	AttrRunType     = attribute.Key("simpleworkflow.run.type")
+	AttrAttempt     = attribute.Key("simpleworkflow.run.attempt")
+	AttrMaxAttempts = attribute.Key("simpleworkflow.run.max_attempts")
+	AttrWorkerID    = attribute.Key("simpleworkflow.worker.id")
+	AttrLeaseToken  = attribute.Key("simpleworkflow.lease.token")
+	AttrJournal     = attribute.Key("simpleworkflow.run.journal_entries")
+	AttrOutcome     = attribute.Key("simpleworkflow.outcome")
+	AttrRetry       = attribute.Key("simpleworkflow.retry")
+	AttrNextAttempt = attribute.Key("simpleworkflow.next_attempt_at")
+	AttrStepName    = attribute.Key("simpleworkflow.step.name")
+	AttrStepKind    = attribute.Key("simpleworkflow.step.kind")
+	AttrStepPos     = attribute.Key("simpleworkflow.step.position")
+	AttrReplayed    = attribute.Key("simpleworkflow.step.replayed")
+	AttrParked      = attribute.Key("simpleworkflow.step.parked")
+	AttrWakeAt      = attribute.Key("simpleworkflow.step.wake_at")
+	AttrSignal      = attribute.Key("simpleworkflow.signal.name")
+	AttrChildID     = attribute.Key("simpleworkflow.child.id")
+	AttrChildType   = attribute.Key("simpleworkflow.child.type")
+)
+
+// The outcomes an attempt span records (AttrOutcome).
+const (
+	OutcomeSucceeded        = "succeeded"
+	OutcomeRetrying         = "retrying"
+	OutcomeFailed           = "failed"
+	OutcomeParked           = "parked"
+	OutcomeReleased         = "released"
+	OutcomeCancelled        = "cancelled"
+	OutcomeLeaseLost        = "lease_lost"
+	OutcomeDeadlineExceeded = "deadline_exceeded"
+	OutcomeUnrecorded       = "unrecorded"
+)
+
+// traceParentOf returns the W3C traceparent of the span in ctx, or "" when
+// ctx carries no valid span context. The propagator is always W3C Trace
+// Context, whatever the process's global one, because that is what a run
+// stores.
+func traceParentOf(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// spanContextOf parses a stored traceparent; the zero SpanContext when
+// there is none (or it does not parse).
+func spanContextOf(traceParent string) trace.SpanContext {
+	if traceParent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceParent})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// startAttemptSpan starts the span of one attempt of a claimed run: a new
+// trace (an attempt may come long after its producer, and retries are
+// separate operations), kind consumer, linked to the producer's context
+// stored with the run.
+func (s *session) startAttemptSpan(ctx context.Context, c engine.ClaimedRun) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{
+		trace.WithNewRoot(),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "simpleworkflow"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", c.Type),
+			attribute.String("messaging.message.id", c.ID),
+			AttrRunID.String(c.ID),
+			AttrRunType.String(c.Type),
+			AttrAttempt.Int(c.Attempt),
+			AttrMaxAttempts.Int(c.MaxAttempts),
+			AttrWorkerID.String(s.cfg.WorkerID),
+			AttrLeaseToken.Int64(c.LeaseToken),
+			AttrJournal.Int(len(c.Journal)),
+		),
+	}
+	if sc := spanContextOf(c.TraceParent); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	return s.tracer.Start(ctx, "simpleworkflow.attempt "+c.Type, opts...)
+}
+
+// attemptEnd is how an attempt ended, for its span.
+type attemptEnd struct {
+	outcome string
+	err     error
+	next    *time.Time
+}
+
+// dropOutcome names the end of an attempt whose outcome is not written:
+// parked, or stopped by its run's cancellation, deadline or lost lease.
+func dropOutcome(reason error) string {
+	switch {
+	case errors.Is(reason, ErrParked):
+		return OutcomeParked
+	case errors.Is(reason, ErrRunCancelled):
+		return OutcomeCancelled
+	case errors.Is(reason, ErrDeadlineExceeded):
+		return OutcomeDeadlineExceeded
+	default:
+		return OutcomeLeaseLost
+	}
+}
+
+// endAttemptSpan records how the attempt ended and ends its span.
+func endAttemptSpan(span trace.Span, outcome string, err error, nextAttempt *time.Time) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(AttrOutcome.String(outcome))
+	switch outcome {
+	case OutcomeRetrying, OutcomeFailed:
+		span.SetAttributes(AttrRetry.Bool(outcome == OutcomeRetrying))
+		if nextAttempt != nil {
+			span.SetAttributes(AttrNextAttempt.String(nextAttempt.UTC().Format(time.RFC3339Nano)))
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	case OutcomeSucceeded:
+		span.SetStatus(codes.Ok, "")
+	case OutcomeUnrecorded:
+		span.SetStatus(codes.Error, "the outcome could not be recorded")
+	}
+	span.End()
+}
+
+// startStepSpan starts the span of a durable step or wait: a child of the
+// span in ctx, or of the attempt's span when ctx carries none.
+func (r *replay) startStepSpan(ctx context.Context, kind, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if !trace.SpanContextFromContext(ctx).IsValid() && r.span != nil {
+		ctx = trace.ContextWithSpan(ctx, r.span)
+	}
+	attrs = append(attrs, AttrStepName.String(name), AttrStepKind.String(kind), AttrRunID.String(r.ref.ID),
+		AttrAttempt.Int(r.ref.Attempt))
+	return r.s.tracer.Start(ctx, "simpleworkflow."+kind+" "+name,
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+}
+
+// endStepSpan ends a step's span; an error other than parking marks it
+// failed.
+func endStepSpan(span trace.Span, err error) {
+	switch {
+	case errors.Is(err, ErrParked):
+		span.SetAttributes(AttrParked.Bool(true))
+	case err != nil:
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
