@@ -88,6 +88,7 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set replicaCount=2 --set metrics.serviceMonitor.enabled=true \
 		--set networkPolicy.apiServerCIDRs[0]=10.0.0.1/32 --set networkPolicy.databaseEgress[0].ipBlock.cidr=10.20.0.0/16
 	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set networkPolicy.enabled=false
+	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set console.enabled=true --set console.namespaceSelector.matchLabels.team=ops
 	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set exampleWorker.enabled=true --set exampleWorker.database.existingSecret=worker-db --set rbac.aggregateRoles=false
 	$(HELM) template sw charts/simple-workflow --set database.existingSecret=db > /dev/null
 	@$(HELM) template sw charts/simple-workflow --set database.existingSecret=db | grep -q 'rbac.authorization.k8s.io/aggregate-to-edit: "true"' || { \
@@ -104,6 +105,14 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "the chart did not render the NetworkPolicies of the manager and the example worker by default"; exit 1; }
 	@$(HELM) template sw charts/simple-workflow --set database.url=x --set exampleWorker.enabled=true | grep -c '^ *ephemeral-storage: ' | grep -qx 4 || { \
 		echo "the manager and the example worker lack ephemeral-storage requests and limits"; exit 1; }
+	@$(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true | grep -q -- '--console-bind-address=:8082' && \
+		$(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true | grep -q 'name: sw-simple-workflow-console' && \
+		$(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true | grep -q '# The web console.' || { \
+		echo "console.enabled=true did not render the console's flag, Service and NetworkPolicy port"; exit 1; }
+	@if $(HELM) template sw charts/simple-workflow --set database.url=x | grep -q 'console'; then \
+		echo "the console is rendered although console.enabled is false"; exit 1; fi
+	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true --set 'console.databaseRole=x;y' >/dev/null 2>&1; then \
+		echo "values.schema.json accepted a console.databaseRole that is no role name"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow >/dev/null 2>&1; then \
 		echo "the chart rendered without a database"; exit 1; fi
 	@tag=$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml); \

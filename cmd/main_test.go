@@ -129,3 +129,17 @@ func TestVersionFlagNeedsNoDatabase(t *testing.T) {
 		t.Fatalf("--version: %+v %v", o, err)
 	}
 }
+
+// The console is off unless an address is given, and reads as
+// workflow_reader unless told otherwise.
+func TestConsoleFlags(t *testing.T) {
+	o, err := parseFlags(nil, envMap(map[string]string{"DATABASE_URL": "postgres://x"}))
+	if err != nil || o.consoleAddr != "" || o.consoleDatabaseRole != "workflow_reader" || o.consoleDatabaseURL != "" {
+		t.Fatalf("console defaults: %+v %v", o, err)
+	}
+	o, err = parseFlags([]string{"--console-bind-address=:8082", "--console-database-role="}, envMap(map[string]string{
+		"DATABASE_URL": "postgres://x", "CONSOLE_DATABASE_URL": "postgres://reader"}))
+	if err != nil || o.consoleAddr != ":8082" || o.consoleDatabaseRole != "" || o.consoleDatabaseURL != "postgres://reader" {
+		t.Fatalf("console flags not taken: %+v %v", o, err)
+	}
+}

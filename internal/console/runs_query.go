@@ -32,9 +32,10 @@ type runRow struct {
 // fixed fragments, one per filter that is set; every value is a parameter
 // (the status filter is the fixed fragment of a known status). Each filter
 // has an index in the list's order, or narrows one: idx_workflow_run_created
-// (everything, a namespace, a time window), idx_workflow_run_type_created (a
-// type prefix), idx_workflow_run_ended_badly (failed or cancelled) and the
-// queue's own indexes (pending or leased).
+// (everything, a time window), idx_workflow_run_type_created (a type prefix),
+// idx_workflow_run_namespace_created (a namespace),
+// idx_workflow_run_ended_badly (failed or cancelled) and the queue's own
+// indexes (pending or leased).
 func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter) ([]runRow, string, error) {
 	var where []string
 	var args []any

@@ -15,7 +15,8 @@ const pageBudget = 200 * time.Millisecond
 
 // TestPagesAtAMillionRuns fills an inbox with a million runs (30 days of
 // history over 20 types, a third of them from objects in 10 namespaces: 96 % succeeded, 1 % failed,
-// 0.5 % cancelled, 1 % pending, 0.5 % leased, two audit events each) and
+// 0.5 % cancelled, 1 % pending, 0.5 % leased, two audit events each; and a
+// namespace and a type of 60 runs each, 20 days old) and
 // times every page the console serves, five times each: the median must
 // stay within pageBudget.
 func TestPagesAtAMillionRuns(t *testing.T) {
@@ -60,6 +61,12 @@ func TestPagesAtAMillionRuns(t *testing.T) {
 		`insert into workflow.workflow_event (workflow_id, event_type, data, created_at)
          select r.id, r.status, jsonb_build_object('attempt', 1, 'worker_id', 'worker-1'), r.finished_at
          from workflow.workflow_run r where r.finished_at is not null`,
+		// A namespace and a type with a few runs among the million.
+		`insert into workflow.workflow_run (type, source_namespace, source_name, source_uid, status, attempt,
+                 started_at, finished_at, created_at)
+         select 'rare.job.v1', 'rare', 'rare-' || i, 'rare-uid-' || i, 'succeeded', 1,
+                now() - interval '20 days', now() - interval '20 days', now() - interval '20 days' - i * interval '1 minute'
+         from generate_series(1, 60) i`,
 		`reset session_replication_role`,
 		`vacuum analyze workflow.workflow_run`,
 		`vacuum analyze workflow.workflow_event`,
@@ -84,7 +91,8 @@ func TestPagesAtAMillionRuns(t *testing.T) {
 	next := regexp.MustCompile(`id="next" href="([^"]+)"`)
 	paths := []string{"/", "/runs/" + failedID, "/runs/" + pendingID}
 	for _, q := range []string{"", "status=failed", "status=cancelled", "status=pending", "status=leased", "status=succeeded",
-		"prefix=mail.", "prefix=report.t3.v1", "namespace=ns-3", "namespace=ns-3&status=failed", "prefix=ingest.&status=failed", window} {
+		"prefix=mail.", "prefix=report.t3.v1", "namespace=ns-3", "namespace=ns-3&status=failed", "prefix=ingest.&status=failed", window,
+		"namespace=rare", "prefix=rare.", "prefix=rare.&status=succeeded"} {
 		paths = append(paths, "/runs?"+q)
 		// ... and the page after, by its cursor.
 		_, code, body := e.serve(t, "/runs?"+q)

@@ -2273,6 +2273,12 @@ CREATE UNIQUE INDEX idx_workflow_run_idempotency ON workflow.workflow_run USING 
 CREATE INDEX idx_workflow_run_lease_until ON workflow.workflow_run USING btree (lease_until) WHERE (status = 'leased'::text);
 
 --
+-- Name: idx_workflow_run_namespace_created; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_run_namespace_created ON workflow.workflow_run USING btree (source_namespace, created_at, id) WHERE (source_namespace IS NOT NULL);
+
+--
 -- Name: idx_workflow_run_parent; Type: INDEX; Schema: workflow; Owner: -
 --
 

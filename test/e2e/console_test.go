@@ -47,7 +47,7 @@ var _ = Describe("the web console", Ordered, func() {
 		return err
 	}
 	screenshot := func(name string) {
-		png, err := browse(browser, chromedp.FullScreenshot(90))
+		png, err := browse(browser, chromedp.FullScreenshot(100))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(os.WriteFile(filepath.Join(shots, name), png, 0o644)).To(Succeed())
 	}
@@ -120,7 +120,27 @@ var _ = Describe("the web console", Ordered, func() {
 			_, err := eng.CreateRun(ctx, engine.CreateParams{Type: "console.report.v1"})
 			Expect(err).NotTo(HaveOccurred())
 		}
-		Expect(page(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#types")))).To(Succeed())
+		// A worker pool, declared as users do: the manager lists it from its
+		// cache of WorkflowRegistry objects.
+		mustKubectl("create", "namespace", "console-e2e")
+		mustKubectl("apply", "-n", "console-e2e", "-f", writeManifest("console-registry.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowRegistry
+metadata: {name: invoices}
+spec:
+  workers:
+  - scaleTargetRef: {name: invoice-workers}
+    runtime: go
+    typePrefixes: [console.invoice., console.report.]
+    maxReplicas: 3
+`))
+		Eventually(func() string {
+			Expect(page(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#types")))).To(Succeed())
+			if ok, err := browse(browser, chromedp.Evaluate[bool](`document.querySelector('#pools') !== null`)); err != nil || !ok {
+				return ""
+			}
+			return text("#pools tbody")
+		}, 30*time.Second).Should(MatchRegexp(`console-e2e/invoices\s+invoice-workers\s+go\s+console\.invoice\., console\.report\.\s+3\s+0`))
 		row := text(`#types tr[data-type="console.invoice.v1"]`)
 		Expect(row).To(MatchRegexp(`console\.invoice\.v1\s+0\s+0\s+0\s+—\s+8\s+4`), "runnable, leased, parked, oldest, succeeded and failed in the last hour")
 		Expect(text(`#types tr[data-type="console.report.v1"]`)).To(MatchRegexp(`console\.report\.v1\s+3\s+0\s+0\s`))
