@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,7 +57,13 @@ func newConsole(ctx context.Context, o options, pools console.PoolLister, log *s
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := console.New(console.Config{DB: pool, Pools: pools, Logger: log})
+	var hosts []string
+	for _, h := range strings.Split(o.consoleAllowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	srv, err := console.New(console.Config{DB: pool, Pools: pools, Logger: log, AllowedHosts: hosts})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -65,6 +65,7 @@ type options struct {
 	consoleAddr          string
 	consoleDatabaseURL   string
 	consoleDatabaseRole  string
+	consoleAllowedHosts  string
 	zap                  zap.Options
 }
 
@@ -122,6 +123,7 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.StringVar(&o.consoleAddr, "console-bind-address", env("CONSOLE_BIND_ADDRESS", ""), "serve the read-only web console on this address, e.g. :8082; off when empty (env CONSOLE_BIND_ADDRESS)")
 	flag.StringVar(&o.consoleDatabaseURL, "console-database-url", env("CONSOLE_DATABASE_URL", ""), "Postgres URL the console reads with; the manager's when empty (env CONSOLE_DATABASE_URL)")
 	flag.StringVar(&o.consoleDatabaseRole, "console-database-role", env("CONSOLE_DATABASE_ROLE", console.DefaultRole), "database role the console reads as (SET ROLE); empty reads as the login user, still in read-only transactions (env CONSOLE_DATABASE_ROLE)")
+	flag.StringVar(&o.consoleAllowedHosts, "console-allowed-hosts", env("CONSOLE_ALLOWED_HOSTS", ""), "comma-separated host names the console answers to besides IP addresses, localhost and *.svc names, e.g. an Ingress's (env CONSOLE_ALLOWED_HOSTS)")
 	flag.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	o.zap.BindFlags(flag)
 	if err := flag.Parse(args); err != nil {

@@ -137,9 +137,10 @@ func TestConsoleFlags(t *testing.T) {
 	if err != nil || o.consoleAddr != "" || o.consoleDatabaseRole != "workflow_reader" || o.consoleDatabaseURL != "" {
 		t.Fatalf("console defaults: %+v %v", o, err)
 	}
-	o, err = parseFlags([]string{"--console-bind-address=:8082", "--console-database-role="}, envMap(map[string]string{
+	o, err = parseFlags([]string{"--console-bind-address=:8082", "--console-database-role=", "--console-allowed-hosts=a.example, b.example"}, envMap(map[string]string{
 		"DATABASE_URL": "postgres://x", "CONSOLE_DATABASE_URL": "postgres://reader"}))
-	if err != nil || o.consoleAddr != ":8082" || o.consoleDatabaseRole != "" || o.consoleDatabaseURL != "postgres://reader" {
+	if err != nil || o.consoleAddr != ":8082" || o.consoleDatabaseRole != "" || o.consoleDatabaseURL != "postgres://reader" ||
+		o.consoleAllowedHosts != "a.example, b.example" {
 		t.Fatalf("console flags not taken: %+v %v", o, err)
 	}
 }

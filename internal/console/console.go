@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,6 +32,11 @@ type Config struct {
 	Pools PoolLister
 	// Logger receives the console's errors; nil discards them.
 	Logger *slog.Logger
+	// AllowedHosts are host names (besides IP addresses, localhost and the
+	// cluster's service names, *.svc and *.svc.<domain>) that requests may
+	// name in their Host header; others are refused, so a web page cannot
+	// reach the console through a name it rebinds to a local address.
+	AllowedHosts []string
 }
 
 // Server serves the console.
@@ -42,6 +48,8 @@ type Server struct {
 	pages  map[string]*template.Template
 	hub    *hub
 	mux    *http.ServeMux
+	hosts  map[string]bool
+	cache  overviewCache
 }
 
 // New returns a console reading through cfg.DB.
@@ -61,12 +69,23 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	s := &Server{db: cfg.DB, engine: eng, pools: cfg.Pools, log: log, pages: pages, hub: newHub(), mux: http.NewServeMux()}
+	s := &Server{db: cfg.DB, engine: eng, pools: cfg.Pools, log: log, pages: pages, hub: newHub(), mux: http.NewServeMux(),
+		hosts: map[string]bool{}}
+	for _, h := range cfg.AllowedHosts {
+		s.hosts[strings.ToLower(h)] = true
+	}
 	static, err := fs.Sub(staticFiles, "static")
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/static/", http.FileServerFS(static))
+	s.mux.HandleFunc("GET /static/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	s.mux.HandleFunc("GET /{$}", s.serveOverview)
 	s.mux.HandleFunc("GET /runs", s.serveRuns)
 	s.mux.HandleFunc("GET /runs/{id}", s.serveRun)
@@ -87,15 +106,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the console is read-only", http.StatusMethodNotAllowed)
 		return
 	}
+	if !s.hostAllowed(r.Host) {
+		http.Error(w, "the console does not answer to this host name; add it with --console-allowed-hosts", http.StatusMisdirectedRequest)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
-// Run keeps the live updates going (LISTEN on the inbox's channels) until
-// ctx ends; the pages are served without it, but do not update.
-func (s *Server) Run(ctx context.Context) error { return s.run(ctx) }
+// hostAllowed reports whether a request's Host may reach the console: an IP
+// address, localhost, a cluster service name or a configured name.
+func (s *Server) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	switch {
+	case host == "":
+		return false
+	case net.ParseIP(host) != nil, host == "localhost", strings.HasSuffix(host, ".localhost"):
+		return true
+	case strings.HasSuffix(host, ".svc"), strings.Contains(host, ".svc."):
+		return true
+	}
+	return s.hosts[host]
+}
 
-// Serve serves the console on addr, with its live updates, until ctx ends;
-// then it closes the open streams and returns nil.
+// Serve serves the console on addr, with its live updates (LISTEN on the
+// inbox's channels), until ctx ends; then it closes the open streams and
+// returns nil.
 func (s *Server) Serve(ctx context.Context, addr string) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -13,18 +14,11 @@ import (
 // pageSize is how many runs a page of the list shows.
 const pageSize = 50
 
-// The statuses a list can be filtered by. The query uses the literal
-// fragment of the chosen one, never the request's text.
-var statusFilters = map[string]string{
-	"pending":   `r.status = 'pending'`,
-	"leased":    `r.status = 'leased'`,
-	"succeeded": `r.status = 'succeeded'`,
-	"failed":    `r.status = 'failed'`,
-	"cancelled": `r.status = 'cancelled'`,
+// statusNames lists the statuses a list can be filtered by, in the order
+// the filter form offers them.
+func statusNames() []string {
+	return []string{"pending", "leased", "succeeded", "failed", "cancelled"}
 }
-
-// statusNames lists statusFilters in the order the filter form offers them.
-var statusNames = []string{"pending", "leased", "succeeded", "failed", "cancelled"}
 
 var (
 	prefixForm    = regexp.MustCompile(`^[a-z0-9_.]*$`)
@@ -43,12 +37,10 @@ type runFilter struct {
 	AfterID string
 }
 
-// timeForms are the forms the time filters accept: what an HTML
-// datetime-local input sends (UTC), and RFC 3339.
-var timeForms = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano}
-
+// parseTime reads a time filter: what an HTML datetime-local input sends
+// (taken as UTC), or RFC 3339.
 func parseTime(field, v string) (time.Time, error) {
-	for _, f := range timeForms {
+	for _, f := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano} {
 		if t, err := time.Parse(f, v); err == nil {
 			return t.UTC(), nil
 		}
@@ -70,15 +62,15 @@ func parseRunFilter(q url.Values) (runFilter, error) {
 	}
 	f.Prefix = strings.TrimSpace(q.Get("prefix"))
 	if len(f.Prefix) > 253 || !prefixForm.MatchString(f.Prefix) {
-		return f, fmt.Errorf("type prefix may hold only a-z, 0-9, '_' and '.' (at most 253 characters)")
+		return f, errors.New("type prefix may hold only a-z, 0-9, '_' and '.' (at most 253 characters)")
 	}
 	f.Status = q.Get("status")
-	if _, ok := statusFilters[f.Status]; f.Status != "" && !ok {
-		return f, fmt.Errorf("status must be one of %s", strings.Join(statusNames, ", "))
+	if _, ok := statusCondition(f.Status); f.Status != "" && !ok {
+		return f, fmt.Errorf("status must be one of %s", strings.Join(statusNames(), ", "))
 	}
 	f.Namespace = strings.TrimSpace(q.Get("namespace"))
 	if f.Namespace != "" && (len(f.Namespace) > 63 || !namespaceForm.MatchString(f.Namespace)) {
-		return f, fmt.Errorf("namespace must be a Kubernetes namespace name")
+		return f, errors.New("namespace must be a Kubernetes namespace name")
 	}
 	var err error
 	if v := q.Get("from"); v != "" {
@@ -124,7 +116,7 @@ func encodeCursor(at time.Time, id string) string {
 }
 
 func decodeCursor(c string) (time.Time, string, error) {
-	bad := fmt.Errorf("after is not a cursor this console made")
+	bad := errors.New("after is not a cursor this console made")
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return time.Time{}, "", bad

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -45,16 +48,16 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, sta
 // a generic one (and a log line) for the database's failures.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg string, err error) {
 	if err != nil {
-		s.log.Error("Console request failed", "path", r.URL.Path, "error", err)
 		if r.Context().Err() != nil {
-			return
+			return // the client went away
 		}
+		s.log.Error("Console request failed", "path", r.URL.Path, "error", err)
 	}
 	s.render(w, r, "error", status, page{Title: http.StatusText(status), Data: msg})
 }
 
 func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
-	ov, err := s.loadOverview(r.Context())
+	ov, err := s.overview(r.Context())
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The overview could not be read from the database.", err)
 		return
@@ -75,14 +78,14 @@ type runsView struct {
 }
 
 func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
-	v := runsView{Statuses: statusNames, Now: time.Now()}
+	v := runsView{Statuses: statusNames(), Now: time.Now()}
 	f, err := parseRunFilter(r.URL.Query())
 	v.Filter = f
 	if !f.From.IsZero() {
-		v.FromValue = f.From.Format("2006-01-02T15:04")
+		v.FromValue = f.From.Format("2006-01-02T15:04:05")
 	}
 	if !f.To.IsZero() {
-		v.ToValue = f.To.Format("2006-01-02T15:04")
+		v.ToValue = f.To.Format("2006-01-02T15:04:05")
 	}
 	if err != nil {
 		v.Error = err.Error()
@@ -104,9 +107,17 @@ func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id := strings.ToLower(r.PathValue("id"))
 	if !uuidForm.MatchString(id) {
 		s.fail(w, r, http.StatusNotFound, "A run's id is a UUID such as 0b6c5a6e-8d7e-4f43-9f51-3c1e1f0f7d3a.", nil)
+		return
+	}
+	// The version first: a change while the page is read makes the stream
+	// report it at once, instead of the page showing the state before it
+	// with the version after it.
+	versions, err := s.runVersions(r.Context(), []string{id})
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
 	}
 	p, err := s.loadRun(r.Context(), id)
@@ -118,26 +129,27 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
 	}
-	versions, err := runVersions(r.Context(), s, []string{id})
-	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
-		return
-	}
-	live := "?run=" + id + "&v=" + urlQueryEscape(versions[id])
+	live := "?run=" + id + "&v=" + url.QueryEscape(versions[id])
 	s.render(w, r, "run", http.StatusOK, page{Title: "Run " + id, Nav: "runs", Live: live, Data: p})
 }
 
 // serveLive streams "changed" events (server-sent events) to a page: for a
 // run's page when the run changes, for the others when the inbox does.
 func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
-	run, version := r.URL.Query().Get("run"), r.URL.Query().Get("v")
-	if run != "" && !uuidForm.MatchString(run) || len(version) > 200 {
+	run, version := strings.ToLower(r.URL.Query().Get("run")), r.URL.Query().Get("v")
+	if run != "" && !uuidForm.MatchString(run) {
 		http.Error(w, "run must be a run's id", http.StatusBadRequest)
 		return
 	}
-	sub := s.hub.subscribe(run, version)
+	if len(version) > 200 {
+		http.Error(w, "v is not a version this console made", http.StatusBadRequest)
+		return
+	}
+	sub, why := s.hub.subscribe(clientOf(r), run, version)
 	if sub == nil {
-		http.Error(w, "too many open live updates; reload later", http.StatusServiceUnavailable)
+		// 429, not 503: a browser's EventSource gives up on either, and the
+		// page says the updates stopped.
+		http.Error(w, why, http.StatusTooManyRequests)
 		return
 	}
 	defer s.hub.unsubscribe(sub)
@@ -172,4 +184,14 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// clientOf names the client of a request for the per-client limit of open
+// streams: its address without the port.
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

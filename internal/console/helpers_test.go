@@ -94,7 +94,14 @@ func (e *env) get(t *testing.T, path string) (int, string) {
 // serve times one request of the console's handler, in process.
 func (e *env) serve(t *testing.T, path string) (time.Duration, int, string) {
 	t.Helper()
+	return e.serveHost(t, path, "127.0.0.1:8082")
+}
+
+// serveHost is serve with the request's Host header.
+func (e *env) serveHost(t *testing.T, path, host string) (time.Duration, int, string) {
+	t.Helper()
 	req := httptest.NewRequestWithContext(e.ctx, http.MethodGet, path, nil)
+	req.Host = host
 	rec := httptest.NewRecorder()
 	start := time.Now()
 	e.console.ServeHTTP(rec, req)

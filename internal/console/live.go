@@ -27,21 +27,22 @@ const (
 	// keepAlive is how often an idle stream sends a comment, so proxies do
 	// not close it.
 	keepAlive = 25 * time.Second
-	// maxSubscribers bounds the open streams; more are refused (503).
+	// recheck is how often the open run pages are looked at without a
+	// notification: a journal entry or a signal notifies nothing.
+	recheck = 2 * time.Second
+	// maxSubscribers bounds the open streams, maxPerClient those of one
+	// client address; more are refused (429).
 	maxSubscribers = 256
+	maxPerClient   = 16
 )
-
-// liveChannels are the notifications after which something shown may have
-// changed.
-var liveChannels = []string{
-	"workflow_run_status", engine.ChannelRunChanged, engine.ChannelRunCreated, engine.ChannelRunCancelled,
-}
 
 // subscriber is one open event stream: of one run's page (run set), or of a
 // page of many runs.
 type subscriber struct {
+	client  string
 	run     string
 	version string
+	joined  time.Time
 	ch      chan struct{}
 }
 
@@ -51,6 +52,8 @@ type hub struct {
 	subs     map[*subscriber]struct{}
 	kick     chan struct{}
 	lastList time.Time
+	// lastNotified is when the latest notification arrived.
+	lastNotified time.Time
 	// listLater is set while a look is scheduled for the pages of many runs.
 	listLater bool
 }
@@ -59,17 +62,38 @@ func newHub() *hub {
 	return &hub{subs: map[*subscriber]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
-// subscribe adds a stream; nil when there are too many.
-func (h *hub) subscribe(run, version string) *subscriber {
+// subscribe adds a stream; nil and why when there are too many. A run's
+// stream is compared with the run at once (the page may be older than the
+// run); a list's is told of the notifications that arrive after it joined.
+func (h *hub) subscribe(client, run, version string) (*subscriber, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.subs) >= maxSubscribers {
-		return nil
+		return nil, "too many open live updates on this console; reload later"
 	}
-	s := &subscriber{run: run, version: version, ch: make(chan struct{}, 1)}
+	mine := 0
+	for s := range h.subs {
+		if s.client == client {
+			mine++
+		}
+	}
+	if mine >= maxPerClient {
+		return nil, "too many open live updates from this address; close some console tabs"
+	}
+	s := &subscriber{client: client, run: run, version: version, joined: time.Now(), ch: make(chan struct{}, 1)}
 	h.subs[s] = struct{}{}
+	if run != "" {
+		h.poke()
+	}
+	return s, ""
+}
+
+// notified records a notification and asks for a look.
+func (h *hub) notified() {
+	h.mu.Lock()
+	h.lastNotified = time.Now()
+	h.mu.Unlock()
 	h.poke()
-	return s
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
@@ -94,20 +118,35 @@ func notify(s *subscriber) {
 }
 
 // run listens for the inbox's notifications and looks at what the open
-// streams show after each burst of them, and once more shortly after, until
+// streams show after each burst of them, once more shortly after, and every
+// recheck (for the journal entries and signals, which notify nothing), until
 // ctx ends.
 func (s *Server) run(ctx context.Context) error {
 	go func() {
+		// A reconnection may have missed notifications: it counts as one.
+		// The first connection missed nothing the pages did not read.
+		first := true
 		_ = s.engine.Listen(ctx, engine.ListenConfig{
-			Channels:  liveChannels,
-			OnNotify:  func(engine.Notification) { s.hub.poke() },
-			OnConnect: s.hub.poke,
-			Logger:    s.log,
+			Channels: []string{engine.ChannelRunStatus, engine.ChannelRunChanged,
+				engine.ChannelRunCreated, engine.ChannelRunCancelled},
+			OnNotify: func(engine.Notification) { s.hub.notified() },
+			OnConnect: func() {
+				if first {
+					first = false
+					s.hub.poke()
+					return
+				}
+				s.hub.notified()
+			},
+			Logger: s.log,
 		})
 	}()
 	var again <-chan time.Time
+	tick := time.NewTicker(recheck)
+	defer tick.Stop()
 	for {
 		select {
+		case <-tick.C:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.hub.kick:
@@ -137,7 +176,7 @@ func (s *Server) look(ctx context.Context) error {
 	listPages := false
 	for sub := range h.subs {
 		if sub.run == "" {
-			listPages = true
+			listPages = listPages || h.lastNotified.After(sub.joined)
 		} else if !seen[sub.run] {
 			seen[sub.run] = true
 			runs = append(runs, sub.run)
@@ -152,7 +191,8 @@ func (s *Server) look(ctx context.Context) error {
 		} else {
 			h.lastList, h.listLater = time.Now(), false
 			for sub := range h.subs {
-				if sub.run == "" {
+				if sub.run == "" && h.lastNotified.After(sub.joined) {
+					sub.joined = h.lastNotified
 					notify(sub)
 				}
 			}
@@ -162,7 +202,7 @@ func (s *Server) look(ctx context.Context) error {
 	if len(runs) == 0 {
 		return nil
 	}
-	versions, err := runVersions(ctx, s, runs)
+	versions, err := s.runVersions(ctx, runs)
 	if err != nil {
 		return err
 	}
@@ -183,15 +223,17 @@ func (s *Server) look(ctx context.Context) error {
 // runVersions returns a version of each run that moves whenever its page
 // would show something new: its status, attempt, update time, and its
 // latest audit event, the number of its journal entries, and the latest
-// change of its children (a DAG's steps, durable child runs).
-func runVersions(ctx context.Context, s *Server, ids []string) (map[string]string, error) {
+// change of its first children (a DAG's steps, durable child runs; at most
+// 200 of them are looked at, as its page lists).
+func (s *Server) runVersions(ctx context.Context, ids []string) (map[string]string, error) {
 	rows, err := s.db.Query(ctx, `
 select r.id::text,
        r.status || '/' || r.attempt || '/' || extract(epoch from r.updated_at)::text || '/' ||
        coalesce((select max(e.id) from workflow.workflow_event e where e.workflow_id = r.id), 0) || '/' ||
        coalesce((select count(*) from workflow.workflow_step st where st.run_id = r.id), 0) || '/' ||
        coalesce((select count(*) || '@' || extract(epoch from max(c.updated_at))::text
-                 from workflow.workflow_run c where c.parent_id = r.id), '')
+                 from (select c.updated_at from workflow.workflow_run c where c.parent_id = r.id
+                       order by c.created_at, c.id limit 200) c), '')
 from workflow.workflow_run r
 where r.id = any($1::uuid[])`, ids)
 	if err != nil {

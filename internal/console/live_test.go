@@ -3,6 +3,7 @@ package console_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -100,9 +101,45 @@ func TestRunPageIsToldWhenTheRunChanges(t *testing.T) {
 func TestListPagesAreToldWhenTheInboxChanges(t *testing.T) {
 	e := setup(t)
 	events := e.stream(t, "?")
+	expectQuiet(t, events, 1500*time.Millisecond, "a list page that just opened, with nothing changed")
 	e.create(t, engine.CreateParams{Type: "live.list.v1"})
 	// At most one update per two seconds for the pages of many runs.
 	expectEvent(t, events, 4*time.Second, "a run was created")
+	expectQuiet(t, events, 2500*time.Millisecond, "nothing changed after the update")
+}
+
+func TestRunPageIsToldOfJournalEntriesAndSignals(t *testing.T) {
+	e := setup(t)
+	id := e.create(t, engine.CreateParams{Type: "live.signal.v1"})
+	_, body := e.get(t, "/runs/"+id)
+	m := liveQuery.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no live stream")
+	}
+	events := e.stream(t, strings.ReplaceAll(m[1], "&amp;", "&"))
+	expectQuiet(t, events, time.Second, "an unchanged run")
+	// A signal notifies nothing; the console's periodic look finds it.
+	if _, err := e.eng.SendSignal(e.ctx, engine.SignalParams{RunID: id, Name: "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	expectEvent(t, events, 5*time.Second, "a signal was sent")
+	_, body = e.get(t, "/runs/"+id)
+	mustContain(t, "the run page after a signal", body, `<table id="signals">`, `<td>approve</td>`)
+}
+
+func TestOneClientCannotHoldEveryStream(t *testing.T) {
+	e := setup(t)
+	for i := range 16 {
+		e.stream(t, fmt.Sprintf("?n=%d", i))
+	}
+	resp, err := http.Get(e.base + "/live?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a 17th stream from one address: %d, want 429", resp.StatusCode)
+	}
 }
 
 func TestStatusNotificationOncePerTransaction(t *testing.T) {

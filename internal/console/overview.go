@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,34 @@ type overview struct {
 	Now       time.Time
 }
 
+// overviewFresh is how long an overview read for one viewer serves the
+// others: every open overview is refreshed on the same notifications.
+const overviewFresh = time.Second
+
+// overviewCache holds the latest overview.
+type overviewCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	last overview
+}
+
+// overview returns an overview at most overviewFresh old, reading it anew
+// (one reader at a time) when it is older.
+func (s *Server) overview(ctx context.Context) (overview, error) {
+	c := &s.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < overviewFresh {
+		return c.last, nil
+	}
+	ov, err := s.loadOverview(ctx)
+	if err != nil {
+		return ov, err
+	}
+	c.at, c.last = time.Now(), ov
+	return ov, nil
+}
+
 // loadOverview reads the queue of every pool and type, and what finished in
 // the last hour (from idx_workflow_run_finished_at: its cost follows the
 // runs of that hour, not the history).
@@ -67,7 +96,8 @@ func (s *Server) loadOverview(ctx context.Context) (overview, error) {
 	if s.pools != nil {
 		pools, err := s.pools.WorkerPools(ctx)
 		if err != nil {
-			ov.PoolsErr = err.Error()
+			s.log.Error("Console could not list the worker pools", "error", err)
+			ov.PoolsErr = "the WorkflowRegistry objects could not be read (see the manager's log)"
 		} else {
 			qs := make([]engine.PoolQuery, len(pools))
 			for i, p := range pools {

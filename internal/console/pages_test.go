@@ -231,3 +231,111 @@ func TestRunPageDrawsADAGAndItsSteps(t *testing.T) {
 	}
 	mustContain(t, "DAG run page", body, `<table id="children">`)
 }
+
+func TestConsoleAnswersOnlyToLocalAndClusterHostNames(t *testing.T) {
+	e := setup(t)
+	for host, want := range map[string]int{
+		"127.0.0.1:8082": 200, "localhost:8082": 200, "[::1]:8082": 200, "10.1.2.3": 200,
+		"sw-simple-workflow-console.simple-workflow-system.svc:8082":               200,
+		"sw-simple-workflow-console.simple-workflow-system.svc.cluster.local:8082": 200,
+		"attacker.example:8082": 421, "127.0.0.1.nip.io": 421,
+	} {
+		d, code, _ := e.serveHost(t, "/runs", host)
+		_ = d
+		if code != want {
+			t.Errorf("Host %s: %d, want %d", host, code, want)
+		}
+	}
+	if code, _ := e.get(t, "/static/"); code != http.StatusNotFound {
+		t.Errorf("/static/ lists its directory: %d", code)
+	}
+}
+
+func TestRunPageEscapesWorkersAndStepErrorsAndTakesUpperCaseIDs(t *testing.T) {
+	e := setup(t)
+	id := e.create(t, engine.CreateParams{Type: "hostile.job.v1"})
+	worker := `<img src=x onerror=alert(3)>`
+	runs, err := e.eng.ClaimRuns(e.ctx, engine.ClaimParams{WorkerID: worker, TypePrefixes: []string{"hostile."},
+		Limit: 1, LeaseDuration: time.Minute})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("claim: %v %v", runs, err)
+	}
+	code, body := e.get(t, "/runs/"+strings.ToUpper(id))
+	if code != http.StatusOK {
+		t.Fatalf("upper-case id: %d", code)
+	}
+	if strings.Contains(body, "<img src=x") {
+		t.Fatalf("the worker id is shown as markup:\n%s", body)
+	}
+	mustContain(t, "run page", body, `&lt;img src=x onerror=alert(3)&gt;`)
+
+	def := &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{{Name: "only", Type: "hostile.step.v1", MaxAttempts: 1}}}
+	if err := e.eng.UpsertRegistryEntry(e.ctx, engine.RegistryEntry{WorkflowName: "hostile.flow.v1", Enabled: true, Definition: def}); err != nil {
+		t.Fatal(err)
+	}
+	flow := e.create(t, engine.CreateParams{Type: "hostile.flow.v1"})
+	c := e.claim(t, "hostile.step.", 1)
+	e.fail(t, c[0], `</title><script>alert(4)</script>`)
+	_, body = e.get(t, "/runs/"+flow)
+	if strings.Contains(body, "<script>alert(4)") {
+		t.Fatalf("a step's error is shown as markup in the graph:\n%s", body)
+	}
+	mustContain(t, "DAG page", body, `&lt;/title&gt;&lt;script&gt;alert(4)&lt;/script&gt;`)
+}
+
+func TestPagesOfRunsCreatedTogetherAndBigJournals(t *testing.T) {
+	e := setup(t)
+	// 120 runs of one transaction share their creation time: the pages
+	// still list each once (the id breaks the tie).
+	ps := make([]engine.CreateParams, 120)
+	for i := range ps {
+		ps[i] = engine.CreateParams{Type: "batch.job.v1"}
+	}
+	if _, err := e.eng.CreateRuns(e.ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for path := "/runs?prefix=batch."; path != ""; {
+		_, body := e.get(t, path)
+		for _, m := range runLink.FindAllStringSubmatch(body, -1) {
+			if seen[m[1]] {
+				t.Fatalf("%s listed twice", m[1])
+			}
+			seen[m[1]] = true
+		}
+		path = ""
+		if m := regexp.MustCompile(`id="next" href="([^"]+)"`).FindStringSubmatch(body); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	if len(seen) != 120 {
+		t.Fatalf("listed %d of 120 runs created together", len(seen))
+	}
+
+	// A run with a journal of 400 steps of 100 kB each: its page shows the
+	// first 300, each cut, and stays small.
+	id := e.create(t, engine.CreateParams{Type: "batch.big.v1"})
+	if _, err := e.owner.Exec(e.ctx, `
+insert into workflow.workflow_step (run_id, name, position, kind, outcome, output, attempt, finished_at)
+select $1, 'step-' || i, i, 'step', 'ok', jsonb_build_object('blob', repeat('x', 100000)), 1, now()
+from generate_series(0, 399) i`, id); err != nil {
+		t.Fatal(err)
+	}
+	code, body := e.get(t, "/runs/"+id)
+	if code != http.StatusOK {
+		t.Fatalf("big journal: %d", code)
+	}
+	mustContain(t, "big journal", body, "The first steps only.", "step-299", "(cut; the whole value is in the database)")
+	if strings.Contains(body, "step-300<") {
+		t.Fatal("the page shows more than 300 steps")
+	}
+	if len(body) > 3<<20 {
+		t.Fatalf("the page of a big journal is %d bytes", len(body))
+	}
+
+	// 'infinity' is no time a run can start at: refused by the database.
+	if _, err := e.owner.Exec(e.ctx, `insert into workflow.workflow_run (type, run_at) values ('batch.job.v1', 'infinity')`); err == nil ||
+		!strings.Contains(err.Error(), "workflow_run_times_finite") {
+		t.Fatalf("run_at infinity: %v", err)
+	}
+}

@@ -20,10 +20,39 @@ import (
 // signals, and a payload may be a megabyte.
 const (
 	maxEvents   = 500
+	maxSteps    = 300
 	maxSignals  = 200
 	maxChildren = 200
-	maxJSON     = 64 << 10
+	maxAttempts = 1000
+	// maxJSON bounds the payload and the result as shown; maxSmallJSON an
+	// event's data, a step's output, a signal's payload (read cut from the
+	// database, so a page of hundreds of them stays small).
+	maxJSON      = 64 << 10
+	maxSmallJSON = 4 << 10
 )
+
+// stepRow is one entry of a run's journal.
+type stepRow struct {
+	Name       string
+	Position   int
+	Kind       string
+	Outcome    string
+	Error      string
+	Attempt    int
+	ChildID    string
+	WakeAt     *time.Time
+	StartedAt  time.Time
+	FinishedAt *time.Time
+}
+
+// signalRow is one signal sent to a run.
+type signalRow struct {
+	ID         int64
+	Name       string
+	CreatedAt  time.Time
+	ConsumedAt *time.Time
+	ConsumedBy string
+}
 
 // eventRow is one entry of a run's audit trail.
 type eventRow struct {
@@ -52,8 +81,10 @@ type runPage struct {
 	Events         []eventRow
 	EventsCut      bool
 	Attempts       []attemptRow
-	Steps          []engine.Step
-	Signals        []engine.Signal
+	AttemptsCut    bool
+	Steps          []stepRow
+	StepsCut       bool
+	Signals        []signalRow
 	SignalsCut     bool
 	Children       []engine.ChildRun
 	ChildrenCut    bool
@@ -78,21 +109,22 @@ func (s *Server) loadRun(ctx context.Context, id string) (runPage, error) {
 		return p, fmt.Errorf("run %s: %w", id, err)
 	}
 	p.Run, p.Finished = run, run.Status.Finished()
+	p.Run.Payload, p.Run.Result = nil, nil // shown below, cut
 	p.Payload, p.Result = showJSON(run.Payload), showJSON(run.Result)
 
 	rows, err := s.db.Query(ctx, `
-select e.id, e.event_type, e.data::text, e.created_at
+select e.id, e.event_type, left(e.data::text, $3), e.created_at
 from workflow.workflow_event e
 where e.workflow_id = $1
 order by e.id desc
-limit $2`, id, maxEvents+1)
+limit $2`, id, maxEvents+1, maxSmallJSON)
 	if err != nil {
 		return p, fmt.Errorf("run %s: events: %w", id, err)
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (eventRow, error) {
 		var e eventRow
 		err := row.Scan(&e.ID, &e.Type, &e.Data, &e.CreatedAt)
-		e.Data = showJSON(json.RawMessage(e.Data))
+		e.Data = showJSONCut(e.Data, maxSmallJSON)
 		return e, err
 	})
 	if err != nil {
@@ -103,22 +135,11 @@ limit $2`, id, maxEvents+1)
 	}
 	slices.Reverse(events)
 	p.Events = events
-	p.Attempts = attemptsOf(events)
-
-	if p.Steps, err = s.engine.ListSteps(ctx, id); err != nil {
-		return p, fmt.Errorf("run %s: %w", id, err)
+	if err := s.loadAttempts(ctx, &p); err != nil {
+		return p, err
 	}
-	for _, st := range p.Steps {
-		p.StepOutputs[st.Position] = showJSON(st.Output)
-	}
-	if p.Signals, err = s.engine.ListSignals(ctx, id); err != nil {
-		return p, fmt.Errorf("run %s: %w", id, err)
-	}
-	if len(p.Signals) > maxSignals {
-		p.Signals, p.SignalsCut = p.Signals[len(p.Signals)-maxSignals:], true
-	}
-	for _, sg := range p.Signals {
-		p.SignalPayloads[sg.ID] = showJSON(sg.Payload)
+	if err := s.loadJournal(ctx, &p); err != nil {
+		return p, err
 	}
 	if p.Children, err = s.engine.ListChildren(ctx, id, maxChildren+1); err != nil {
 		return p, fmt.Errorf("run %s: %w", id, err)
@@ -136,40 +157,121 @@ limit $2`, id, maxEvents+1)
 	return p, nil
 }
 
-// attemptsOf reads the attempts of a run from its audit trail: the events
-// that name an attempt, grouped by it.
-func attemptsOf(events []eventRow) []attemptRow {
-	var out []attemptRow
+// loadAttempts reads the attempts of a run from its audit trail: the
+// lifecycle events that name an attempt (not heartbeats), grouped by it.
+func (s *Server) loadAttempts(ctx context.Context, p *runPage) error {
+	rows, err := s.db.Query(ctx, `
+select e.event_type, (e.data->>'attempt')::int, coalesce(e.data->>'worker_id', ''),
+       coalesce(left(e.data->>'error', 2000), ''), e.created_at
+from workflow.workflow_event e
+where e.workflow_id = $1
+  and e.event_type in ('leased', 'started', 'succeeded', 'failed', 'retried', 'cancelled')
+  and e.data->>'attempt' ~ '^[0-9]{1,6}$'
+order by e.id
+limit $2`, p.Run.ID, 3*maxAttempts)
+	if err != nil {
+		return fmt.Errorf("run %s: attempts: %w", p.Run.ID, err)
+	}
 	index := map[int]int{}
-	for _, e := range events {
-		var d struct {
-			Attempt  *int   `json:"attempt"`
-			WorkerID string `json:"worker_id"`
-			Error    string `json:"error"`
+	var typ, worker, msg string
+	var attempt int
+	var at time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&typ, &attempt, &worker, &msg, &at}, func() error {
+		if attempt < 1 {
+			return nil
 		}
-		if json.Unmarshal([]byte(e.Data), &d) != nil || d.Attempt == nil || *d.Attempt < 1 {
-			continue
-		}
-		i, ok := index[*d.Attempt]
+		i, ok := index[attempt]
 		if !ok {
-			out = append(out, attemptRow{Attempt: *d.Attempt, Started: e.CreatedAt})
-			i = len(out) - 1
-			index[*d.Attempt] = i
+			if len(p.Attempts) >= maxAttempts {
+				p.AttemptsCut = true
+				return nil
+			}
+			p.Attempts = append(p.Attempts, attemptRow{Attempt: attempt, Started: at})
+			i = len(p.Attempts) - 1
+			index[attempt] = i
 		}
-		a := &out[i]
-		if d.WorkerID != "" {
-			a.Worker = d.WorkerID
+		a := &p.Attempts[i]
+		if worker != "" {
+			a.Worker = worker
 		}
-		switch e.Type {
+		switch typ {
 		case "succeeded", "failed", "retried", "cancelled":
-			at := e.CreatedAt
-			a.Ended, a.Outcome = &at, e.Type
-			if d.Error != "" {
-				a.Error = d.Error
+			end := at
+			a.Ended, a.Outcome = &end, typ
+			if msg != "" {
+				a.Error = msg
 			}
 		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("run %s: attempts: %w", p.Run.ID, err)
 	}
-	return out
+	return nil
+}
+
+// loadJournal reads the first steps of a run's journal and its latest
+// signals, their outputs and payloads cut in the database.
+func (s *Server) loadJournal(ctx context.Context, p *runPage) error {
+	id := p.Run.ID
+	rows, err := s.db.Query(ctx, `
+select st.name, st.position, st.kind, coalesce(st.outcome, ''), coalesce(st.error, ''), st.attempt,
+       coalesce(st.child_id::text, ''), st.wake_at, st.started_at, st.finished_at,
+       coalesce(left(st.output::text, $2), '')
+from workflow.workflow_step st
+where st.run_id = $1
+order by st.position
+limit $3`, id, maxSmallJSON, maxSteps+1)
+	if err != nil {
+		return fmt.Errorf("run %s: journal: %w", id, err)
+	}
+	var out string
+	var st stepRow
+	if _, err := pgx.ForEachRow(rows, []any{&st.Name, &st.Position, &st.Kind, &st.Outcome, &st.Error, &st.Attempt,
+		&st.ChildID, &st.WakeAt, &st.StartedAt, &st.FinishedAt, &out}, func() error {
+		if len(p.Steps) == maxSteps {
+			p.StepsCut = true
+			return nil
+		}
+		p.Steps = append(p.Steps, st)
+		p.StepOutputs[st.Position] = showJSONCut(out, maxSmallJSON)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("run %s: journal: %w", id, err)
+	}
+
+	rows, err = s.db.Query(ctx, `
+select sg.id, sg.name, sg.created_at, sg.consumed_at, coalesce(sg.consumed_by, ''),
+       coalesce(left(sg.payload::text, $2), '')
+from workflow.workflow_signal sg
+where sg.run_id = $1
+order by sg.id desc
+limit $3`, id, maxSmallJSON, maxSignals+1)
+	if err != nil {
+		return fmt.Errorf("run %s: signals: %w", id, err)
+	}
+	var sg signalRow
+	if _, err := pgx.ForEachRow(rows, []any{&sg.ID, &sg.Name, &sg.CreatedAt, &sg.ConsumedAt, &sg.ConsumedBy, &out}, func() error {
+		if len(p.Signals) == maxSignals {
+			p.SignalsCut = true
+			return nil
+		}
+		p.Signals = append(p.Signals, sg)
+		p.SignalPayloads[sg.ID] = showJSONCut(out, maxSmallJSON)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("run %s: signals: %w", id, err)
+	}
+	slices.Reverse(p.Signals)
+	return nil
+}
+
+// showJSONCut is showJSON of JSON text the database may have cut at limit
+// bytes: whole, it is indented; cut, it is shown as it is, with a note.
+func showJSONCut(text string, limit int) string {
+	if utf8.RuneCountInString(text) < limit {
+		return showJSON(json.RawMessage(text))
+	}
+	return text + "\n… (cut; the whole value is in the database)"
 }
 
 // showJSON returns stored JSON indented for reading, cut at maxJSON bytes

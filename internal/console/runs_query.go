@@ -21,21 +21,48 @@ type runRow struct {
 	Name        string
 	CreatedAt   time.Time
 	FinishedAt  *time.Time
-	RunAt       time.Time
 	WaitKind    string
 	Deleted     bool
 	Error       string
 }
 
+// runColumns are the columns of a runRow, of the run r.
+const runColumns = `r.id::text, r.type, r.status, r.attempt, r.max_attempts,
+       coalesce(r.source_namespace, ''), coalesce(r.source_name, ''),
+       r.created_at, r.finished_at, coalesce(r.wait_kind, ''),
+       r.deleted_at is not null, coalesce(left(r.last_error, 200), '')`
+
+// statusCondition is the fixed condition of a status filter. A pending or
+// leased run is never soft-deleted (a soft delete cancels it), so saying so
+// lets the queue's indexes, which leave soft-deleted rows out, serve it.
+func statusCondition(status string) (string, bool) {
+	switch status {
+	case "pending":
+		return `r.status = 'pending' and r.deleted_at is null`, true
+	case "leased":
+		return `r.status = 'leased' and r.deleted_at is null`, true
+	case "succeeded":
+		return `r.status = 'succeeded'`, true
+	case "failed":
+		return `r.status = 'failed'`, true
+	case "cancelled":
+		return `r.status = 'cancelled'`, true
+	}
+	return "", false
+}
+
 // listRuns returns a page of runs matching f, newest first, and the cursor
 // of the next page (empty on the last). The statement is put together from
 // fixed fragments, one per filter that is set; every value is a parameter
-// (the status filter is the fixed fragment of a known status). Each filter
+// (the status filter is the fixed condition of a known status). Each filter
 // has an index in the list's order, or narrows one: idx_workflow_run_created
-// (everything, a time window), idx_workflow_run_type_created (a type prefix),
-// idx_workflow_run_namespace_created (a namespace),
-// idx_workflow_run_ended_badly (failed or cancelled) and the queue's own
-// indexes (pending or leased).
+// (everything, a time window), idx_workflow_run_namespace_created (a
+// namespace), idx_workflow_run_ended_badly (failed or cancelled) and the
+// queue's own indexes (pending or leased). A type prefix is a range of
+// idx_workflow_run_type_created, whose rows are in creation order only
+// within one type: the types under the prefix are found one index probe
+// each (a skip scan), the newest page of each is read in order, and the
+// pages are merged.
 func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter) ([]runRow, string, error) {
 	var where []string
 	var args []any
@@ -43,14 +70,9 @@ func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter) ([]runRow, str
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	if f.Prefix != "" {
-		// Types hold only a-z, 0-9, '_' and '.': every type under the
-		// prefix sorts (collation C) between it and it followed by DEL.
-		where = append(where, fmt.Sprintf(`r.type collate "C" >= %s and r.type collate "C" < %s`,
-			arg(f.Prefix), arg(f.Prefix+"\x7f")))
-	}
 	if f.Status != "" {
-		where = append(where, statusFilters[f.Status])
+		cond, _ := statusCondition(f.Status)
+		where = append(where, cond)
 	}
 	if f.Namespace != "" {
 		where = append(where, "r.source_namespace = "+arg(f.Namespace))
@@ -64,15 +86,40 @@ func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter) ([]runRow, str
 	if f.AfterID != "" {
 		where = append(where, fmt.Sprintf("(r.created_at, r.id) < (%s, %s::uuid)", arg(f.AfterAt), arg(f.AfterID)))
 	}
-	sql := `select r.id::text, r.type, r.status, r.attempt, r.max_attempts,
-       coalesce(r.source_namespace, ''), coalesce(r.source_name, ''),
-       r.created_at, r.finished_at, r.run_at, coalesce(r.wait_kind, ''),
-       r.deleted_at is not null, coalesce(left(r.last_error, 200), '')
-from workflow.workflow_run r`
-	if len(where) > 0 {
-		sql += "\nwhere " + strings.Join(where, "\n  and ")
+	limit := arg(pageSize + 1)
+	var sql string
+	if f.Prefix == "" {
+		sql = "select " + runColumns + "\nfrom workflow.workflow_run r"
+		if len(where) > 0 {
+			sql += "\nwhere " + strings.Join(where, "\n  and ")
+		}
+		sql += "\norder by r.created_at desc, r.id desc\nlimit " + limit
+	} else {
+		// Types hold only a-z, 0-9, '_' and '.': every type under the
+		// prefix sorts (collation C) between it and it followed by DEL.
+		lo, hi := arg(f.Prefix), arg(f.Prefix+"\x7f")
+		perType := append([]string{`r.type collate "C" = t.type`}, where...)
+		sql = `with recursive t as (
+    (select r.type collate "C" as type from workflow.workflow_run r
+     where r.type collate "C" >= ` + lo + ` and r.type collate "C" < ` + hi + `
+     order by 1 limit 1)
+    union all
+    select (select r.type collate "C" from workflow.workflow_run r
+            where r.type collate "C" > t.type and r.type collate "C" < ` + hi + `
+            order by 1 limit 1)
+    from t where t.type is not null
+)
+select r.* from t cross join lateral (
+    select ` + runColumns + `
+    from workflow.workflow_run r
+    where ` + strings.Join(perType, "\n      and ") + `
+    order by r.created_at desc, r.id desc
+    limit ` + limit + `
+) r
+where t.type is not null
+order by 8 desc, 1 desc
+limit ` + limit
 	}
-	sql += "\norder by r.created_at desc, r.id desc\nlimit " + arg(pageSize+1)
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list runs: %w", err)
@@ -80,7 +127,7 @@ from workflow.workflow_run r`
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runRow, error) {
 		var r runRow
 		err := row.Scan(&r.ID, &r.Type, &r.Status, &r.Attempt, &r.MaxAttempts, &r.Namespace, &r.Name,
-			&r.CreatedAt, &r.FinishedAt, &r.RunAt, &r.WaitKind, &r.Deleted, &r.Error)
+			&r.CreatedAt, &r.FinishedAt, &r.WaitKind, &r.Deleted, &r.Error)
 		return r, err
 	})
 	if err != nil {

@@ -3,15 +3,11 @@ package console
 import (
 	"fmt"
 	"html/template"
-	"net/url"
 	"strings"
 	"time"
 )
 
-// pageNames are the templates that are pages; each is parsed with the
-// layout.
-var pageNames = []string{"overview", "runs", "run", "error"}
-
+// parsePages parses the templates that are pages, each with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"ago":      ago,
@@ -24,7 +20,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"duration": func(a time.Time, b *time.Time) string { return between(a, b) },
 	}
 	out := map[string]*template.Template{}
-	for _, name := range pageNames {
+	for _, name := range []string{"overview", "runs", "run", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("template %s: %w", name, err)
@@ -33,8 +29,6 @@ func parsePages() (map[string]*template.Template, error) {
 	}
 	return out, nil
 }
-
-func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
 // when formats a time for the pages (UTC, to the second).
 func when(t any) string {
@@ -120,9 +114,12 @@ func newChart(r typeRow) chart {
 				b.BadH = 1
 			}
 		}
+		if b.OkH+b.BadH > height {
+			b.OkH = height - b.BadH
+		}
 		b.OkY = height - b.OkH
 		b.BadY = b.OkY - b.BadH
-		b.Label = fmt.Sprintf("%d–%d min ago: %d succeeded, %d failed", (buckets-i)*5, (buckets-1-i)*5, r.Succeeded[i], r.Failed[i])
+		b.Label = fmt.Sprintf("%d–%d min ago: %d succeeded, %d failed or cancelled", (buckets-i)*5, (buckets-1-i)*5, r.Succeeded[i], r.Failed[i])
 		c.Bars = append(c.Bars, b)
 	}
 	return c

@@ -158,7 +158,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"release_runs": true, "record_steps": true, "park_run": true, "start_child": true,
 		"reap_expired_leases": true, "expire_deadlines": true,
 		// reader (and the helper it calls)
-		"queue_depth": true, "active_types": true,
+		"queue_depth": true, "active_types": true, "type_depths": true,
 		// producer
 		"cancel_run": true, "send_signal": true, "create_runs": true,
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE

@@ -1,6 +1,9 @@
 // Live updates: the page listens to its event stream (server-sent events)
 // and, when told that what it shows changed, fetches its main part again
-// and swaps it in. Nothing polls: without a change, nothing is fetched.
+// and swaps it in: the parts marked data-live-part when the page has some
+// (so a form being filled in is left alone), else the whole main part.
+// Nothing polls: without a change, nothing is fetched. A hidden tab closes
+// its stream and catches up when shown again.
 (function () {
   "use strict";
   var live = document.body.getAttribute("data-live");
@@ -12,6 +15,22 @@
     if (badge) {
       badge.setAttribute("data-state", s);
     }
+  };
+  var swap = function (html) {
+    // The server escaped everything in it; it is the page's own markup.
+    var fresh = document.createElement("template");
+    fresh.innerHTML = html;
+    var parts = document.querySelectorAll("[data-live-part]");
+    if (parts.length === 0) {
+      document.getElementById("main").innerHTML = html;
+      return;
+    }
+    parts.forEach(function (old) {
+      var next = old.id && fresh.content.getElementById(old.id);
+      if (next) {
+        old.replaceWith(next);
+      }
+    });
   };
   var busy = false;
   var again = false;
@@ -29,8 +48,7 @@
         return r.text();
       })
       .then(function (html) {
-        // The server escaped everything in it; it is the page's own markup.
-        document.getElementById("main").innerHTML = html;
+        swap(html);
         document.body.setAttribute("data-updated", String(Date.now()));
         state("live");
       })
@@ -45,12 +63,28 @@
         }
       });
   };
-  var source = new EventSource("/live" + live);
-  source.addEventListener("open", function () {
-    state("live");
+  var source = null;
+  var open = function () {
+    source = new EventSource("/live" + live);
+    source.addEventListener("open", function () {
+      state("live");
+    });
+    source.addEventListener("error", function () {
+      state(source.readyState === EventSource.CLOSED ? "stopped" : "reconnecting");
+    });
+    source.addEventListener("changed", refresh);
+  };
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) {
+      if (source) {
+        source.close();
+        source = null;
+        state("paused");
+      }
+    } else if (!source) {
+      open();
+      refresh();
+    }
   });
-  source.addEventListener("error", function () {
-    state("reconnecting");
-  });
-  source.addEventListener("changed", refresh);
+  open();
 })();

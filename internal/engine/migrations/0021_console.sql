@@ -10,6 +10,12 @@
 --    read everything).
 --    Building them locks writes to workflow_run once, while they are built.
 
+-- A run's children in creation order (its page lists the first ones): the
+-- index by parent, with the order added.
+drop index workflow.idx_workflow_run_parent;
+create index idx_workflow_run_parent on workflow.workflow_run (parent_id, created_at, id)
+    where parent_id is not null;
+
 create index idx_workflow_run_created on workflow.workflow_run (created_at, id);
 create index idx_workflow_run_type_created on workflow.workflow_run (type collate "C", created_at, id);
 create index idx_workflow_run_namespace_created on workflow.workflow_run (source_namespace, created_at, id)
@@ -17,13 +23,20 @@ create index idx_workflow_run_namespace_created on workflow.workflow_run (source
 create index idx_workflow_run_ended_badly on workflow.workflow_run (created_at, id)
     where status in ('failed', 'cancelled');
 
+-- A run's times are finite: 'infinity' in run_at or deadline_at is no time
+-- a run can start or end at, and no reader can show it. NOT VALID: rows
+-- already stored are left alone; every new or changed row is checked.
+alter table workflow.workflow_run add constraint workflow_run_times_finite check (
+    isfinite(run_at) and (deadline_at is null or isfinite(deadline_at))) not valid;
+
 -- 2. A notification when runs change status: at most one per committing
 --    transaction (the first status change of the transaction queues it),
 --    sent at commit, and only by one committing transaction at a time (the
 --    others find the advisory lock taken and leave it to the holder, whose
---    notification is delivered after they reached their own commit; a
+--    notification is delivered after they began their own commit; a
 --    listener looks again shortly after the last notification, as the
---    console does). The payload is empty: a listener re-reads what it shows.
+--    console does, and a commit slower than that is seen at the next
+--    notification). The payload is empty: a listener re-reads what it shows.
 
 create function workflow.on_run_status_committing() returns trigger
 language plpgsql set search_path = pg_catalog, pg_temp as $$
