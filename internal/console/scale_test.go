@@ -92,13 +92,13 @@ func TestPagesAtAMillionRuns(t *testing.T) {
 	paths := []string{"/", "/runs/" + failedID, "/runs/" + pendingID}
 	for _, q := range []string{"", "status=failed", "status=cancelled", "status=pending", "status=leased", "status=succeeded",
 		"prefix=mail.", "prefix=report.t3.v1", "namespace=ns-3", "namespace=ns-3&status=failed", "prefix=ingest.&status=failed", window,
-		"namespace=rare", "prefix=rare.", "prefix=rare.&status=succeeded"} {
+		"namespace=rare", "prefix=rare.", "prefix=rare.&status=succeeded", "prefix=mail.&status=pending", "prefix=mail.&status=leased"} {
 		paths = append(paths, "/runs?"+q)
 		// ... and the page after, by its cursor.
 		_, code, body := e.serve(t, "/runs?"+q)
 		m := next.FindStringSubmatch(body)
 		if code != http.StatusOK || m == nil {
-			t.Fatalf("/runs?%s: %d, no next page", q, code)
+			t.Fatalf("/runs?%s: %d, no next page:\n%s", q, code, body[max(0, len(body)-1500):])
 		}
 		paths = append(paths, strings.ReplaceAll(m[1], "&amp;", "&"))
 	}
