@@ -2168,6 +2168,13 @@ ALTER TABLE workflow.workflow_run
     ADD CONSTRAINT workflow_run_source_bounded CHECK (((char_length(source_namespace) <= 63) AND (char_length(source_name) <= 253) AND (char_length(source_uid) <= 128))) NOT VALID;
 
 --
+-- Name: workflow_run workflow_run_times_finite; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE workflow.workflow_run
+    ADD CONSTRAINT workflow_run_times_finite CHECK ((isfinite(run_at) AND ((deadline_at IS NULL) OR isfinite(deadline_at)))) NOT VALID;
+
+--
 -- Name: workflow_run workflow_run_traceparent_format; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
 --
 
@@ -2282,7 +2289,7 @@ CREATE INDEX idx_workflow_run_namespace_created ON workflow.workflow_run USING b
 -- Name: idx_workflow_run_parent; Type: INDEX; Schema: workflow; Owner: -
 --
 
-CREATE INDEX idx_workflow_run_parent ON workflow.workflow_run USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+CREATE INDEX idx_workflow_run_parent ON workflow.workflow_run USING btree (parent_id, created_at, id) WHERE (parent_id IS NOT NULL);
 
 --
 -- Name: idx_workflow_run_parent_step; Type: INDEX; Schema: workflow; Owner: -
