@@ -1,7 +1,6 @@
 package console
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
 // pageSize is how many runs a page of the list shows.
@@ -23,7 +24,6 @@ func statusNames() []string {
 var (
 	prefixForm    = regexp.MustCompile(`^[a-z0-9_.]*$`)
 	namespaceForm = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	uuidForm      = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
 // runFilter is what the runs page lists: each field empty or zero when unset.
@@ -84,8 +84,8 @@ func parseRunFilter(q url.Values) (runFilter, error) {
 		}
 	}
 	if v := q.Get("after"); v != "" {
-		if f.AfterAt, f.AfterID, err = decodeCursor(v); err != nil {
-			return f, err
+		if f.AfterAt, f.AfterID, err = engine.DecodeCursor(v); err != nil {
+			return f, errors.New("after is not a cursor this console made")
 		}
 	}
 	return f, nil
@@ -109,25 +109,4 @@ func (f runFilter) query() url.Values {
 		q.Set("to", f.To.Format(time.RFC3339))
 	}
 	return q
-}
-
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
-}
-
-func decodeCursor(c string) (time.Time, string, error) {
-	bad := errors.New("after is not a cursor this console made")
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	ts, id, ok := strings.Cut(string(raw), "|")
-	if !ok || !uuidForm.MatchString(id) {
-		return time.Time{}, "", bad
-	}
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	return at, id, nil
 }

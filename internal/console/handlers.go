@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
 // page is what every template gets: the page's own data and the layout's.
@@ -108,7 +110,7 @@ func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 	id := strings.ToLower(r.PathValue("id"))
-	if !uuidForm.MatchString(id) {
+	if !engine.IsRunID(id) {
 		s.fail(w, r, http.StatusNotFound, "A run's id is a UUID such as 0b6c5a6e-8d7e-4f43-9f51-3c1e1f0f7d3a.", nil)
 		return
 	}
@@ -137,7 +139,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 // run's page when the run changes, for the others when the inbox does.
 func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 	run, version := strings.ToLower(r.URL.Query().Get("run")), r.URL.Query().Get("v")
-	if run != "" && !uuidForm.MatchString(run) {
+	if run != "" && !engine.IsRunID(run) {
 		http.Error(w, "run must be a run's id", http.StatusBadRequest)
 		return
 	}

@@ -240,8 +240,7 @@ func TestConsoleAnswersOnlyToLocalAndClusterHostNames(t *testing.T) {
 		"sw-simple-workflow-console.simple-workflow-system.svc.cluster.local:8082": 200,
 		"attacker.example:8082": 421, "127.0.0.1.nip.io": 421,
 	} {
-		d, code, _ := e.serveHost(t, "/runs", host)
-		_ = d
+		_, code, _ := e.serveHost(t, "/runs", host)
 		if code != want {
 			t.Errorf("Host %s: %d, want %d", host, code, want)
 		}

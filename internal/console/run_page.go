@@ -109,7 +109,6 @@ func (s *Server) loadRun(ctx context.Context, id string) (runPage, error) {
 		return p, fmt.Errorf("run %s: %w", id, err)
 	}
 	p.Run, p.Finished = run, run.Status.Finished()
-	p.Run.Payload, p.Run.Result = nil, nil // shown below, cut
 	p.Payload, p.Result = showJSON(run.Payload), showJSON(run.Result)
 
 	rows, err := s.db.Query(ctx, `

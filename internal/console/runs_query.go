@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
 // runRow is one line of the runs page.
@@ -54,15 +56,15 @@ func statusCondition(status string) (string, bool) {
 // listRuns returns a page of runs matching f, newest first, and the cursor
 // of the next page (empty on the last). The statement is put together from
 // fixed fragments, one per filter that is set; every value is a parameter
-// (the status filter is the fixed condition of a known status). Each filter
-// has an index in the list's order, or narrows one: idx_workflow_run_created
-// (everything, a time window), idx_workflow_run_namespace_created (a
-// namespace), idx_workflow_run_ended_badly (failed or cancelled) and the
-// queue's own indexes (pending or leased). A type prefix is a range of
-// idx_workflow_run_type_created, whose rows are in creation order only
-// within one type: the types under the prefix are found one index probe
-// each (a skip scan), the newest page of each is read in order, and the
-// pages are merged.
+// (the status filter is the fixed condition of a known status). A namespace
+// or a status other than succeeded, without a type prefix, has an index in
+// the list's order, or one that narrows it to a few rows:
+// idx_workflow_run_namespace_created, idx_workflow_run_ended_badly (failed
+// or cancelled) and the queue's own indexes (pending or leased). Everything
+// else reads idx_workflow_run_type_created, whose rows are in creation
+// order within one type: the types under the prefix (every type without
+// one) are found one index probe each (a skip scan), the newest page of
+// each is read in order, and the pages are merged.
 func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter) ([]runRow, string, error) {
 	var where []string
 	var args []any
@@ -88,12 +90,9 @@ func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter) ([]runRow, str
 	}
 	limit := arg(pageSize + 1)
 	var sql string
-	if f.Prefix == "" {
-		sql = "select " + runColumns + "\nfrom workflow.workflow_run r"
-		if len(where) > 0 {
-			sql += "\nwhere " + strings.Join(where, "\n  and ")
-		}
-		sql += "\norder by r.created_at desc, r.id desc\nlimit " + limit
+	if f.Prefix == "" && (f.Namespace != "" || (f.Status != "" && f.Status != "succeeded")) {
+		sql = "select " + runColumns + "\nfrom workflow.workflow_run r\nwhere " + strings.Join(where, "\n  and ") +
+			"\norder by r.created_at desc, r.id desc\nlimit " + limit
 	} else {
 		// Types hold only a-z, 0-9, '_' and '.': every type under the
 		// prefix sorts (collation C) between it and it followed by DEL.
@@ -137,7 +136,7 @@ limit ` + limit
 	if len(out) > pageSize {
 		out = out[:pageSize]
 		last := out[pageSize-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
+		next = engine.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return out, next, nil
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -325,7 +324,7 @@ func (e *Engine) ListRuns(ctx context.Context, p ListParams) (ListPage, error) {
 		"limit":            limit + 1,
 	}
 	if p.Cursor != "" {
-		at, id, err := decodeCursor(p.Cursor)
+		at, id, err := DecodeCursor(p.Cursor)
 		if err != nil {
 			return ListPage{}, fmt.Errorf("list runs: %w", err)
 		}
@@ -343,29 +342,9 @@ func (e *Engine) ListRuns(ctx context.Context, p ListParams) (ListPage, error) {
 	if len(runs) > limit {
 		page.Runs = runs[:limit]
 		last := page.Runs[limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+		page.NextCursor = EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
-}
-
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
-}
-
-func decodeCursor(c string) (time.Time, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", fmt.Errorf("%w: malformed cursor", ErrInvalid)
-	}
-	ts, id, ok := strings.Cut(string(raw), "|")
-	if !ok {
-		return time.Time{}, "", fmt.Errorf("%w: malformed cursor", ErrInvalid)
-	}
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return time.Time{}, "", fmt.Errorf("%w: malformed cursor", ErrInvalid)
-	}
-	return at, id, nil
 }
 
 // CancelRun cancels a pending or leased run; a worker holding it notices at

@@ -2226,12 +2226,6 @@ CREATE INDEX idx_workflow_run_claim ON workflow.workflow_run USING btree (priori
 CREATE INDEX idx_workflow_run_claim_type ON workflow.workflow_run USING btree (type COLLATE "C", priority, created_at) WHERE ((COALESCE(status, ''::text) = 'pending'::text) AND (deleted_at IS NULL));
 
 --
--- Name: idx_workflow_run_created; Type: INDEX; Schema: workflow; Owner: -
---
-
-CREATE INDEX idx_workflow_run_created ON workflow.workflow_run USING btree (created_at, id);
-
---
 -- Name: idx_workflow_run_dag; Type: INDEX; Schema: workflow; Owner: -
 --
 

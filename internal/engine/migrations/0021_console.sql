@@ -2,8 +2,10 @@
 --
 -- 1. Listing runs newest first, a page at a time (keyset pagination on
 --    created_at, id), with or without a filter, reads an index in that order
---    instead of sorting the table: one index over every run, one over the
---    runs of each type (a type prefix is a range of it), one over the runs
+--    instead of sorting the table: one over the runs of each type (the
+--    whole list and a type prefix read the newest page of each type and
+--    merge them; an index over every run in creation order would cost
+--    every claim and completion one more index entry), one over the runs
 --    of each namespace (only runs mirrored from a WorkflowRun have one), and
 --    a small one over the runs that ended badly (the filter a user reaches
 --    for first, and the rarest rows: a scan of the whole list for them would
@@ -16,7 +18,6 @@ drop index workflow.idx_workflow_run_parent;
 create index idx_workflow_run_parent on workflow.workflow_run (parent_id, created_at, id)
     where parent_id is not null;
 
-create index idx_workflow_run_created on workflow.workflow_run (created_at, id);
 create index idx_workflow_run_type_created on workflow.workflow_run (type collate "C", created_at, id);
 create index idx_workflow_run_namespace_created on workflow.workflow_run (source_namespace, created_at, id)
     where source_namespace is not null;

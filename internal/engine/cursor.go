@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// EncodeCursor names a position in a list of runs ordered by creation: the
+// run created at at with id id. ListRuns and the console's run list page
+// with it, each in its own direction.
+func EncodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+// DecodeCursor reads what EncodeCursor wrote; anything else is ErrInvalid.
+func DecodeCursor(c string) (time.Time, string, error) {
+	bad := fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	if !ok || !IsRunID(id) {
+		return time.Time{}, "", bad
+	}
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	return at, id, nil
+}
+
+// IsRunID reports whether s has the form of a run's id: a UUID in its
+// canonical lowercase form.
+func IsRunID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
