@@ -2301,7 +2301,7 @@ CREATE INDEX idx_workflow_run_source ON workflow.workflow_run USING btree (sourc
 -- Name: idx_workflow_run_type_created; Type: INDEX; Schema: workflow; Owner: -
 --
 
-CREATE INDEX idx_workflow_run_type_created ON workflow.workflow_run USING btree (type COLLATE "C", created_at, id);
+CREATE INDEX idx_workflow_run_type_created ON workflow.workflow_run USING btree (type COLLATE "C", created_at, id) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
 
 --
 -- Name: idx_workflow_signal_key; Type: INDEX; Schema: workflow; Owner: -

@@ -1,15 +1,17 @@
 -- What the web console reads, and how it learns that something changed.
 --
 -- 1. Listing runs newest first, a page at a time (keyset pagination on
---    created_at, id), with or without a filter, reads an index in that order
---    instead of sorting the table: one over the runs of each type (the
---    whole list and a type prefix read the newest page of each type and
---    merge them; an index over every run in creation order would cost
---    every claim and completion one more index entry), one over the runs
---    of each namespace (only runs mirrored from a WorkflowRun have one), and
---    a small one over the runs that ended badly (the filter a user reaches
---    for first, and the rarest rows: a scan of the whole list for them would
---    read everything).
+--    created_at, id), with or without a filter, reads indexes in that order
+--    instead of sorting the table, and costs claims and completions as
+--    little as can be: a run's row is written anew on every status change
+--    (status is indexed by the queue), and each index that holds the row
+--    gets a new entry each time. So the list's own index per type holds
+--    finished runs only (one entry per run, when it ends); pending runs come
+--    from the claim index (type, priority, created_at), leased ones (as
+--    many as workers hold) from the queue's depth index. One more over the
+--    runs of each namespace (only runs mirrored from a WorkflowRun have
+--    one), and a small one over the runs that ended badly (the filter a
+--    user reaches for first, and the rarest rows).
 --    Building them locks writes to workflow_run once, while they are built.
 
 -- A run's children in creation order (its page lists the first ones): the
@@ -18,7 +20,8 @@ drop index workflow.idx_workflow_run_parent;
 create index idx_workflow_run_parent on workflow.workflow_run (parent_id, created_at, id)
     where parent_id is not null;
 
-create index idx_workflow_run_type_created on workflow.workflow_run (type collate "C", created_at, id);
+create index idx_workflow_run_type_created on workflow.workflow_run (type collate "C", created_at, id)
+    where status in ('succeeded', 'failed', 'cancelled');
 create index idx_workflow_run_namespace_created on workflow.workflow_run (source_namespace, created_at, id)
     where source_namespace is not null;
 create index idx_workflow_run_ended_badly on workflow.workflow_run (created_at, id)
