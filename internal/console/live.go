@@ -82,9 +82,9 @@ func (h *hub) subscribe(client, run, version string) (*subscriber, string) {
 	}
 	s := &subscriber{client: client, run: run, version: version, joined: time.Now(), ch: make(chan struct{}, 1)}
 	h.subs[s] = struct{}{}
-	if run != "" {
-		h.poke()
-	}
+	// A run's page is compared with its run at once; for a page of many
+	// runs, the inbox's version is read if no other page follows it yet.
+	h.poke()
 	return s, ""
 }
 
@@ -94,6 +94,37 @@ func (h *hub) notified() {
 	h.lastNotified = time.Now()
 	h.mu.Unlock()
 	h.poke()
+}
+
+// listsDue reports whether the pages of many runs are to be told of a
+// change now (h.mu held).
+func (h *hub) listsDue() bool {
+	if time.Since(h.lastList) < listInterval {
+		return false
+	}
+	for s := range h.subs {
+		if s.run == "" && h.lastNotified.After(s.joined) {
+			return true
+		}
+	}
+	return false
+}
+
+// watchingLists reports whether a page of many runs is open.
+func (h *hub) watchingLists() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.watchingListsLocked()
+}
+
+// watchingListsLocked is watchingLists with h.mu held.
+func (h *hub) watchingListsLocked() bool {
+	for s := range h.subs {
+		if s.run == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
@@ -119,16 +150,16 @@ func notify(s *subscriber) {
 
 // run listens for the inbox's notifications and looks at what the open
 // streams show after each burst of them, once more shortly after, and every
-// recheck (for the journal entries and signals, which notify nothing), until
-// ctx ends.
+// recheck (claims, completions, journal entries and signals notify nothing:
+// the run pages are compared with their runs, the pages of many runs with
+// the inbox's version), until ctx ends.
 func (s *Server) run(ctx context.Context) error {
 	go func() {
 		// A reconnection may have missed notifications: it counts as one.
 		// The first connection missed nothing the pages did not read.
 		first := true
 		_ = s.engine.Listen(ctx, engine.ListenConfig{
-			Channels: []string{engine.ChannelRunStatus, engine.ChannelRunChanged,
-				engine.ChannelRunCreated, engine.ChannelRunCancelled},
+			Channels: []string{engine.ChannelRunChanged, engine.ChannelRunCreated, engine.ChannelRunCancelled},
 			OnNotify: func(engine.Notification) { s.hub.notified() },
 			OnConnect: func() {
 				if first {
@@ -144,9 +175,18 @@ func (s *Server) run(ctx context.Context) error {
 	var again <-chan time.Time
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
+	// marker is the inbox's version the pages of many runs were last told
+	// of (or first saw).
+	var marker string
 	for {
 		select {
 		case <-tick.C:
+			if !s.hub.watchingLists() {
+				marker = ""
+			} else if v := s.inboxVersion(ctx); v != "" && marker != "" && v != marker {
+				s.hub.notified()
+				continue
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.hub.kick:
@@ -159,7 +199,7 @@ func (s *Server) run(ctx context.Context) error {
 		case <-again:
 			again = nil
 		}
-		if err := s.look(ctx); err != nil && ctx.Err() == nil {
+		if err := s.look(ctx, &marker); err != nil && ctx.Err() == nil {
 			s.log.Warn("Console could not look for changes", "error", err)
 			again = time.After(followUp)
 		}
@@ -167,10 +207,18 @@ func (s *Server) run(ctx context.Context) error {
 }
 
 // look tells each stream whose page changed: a run's page when the run's
-// version moved, a page of many runs at most every listInterval.
-func (s *Server) look(ctx context.Context) error {
+// version moved, a page of many runs at most every listInterval (and
+// records in marker the inbox's version they were told of).
+func (s *Server) look(ctx context.Context, marker *string) error {
 	h := s.hub
 	h.mu.Lock()
+	if (*marker == "" && h.watchingListsLocked()) || h.listsDue() {
+		h.mu.Unlock()
+		if v := s.inboxVersion(ctx); v != "" {
+			*marker = v
+		}
+		h.mu.Lock()
+	}
 	var runs []string
 	seen := map[string]bool{}
 	listPages := false
@@ -248,4 +296,17 @@ where r.id = any($1::uuid[])`, ids)
 		return nil, fmt.Errorf("run versions: %w", err)
 	}
 	return out, nil
+}
+
+// inboxVersion reads workflow.inbox_version, which moves whenever a run
+// makes an audited transition or finishes; "" when it cannot be read.
+func (s *Server) inboxVersion(ctx context.Context) string {
+	var v string
+	if err := s.db.QueryRow(ctx, "select workflow.inbox_version()").Scan(&v); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("Console could not read the inbox's version", "error", err)
+		}
+		return ""
+	}
+	return v
 }

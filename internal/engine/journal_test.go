@@ -279,8 +279,8 @@ func TestSleepParksAndTheTimerWakes(t *testing.T) {
 	if j := c2[0].Journal; len(j) != 1 || j[0].Name != "nap" || j[0].Outcome != engine.OutcomeOK {
 		t.Fatalf("journal after the sleep: %+v", j)
 	}
-	assertEvents(t, b.eventTypes(t, id), engine.EventCreated, engine.EventLeased, engine.EventStarted,
-		engine.EventWaiting, engine.EventWoken, engine.EventLeased, engine.EventStarted)
+	assertEvents(t, b.eventTypes(t, id), engine.EventCreated, engine.EventStarted,
+		engine.EventWaiting, engine.EventWoken, engine.EventStarted)
 	// Replaying the sleep resolves it without parking.
 	if again := b.park(t, engine.ParkParams{LeaseRef: c2[0].Ref(), WorkerID: "w", Kind: engine.StepKindSleep, Step: "nap", Position: 0, Delay: dur(time.Hour)}); again.Status != engine.WriteResolved {
 		t.Fatalf("replayed sleep: %+v", again)

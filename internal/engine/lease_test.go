@@ -190,8 +190,8 @@ func TestLeaseGuardsWritesOfLostLeases(t *testing.T) {
 		t.Fatalf("final run %+v", r)
 	}
 	assertEvents(t, b.eventTypes(t, id),
-		engine.EventCreated, engine.EventLeased, engine.EventStarted, engine.EventRetried,
-		engine.EventLeased, engine.EventStarted, engine.EventSucceeded)
+		engine.EventCreated, engine.EventStarted, engine.EventRetried,
+		engine.EventStarted, engine.EventSucceeded)
 }
 
 func TestHeartbeatReportsCancellation(t *testing.T) {
@@ -220,7 +220,7 @@ func TestHeartbeatReportsCancellation(t *testing.T) {
 	if r := b.get(t, id); r.Status != engine.StatusCancelled {
 		t.Fatalf("status %s, want cancelled", r.Status)
 	}
-	assertEvents(t, b.eventTypes(t, id), engine.EventCreated, engine.EventLeased, engine.EventStarted,
+	assertEvents(t, b.eventTypes(t, id), engine.EventCreated, engine.EventStarted,
 		engine.EventHeartbeat, engine.EventCancelled)
 }
 
@@ -262,9 +262,9 @@ func TestRetryBackoffAndExhaustion(t *testing.T) {
 		t.Fatalf("final run %+v", r)
 	}
 	assertEvents(t, b.eventTypes(t, id),
-		engine.EventCreated, engine.EventLeased, engine.EventStarted, engine.EventRetried,
-		engine.EventLeased, engine.EventStarted, engine.EventRetried,
-		engine.EventLeased, engine.EventStarted, engine.EventFailed)
+		engine.EventCreated, engine.EventStarted, engine.EventRetried,
+		engine.EventStarted, engine.EventRetried,
+		engine.EventStarted, engine.EventFailed)
 }
 
 // The default policy is attempt² minutes, with jitter in [0, 10 %], and a cap

@@ -25,12 +25,6 @@ const (
 	// ChannelRunChanged carries "namespace/name" of the Kubernetes object a
 	// run was mirrored from, whenever its status, attempt or holder changes.
 	ChannelRunChanged = "workflow_run_changed"
-	// ChannelRunStatus has an empty payload: some run changed status. At
-	// most one notification per committing transaction, and one committing
-	// transaction at a time sends it; a listener that re-reads on it reads
-	// again shortly after the last one (as the console does), for the
-	// transactions that committed while another one notified.
-	ChannelRunStatus = "workflow_run_status"
 )
 
 // WakeFollowUp is how long after a ChannelRunCreated notification a worker

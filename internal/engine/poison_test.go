@@ -264,7 +264,7 @@ func TestPlainSQLStatusChangesAreAudited(t *testing.T) {
 	if _, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c.Ref()}}); err != nil {
 		t.Fatal(err)
 	}
-	assertEvents(t, b.eventTypes(t, other), engine.EventCreated, engine.EventLeased, engine.EventStarted, engine.EventSucceeded)
+	assertEvents(t, b.eventTypes(t, other), engine.EventCreated, engine.EventStarted, engine.EventSucceeded)
 }
 
 // Issue 10, item 10 (sizes): a payload over the limit (1 MiB by default,

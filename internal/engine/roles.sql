@@ -9,8 +9,8 @@
 --                      them with the seed's UPDATE or workflow.cancel_run,
 --                      soft-deletes them, sends signals, and reads runs, events,
 --                      journals and signals.
---   workflow_reader    reads every table, workflow.queue_depth and
---                      workflow.type_depths (a console,
+--   workflow_reader    reads every table, workflow.queue_depth,
+--                      workflow.type_depths and workflow.inbox_version (a console,
 --                      a dashboard, KEDA's PostgreSQL scaler).
 --
 -- The roles are NOLOGIN: grant them to login users, e.g.
@@ -103,6 +103,8 @@ grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflo
 grant execute on function workflow.queue_depth(text[], text) to workflow_reader;
 -- ... and every type's queue (the console's overview).
 grant execute on function workflow.type_depths() to workflow_reader;
+-- ... and when to look at it again.
+grant execute on function workflow.inbox_version() to workflow_reader;
 
 -- What a producer's own statements may leave behind, enforced by row-level
 -- security. Every role sees and writes every row (the first policy), so

@@ -158,7 +158,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"release_runs": true, "record_steps": true, "park_run": true, "start_child": true,
 		"reap_expired_leases": true, "expire_deadlines": true,
 		// reader (and the helper it calls)
-		"queue_depth": true, "active_types": true, "type_depths": true,
+		"queue_depth": true, "active_types": true, "type_depths": true, "inbox_version": true,
 		// producer
 		"cancel_run": true, "send_signal": true, "create_runs": true,
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
@@ -471,6 +471,7 @@ func TestReaderRoleOnlyReads(t *testing.T) {
 		}
 	}
 	r.requireAllowed(t, b.ctx, "select * from workflow.queue_depth('{read.}', 'go')")
+	r.requireAllowed(t, b.ctx, "select workflow.inbox_version()")
 	r.requireDenied(t, b.ctx, "select * from workflow.active_types('{read.}')")
 	r.requireDenied(t, b.ctx, seedInsert)
 	r.requireDenied(t, b.ctx, seedCancel, id)

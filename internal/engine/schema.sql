@@ -205,15 +205,14 @@ begin
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select c.id, e.event_type, e.data
         from claimed c
-        cross join lateral (
-            select jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
-                                      'lease_until', c.lease_until) as d) j
-        -- woken, leased, then started: each run's events are emitted (and
-        -- numbered) in order
+        -- woken, then started: each run's events are emitted (and numbered)
+        -- in order. 'started' is the lease: who holds it, for which attempt,
+        -- until when.
         cross join lateral (values
             ('woken', jsonb_build_object('reason', case when c.wait_kind = 'sleep' then 'timer' else 'timeout' end,
                                          'step', c.wait_step, 'wait_kind', c.wait_kind)),
-            ('leased', j.d), ('started', j.d)) e(event_type, data)
+            ('started', jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
+                                           'lease_until', c.lease_until))) e(event_type, data)
         where e.event_type <> 'woken' or c.wait_kind is not null
     )
     select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at,
@@ -975,6 +974,26 @@ end
 $$;
 
 --
+-- Name: inbox_version(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.inbox_version() RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    select (select case when s.is_called then s.last_value else 0 end
+            from workflow.workflow_event_id_seq s)::text || '/' ||
+           coalesce((select max(r.finished_at) from workflow.workflow_run r
+                     where r.finished_at is not null)::text, '')
+$$;
+
+--
+-- Name: FUNCTION inbox_version(); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.inbox_version() IS 'A marker that moves whenever a run makes an audited transition or finishes (for a reader deciding when to look again).';
+
+--
 -- Name: journal_conflict(uuid, text, text, integer); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -1306,22 +1325,6 @@ begin
                 'by', left(nullif(current_setting('workflow.cancelled_by', true), ''), 256))));
     perform pg_notify('workflow_run_cancelled', new.id::text);
     return new;
-end
-$$;
-
---
--- Name: on_run_status_committing(); Type: FUNCTION; Schema: workflow; Owner: -
---
-
-CREATE FUNCTION workflow.on_run_status_committing() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-begin
-    if pg_try_advisory_xact_lock(hashtext('workflow_run_status'), 0) then
-        perform pg_notify('workflow_run_status', '');
-    end if;
-    return null;
 end
 $$;
 
@@ -2116,7 +2119,7 @@ COMMENT ON TABLE workflow.workflow_step IS 'The step journal: what each run alre
 --
 
 ALTER TABLE ONLY workflow.workflow_event
-    ADD CONSTRAINT workflow_event_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT workflow_event_pkey PRIMARY KEY (workflow_id, id);
 
 --
 -- Name: workflow_registry workflow_registry_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -
@@ -2194,12 +2197,6 @@ ALTER TABLE ONLY workflow.workflow_signal
 
 ALTER TABLE ONLY workflow.workflow_step
     ADD CONSTRAINT workflow_step_pkey PRIMARY KEY (run_id, name);
-
---
--- Name: idx_workflow_event_workflow; Type: INDEX; Schema: workflow; Owner: -
---
-
-CREATE INDEX idx_workflow_event_workflow ON workflow.workflow_event USING btree (workflow_id, id);
 
 --
 -- Name: idx_workflow_registry_owner; Type: INDEX; Schema: workflow; Owner: -
@@ -2374,18 +2371,6 @@ CREATE TRIGGER workflow_run_inserted AFTER INSERT ON workflow.workflow_run REFER
 --
 
 CREATE TRIGGER workflow_run_soft_deleted BEFORE UPDATE OF deleted_at ON workflow.workflow_run FOR EACH ROW WHEN (((old.deleted_at IS NULL) AND (new.deleted_at IS NOT NULL) AND (old.status = ANY (ARRAY['pending'::text, 'leased'::text])) AND (new.status = ANY (ARRAY['pending'::text, 'leased'::text])))) EXECUTE FUNCTION workflow.on_run_soft_deleted();
-
---
--- Name: workflow_run workflow_run_status_notify; Type: TRIGGER; Schema: workflow; Owner: -
---
-
-CREATE CONSTRAINT TRIGGER workflow_run_status_notify AFTER UPDATE OF status ON workflow.workflow_run DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (current_setting('workflow.status_notified'::text, true) IS DISTINCT FROM 'on'::text) AND (set_config('workflow.status_notified'::text, 'on'::text, true) = 'on'::text))) EXECUTE FUNCTION workflow.on_run_status_committing();
-
---
--- Name: TRIGGER workflow_run_status_notify ON workflow_run; Type: COMMENT; Schema: workflow; Owner: -
---
-
-COMMENT ON TRIGGER workflow_run_status_notify ON workflow.workflow_run IS 'Notifies workflow_run_status once per transaction that changes a run''s status, at commit; one committing transaction at a time.';
 
 --
 -- Name: workflow_run workflow_run_wake; Type: TRIGGER; Schema: workflow; Owner: -

@@ -125,8 +125,8 @@ func TestSleepFreesTheSlotAndWakesOnTime(t *testing.T) {
 		t.Fatalf("woke %s after its time, want within 1s (the poll interval is 10s, so only the wake-up timer can do it)", late)
 	}
 	t.Logf("sleeper woke %s after its time", late)
-	assertTrail(t, b.events(t, sleeper.ID), simpleworkflow.EventCreated, simpleworkflow.EventLeased, simpleworkflow.EventStarted,
-		simpleworkflow.EventWaiting, simpleworkflow.EventWoken, simpleworkflow.EventLeased, simpleworkflow.EventStarted,
+	assertTrail(t, b.events(t, sleeper.ID), simpleworkflow.EventCreated, simpleworkflow.EventStarted,
+		simpleworkflow.EventWaiting, simpleworkflow.EventWoken, simpleworkflow.EventStarted,
 		simpleworkflow.EventSucceeded)
 }
 

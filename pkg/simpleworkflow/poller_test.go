@@ -91,8 +91,8 @@ func TestManyPollersWorkEveryRunExactlyOncePerAttempt(t *testing.T) {
 	if got := doneCount.Load(); got != runs {
 		t.Fatalf("%d successful handler calls, want %d", got, runs)
 	}
-	// The audit trail agrees: per run, one created, one leased and one
-	// started per attempt, the right number of retries, one succeeded.
+	// The audit trail agrees: per run, one created, one started (the
+	// lease) per attempt and no separate leased event, the right number of retries, one succeeded.
 	rows, err := pool.Query(b.ctx, `select r.attempt,
 			count(*) filter (where e.event_type = 'created'),
 			count(*) filter (where e.event_type = 'leased'),
@@ -111,7 +111,7 @@ func TestManyPollersWorkEveryRunExactlyOncePerAttempt(t *testing.T) {
 		if err := rows.Scan(&attempt, &created, &leased, &started, &retried, &succeeded, &failed); err != nil {
 			t.Fatal(err)
 		}
-		if created != 1 || leased != attempt || started != attempt || retried != attempt-1 || succeeded != 1 || failed != 0 {
+		if created != 1 || leased != 0 || started != attempt || retried != attempt-1 || succeeded != 1 || failed != 0 {
 			t.Fatalf("event counts for a run with %d attempts: created %d leased %d started %d retried %d succeeded %d failed %d",
 				attempt, created, leased, started, retried, succeeded, failed)
 		}
@@ -166,7 +166,7 @@ func TestCancelStopsHandlerWithinOneHeartbeat(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	assertTrail(t, b.events(t, res.ID), simpleworkflow.EventCreated, simpleworkflow.EventLeased,
+	assertTrail(t, b.events(t, res.ID), simpleworkflow.EventCreated,
 		simpleworkflow.EventStarted, simpleworkflow.EventCancelled)
 }
 
@@ -240,9 +240,9 @@ func TestRetriesThenSuccessWithEventTrail(t *testing.T) {
 		t.Fatalf("run %+v", run)
 	}
 	assertTrail(t, b.events(t, res.ID), simpleworkflow.EventCreated,
-		simpleworkflow.EventLeased, simpleworkflow.EventStarted, simpleworkflow.EventRetried,
-		simpleworkflow.EventLeased, simpleworkflow.EventStarted, simpleworkflow.EventRetried,
-		simpleworkflow.EventLeased, simpleworkflow.EventStarted, simpleworkflow.EventSucceeded)
+		simpleworkflow.EventStarted, simpleworkflow.EventRetried,
+		simpleworkflow.EventStarted, simpleworkflow.EventRetried,
+		simpleworkflow.EventStarted, simpleworkflow.EventSucceeded)
 
 	// Out of attempts: failed, with a permanent error failing at once.
 	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"doomed."}, PollInterval: 50 * time.Millisecond},
@@ -261,8 +261,8 @@ func TestRetriesThenSuccessWithEventTrail(t *testing.T) {
 		t.Fatalf("exhausted run attempt %d, want 2", r.Attempt)
 	}
 	assertTrail(t, b.events(t, always.ID), simpleworkflow.EventCreated,
-		simpleworkflow.EventLeased, simpleworkflow.EventStarted, simpleworkflow.EventRetried,
-		simpleworkflow.EventLeased, simpleworkflow.EventStarted, simpleworkflow.EventFailed)
+		simpleworkflow.EventStarted, simpleworkflow.EventRetried,
+		simpleworkflow.EventStarted, simpleworkflow.EventFailed)
 	if r := b.waitStatus(t, perm.ID, simpleworkflow.StatusFailed, 30*time.Second); r.Attempt != 1 {
 		t.Fatalf("permanent failure took %d attempts, want 1", r.Attempt)
 	}
