@@ -374,7 +374,7 @@ begin
         raise exception 'create_runs: row %: payload must be a JSON object', v_bad.o using errcode = '22023';
     end if;
 
-    select array_agg(gen_random_uuid()) into v_ids from generate_series(1, n);
+    select array_agg(workflow.new_run_id()) into v_ids from generate_series(1, n);
     if p_idempotency_keys is null or not exists (select 1 from unnest(p_idempotency_keys) k where k <> '') then
         -- No keys: every row is a new run.
         insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
@@ -509,6 +509,29 @@ begin
 end
 $$;
 
+--
+-- Name: new_run_id(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.new_run_id() RETURNS uuid
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    select encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
+                    from 1 for 6),
+            52, 1), 53, 1),  -- version 7: the version nibble 0100 becomes 0111
+        'hex')::uuid
+$$;
+
+--
+-- Name: FUNCTION new_run_id(); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.new_run_id() IS 'A new run id: a UUID (version 7 layout) whose first 48 bits are the time in milliseconds, the rest random.';
+
 SET default_tablespace = '';
 
 SET default_table_access_method = heap;
@@ -518,7 +541,7 @@ SET default_table_access_method = heap;
 --
 
 CREATE TABLE workflow.workflow_run (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    id uuid DEFAULT workflow.new_run_id() NOT NULL,
     type text NOT NULL,
     payload jsonb DEFAULT '{}'::jsonb NOT NULL,
     status text DEFAULT 'pending'::text NOT NULL,
