@@ -61,6 +61,8 @@ type config struct {
 	river       bool
 	depthRuns   int
 	pgStats     bool
+	// the second burn-down: the same queue claimed by several pollers
+	spreadPollers, spreadConcurrency int
 
 	producers       int
 	producerSeconds int
@@ -68,11 +70,19 @@ type config struct {
 	createManyBatch int
 }
 
+// spreadLabel names the engine in the lines of a burn-down by several
+// pollers.
+func (c config) spreadLabel() string {
+	return fmt.Sprintf("engine (%d pollers)", c.pollers)
+}
+
 func run() error {
 	var cfg config
 	flag.IntVar(&cfg.runs, "runs", 50000, "runs to burn down")
-	flag.IntVar(&cfg.pollers, "pollers", 4, "pollers (each with its own listen connection)")
-	flag.IntVar(&cfg.concurrency, "concurrency", 512, "handlers per poller")
+	flag.IntVar(&cfg.pollers, "pollers", 1, "pollers (each with its own listen connection); one of 1,000 handlers is River's shape")
+	flag.IntVar(&cfg.concurrency, "concurrency", 1000, "handlers per poller")
+	flag.IntVar(&cfg.spreadPollers, "spread-pollers", 4, "pollers of the second burn-down, as several worker processes claim one queue (0 skips it)")
+	flag.IntVar(&cfg.spreadConcurrency, "spread-concurrency", 512, "handlers per poller of the second burn-down")
 	flag.IntVar(&cfg.batch, "claim-batch", 500, "runs claimed per call")
 	flag.IntVar(&cfg.latencyN, "latency-samples", 200, "single inserts timed for pickup latency")
 	flag.IntVar(&cfg.stepRuns, "step-runs", 5000, "runs of the step workflow")
@@ -109,7 +119,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	pcfg.MaxConns = int32(4 + 2*cfg.pollers)
+	pcfg.MaxConns = int32(4 + 2*max(cfg.pollers, cfg.spreadPollers))
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
@@ -141,7 +151,9 @@ func run() error {
 		}
 		defer peer.close()
 	}
-	var riverBurn, engineBurn []burnResult
+	var riverBurn, engineBurn, spreadBurn []burnResult
+	spread := cfg
+	spread.pollers, spread.concurrency = cfg.spreadPollers, cfg.spreadConcurrency
 	for i := range cfg.rounds {
 		if peer != nil {
 			r, err := peer.burnDown(ctx, cfg.runs)
@@ -157,11 +169,22 @@ func run() error {
 		}
 		fmt.Fprintf(os.Stderr, "round %d: %s; WAL %d bytes/run\n", i+1, r.line("engine", "runs"), r.walPerRun())
 		engineBurn = append(engineBurn, r)
+		if spread.pollers > 0 {
+			r, err := burnDown(ctx, pool, client, spread)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "round %d: %s; WAL %d bytes/run\n", i+1, r.line(spread.spreadLabel(), "runs"), r.walPerRun())
+			spreadBurn = append(spreadBurn, r)
+		}
 	}
 	if peer != nil {
 		fmt.Println(medianBurn(riverBurn).line("river", "jobs"))
 	}
 	fmt.Println(medianBurn(engineBurn).line("engine", "runs"))
+	if len(spreadBurn) > 0 {
+		fmt.Println(medianBurn(spreadBurn).line(spread.spreadLabel(), "runs"))
+	}
 	if err := stepThroughput(ctx, pool, client, cfg); err != nil {
 		return err
 	}
@@ -194,6 +217,9 @@ func run() error {
 		rb, eb, rp := medianBurn(riverBurn), medianBurn(engineBurn), medianPickup(riverPickup)
 		fmt.Printf("engine/river: burn-down %.2fx, pickup p50 %.2fx\n",
 			eb.perSecond()/rb.perSecond(), ep.p50.Seconds()/rp.p50.Seconds())
+		if len(spreadBurn) > 0 {
+			fmt.Printf("%s/river: burn-down %.2fx\n", spread.spreadLabel(), medianBurn(spreadBurn).perSecond()/rb.perSecond())
+		}
 		fmt.Printf("WAL per burnt-down run: engine %d bytes, river %d bytes\n",
 			eb.walPerRun(), rb.walPerRun())
 	}
@@ -323,13 +349,14 @@ func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg confi
 	}
 	defer stop()
 	time.Sleep(500 * time.Millisecond) // let the poller connect and go idle
-	var samples []time.Duration
+	var samples, inserts []time.Duration
 	for i := range cfg.latencyN {
 		t0 := time.Now()
 		res, err := client.Create(ctx, "bench.latency.v1", nil, nil)
 		if err != nil {
 			return pickupResult{}, fmt.Errorf("create run: %w", err)
 		}
+		inserts = append(inserts, time.Since(t0))
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			mu.Lock()
@@ -347,8 +374,12 @@ func pickupLatency(ctx context.Context, client *simpleworkflow.Client, cfg confi
 		time.Sleep(10 * time.Millisecond) // idle queue between samples
 	}
 	slices.Sort(samples)
-	q := func(p float64) time.Duration {
-		return samples[min(len(samples)-1, int(p*float64(len(samples))))].Round(10 * time.Microsecond)
+	slices.Sort(inserts)
+	q := func(ds []time.Duration, p float64) time.Duration {
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(10 * time.Microsecond)
 	}
-	return pickupResult{p50: q(0.50), p90: q(0.90), p99: q(0.99), n: len(samples)}, nil
+	// Where the time goes: the insert's round trip (its commit included),
+	// then the wake-up, the claim and its commit.
+	fmt.Fprintf(os.Stderr, "engine pickup: insert p50=%s of p50=%s\n", q(inserts, 0.5), q(samples, 0.5))
+	return pickupResult{p50: q(samples, 0.50), p90: q(samples, 0.90), p99: q(samples, 0.99), n: len(samples)}, nil
 }

@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -186,7 +187,7 @@ func run() error {
 
 	ccfg := rest.CopyConfig(cfg)
 	ccfg.QPS, ccfg.Burst = 1000, 2000
-	c, err := client.New(ccfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(ccfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
@@ -281,25 +282,54 @@ func createRuns(ctx context.Context, c client.Client, from, to int) error {
 	}
 }
 
-func waitSucceeded(ctx context.Context, c client.Client, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// waitSucceeded waits until n WorkflowRuns of the namespace are Succeeded,
+// following a watch (a list of 10,000 objects every few milliseconds would
+// load the API server more than the operator does).
+func waitSucceeded(ctx context.Context, c client.WithWatch, n int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	succeeded := map[string]bool{}
+	done := 0
+	set := func(name string, ok bool) {
+		if succeeded[name] != ok {
+			if ok {
+				done++
+			} else {
+				done--
+			}
+		}
+		succeeded[name] = ok
+	}
 	for {
 		var list workflowv1alpha1.WorkflowRunList
 		if err := c.List(ctx, &list, client.InNamespace("bench")); err != nil {
 			return err
 		}
-		done := 0
+		clear(succeeded)
+		done = 0
 		for _, w := range list.Items {
-			if w.Status.Phase == workflowv1alpha1.PhaseSucceeded {
-				done++
+			set(w.Name, w.Status.Phase == workflowv1alpha1.PhaseSucceeded)
+		}
+		w, err := c.Watch(ctx, &workflowv1alpha1.WorkflowRunList{}, client.InNamespace("bench"),
+			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+		if err != nil {
+			return err
+		}
+		for done < n {
+			ev, ok := <-w.ResultChan()
+			if !ok {
+				break // the watch ended: list again
+			}
+			if wfr, isRun := ev.Object.(*workflowv1alpha1.WorkflowRun); isRun {
+				set(wfr.Name, ev.Type != watch.Deleted && wfr.Status.Phase == workflowv1alpha1.PhaseSucceeded)
 			}
 		}
+		w.Stop()
 		if done >= n {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if ctx.Err() != nil {
 			return fmt.Errorf("only %d of %d WorkflowRuns Succeeded after %s", done, n, timeout)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
