@@ -180,6 +180,18 @@ func eventsFor(namespace, name string) []eventsv1.Event {
 	return out
 }
 
+// lifecycleReasons is eventReasons without Started: a start is told only
+// when a look finds the run running, which depends on how fast it ends.
+func lifecycleReasons(namespace, name string) []string {
+	var out []string
+	for _, r := range eventReasons(namespace, name) {
+		if r != controller.ReasonStarted {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func eventReasons(namespace, name string) []string {
 	var out []string
 	for _, e := range eventsFor(namespace, name) {

@@ -30,6 +30,18 @@ import (
 // inbox even without a notification.
 const DefaultResyncPeriod = 30 * time.Second
 
+// acceptedStatusDelay is how long after recording a run the controller
+// writes its first status when nothing happened to it meanwhile.
+const acceptedStatusDelay = time.Second
+
+// quietStart reports whether the first status of a run just recorded may
+// wait for acceptedStatusDelay (or the run's first change): nothing but its
+// acceptance would be shown, and nothing else is asked of the object.
+func quietStart(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool {
+	return run.Status == engine.StatusPending && run.Wait == nil && !isDAGRun(run) &&
+		!wfr.Spec.Cancel && len(wfr.Spec.Signals) == 0
+}
+
 // WorkflowRunReconciler mirrors WorkflowRuns into the inbox and writes each
 // run's progress back to its object.
 type WorkflowRunReconciler struct {
@@ -134,6 +146,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	}
 	// The run as ensureMirrored read it a moment ago, unless this look
 	// recorded it or sent it signals (which may have woken it).
+	justRecorded := known == nil
 	if known == nil || signalsToSend {
 		run, err := r.Inbox.GetRun(ctx, runID)
 		if err != nil {
@@ -146,6 +159,12 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		return ctrl.Result{}, err
 	}
 	r.trackFollower(wfr, run)
+	if justRecorded && quietStart(wfr, run) {
+		// Most runs start within moments: their first status is then
+		// Running or finished, one write instead of two. A run still
+		// waiting after acceptedStatusDelay is shown Pending then.
+		return ctrl.Result{RequeueAfter: acceptedStatusDelay}, nil
+	}
 	entry, err := r.registryEntry(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -178,7 +197,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	}
 	// The steps' Events go between the run's own: after it started, before
 	// it ended.
-	ongoing, final := splitFinal(evs)
+	ongoing, final := splitFinal(worthTelling(evs))
 	r.emitEvents(wfr, run, ongoing)
 	r.emitStepEvents(wfr, stepEvents(before.Status.DAGSteps, wfr.Status.DAGSteps))
 	r.emitEvents(wfr, run, final)

@@ -42,8 +42,7 @@ var _ = Describe("WorkflowRun controller", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(run.Source).To(Equal(&engine.Source{Namespace: ns, Name: "echo", UID: string(got.UID)}))
 		Expect(run.IdempotencyKey).To(Equal("k8s-uid:" + string(got.UID)))
-		Eventually(func() []string { return eventReasons(ns, "echo") }).Should(
-			Equal([]string{"Accepted", "Started", "Succeeded"}))
+		Eventually(func() []string { return lifecycleReasons(ns, "echo") }).Should(Equal([]string{"Succeeded"}))
 	})
 
 	It("reports retries, then success with the right attempt count", func() {
@@ -60,8 +59,8 @@ var _ = Describe("WorkflowRun controller", func() {
 		got := getRun(ns, "flaky")()
 		Expect(got.Status.Attempt).To(BeEquivalentTo(3))
 		Expect(got.Status.NextAttemptAt).To(BeNil())
-		Eventually(func() []string { return eventReasons(ns, "flaky") }).Should(Equal([]string{
-			"Accepted", "Started", "Retrying", "Started", "Retrying", "Started", "Succeeded"}))
+		Eventually(func() []string { return lifecycleReasons(ns, "flaky") }).Should(Equal([]string{
+			"Retrying", "Retrying", "Succeeded"}))
 		var retrying string
 		for _, e := range eventsFor(ns, "flaky") {
 			if e.Reason == "Retrying" {
@@ -84,8 +83,8 @@ var _ = Describe("WorkflowRun controller", func() {
 		fin := condition(got.Status.Conditions, controller.ConditionFinished)
 		Expect(fin.Reason).To(Equal("Failed"))
 		Expect(fin.Message).To(ContainSubstring("planned failure"))
-		Eventually(func() []string { return eventReasons(ns, "doomed") }).Should(Equal([]string{
-			"Accepted", "Started", "Retrying", "Started", "Failed"}))
+		Eventually(func() []string { return lifecycleReasons(ns, "doomed") }).Should(Equal([]string{
+			"Retrying", "Failed"}))
 	})
 
 	It("cancels through spec.cancel and stops the worker", func() {
@@ -100,8 +99,9 @@ var _ = Describe("WorkflowRun controller", func() {
 		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Reason).To(Equal("Cancelled"))
 		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(Equal(
 			"cancelled by spec.cancel of WorkflowRun " + ns + "/long while attempt 1 ran on worker suite-worker"))
+		// It was seen running: its start was told.
 		Eventually(func() []string { return eventReasons(ns, "long") }).Should(Equal([]string{
-			"Accepted", "Started", "Cancelled"}))
+			"Started", "Cancelled"}))
 		// The worker let go: no heartbeat extends the lease any more.
 		Consistently(func() engine.Status {
 			run, _ := eng.GetRun(ctx, got.Status.RunID)

@@ -137,8 +137,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			g.Expect(fin.Reason).To(Equal("Waiting"))
 			g.Expect(fin.Message).To(HavePrefix("waiting for signal approve at step approve until "))
 		}).Should(Succeed())
-		Eventually(func() []string { return eventReasons(ns, "order") }).Should(
-			Equal([]string{"Accepted", "Started", "Waiting"}))
+		Eventually(func() []string { return lifecycleReasons(ns, "order") }).Should(Equal([]string{"Waiting"}))
 		Expect(eventNotes(ns, "order", "Waiting")[0]).To(And(
 			HavePrefix("Waiting for signal approve at step approve until "), HaveSuffix("; the worker slot is free")))
 
@@ -162,8 +161,8 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			g.Expect(sent).NotTo(BeNil())
 			g.Expect(sent.Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
-		Eventually(func() []string { return eventReasons(ns, "order") }).Should(
-			Equal([]string{"Accepted", "Started", "Waiting", "SignalReceived", "Woken"}))
+		Eventually(func() []string { return lifecycleReasons(ns, "order") }).Should(
+			Equal([]string{"Waiting", "SignalReceived", "Woken"}))
 		Expect(eventNotes(ns, "order", "SignalReceived")).To(Equal([]string{"Received signal approve (spec.signals[0])"}))
 		Expect(eventNotes(ns, "order", "Woken")).To(Equal([]string{"Woken: signal approve arrived for step approve"}))
 
@@ -178,8 +177,8 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		Expect(got.Status.StepsDone).To(BeEquivalentTo(4))
 		Expect(got.Status.LastStep).To(Equal("ship"))
 		Expect(got.Status.WaitingFor).To(BeNil())
-		Eventually(func() []string { return eventReasons(ns, "order") }).Should(Equal([]string{
-			"Accepted", "Started", "Waiting", "SignalReceived", "Woken", "Started", "Succeeded"}))
+		Eventually(func() []string { return lifecycleReasons(ns, "order") }).Should(Equal([]string{
+			"Waiting", "SignalReceived", "Woken", "Succeeded"}))
 		out, err = kubectl("get", "wfr", "order", "-n", ns, "-o", "wide")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(MatchRegexp(`(?m)^order\s+\S+\s+Succeeded\s+1/3\s+4\s+\S+\s+ship\s+` + manualWorker + `\s+` + runID + `$`))
@@ -378,7 +377,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		Eventually(phase(ns, "late"), 15*time.Second).Should(Equal(workflowv1alpha1.PhaseFailed))
 		got := getRun(ns, "late")()
 		Expect(got.Status.LastError).To(Equal("deadline exceeded"))
-		Eventually(func() []string { return eventReasons(ns, "late") }).Should(Equal([]string{"Accepted", "Failed"}))
+		Eventually(func() []string { return eventReasons(ns, "late") }).Should(Equal([]string{"Failed"}))
 		Expect(eventNotes(ns, "late", "Failed")).To(ConsistOf(
 			MatchRegexp(`^Failed for good: deadline exceeded at \S+Z while waiting for a worker$`)))
 	})

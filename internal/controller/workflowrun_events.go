@@ -79,6 +79,34 @@ func (r *WorkflowRunReconciler) newAuditEvents(ctx context.Context, wfr *workflo
 	return evs, nil
 }
 
+// worthTelling returns the audit events that become Kubernetes Events: not
+// the run's acceptance (its Accepted condition and status.runID say it), and
+// a start only when it is the latest event a look finds (the run is running
+// now); an attempt that already ended, failed or parked is told by that
+// event, which names the attempt and its worker. So a run that starts and
+// ends between two looks costs one Event, not three.
+func worthTelling(evs []engine.Event) []engine.Event {
+	latest := -1 // the latest event that is not a heartbeat
+	for i, ev := range evs {
+		if ev.Type != engine.EventHeartbeat {
+			latest = i
+		}
+	}
+	out := make([]engine.Event, 0, len(evs))
+	for i, ev := range evs {
+		switch ev.Type {
+		case engine.EventCreated, engine.EventLeased, engine.EventHeartbeat:
+			continue
+		case engine.EventStarted:
+			if i != latest {
+				continue
+			}
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
 // isFinalEvent reports whether ev ended its run.
 func isFinalEvent(ev engine.Event) bool {
 	switch ev.Type {
@@ -95,9 +123,6 @@ func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, ru
 		var d eventData
 		_ = json.Unmarshal(ev.Data, &d)
 		switch ev.Type {
-		case engine.EventCreated:
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonAccepted, "Mirror",
-				"Recorded in the inbox as run %s", run.ID)
 		case engine.EventStarted:
 			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonStarted, "Start",
 				"Started by worker %s, attempt %d", d.WorkerID, d.Attempt)
