@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -71,6 +70,10 @@ type WorkflowRunReconciler struct {
 	// woken with it by the InboxWatcher (its Followers()); optional: without
 	// it such objects follow the run at the resync period.
 	Followers *Followers
+
+	// recorded holds the runs recorded by a look that left the first
+	// status to a later one.
+	recorded recordedRuns
 }
 
 // +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns,verbs=get;list;watch;update;patch;delete
@@ -163,6 +166,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		// Most runs start within moments: their first status is then
 		// Running or finished, one write instead of two. A run still
 		// waiting after acceptedStatusDelay is shown Pending then.
+		r.recorded.remember(wfr.UID, run.ID)
 		return ctrl.Result{RequeueAfter: acceptedStatusDelay}, nil
 	}
 	entry, err := r.registryEntry(ctx, run)
@@ -195,6 +199,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if err := r.writeStatus(ctx, before, wfr, run); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.recorded.forget(wfr.UID)
 	// The steps' Events go between the run's own: after it started, before
 	// it ended.
 	ongoing, final := splitFinal(worthTelling(evs))
@@ -332,7 +337,7 @@ func (r *WorkflowRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("workflowrun")
 	if r.Changes != nil {
-		b = b.WatchesRawSource(source.Channel(r.Changes, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(source.Channel(r.Changes, inboxChangeHandler()))
 	}
 	return b.Complete(r)
 }

@@ -23,6 +23,7 @@ import (
 // not cancelled, and runs or waits as any run does (Issue 10, item 20).
 func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	r.Followers.Forget(client.ObjectKeyFromObject(wfr))
+	r.recorded.forget(wfr.UID)
 	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
 		return ctrl.Result{}, nil
 	}

@@ -136,6 +136,17 @@ const (
 // otherwise the mismatch is reported and the run is found again through the
 // idempotency key.
 func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, *engine.Run, mirrorOutcome, error) {
+	if id := r.recorded.recall(wfr.UID); id != "" && wfr.Status.RunID == "" {
+		// Recorded by an earlier look that left the status to this one.
+		run, err := r.Inbox.GetRun(ctx, id)
+		if err == nil && mirroredFrom(run, wfr) {
+			return id, &run, mirrored, nil
+		}
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
+			return "", nil, mirrored, fmt.Errorf("read run %s: %w", id, err)
+		}
+		r.recorded.forget(wfr.UID)
+	}
 	if id := wfr.Status.RunID; id != "" {
 		run, err := r.Inbox.GetRun(ctx, id)
 		switch {
