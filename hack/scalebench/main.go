@@ -38,6 +38,7 @@ import (
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
+	"github.com/simple-workflow/simple-workflow/internal/kubetest"
 	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
 )
@@ -94,6 +95,7 @@ func (l *lagRecorder) Observe(v float64) {
 func run() error {
 	n := flag.Int("runs", 10000, "WorkflowRuns created at once by 32 clients")
 	memRuns := flag.Int("memory-runs", 0, "finished WorkflowRuns in the cache for a second memory reading, when above -runs")
+	policy := flag.Bool("finalizer-policy", true, "install the chart's MutatingAdmissionPolicy that adds the finalizer at creation")
 	flag.Parse()
 	ctrl.SetLogger(logrDiscard())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -193,6 +195,15 @@ func run() error {
 	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		return err
+	}
+	if *policy {
+		// As the chart installs it: the API server adds the finalizer.
+		if err := kubetest.ApplyRepoFile(ctx, c, kubetest.FinalizerPolicy, nil); err != nil {
+			return err
+		}
+		if err := waitForFinalizerPolicy(ctx, c); err != nil {
+			return err
+		}
 	}
 
 	start := time.Now()
@@ -334,5 +345,26 @@ func waitSucceeded(ctx context.Context, c client.WithWatch, n int, timeout time.
 		if ctx.Err() != nil {
 			return fmt.Errorf("only %d of %d WorkflowRuns Succeeded after %s", done, n, timeout)
 		}
+	}
+}
+
+// waitForFinalizerPolicy waits until a WorkflowRun created (in a dry run)
+// gets the finalizer: a policy takes effect a moment after it is created.
+func waitForFinalizerPolicy(ctx context.Context, c client.Client) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		probe := &workflowv1alpha1.WorkflowRun{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("policy-probe-%d", i)},
+			Spec:       workflowv1alpha1.WorkflowRunSpec{Type: "bench.probe.v1", Cancel: true},
+		}
+		// The CRD itself may not be served yet either.
+		err := c.Create(ctx, probe, client.DryRunAll)
+		if err == nil && slices.Contains(probe.Finalizers, controller.Finalizer) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the finalizer policy did not take effect within 30 s (last error: %v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +32,7 @@ const DefaultResyncPeriod = 30 * time.Second
 
 // acceptedStatusDelay is how long after recording a run the controller
 // writes its first status when nothing happened to it meanwhile.
-const acceptedStatusDelay = time.Second
+const acceptedStatusDelay = 500 * time.Millisecond
 
 // quietStart reports whether the first status of a run just recorded may
 // wait for acceptedStatusDelay (or the run's first change): nothing but its
@@ -167,7 +168,9 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 		// Running or finished, one write instead of two. A run still
 		// waiting after acceptedStatusDelay is shown Pending then.
 		r.recorded.remember(wfr.UID, run.ID)
-		return ctrl.Result{RequeueAfter: acceptedStatusDelay}, nil
+		// Ahead of new objects, like the inbox's announcements: the
+		// status is due.
+		return ctrl.Result{RequeueAfter: acceptedStatusDelay, Priority: ptr.To(inboxChangePriority)}, nil
 	}
 	entry, err := r.registryEntry(ctx, run)
 	if err != nil {
