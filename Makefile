@@ -113,6 +113,15 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "the console is rendered although console.enabled is false"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true --set 'console.databaseRole=x;y' >/dev/null 2>&1; then \
 		echo "values.schema.json accepted a console.databaseRole that is no role name"; exit 1; fi
+	@$(HELM) template sw charts/simple-workflow --set database.url=x --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy | \
+		grep -q 'policyName: sw-simple-workflow-workflowrun-finalizer' || { \
+		echo "the chart did not render the finalizer policy for a cluster that serves MutatingAdmissionPolicy"; exit 1; }
+	@if $(HELM) template sw charts/simple-workflow --set database.url=x | grep -q 'MutatingAdmissionPolicy' || \
+		$(HELM) template sw charts/simple-workflow --set database.url=x --set manager.finalizerPolicy=false \
+			--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy | grep -q 'MutatingAdmissionPolicy'; then \
+		echo "the finalizer policy rendered for a cluster without the API, or with manager.finalizerPolicy=false"; exit 1; fi
+	@$(KUBECTL) kustomize config/default | grep -q 'policyName: simple-workflow-workflowrun-finalizer' || { \
+		echo "config/default's finalizer policy binding does not name its prefixed policy"; exit 1; }
 	@if $(HELM) template sw charts/simple-workflow >/dev/null 2>&1; then \
 		echo "the chart rendered without a database"; exit 1; fi
 	@tag=$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml); \
