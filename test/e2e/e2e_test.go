@@ -307,7 +307,7 @@ spec:
 			return out
 		}
 		Expect(shape(after[0])).To(Equal(shape(before[0])))
-		Expect(shape(after[0])).To(HaveLen(4))
+		Expect(shape(after[0])).To(HaveLen(3)) // created, started, succeeded
 	})
 
 	It("serves readiness (with Postgres) and the inbox metrics", func() {

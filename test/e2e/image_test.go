@@ -348,7 +348,7 @@ var _ = Describe("the manager and example worker images", Ordered, func() {
 		Eventually(phases(ns)).Should(Equal("image-echo-0=Succeeded image-echo-1=Succeeded image-echo-2=Succeeded image-fail-once=Succeeded"))
 		Expect(mustKubectl("get", "workflowrun", "image-echo-1", "-n", ns, "-o", "jsonpath={.status.result}")).To(MatchJSON(`{"i":1}`))
 		Expect(mustKubectl("describe", "workflowrun", "image-fail-once", "-n", ns)).To(And(
-			ContainSubstring("Started by worker image-worker-0"), ContainSubstring("Succeeded on attempt 2")))
+			ContainSubstring("Attempt 1 failed: planned failure"), ContainSubstring("Succeeded on attempt 2 (worker image-worker-0)")))
 		Expect(imgManager.alive()).To(BeTrue(), tail(imgManager.output(), 4000))
 		Expect(worker.alive()).To(BeTrue(), tail(worker.output(), 4000))
 	})
