@@ -206,9 +206,9 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	// The steps' Events go between the run's own: after it started, before
 	// it ended.
 	ongoing, final := splitFinal(worthTelling(evs))
-	r.emitEvents(wfr, run, ongoing)
+	r.emitEvents(wfr, ongoing)
 	r.emitStepEvents(wfr, stepEvents(before.Status.DAGSteps, wfr.Status.DAGSteps))
-	r.emitEvents(wfr, run, final)
+	r.emitEvents(wfr, final)
 	r.emitSignalRejections(wfr, rejected)
 	r.emitCancelIgnored(wfr, cancelIgnored)
 	return r.afterStatus(ctx, wfr, run)

@@ -118,7 +118,7 @@ func isFinalEvent(ev engine.Event) bool {
 
 // emitEvents turns audit events into Kubernetes Events on the object (never
 // one per heartbeat).
-func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, evs []engine.Event) {
+func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, evs []engine.Event) {
 	for _, ev := range evs {
 		var d eventData
 		_ = json.Unmarshal(ev.Data, &d)
