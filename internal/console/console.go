@@ -114,7 +114,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // hostAllowed reports whether a request's Host may reach the console: an IP
-// address, localhost, a cluster service name or a configured name.
+// address, localhost, a cluster service name (*.svc, *.svc.cluster.local) or
+// a configured name.
 func (s *Server) hostAllowed(hostport string) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
@@ -126,7 +127,10 @@ func (s *Server) hostAllowed(hostport string) bool {
 		return false
 	case net.ParseIP(host) != nil, host == "localhost", strings.HasSuffix(host, ".localhost"):
 		return true
-	case strings.HasSuffix(host, ".svc"), strings.Contains(host, ".svc."):
+	case strings.HasSuffix(host, ".svc"), strings.HasSuffix(host, ".svc.cluster.local"):
+		// A Service's name in the cluster; another cluster domain is named
+		// with --console-allowed-hosts (a name merely holding ".svc." may
+		// be anyone's).
 		return true
 	}
 	return s.hosts[host]

@@ -238,7 +238,7 @@ func TestConsoleAnswersOnlyToLocalAndClusterHostNames(t *testing.T) {
 		"127.0.0.1:8082": 200, "localhost:8082": 200, "[::1]:8082": 200, "10.1.2.3": 200,
 		"sw-simple-workflow-console.simple-workflow-system.svc:8082":               200,
 		"sw-simple-workflow-console.simple-workflow-system.svc.cluster.local:8082": 200,
-		"attacker.example:8082": 421, "127.0.0.1.nip.io": 421,
+		"attacker.example:8082": 421, "127.0.0.1.nip.io": 421, "a.svc.evil.example": 421, "console.svc.cluster.local.evil.example": 421,
 	} {
 		_, code, _ := e.serveHost(t, "/runs", host)
 		if code != want {
