@@ -2222,6 +2222,12 @@ ALTER TABLE ONLY workflow.workflow_step
     ADD CONSTRAINT workflow_step_pkey PRIMARY KEY (run_id, name);
 
 --
+-- Name: idx_workflow_event_id; Type: INDEX; Schema: workflow; Owner: -
+--
+
+CREATE INDEX idx_workflow_event_id ON workflow.workflow_event USING brin (id);
+
+--
 -- Name: idx_workflow_registry_owner; Type: INDEX; Schema: workflow; Owner: -
 --
 

@@ -12,6 +12,10 @@ alter table workflow.workflow_event drop constraint workflow_event_pkey;
 alter table workflow.workflow_event add constraint workflow_event_pkey
     primary key using index workflow_event_run_key;
 drop index workflow.idx_workflow_event_workflow;
+-- The metrics count the transitions since the last event they saw (id >
+-- n, every few seconds): a block-range index over the ids, which grow with
+-- the table, finds the newest pages without a B-tree entry per event.
+create index idx_workflow_event_id on workflow.workflow_event using brin (id);
 
 -- 2. A claim writes one 'started' event per run, with the worker, the
 --    attempt and the lease's end: it used to write a 'leased' and a

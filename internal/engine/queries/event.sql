@@ -18,4 +18,5 @@ where id > @after_id
 group by event_type;
 
 -- name: EventLatestID
-select coalesce(max(id), 0) from workflow.workflow_event;
+-- The latest id drawn for an event (its transaction may not have committed).
+select case when is_called then last_value else 0 end from workflow.workflow_event_id_seq;
