@@ -142,7 +142,6 @@ type session struct {
 	followUp  *time.Timer
 	freed     chan struct{}
 	outcomes  chan outcome
-	abandoned chan struct{}
 	handlerWG sync.WaitGroup
 
 	steps     chan stepRequest
@@ -170,7 +169,6 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 		wake:      make(chan struct{}, 1),
 		freed:     make(chan struct{}, 1),
 		outcomes:  make(chan outcome, p.cfg.Concurrency),
-		abandoned: make(chan struct{}),
 		steps:     make(chan stepRequest, p.cfg.Concurrency),
 		stepsDone: make(chan struct{}),
 	}
@@ -360,8 +358,7 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	s.mu.Unlock()
 	task := &Task{ID: c.ID, Type: c.Type, Payload: c.Payload, Attempt: c.Attempt,
 		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID, DeadlineAt: c.DeadlineAt, TraceParent: c.TraceParent}
-	task.replay = newReplay(s, a.ref, cancel, c.Journal)
-	task.replay.span = span
+	task.replay = newReplay(s, a.ref, cancel, span, c.Journal)
 	if len(c.Journal) > 0 {
 		s.log.Info("Run resumed", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt, "journal", len(c.Journal))
 	} else {
@@ -404,16 +401,17 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 		o.kind, o.err, o.retryable = outcomeFail, err, !IsPermanent(err)
 	}
 
+	// Sent under the lock shutdown scans with: either shutdown handed the
+	// run back already (it is no longer active, and its outcome has no one
+	// to write it), or the outcome is queued before shutdown looks, and the
+	// completer drains it. The queue holds one outcome per slot: the send
+	// never blocks.
 	s.mu.Lock()
 	a.done = true
-	s.mu.Unlock()
-
-	select {
-	case s.outcomes <- o:
-	case <-s.abandoned:
-		// shutdown handed the run back without waiting for this outcome.
-		endAttemptSpan(a.span, OutcomeReleased, nil, nil)
+	if s.active[a.ref.ID] != nil {
+		s.outcomes <- o
 	}
+	s.mu.Unlock()
 }
 
 // orNull returns raw, or JSON null when it is empty.
@@ -524,6 +522,12 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		if err != nil {
 			s.log.Error("Recording failures failed; the runs will be retried after their lease expires", "error", err, "runs", len(failures))
 		}
+		if err == nil {
+			// Written, but not for the runs whose lease had gone.
+			for _, f := range failures {
+				ends[f.ID] = attemptEnd{outcome: OutcomeLeaseLost}
+			}
+		}
 		for _, r := range res {
 			o := byID[r.ID]
 			if r.Status == engine.StatusPending {
@@ -543,6 +547,10 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		})
 		if err != nil {
 			s.log.Error("Handing runs back failed; they will be retried after their lease expires", "error", err, "runs", len(releases))
+		} else {
+			for _, r := range releases { // written, but not for lost leases
+				ends[r.ID] = attemptEnd{outcome: OutcomeLeaseLost}
+			}
 		}
 		for _, id := range done {
 			ends[id] = attemptEnd{outcome: OutcomeReleased}
@@ -712,21 +720,26 @@ func (s *session) shutdown(ctx context.Context) {
 	}
 	// Some handlers ignore cancellation: hand their runs back regardless;
 	// whatever they write later is refused by the lease guard.
-	close(s.abandoned)
-	var refs []engine.LeaseRef
+	var left []*activeRun
 	s.mu.Lock()
 	for id, a := range s.active {
 		if !a.done {
-			refs = append(refs, a.ref)
+			left = append(left, a)
 			delete(s.active, id)
 			s.running--
 		}
 	}
 	s.mu.Unlock()
+	refs := make([]engine.LeaseRef, len(left))
+	for i, a := range left {
+		refs[i] = a.ref
+	}
 	s.log.Warn("Handlers did not stop after cancellation; handing their runs back", "runs", len(refs))
-	if _, err := withRetry(ctx, func(ctx context.Context) ([]string, error) {
+	released, err := withRetry(ctx, func(ctx context.Context) ([]string, error) {
 		return s.eng.ReleaseRuns(ctx, s.cfg.WorkerID, refs)
-	}); err != nil {
+	})
+	if err != nil {
 		s.log.Error("Handing runs back failed; they will be retried after their lease expires", "error", err)
 	}
+	endReleased(left, released, err)
 }

@@ -33,9 +33,9 @@ type replay struct {
 	failure error
 }
 
-func newReplay(s *session, ref engine.LeaseRef, cancel context.CancelCauseFunc, journal []engine.JournalEntry) *replay {
+func newReplay(s *session, ref engine.LeaseRef, cancel context.CancelCauseFunc, span trace.Span, journal []engine.JournalEntry) *replay {
 	// Most runs record nothing: the maps are made on first use.
-	r := &replay{s: s, ref: ref, cancel: cancel}
+	r := &replay{s: s, ref: ref, cancel: cancel, span: span}
 	for _, e := range journal {
 		r.rememberLocked(e)
 	}

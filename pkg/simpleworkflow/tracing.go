@@ -80,10 +80,13 @@ func spanContextOf(traceParent string) trace.SpanContext {
 // separate operations), kind consumer, linked to the producer's context
 // stored with the run.
 func (s *session) startAttemptSpan(ctx context.Context, c engine.ClaimedRun) (context.Context, trace.Span) {
-	opts := []trace.SpanStartOption{
-		trace.WithNewRoot(),
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)}
+	if sc := spanContextOf(c.TraceParent); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := s.tracer.Start(ctx, "simpleworkflow.attempt "+c.Type, opts...)
+	if span.IsRecording() { // nothing to build when tracing is off
+		span.SetAttributes(
 			attribute.String("messaging.system", "simpleworkflow"),
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.destination.name", c.Type),
@@ -95,12 +98,9 @@ func (s *session) startAttemptSpan(ctx context.Context, c engine.ClaimedRun) (co
 			AttrWorkerID.String(s.cfg.WorkerID),
 			AttrLeaseToken.Int64(c.LeaseToken),
 			AttrJournal.Int(len(c.Journal)),
-		),
+		)
 	}
-	if sc := spanContextOf(c.TraceParent); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
-	return s.tracer.Start(ctx, "simpleworkflow.attempt "+c.Type, opts...)
+	return ctx, span
 }
 
 // attemptEnd is how an attempt ended, for its span.
@@ -127,9 +127,6 @@ func dropOutcome(reason error) string {
 
 // endAttemptSpan records how the attempt ended and ends its span.
 func endAttemptSpan(span trace.Span, outcome string, err error, nextAttempt *time.Time) {
-	if span == nil {
-		return
-	}
 	span.SetAttributes(AttrOutcome.String(outcome))
 	switch outcome {
 	case OutcomeRetrying, OutcomeFailed:
@@ -144,15 +141,43 @@ func endAttemptSpan(span trace.Span, outcome string, err error, nextAttempt *tim
 	case OutcomeSucceeded:
 		span.SetStatus(codes.Ok, "")
 	case OutcomeUnrecorded:
+		if err != nil {
+			span.RecordError(err)
+		}
 		span.SetStatus(codes.Error, "the outcome could not be recorded")
 	}
 	span.End()
 }
 
+// endReleased ends the spans of the attempts shutdown handed back without
+// waiting for their handlers: released when the database took them back
+// (the ids in released), otherwise lost (the lease had gone) or unrecorded
+// (the release failed, err).
+func endReleased(runs []*activeRun, released []string, err error) {
+	back := make(map[string]bool, len(released))
+	for _, id := range released {
+		back[id] = true
+	}
+	for _, a := range runs {
+		switch {
+		case back[a.ref.ID]:
+			endAttemptSpan(a.span, OutcomeReleased, nil, nil)
+		case err == nil:
+			endAttemptSpan(a.span, OutcomeLeaseLost, nil, nil)
+		default:
+			endAttemptSpan(a.span, OutcomeUnrecorded, err, nil)
+		}
+	}
+}
+
 // startStepSpan starts the span of a durable step or wait: a child of the
 // span in ctx, or of the attempt's span when ctx carries none.
 func (r *replay) startStepSpan(ctx context.Context, kind, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	if !trace.SpanContextFromContext(ctx).IsValid() && r.span != nil {
+	if !r.span.IsRecording() {
+		// Tracing is off: a span that records nothing, at no cost.
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	if !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = trace.ContextWithSpan(ctx, r.span)
 	}
 	attrs = append(attrs, AttrStepName.String(name), AttrStepKind.String(kind), AttrRunID.String(r.ref.ID),
