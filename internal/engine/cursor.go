@@ -14,9 +14,12 @@ func EncodeCursor(at time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
 }
 
+// errMalformedCursor is DecodeCursor's answer to anything it did not write.
+var errMalformedCursor = fmt.Errorf("%w: malformed cursor", ErrInvalid)
+
 // DecodeCursor reads what EncodeCursor wrote; anything else is ErrInvalid.
 func DecodeCursor(c string) (time.Time, string, error) {
-	bad := fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	bad := errMalformedCursor
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return time.Time{}, "", bad
@@ -35,21 +38,6 @@ func DecodeCursor(c string) (time.Time, string, error) {
 // IsRunID reports whether s has the form of a run's id: a UUID in its
 // canonical lowercase form.
 func IsRunID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-				return false
-			}
-		}
-	}
-	return true
+	return len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' &&
+		isLowerHex(s[:8]) && isLowerHex(s[9:13]) && isLowerHex(s[14:18]) && isLowerHex(s[19:23]) && isLowerHex(s[24:])
 }

@@ -35,12 +35,16 @@ func validTraceParent(tp string) bool {
 		return false
 	}
 	traceID, spanID, flags := tp[3:35], tp[36:52], tp[53:55]
-	for _, part := range []string{traceID, spanID, flags} {
-		for i := 0; i < len(part); i++ {
-			if c := part[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return false
-			}
+	return isLowerHex(traceID) && isLowerHex(spanID) && isLowerHex(flags) &&
+		strings.Trim(traceID, "0") != "" && strings.Trim(spanID, "0") != ""
+}
+
+// isLowerHex reports whether s is made of lowercase hexadecimal digits only.
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
 		}
 	}
-	return traceID != strings.Repeat("0", 32) && spanID != strings.Repeat("0", 16)
+	return true
 }

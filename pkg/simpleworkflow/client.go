@@ -128,7 +128,7 @@ func (c *Client) CreateIn(ctx context.Context, db DB, workflowType string, paylo
 	if err != nil {
 		return CreateResult{}, fmt.Errorf("create %s: %w", workflowType, err)
 	}
-	res, err := c.eng.CreateRunIn(ctx, db, createParams(ctx, workflowType, raw, opts))
+	res, err := c.eng.CreateRunIn(ctx, db, createParams(traceParentOf(ctx), workflowType, raw, opts))
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -136,13 +136,11 @@ func (c *Client) CreateIn(ctx context.Context, db DB, workflowType string, paylo
 }
 
 // createParams is what the engine takes for one run. Without a traceparent
-// of its own, the run stores the span context of ctx.
-func createParams(ctx context.Context, workflowType string, payload json.RawMessage, opts *CreateOptions) engine.CreateParams {
-	p := engine.CreateParams{Type: workflowType, Payload: payload}
+// of its own, the run stores the caller's (traceParentOf its context).
+func createParams(callerTrace, workflowType string, payload json.RawMessage, opts *CreateOptions) engine.CreateParams {
+	p := engine.CreateParams{Type: workflowType, Payload: payload, TraceParent: callerTrace}
 	if opts != nil && opts.TraceParent != "" {
 		p.TraceParent = opts.TraceParent
-	} else {
-		p.TraceParent = traceParentOf(ctx)
 	}
 	if opts != nil {
 		p.IdempotencyKey = opts.IdempotencyKey

@@ -37,12 +37,13 @@ func (c *Client) CreateMany(ctx context.Context, runs []NewRun) ([]CreateResult,
 // the runs commit or roll back with the caller's own writes.
 func (c *Client) CreateManyIn(ctx context.Context, db DB, runs []NewRun) ([]CreateResult, error) {
 	ps := make([]engine.CreateParams, len(runs))
+	callerTrace := traceParentOf(ctx) // once for the batch
 	for i, r := range runs {
 		raw, err := marshalPayload(r.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("create runs: row %d (%s): %w", i+1, r.Type, err)
 		}
-		ps[i] = createParams(ctx, r.Type, raw, r.Options)
+		ps[i] = createParams(callerTrace, r.Type, raw, r.Options)
 	}
 	res, err := c.eng.CreateRunsIn(ctx, db, ps)
 	if err != nil {
