@@ -278,7 +278,7 @@ func (s *Server) runVersions(ctx context.Context, ids []string) (map[string]stri
 select r.id::text,
        r.status || '/' || r.attempt || '/' || extract(epoch from r.updated_at)::text || '/' ||
        coalesce((select max(e.id) from workflow.workflow_event e where e.workflow_id = r.id), 0) || '/' ||
-       coalesce((select count(*) from workflow.workflow_step st where st.run_id = r.id), 0) || '/' ||
+       (select count(*) from workflow.workflow_step st where st.run_id = r.id) || '/' ||
        coalesce((select count(*) || '@' || extract(epoch from max(c.updated_at))::text
                  from (select c.updated_at from workflow.workflow_run c where c.parent_id = r.id
                        order by c.created_at, c.id limit 200) c), '')

@@ -64,13 +64,12 @@ type eventRow struct {
 
 // attemptRow is one attempt of a run, read from its audit trail.
 type attemptRow struct {
-	Attempt  int
-	Worker   string
-	Started  time.Time
-	Ended    *time.Time
-	Outcome  string
-	Error    string
-	sawFirst bool
+	Attempt int
+	Worker  string
+	Started time.Time
+	Ended   *time.Time
+	Outcome string
+	Error   string
 }
 
 // runPage is what a run's page shows.

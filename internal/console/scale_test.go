@@ -105,6 +105,9 @@ func TestPagesAtAMillionRuns(t *testing.T) {
 	for _, path := range paths {
 		var took []time.Duration
 		for range 5 {
+			if path == "/" {
+				e.console.ForgetOverview() // time the reading, not the cache
+			}
 			d, code, body := e.serve(t, path)
 			if code != http.StatusOK {
 				t.Fatalf("%s: %d\n%s", path, code, body)

@@ -3,7 +3,6 @@ package console
 import (
 	"fmt"
 	"html/template"
-	"strings"
 	"time"
 )
 
@@ -13,7 +12,6 @@ func parsePages() (map[string]*template.Template, error) {
 		"ago":      ago,
 		"when":     when,
 		"chart":    newChart,
-		"join":     strings.Join,
 		"shortID":  func(id string) string { return id[:min(8, len(id))] },
 		"add":      func(a, b int) int { return a + b },
 		"since":    func(t *time.Time, now time.Time) string { return sinceOrDash(t, now) },
