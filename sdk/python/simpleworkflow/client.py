@@ -114,6 +114,8 @@ def _create_params(
         deadline_ms = to_millis(deadline, "deadline")
         if deadline_ms < 1:
             raise InvalidInputError(f"deadline must be at least 1ms, got {deadline!r}")
+    if traceparent == "":
+        traceparent = None  # no trace context, as in the Go client
     problem = traceparent_problem(traceparent)
     if problem is not None:
         raise InvalidInputError(problem)

@@ -62,3 +62,6 @@ class TraceParentTest(InboxTest):
                 self.client.create_many([{"type": "pytrace.job.v1"}, {"type": "pytrace.job.v1", "traceparent": bad}])
             self.assertIn("row 2", str(cm.exception))
         self.assertEqual(self.sql("select count(*) from workflow.workflow_run")[0][0], 0)
+        # An empty one is no trace context, as in the Go client.
+        res = self.client.create("pytrace.job.v1", {}, traceparent="")
+        self.assertEqual(self.sql("select traceparent from workflow.workflow_run where id = %s", (res.id,))[0][0], None)
