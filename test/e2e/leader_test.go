@@ -26,11 +26,11 @@ var _ = Describe("two manager replicas", Ordered, func() {
 			"--type-prefixes=demo.fail.", "--worker-id=leader-worker")
 		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
 
-		standbyMetrics, standbyHealth := freePort(), freePort()
+		standbyMetrics, standbyHealth, standbyConsole := freePort(), freePort(), freePort()
 		standby := start("manager-standby", []string{"KUBECONFIG=" + managerKC, "DATABASE_URL=" + dbURL},
 			filepath.Join(binDir, "manager"), "--leader-elect", "--leader-election-namespace="+chartNamespace,
 			"--metrics-bind-address="+standbyMetrics, "--health-probe-bind-address="+standbyHealth,
-			"--autoscale-interval=1s", "--resync-period=5s")
+			"--autoscale-interval=1s", "--resync-period=5s", "--console-bind-address="+standbyConsole)
 		Eventually(standby.output, 30*time.Second).Should(MatchRegexp(`(?i)attempting to acquire leader lease`))
 		Consistently(standby.output, 2*time.Second).ShouldNot(MatchRegexp(`(?i)successfully acquired lease`))
 
@@ -44,7 +44,7 @@ var _ = Describe("two manager replicas", Ordered, func() {
 		killed := time.Now()
 		manager.stop(syscall.SIGKILL)
 		manager = standby // the suite's later specs and its clean-up use the survivor
-		metricsAddr, healthAddr = standbyMetrics, standbyHealth
+		metricsAddr, healthAddr, consoleAddr = standbyMetrics, standbyHealth, standbyConsole
 		Eventually(standby.output, 30*time.Second, 100*time.Millisecond).Should(MatchRegexp(`(?i)successfully acquired lease`))
 		takeover := time.Since(killed)
 		AddReportEntry("leader failover: standby leading after", takeover.String())
@@ -60,11 +60,11 @@ var _ = Describe("two manager replicas", Ordered, func() {
 	// released, a standby leads without waiting for it to expire), exits 0
 	// and logs no error: no "leader election lost", no stack trace.
 	It("steps down at once on SIGTERM and logs nothing alarming", func() {
-		nextMetrics, nextHealth := freePort(), freePort()
+		nextMetrics, nextHealth, nextConsole := freePort(), freePort(), freePort()
 		next := start("manager-next", []string{"KUBECONFIG=" + managerKC, "DATABASE_URL=" + dbURL},
 			filepath.Join(binDir, "manager"), "--leader-elect", "--leader-election-namespace="+chartNamespace,
 			"--metrics-bind-address="+nextMetrics, "--health-probe-bind-address="+nextHealth,
-			"--autoscale-interval=1s", "--resync-period=5s")
+			"--autoscale-interval=1s", "--resync-period=5s", "--console-bind-address="+nextConsole)
 		Eventually(next.output, 30*time.Second).Should(MatchRegexp(`(?i)attempting to acquire leader lease`))
 
 		leader := manager
@@ -73,7 +73,7 @@ var _ = Describe("two manager replicas", Ordered, func() {
 		Expect(leader.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
 		// The suite's later specs use the survivor, whatever this one finds.
 		manager = next
-		metricsAddr, healthAddr = nextMetrics, nextHealth
+		metricsAddr, healthAddr, consoleAddr = nextMetrics, nextHealth, nextConsole
 		state, err := leader.cmd.Process.Wait()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(state.ExitCode()).To(Equal(0), tail(leader.output(), 4000))
