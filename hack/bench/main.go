@@ -16,7 +16,7 @@
 //	engine/river: burn-down X.XXx, pickup p50 X.XXx
 //	engine producers: C clients x S s single-row inserts: X/s with wake-ups (...), Y/s without = R; ...
 //	engine create-many: N runs in S s = X runs/s (batches of B, 4 clients)
-//	engine depth: queue_depth X ms (...), all 20 pools Y ms, ...; claim behind N other runs Z ms
+//	engine depth: queue_depth X ms (...), all 20 pools Y ms (counted up to C each, ...; exactly: E ms), ...; claim behind N other runs Z ms
 //
 // The ratio line divides the engine's figure by River's: a burn-down above
 // 1.00x is faster than River, a pickup p50 below 1.00x is quicker.

@@ -23,12 +23,23 @@ type poolPolicy struct {
 // max). A pool at zero stays at zero while fewer than activationRuns runs are
 // runnable (and none is leased).
 func (p poolPolicy) desiredReplicas(current int32, runnable, leased int64) int32 {
-	work := runnable + leased
-	want := int32((work + int64(p.RunsPerReplica) - 1) / int64(p.RunsPerReplica))
+	work := max(runnable, 0) + max(leased, 0)
+	// In 64 bits, clamped before narrowing: a deep queue must not wrap.
+	want := min((work+int64(p.RunsPerReplica)-1)/int64(p.RunsPerReplica), int64(p.Max))
 	if current == 0 && leased == 0 && runnable < int64(p.ActivationRuns) {
 		want = 0
 	}
-	return max(p.Min, min(p.Max, want))
+	return max(p.Min, int32(want))
+}
+
+// countCap is how far the pool's queue is worth counting: the most runs it
+// can use (maxReplicas × runsPerReplica), or the activation threshold if
+// that is higher. With counts bounded by it (each of runnable and leased),
+// desiredReplicas decides as it would with exact counts: a bounded count
+// is lower only when the true one reaches the cap, and then both give the
+// maximum.
+func (p poolPolicy) countCap() int64 {
+	return max(int64(p.Max)*int64(p.RunsPerReplica), int64(p.ActivationRuns), 1)
 }
 
 // scaleState remembers, per pool, since when the desired count has been

@@ -64,3 +64,34 @@ func TestDecideScalesUpAtOnceAndDownAfterTheDelay(t *testing.T) {
 		t.Fatal("the delay was not restarted by a rise")
 	}
 }
+
+// Counting the queue only up to countCap changes no decision: for every
+// policy and queue, the desired count from the bounded counts is the one
+// from the exact counts.
+func TestCountCapKeepsDecisions(t *testing.T) {
+	policies := []poolPolicy{
+		{Max: 5, RunsPerReplica: 10, ActivationRuns: 1},
+		{Min: 2, Max: 1000, RunsPerReplica: 1, ActivationRuns: 1},
+		{Max: 1, RunsPerReplica: 1, ActivationRuns: 50}, // activation above max × runs
+		{Max: 1000, RunsPerReplica: 1 << 30, ActivationRuns: 1},
+	}
+	queues := []int64{0, 1, 2, 9, 10, 11, 49, 50, 51, 999, 1000, 1001, 5000, 1 << 40}
+	for _, p := range policies {
+		c := p.countCap()
+		if c < int64(p.Max)*int64(p.RunsPerReplica) || c < int64(p.ActivationRuns) {
+			t.Fatalf("%+v: cap %d is below max × runs or the activation threshold", p, c)
+		}
+		for _, current := range []int32{0, 1, p.Max} {
+			for _, r := range queues {
+				for _, l := range queues {
+					exact := p.desiredReplicas(current, r, l)
+					bounded := p.desiredReplicas(current, min(r, c), min(l, c))
+					if exact != bounded {
+						t.Errorf("%+v current %d: %d runnable, %d leased: %d replicas exactly, %d counted up to %d",
+							p, current, r, l, exact, bounded, c)
+					}
+				}
+			}
+		}
+	}
+}

@@ -164,7 +164,8 @@ func (a *Autoscaler) Evaluate(ctx context.Context) error {
 				continue
 			}
 			pools = append(pools, p)
-			queries = append(queries, engine.PoolQuery{TypePrefixes: w.TypePrefixes, Runtime: string(w.Runtime)})
+			queries = append(queries, engine.PoolQuery{TypePrefixes: w.TypePrefixes, Runtime: string(w.Runtime),
+				Cap: p.policy.countCap()})
 		}
 	}
 	a.forgetGone(pools)
@@ -296,6 +297,9 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 			"target", ref.Name, "from", current, "to", next, "runnable", d.Runnable, "leased", d.Leased)
 	}
 	msg := fmt.Sprintf("%s %s has %d replica(s), %d desired", ref.Kind, ref.Name, st.Replicas, desired)
+	if c := p.policy.countCap(); d.Runnable >= c || d.Leased >= c {
+		msg += fmt.Sprintf("; the queue holds at least %d runs, as many as the pool can use (counted no further)", c)
+	}
 	if st.Replicas > desired {
 		msg += fmt.Sprintf("; scaling down after the desired count stays lower for %s", p.policy.ScaleDownDelay)
 	}

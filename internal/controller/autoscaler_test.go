@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -106,6 +107,13 @@ var _ = Describe("Worker autoscaler", func() {
 		createRuns(prefix+"job.v1", 100)
 		Expect(scaler.Evaluate(ctx)).To(Succeed())
 		Expect(replicasOf(ns, "worker")()).To(BeEquivalentTo(4), "capped at maxReplicas")
+		// 127 runnable, counted up to what 4 replicas of 10 can use, and
+		// said so.
+		st = poolStatus()
+		Expect(st.Runnable).To(BeEquivalentTo(40))
+		ready := meta.FindStatusCondition(st.Conditions, controller.ConditionReady)
+		Expect(ready).NotTo(BeNil())
+		Expect(ready.Message).To(ContainSubstring("at least 40 runs"))
 
 		// The queue drains: nothing changes until the delay has passed.
 		_, err := pool.Exec(ctx, "update workflow.workflow_run set status = 'cancelled' where type like $1", prefix+"%")

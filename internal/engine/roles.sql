@@ -100,7 +100,7 @@ grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflo
                 workflow.workflow_signal, workflow.workflow_registry
     to workflow_reader;
 -- ... and the queue depth of a worker pool (a KEDA scaler or a dashboard).
-grant execute on function workflow.queue_depth(text[], text) to workflow_reader;
+grant execute on function workflow.queue_depth(text[], text, bigint) to workflow_reader;
 -- ... and every type's queue (the console's overview).
 grant execute on function workflow.type_depths() to workflow_reader;
 -- ... and when to look at it again.

@@ -1545,42 +1545,73 @@ CREATE FUNCTION workflow.prefix_pattern(p_prefix text) RETURNS text
 $$;
 
 --
--- Name: queue_depth(text[], text); Type: FUNCTION; Schema: workflow; Owner: -
+-- Name: queue_depth(text[], text, bigint); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
-CREATE FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text DEFAULT NULL::text) RETURNS TABLE(runnable bigint, leased bigint)
+CREATE FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text DEFAULT NULL::text, p_cap bigint DEFAULT NULL::bigint) RETURNS TABLE(runnable bigint, leased bigint)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
     SET jit TO 'off'
     AS $$
 #variable_conflict use_column
+declare
+    v_types text[];
+    v_claimable text[];
+    v_runnable bigint;
+    v_leased bigint;
+    v_type text;
 begin
-    return query
-    select coalesce(sum(d.runnable), 0)::bigint, coalesce(sum(d.leased), 0)::bigint
-    from workflow.active_types(p_type_prefixes) t(type)
-    cross join lateral (
-        select case when exists (
-                   select 1 from workflow.workflow_registry g
-                   where g.workflow_name = t.type
-                     and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)))
-               then 0
-               else (select count(*) from workflow.workflow_run r
-                     where r.type collate "C" = t.type and r.status = 'pending'
-                       and r.deleted_at is null and r.run_at <= now())
-               end as runnable,
-               (select count(*) from workflow.workflow_run r
-                where r.type collate "C" = t.type and r.status = 'leased'
-                  and r.deleted_at is null) as leased
-    ) d;
+    if p_cap is not null and p_cap < 1 then
+        raise exception 'queue_depth: the cap must be at least 1 (or null for an exact count), got %', p_cap
+            using errcode = '22023';
+    end if;
+    select array_agg(t) into v_types from workflow.active_types(p_type_prefixes) t;
+    if v_types is null then
+        return query select 0::bigint, 0::bigint;
+        return;
+    end if;
+    select array_agg(t) into v_claimable
+    from unnest(v_types) t
+    where not exists (
+        select 1 from workflow.workflow_registry g
+        where g.workflow_name = t
+          and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
+    -- Type by type, each from idx_workflow_run_depth alone (type, status,
+    -- run_at), until the cap is reached; a null limit is no limit. The
+    -- order is that index's: under a limit, a generic plan would otherwise
+    -- walk another index of pending or leased runs (in claim or lease
+    -- order) filtering by type, hoping to stop early, and read everyone's.
+    v_runnable := 0;
+    v_leased := 0;
+    foreach v_type in array coalesce(v_claimable, '{}') loop
+        exit when v_runnable >= p_cap;
+        v_runnable := v_runnable + (
+            select count(*) from (
+                select 1 from workflow.workflow_run r
+                where r.type collate "C" = v_type and r.status = 'pending'
+                  and r.deleted_at is null and r.run_at <= now()
+                order by r.type collate "C", r.status, r.run_at
+                limit p_cap - v_runnable) x);
+    end loop;
+    foreach v_type in array v_types loop
+        exit when v_leased >= p_cap;
+        v_leased := v_leased + (
+            select count(*) from (
+                select 1 from workflow.workflow_run r
+                where r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
+                order by r.type collate "C", r.status, r.run_at
+                limit p_cap - v_leased) x);
+    end loop;
+    return query select v_runnable, v_leased;
 end
 $$;
 
 --
--- Name: FUNCTION queue_depth(p_type_prefixes text[], p_runtime text); Type: COMMENT; Schema: workflow; Owner: -
+-- Name: FUNCTION queue_depth(p_type_prefixes text[], p_runtime text, p_cap bigint); Type: COMMENT; Schema: workflow; Owner: -
 --
 
-COMMENT ON FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text) IS 'Runnable and leased runs of a worker pool (its type prefixes and runtime): the numbers the autoscaler scales by.';
+COMMENT ON FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text, p_cap bigint) IS 'Runnable and leased runs of a worker pool (its type prefixes and runtime), each counted up to p_cap (null: exactly): the numbers the autoscaler scales by.';
 
 --
 -- Name: reap_expired_leases(integer); Type: FUNCTION; Schema: workflow; Owner: -

@@ -1,12 +1,13 @@
 -- name: PoolQueueDepth
 -- Runnable and leased runs of every worker pool in one query, by
 -- workflow.queue_depth (the definition a KEDA scaler or a dashboard uses
--- too). A pool is given as one row per (pool, prefix); a run matching
--- several prefixes of a pool counts once.
+-- too). A pool is given as one row per (pool, prefix), with the pool's cap
+-- (0: count exactly); a run matching several prefixes of a pool counts once.
 select p.pool, d.runnable, d.leased
 from (
-    select pool, array_agg(prefix) as prefixes, min(runtime) as runtime
-    from unnest(@pool_ids::integer[], @prefixes::text[], @runtimes::text[]) as p(pool, prefix, runtime)
+    select pool, array_agg(prefix) as prefixes, min(runtime) as runtime, nullif(min(cap), 0) as cap
+    from unnest(@pool_ids::integer[], @prefixes::text[], @runtimes::text[], @caps::bigint[])
+        as p(pool, prefix, runtime, cap)
     group by pool
 ) p
-cross join lateral workflow.queue_depth(p.prefixes, p.runtime) d;
+cross join lateral workflow.queue_depth(p.prefixes, p.runtime, p.cap) d;

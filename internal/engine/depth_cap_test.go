@@ -1,0 +1,79 @@
+package engine_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// workflow.queue_depth with a cap counts each of runnable and leased up to
+// it and reads no further: a pool's evaluation costs what the pool can use,
+// not its backlog. Without a cap (null, or the two-argument form) the count
+// is exact; a cap below 1 is refused.
+func TestQueueDepthCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type)
+		select 'cap.t' || (i % 4) || '.v1' from generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, "analyze workflow.workflow_run"); err != nil {
+		t.Fatal(err)
+	}
+	b.claim(t, "w", []string{"cap."}, 12)
+
+	for _, c := range []struct {
+		query            string
+		args             []any
+		runnable, leased int64
+	}{
+		{`select runnable, leased from workflow.queue_depth('{cap.}', 'go')`, nil, 19988, 12},
+		{`select runnable, leased from workflow.queue_depth('{cap.}', 'go', null)`, nil, 19988, 12},
+		{`select runnable, leased from workflow.queue_depth('{cap.}', 'go', $1)`, []any{int64(50)}, 50, 12},
+		{`select runnable, leased from workflow.queue_depth('{cap.}', 'go', $1)`, []any{int64(10)}, 10, 10},
+		{`select runnable, leased from workflow.queue_depth('{cap.}', 'go', $1)`, []any{int64(1)}, 1, 1},
+		{`select runnable, leased from workflow.queue_depth('{cap.}', 'go', $1)`, []any{int64(1) << 62}, 19988, 12},
+		{`select runnable, leased from workflow.queue_depth('{nothing.}', 'go', $1)`, []any{int64(5)}, 0, 0},
+	} {
+		var runnable, leased int64
+		read := rowsRead(t, b, func(tx pgx.Tx) error {
+			return tx.QueryRow(b.ctx, c.query, c.args...).Scan(&runnable, &leased)
+		})
+		if runnable != c.runnable || leased != c.leased {
+			t.Errorf("%s %v = %d runnable, %d leased; want %d, %d", c.query, c.args, runnable, leased, c.runnable, c.leased)
+		}
+		// The types are found with a few probes; then at most the cap of
+		// each count is read.
+		if limit := c.runnable + c.leased + 50; read > limit {
+			t.Errorf("%s %v read %d rows of workflow_run; want at most %d", c.query, c.args, read, limit)
+		}
+	}
+
+	for _, bad := range []int64{0, -1, -1 << 63} {
+		_, err := b.pool.Exec(b.ctx, `select * from workflow.queue_depth('{cap.}', 'go', $1)`, bad)
+		if sqlState(err) != "22023" {
+			t.Errorf("queue_depth with cap %d: %v, want SQLSTATE 22023", bad, err)
+		}
+	}
+
+	// The engine passes each pool's cap; 0 counts exactly.
+	got, err := b.eng.QueueDepths(b.ctx, []engine.PoolQuery{
+		{TypePrefixes: []string{"cap."}, Runtime: "go", Cap: 100},
+		{TypePrefixes: []string{"cap."}, Runtime: "go"},
+		{TypePrefixes: []string{"cap.t1.", "cap.t"}, Runtime: "go", Cap: 7},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []engine.QueueDepth{{Runnable: 100, Leased: 12}, {Runnable: 19988, Leased: 12}, {Runnable: 7, Leased: 7}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("pool %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if _, err := b.eng.QueueDepths(b.ctx, []engine.PoolQuery{{TypePrefixes: []string{"cap."}, Cap: -1}}); err == nil {
+		t.Error("QueueDepths with a negative cap: no error")
+	}
+}
