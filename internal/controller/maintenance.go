@@ -10,8 +10,9 @@ import (
 )
 
 // Maintenance is the leader's housekeeping: it reclaims expired leases,
-// deletes finished runs past their retention (their events go with them) and
-// refreshes the inbox metrics. It is a manager Runnable (leader only).
+// deletes finished runs past their retention (their events go with them, see
+// retainLoop) and refreshes the inbox metrics. It is a manager Runnable
+// (leader only).
 type Maintenance struct {
 	Engine *engine.Engine
 	Log    logr.Logger
@@ -31,8 +32,6 @@ type Maintenance struct {
 func (m *Maintenance) Start(ctx context.Context) error {
 	reap := time.NewTicker(orDefault(m.ReapInterval, 5*time.Second))
 	defer reap.Stop()
-	retain := time.NewTicker(orDefault(m.RetentionInterval, time.Minute))
-	defer retain.Stop()
 	stats := time.NewTicker(orDefault(m.MetricsInterval, 10*time.Second))
 	defer stats.Stop()
 	var lastEventID int64
@@ -41,6 +40,12 @@ func (m *Maintenance) Start(ctx context.Context) error {
 		// Count transitions from now on, not the whole history.
 		lastEventID = m.latestEventID(ctx)
 	}
+	retained := make(chan struct{})
+	go func() {
+		defer close(retained)
+		m.retainLoop(ctx)
+	}()
+	defer func() { <-retained }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -69,26 +74,6 @@ func (m *Maintenance) Start(ctx context.Context) error {
 			}
 			for _, id := range expired {
 				m.Log.Info("Run failed: deadline exceeded", "runID", id)
-			}
-		case <-retain.C:
-			if m.Retention <= 0 {
-				continue
-			}
-			before := time.Now().Add(-m.Retention)
-			for {
-				n, err := m.Engine.DeleteFinishedRuns(ctx, before, 1000)
-				if err != nil {
-					if ctx.Err() == nil {
-						m.Log.Error(err, "Deleting finished runs past retention failed")
-					}
-					break
-				}
-				if n > 0 {
-					m.Log.Info("Deleted finished runs past retention", "runs", n, "finishedBefore", before)
-				}
-				if n < 1000 {
-					break
-				}
 			}
 		case <-stats.C:
 			if m.Metrics == nil {
