@@ -143,8 +143,8 @@ type WorkerPoolStatus struct {
 	// Name of the scale target.
 	Name string `json:"name"`
 	// Runnable runs (pending, due, claimable by the pool), counted up to
-	// maxReplicas × runsPerReplica, the most the pool can use: at that
-	// value the queue may hold more.
+	// maxReplicas × runsPerReplica (or activationRuns, if higher), the most
+	// the pool can use: at that value the queue may hold more.
 	Runnable int32 `json:"runnable"`
 	// Leased runs of the pool's prefixes, counted up to the same bound.
 	Leased int32 `json:"leased"`

@@ -96,34 +96,45 @@ func depthBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	for i := range capped {
 		capped[i].Cap = depthCap
 	}
-	evaluate := func(pools []engine.PoolQuery, want int64) (time.Duration, error) {
+	// Each evaluation 5 times (the median is printed); every answer checked
+	// against want.
+	evaluate := func(pools []engine.PoolQuery, want func(i int, d engine.QueueDepth) bool) (time.Duration, []engine.QueueDepth, error) {
 		var took []time.Duration
+		var last []engine.QueueDepth
 		for range 5 {
 			t0 := time.Now()
 			d, err := eng.QueueDepths(ctx, pools)
 			if err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			took = append(took, time.Since(t0))
-			var sum int64
-			for _, x := range d {
-				sum += x.Runnable
+			for i := range d {
+				if !want(i, d[i]) {
+					return 0, nil, fmt.Errorf("pool %d (cap %d): %+v runnable and leased, not what the exact count implies", i, pools[i].Cap, d[i])
+				}
 			}
-			if sum != want {
-				return 0, fmt.Errorf("queue depths add up to %d runnable, want %d", sum, want)
-			}
+			last = d
 		}
-		return median(took), nil
+		return median(took), last, nil
 	}
-	perPool := int64(cfg.depthRuns / depthPools)
-	allCapped, err := evaluate(capped, int64(depthPools)*min(perPool, depthCap))
+	allExact, exact, err := evaluate(pools, func(int, engine.QueueDepth) bool { return true })
 	if err != nil {
 		return err
 	}
-	allExact, err := evaluate(pools, int64(cfg.depthRuns))
+	var sum int64
+	for _, d := range exact {
+		sum += d.Runnable
+	}
+	if sum != int64(cfg.depthRuns) {
+		return fmt.Errorf("queue depths add up to %d runnable, want %d", sum, cfg.depthRuns)
+	}
+	allCapped, _, err := evaluate(capped, func(i int, d engine.QueueDepth) bool {
+		return d.Runnable == min(exact[i].Runnable, depthCap) && d.Leased == min(exact[i].Leased, depthCap)
+	})
 	if err != nil {
 		return err
 	}
+
 	// As a poller claims (its prefix and its handled types), then with the
 	// prefix alone (as plain SQL callers may).
 	claimBehind := func(types []string) (time.Duration, error) {

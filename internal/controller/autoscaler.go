@@ -288,11 +288,12 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 			setReady(metav1.ConditionFalse, ReasonNotScalable, fmt.Sprintf("scaling %s %s failed: %v", ref.Kind, ref.Name, err))
 			return st
 		}
-		reason := fmt.Sprintf("%d runnable and %d leased runs, %d per replica", d.Runnable, d.Leased, p.policy.RunsPerReplica)
+		reason := fmt.Sprintf("%s runnable and %s leased runs, %d per replica",
+			atLeast(d.Runnable, p.policy.countCap()), atLeast(d.Leased, p.policy.countCap()), p.policy.RunsPerReplica)
 		now := metav1.NewTime(a.Clock.Now())
 		st.Replicas, st.LastScaleTime, st.LastScaleReason = next, &now, reason
 		a.Recorder.Eventf(p.reg, nil, corev1.EventTypeNormal, ReasonScaled, "Scale",
-			"scaled %s from %d to %d: %d runnable runs", ref.Name, current, next, d.Runnable)
+			"scaled %s from %d to %d: %s runnable runs", ref.Name, current, next, atLeast(d.Runnable, p.policy.countCap()))
 		a.Log.Info("Scaled worker pool", "workflowregistry", client.ObjectKeyFromObject(p.reg),
 			"target", ref.Name, "from", current, "to", next, "runnable", d.Runnable, "leased", d.Leased)
 	}
@@ -396,4 +397,13 @@ func (a *Autoscaler) writeStatus(ctx context.Context, reg *workflowv1alpha1.Work
 	before := reg.DeepCopy()
 	reg.Status.Workers = pools
 	return client.IgnoreNotFound(a.Client.Status().Patch(ctx, reg, client.MergeFrom(before)))
+}
+
+// atLeast renders a count bounded by limit: "n", or "n or more" when it
+// reached the bound.
+func atLeast(n, limit int64) string {
+	if n >= limit {
+		return fmt.Sprintf("%d or more", n)
+	}
+	return fmt.Sprintf("%d", n)
 }

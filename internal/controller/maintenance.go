@@ -40,12 +40,15 @@ func (m *Maintenance) Start(ctx context.Context) error {
 		// Count transitions from now on, not the whole history.
 		lastEventID = m.latestEventID(ctx)
 	}
+	// Retention in a loop of its own: a long pass of deletions does not hold
+	// up lease reaping and deadlines. Ended and awaited on every return.
+	rctx, stopRetention := context.WithCancel(ctx)
 	retained := make(chan struct{})
 	go func() {
 		defer close(retained)
-		m.retainLoop(ctx)
+		m.retainLoop(rctx)
 	}()
-	defer func() { <-retained }()
+	defer func() { stopRetention(); <-retained }()
 	for {
 		select {
 		case <-ctx.Done():

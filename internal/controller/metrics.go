@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"namespace", "registry", "pool"})
 	m.PoolRunnable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "simpleworkflow_pool_runnable_runs",
-		Help: "Runnable runs a worker pool's workers could claim, counted up to maxReplicas × runsPerReplica.",
+		Help: "Runnable runs a worker pool's workers could claim, counted up to maxReplicas × runsPerReplica (or activationRuns, if higher).",
 	}, []string{"namespace", "registry", "pool"})
 	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge)
 	return m
