@@ -19,18 +19,17 @@ var errMalformedCursor = fmt.Errorf("%w: malformed cursor", ErrInvalid)
 
 // DecodeCursor reads what EncodeCursor wrote; anything else is ErrInvalid.
 func DecodeCursor(c string) (time.Time, string, error) {
-	bad := errMalformedCursor
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return time.Time{}, "", bad
+		return time.Time{}, "", errMalformedCursor
 	}
 	ts, id, ok := strings.Cut(string(raw), "|")
 	if !ok || !IsRunID(id) {
-		return time.Time{}, "", bad
+		return time.Time{}, "", errMalformedCursor
 	}
 	at, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
-		return time.Time{}, "", bad
+		return time.Time{}, "", errMalformedCursor
 	}
 	return at, id, nil
 }
