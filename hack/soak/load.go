@@ -42,8 +42,9 @@ func calibrate(ctx context.Context, pool *pgxpool.Pool, w *workers, n int) (floa
 }
 
 // produce inserts runs at rate per second, in a batch every 10 ms, until ctx
-// ends. A producer that falls behind catches up in the next batches.
-func produce(ctx context.Context, pool *pgxpool.Pool, rate float64) error {
+// ends. A producer that falls behind catches up in the next batches. Each
+// insert's round trip is kept in took.
+func produce(ctx context.Context, pool *pgxpool.Pool, rate float64, took *bySecond) error {
 	const tick = 10 * time.Millisecond
 	start := time.Now()
 	sent := 0
@@ -57,7 +58,10 @@ func produce(ctx context.Context, pool *pgxpool.Pool, rate float64) error {
 		}
 		due := int(rate * time.Since(start).Seconds())
 		if n := due - sent; n > 0 {
-			if err := insertRuns(ctx, pool, n); err != nil {
+			t0 := time.Now()
+			err := insertRuns(ctx, pool, n)
+			took.add(time.Now(), time.Since(t0))
+			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}

@@ -12,7 +12,10 @@
 //
 //	soak 1m0s: X runs/s, pickup p50=... p99=..., workflow_run T+I MiB (live L, dead D), workflow_event T+I MiB (live L, dead D)
 //
-// and at the end how the last minute compares with the first.
+// and at the end how the last minute compares with the first, then pickup
+// latency by what the server was doing in the second each run started
+// (autovacuum of either table, a checkpoint, retention, or none of these)
+// and the worst seconds.
 package main
 
 import (

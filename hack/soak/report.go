@@ -62,7 +62,12 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error
 	lctx, stopLoad := context.WithTimeout(ctx, cfg.duration)
 	defer stopLoad()
 	loadErr := make(chan error, 1)
-	go func() { loadErr <- produce(lctx, pool, cfg.rate) }()
+	var inserts bySecond
+	inserts.start()
+	w.seconds.start()
+	go func() { loadErr <- produce(lctx, pool, cfg.rate, &inserts) }()
+	watched := watchServer(lctx, pool)
+	waits := watchWaits(lctx, pool)
 
 	var samples []sample
 	t := time.NewTicker(cfg.interval)
@@ -98,6 +103,8 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error
 		return err
 	}
 	printVerdict(samples, cfg.retention+cfg.retentionInterval+2*autovacuumNaptime)
+	attribute(w.seconds.take(), inserts.take(), <-watched)
+	printWaits(<-waits)
 	return nil
 }
 

@@ -26,6 +26,9 @@ type workers struct {
 
 	mu        sync.Mutex
 	latencies []time.Duration
+	// seconds holds each started run's pickup latency by the second its
+	// handler started, for the attribution.
+	seconds bySecond
 }
 
 func newWorkers(client *simpleworkflow.Client, cfg config) *workers {
@@ -39,9 +42,11 @@ func (w *workers) handle(_ context.Context, t *simpleworkflow.Task) (json.RawMes
 		T int64 `json:"t"`
 	}
 	if err := json.Unmarshal(t.Payload, &p); err == nil && p.T > 0 {
+		d := now.Sub(time.Unix(0, p.T))
 		w.mu.Lock()
-		w.latencies = append(w.latencies, now.Sub(time.Unix(0, p.T)))
+		w.latencies = append(w.latencies, d)
 		w.mu.Unlock()
+		w.seconds.add(now, d)
 	}
 	return nil, nil
 }

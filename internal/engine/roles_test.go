@@ -148,7 +148,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	inlinable := map[string]bool{
-		"prefix_pattern": true, "retry_delay": true, "far_future": true,
+		"prefix_pattern": true, "retry_delay": true, "far_future": true, "new_run_id": true,
 		"step_name_problem": true, "output_problem": true, "nondeterminism_message": true,
 		"traceparent_valid": true,
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -60,5 +62,50 @@ func TestRunIDsFollowCreationOrder(t *testing.T) {
 	}
 	if plain <= ids[len(ids)-1] {
 		t.Fatalf("a later plain INSERT's id %s sorts before %s", plain, ids[len(ids)-1])
+	}
+}
+
+// The small SQL helpers on the hot path are inlined into the statements that
+// call them: a helper the planner cannot inline has its body parsed and
+// planned again in every statement (new_run_id for every inserted run,
+// prefix_pattern for every claim by prefix, the step checks for every
+// journal write). The ids and patterns they make are checked elsewhere;
+// this checks that no plan calls them.
+func TestHotPathHelpersAreInlined(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for helper, stmt := range map[string]string{
+		"new_run_id":        `insert into workflow.workflow_run (type, payload) values ('inline.a.v1', '{}')`,
+		"prefix_pattern":    `select array_agg(workflow.prefix_pattern(p)) from unnest(array['a.', 'b_%', null]) p`,
+		"step_name_problem": `select workflow.step_name_problem(n) from unnest(array['ok', '', null]) n`,
+		"output_problem":    `select workflow.output_problem(o) from unnest(array['{}'::jsonb, null]) o`,
+		"traceparent_valid": `select workflow.traceparent_valid(p) from unnest(array['00-x', null]) p`,
+	} {
+		rows, err := b.pool.Query(b.ctx, "explain (verbose, costs off) "+stmt)
+		if err != nil {
+			t.Fatalf("%s: %v", helper, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: %v", helper, err)
+		}
+		plan := strings.Join(lines, "\n")
+		if strings.Contains(plan, helper+"(") {
+			t.Errorf("workflow.%s is called, not inlined:\n%s", helper, plan)
+		}
+	}
+	var patterns []*string
+	if err := b.pool.QueryRow(b.ctx, `select array_agg(workflow.prefix_pattern(p) order by o)
+		from unnest(array['a.', 'b_%', 'c\%', null]) with ordinality u(p, o)`).Scan(&patterns); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`a.%`, `b\_%`, `c\\%`, ""}
+	for i, p := range patterns {
+		switch {
+		case i == 3 && p != nil:
+			t.Errorf("prefix_pattern(null) = %q, want null", *p)
+		case i < 3 && (p == nil || *p != want[i]):
+			t.Errorf("prefix_pattern of prefix %d = %v, want %q", i, p, want[i])
+		}
 	}
 }

@@ -515,16 +515,9 @@ $$;
 
 CREATE FUNCTION workflow.new_run_id() RETURNS uuid
     LANGUAGE sql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-    select encode(
-        set_bit(set_bit(
-            overlay(uuid_send(gen_random_uuid())
-                    placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
-                    from 1 for 6),
-            52, 1), 53, 1),  -- version 7: the version nibble 0100 becomes 0111
-        'hex')::uuid
-$$;
+    BEGIN ATOMIC
+ SELECT (encode(set_bit(set_bit(OVERLAY(uuid_send(gen_random_uuid()) PLACING SUBSTRING(int8send((floor((EXTRACT(epoch FROM clock_timestamp()) * (1000)::numeric)))::bigint) FROM 3) FROM 1 FOR 6), (52)::bigint, 1), (53)::bigint, 1), 'hex'::text))::uuid AS encode;
+END;
 
 --
 -- Name: FUNCTION new_run_id(); Type: COMMENT; Schema: workflow; Owner: -
@@ -1039,7 +1032,7 @@ $$;
 --
 
 CREATE FUNCTION workflow.nondeterminism_message(p_kind text, p_name text, p_position integer, p_got_kind text, p_got_name text) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     select format('non-deterministic: expected %s "%s" at position %s, got %s', p_kind, p_name, p_position,
                   case when p_kind = p_got_kind then format('"%s"', p_got_name)
@@ -1408,7 +1401,7 @@ $$;
 --
 
 CREATE FUNCTION workflow.output_problem(p_output jsonb) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     select case when p_output is not null and octet_length(p_output::text) > 262144
         then format('output is %s bytes; the limit is 262144 (256 KiB)', octet_length(p_output::text)) end
@@ -1537,12 +1530,14 @@ $$;
 --
 
 CREATE FUNCTION workflow.prefix_pattern(p_prefix text) RETURNS text
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    AS $$
-    select replace(replace(replace(
-               case when right(p_prefix, 1) = '%' then left(p_prefix, -1) else p_prefix end,
-               chr(92), chr(92) || chr(92)), '%', chr(92) || '%'), '_', chr(92) || '_') || '%'
-$$;
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT (replace(replace(replace(
+         CASE
+             WHEN ("right"(p_prefix, 1) = '%'::text) THEN "left"(p_prefix, '-1'::integer)
+             ELSE p_prefix
+         END, chr(92), (chr(92) || chr(92))), '%'::text, (chr(92) || '%'::text)), '_'::text, (chr(92) || '_'::text)) || '%'::text);
+END;
 
 --
 -- Name: queue_depth(text[], text, bigint); Type: FUNCTION; Schema: workflow; Owner: -
@@ -1963,7 +1958,7 @@ $$;
 --
 
 CREATE FUNCTION workflow.step_name_problem(p_name text) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $_$
     select case
         when p_name is null or char_length(p_name) not between 1 and 128
