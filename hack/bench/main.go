@@ -8,17 +8,22 @@
 //
 //	river burn-down: N jobs in S s = X jobs/s (workers=W)
 //	engine burn-down: N runs in S s = X runs/s (workers=W)
+//	river (P clients) burn-down: N jobs in S s = X jobs/s (workers=W)
+//	engine (P pollers) burn-down: N runs in S s = X runs/s (workers=W)
 //	engine steps: N runs x S steps in T s = X steps/s (workers=W)
 //	engine dag chain: N runs x 10 steps in T s = X steps/s; one chain alone: Y ms per step
 //	engine dag fan-out: N runs x 100 steps in T s = X steps/s
 //	river pickup latency: p50=... p90=... p99=... (n=K)
 //	engine pickup latency: p50=... p90=... p99=... (n=K)
 //	engine/river: burn-down X.XXx, pickup p50 X.XXx
+//	engine (P pollers)/river (P clients): burn-down X.XXx
 //	engine producers: C clients x S s single-row inserts: X/s with wake-ups (...), Y/s without = R; ...
 //	engine create-many: N runs in S s = X runs/s (batches of B, 4 clients)
 //	engine depth: queue_depth X ms (...), all 20 pools Y ms (counted up to C each, ...; exactly: E ms), ...; claim behind N other runs Z ms
 //
-// The ratio line divides the engine's figure by River's: a burn-down above
+// The ratio lines divide the engine's figure by River's in the same shape (one
+// client of 1,000 workers, as one poller of 1,000 handlers; then P clients as
+// P pollers, as several worker processes share a queue): a burn-down above
 // 1.00x is faster than River, a pickup p50 below 1.00x is quicker.
 package main
 
@@ -74,6 +79,12 @@ type config struct {
 // pollers.
 func (c config) spreadLabel() string {
 	return fmt.Sprintf("engine (%d pollers)", c.pollers)
+}
+
+// riverSpreadLabel names River in the lines of the same burn-down: as many
+// River clients, each with as many workers as a poller has handlers.
+func (c config) riverSpreadLabel() string {
+	return fmt.Sprintf("river (%d clients)", c.pollers)
 }
 
 func run() error {
@@ -151,17 +162,26 @@ func run() error {
 		}
 		defer peer.close()
 	}
-	var riverBurn, engineBurn, spreadBurn []burnResult
+	var riverBurn, riverSpreadBurn, engineBurn, spreadBurn []burnResult
 	spread := cfg
 	spread.pollers, spread.concurrency = cfg.spreadPollers, cfg.spreadConcurrency
+	conns := int(pcfg.MaxConns) // River's pool is the size of the engine's
 	for i := range cfg.rounds {
 		if peer != nil {
-			r, err := peer.burnDown(ctx, cfg.runs)
+			r, err := peer.burnDown(ctx, cfg.runs, cfg.pollers, cfg.concurrency, conns)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "round %d: %s; WAL %d bytes/job\n", i+1, r.line("river", "jobs"), r.walPerRun())
 			riverBurn = append(riverBurn, r)
+		}
+		if peer != nil && spread.pollers > 0 {
+			r, err := peer.burnDown(ctx, cfg.runs, spread.pollers, spread.concurrency, conns)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "round %d: %s; WAL %d bytes/job\n", i+1, r.line(spread.riverSpreadLabel(), "jobs"), r.walPerRun())
+			riverSpreadBurn = append(riverSpreadBurn, r)
 		}
 		r, err := burnDown(ctx, pool, client, cfg)
 		if err != nil {
@@ -182,6 +202,9 @@ func run() error {
 		fmt.Println(medianBurn(riverBurn).line("river", "jobs"))
 	}
 	fmt.Println(medianBurn(engineBurn).line("engine", "runs"))
+	if len(riverSpreadBurn) > 0 {
+		fmt.Println(medianBurn(riverSpreadBurn).line(spread.riverSpreadLabel(), "jobs"))
+	}
 	if len(spreadBurn) > 0 {
 		fmt.Println(medianBurn(spreadBurn).line(spread.spreadLabel(), "runs"))
 	}
@@ -218,7 +241,8 @@ func run() error {
 		fmt.Printf("engine/river: burn-down %.2fx, pickup p50 %.2fx\n",
 			eb.perSecond()/rb.perSecond(), ep.p50.Seconds()/rp.p50.Seconds())
 		if len(spreadBurn) > 0 {
-			fmt.Printf("%s/river: burn-down %.2fx\n", spread.spreadLabel(), medianBurn(spreadBurn).perSecond()/rb.perSecond())
+			fmt.Printf("%s/%s: burn-down %.2fx\n", spread.spreadLabel(), spread.riverSpreadLabel(),
+				medianBurn(spreadBurn).perSecond()/medianBurn(riverSpreadBurn).perSecond())
 		}
 		fmt.Printf("WAL per burnt-down run: engine %d bytes, river %d bytes\n",
 			eb.walPerRun(), rb.walPerRun())

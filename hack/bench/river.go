@@ -91,14 +91,16 @@ func (r *river) run(ctx context.Context, args ...string) (string, error) {
 }
 
 var (
-	riverBurnLine   = regexp.MustCompile(`river burn-down: (\d+) jobs in ([0-9.]+) s = ([0-9.]+) jobs/s \(workers=(\d+)\)`)
+	riverBurnLine   = regexp.MustCompile(`river(?: \(\d+ clients\))? burn-down: (\d+) jobs in ([0-9.]+) s = ([0-9.]+) jobs/s \(workers=(\d+)\)`)
 	riverWALLine    = regexp.MustCompile(`river burn-down WAL: (\d+) bytes`)
 	riverPickupLine = regexp.MustCompile(`river pickup latency: p50=(\S+) p90=(\S+) p99=(\S+) \(n=(\d+)\)`)
 )
 
-// burnDown measures River's burn-down of n no-op jobs.
-func (r *river) burnDown(ctx context.Context, n int) (burnResult, error) {
-	out, err := r.run(ctx, "-mode", "burn-down", "-jobs", strconv.Itoa(n))
+// burnDown measures River's burn-down of n no-op jobs by clients River
+// clients of workers each, sharing a pool of conns connections.
+func (r *river) burnDown(ctx context.Context, n, clients, workers, conns int) (burnResult, error) {
+	out, err := r.run(ctx, "-mode", "burn-down", "-jobs", strconv.Itoa(n), "-clients", strconv.Itoa(clients),
+		"-workers", strconv.Itoa(workers), "-conns", strconv.Itoa(conns))
 	if err != nil {
 		return burnResult{}, err
 	}

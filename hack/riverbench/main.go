@@ -7,6 +7,7 @@
 // (-mode) and prints one of these lines:
 //
 //	river burn-down: N jobs in S s = X jobs/s (workers=W)
+//	river (C clients) burn-down: N jobs in S s = X jobs/s (workers=W)
 //	river burn-down WAL: B bytes in all
 //	river pickup latency: p50=... p90=... p99=... (n=K)
 //
@@ -32,6 +33,7 @@ type config struct {
 	mode          string
 	jobs          int
 	workers       int
+	clients       int
 	conns         int
 	fetchCooldown time.Duration
 	fetchPoll     time.Duration
@@ -49,12 +51,16 @@ func run() error {
 	var cfg config
 	flag.StringVar(&cfg.mode, "mode", "burn-down", "what to measure: burn-down or pickup")
 	flag.IntVar(&cfg.jobs, "jobs", 50000, "jobs to burn down")
-	flag.IntVar(&cfg.workers, "workers", 1000, "River MaxWorkers of the queue")
+	flag.IntVar(&cfg.workers, "workers", 1000, "River MaxWorkers of the queue, per client")
+	flag.IntVar(&cfg.clients, "clients", 1, "River clients working the queue (burn-down), as several worker processes would; they share the pool")
 	flag.IntVar(&cfg.conns, "conns", 12, "connections in the pool (hack/bench gives the engine 4 + 2 per poller)")
 	flag.DurationVar(&cfg.fetchCooldown, "fetch-cooldown", 2*time.Millisecond, "River FetchCooldown")
 	flag.DurationVar(&cfg.fetchPoll, "fetch-poll", 20*time.Millisecond, "River FetchPollInterval")
 	flag.IntVar(&cfg.samples, "latency-samples", 200, "single inserts timed for pickup latency")
 	flag.Parse()
+	if cfg.clients < 1 {
+		return errors.New("-clients must be at least 1")
+	}
 
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {

@@ -61,9 +61,13 @@ func newClient(pool *pgxpool.Pool, cfg config, w *noopWorker) (*river.Client[pgx
 
 func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	w := &noopWorker{}
-	client, err := newClient(pool, cfg, w)
-	if err != nil {
-		return err
+	clients := make([]*river.Client[pgx.Tx], cfg.clients)
+	for i := range clients {
+		c, err := newClient(pool, cfg, w)
+		if err != nil {
+			return err
+		}
+		clients[i] = c
 	}
 	params := make([]river.InsertManyParams, 0, 10000)
 	for left := cfg.jobs; left > 0; left -= len(params) {
@@ -71,7 +75,7 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		for range min(left, cap(params)) {
 			params = append(params, river.InsertManyParams{Args: noopArgs{}})
 		}
-		if _, err := client.InsertManyFast(ctx, params); err != nil {
+		if _, err := clients[0].InsertManyFast(ctx, params); err != nil {
 			return fmt.Errorf("insert jobs: %w", err)
 		}
 	}
@@ -83,10 +87,12 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		return err
 	}
 	start := time.Now()
-	if err := client.Start(ctx); err != nil {
-		return fmt.Errorf("start client: %w", err)
+	for _, c := range clients {
+		if err := c.Start(ctx); err != nil {
+			return fmt.Errorf("start client: %w", err)
+		}
+		defer stopClient(c)
 	}
-	defer stopClient(client)
 	// As for the engine: watch the handler counter first, so that measuring
 	// does not compete with the workers for the database; then wait for the
 	// last completions to be written.
@@ -111,8 +117,12 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("river burn-down: %d jobs in %.2f s = %.0f jobs/s (workers=%d)\n",
-		cfg.jobs, elapsed.Seconds(), float64(cfg.jobs)/elapsed.Seconds(), cfg.workers)
+	who := "river"
+	if cfg.clients > 1 {
+		who = fmt.Sprintf("river (%d clients)", cfg.clients)
+	}
+	fmt.Printf("%s burn-down: %d jobs in %.2f s = %.0f jobs/s (workers=%d)\n",
+		who, cfg.jobs, elapsed.Seconds(), float64(cfg.jobs)/elapsed.Seconds(), cfg.clients*cfg.workers)
 	fmt.Printf("river burn-down WAL: %d bytes in all\n", wal1-wal0)
 	return nil
 }
