@@ -51,6 +51,7 @@ type options struct {
 	probeAddr            string
 	leaderElect          bool
 	leaderElectNamespace string
+	leaderElection       leaderElectionTiming
 	kubeconfig           string
 	printVersion         bool
 	kubeAPIQPS           float64
@@ -79,26 +80,31 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 		}
 		return def
 	}
-	envBool := func(key string, def bool) bool {
-		b, err := strconv.ParseBool(env(key, strconv.FormatBool(def)))
-		if err != nil {
-			return def
+	// A malformed environment value is an error, not silently the default;
+	// an empty one counts as unset.
+	var envErr error
+	envParse := func(key string, parse func(string) error) {
+		if v, ok := lookup(key); ok && v != "" && envErr == nil {
+			if err := parse(v); err != nil {
+				envErr = fmt.Errorf("environment variable %s=%q: %w", key, v, err)
+			}
 		}
-		return b
+	}
+	envBool := func(key string, def bool) bool {
+		envParse(key, func(v string) (err error) { def, err = strconv.ParseBool(v); return err })
+		return def
 	}
 	envDuration := func(key string, def time.Duration) time.Duration {
-		d, err := time.ParseDuration(env(key, def.String()))
-		if err != nil {
-			return def
-		}
-		return d
+		envParse(key, func(v string) (err error) { def, err = time.ParseDuration(v); return err })
+		return def
 	}
 	envInt := func(key string, def int) int {
-		n, err := strconv.Atoi(env(key, strconv.Itoa(def)))
-		if err != nil {
-			return def
-		}
-		return n
+		envParse(key, func(v string) (err error) { def, err = strconv.Atoi(v); return err })
+		return def
+	}
+	envFloat := func(key string, def float64) float64 {
+		envParse(key, func(v string) (err error) { def, err = strconv.ParseFloat(v, 64); return err })
+		return def
 	}
 	var o options
 	flag := flag.NewFlagSet("manager", flag.ContinueOnError)
@@ -109,9 +115,12 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", env("HEALTH_PROBE_BIND_ADDRESS", ":8081"), "health probe address (env HEALTH_PROBE_BIND_ADDRESS)")
 	flag.BoolVar(&o.leaderElect, "leader-elect", envBool("LEADER_ELECT", false), "elect a leader so only one manager is active (env LEADER_ELECT)")
 	flag.StringVar(&o.leaderElectNamespace, "leader-election-namespace", env("LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader election Lease (env LEADER_ELECTION_NAMESPACE)")
+	le := defaultLeaderElectionTiming()
+	flag.DurationVar(&o.leaderElection.leaseDuration, "leader-election-lease-duration", envDuration("LEADER_ELECTION_LEASE_DURATION", le.leaseDuration), "how long a standby waits, from the last renewal it saw, before taking over from a leader that stopped renewing; whole seconds (env LEADER_ELECTION_LEASE_DURATION)")
+	flag.DurationVar(&o.leaderElection.renewDeadline, "leader-election-renew-deadline", envDuration("LEADER_ELECTION_RENEW_DEADLINE", le.renewDeadline), "how long the leader keeps trying to renew before it stops leading and exits (env LEADER_ELECTION_RENEW_DEADLINE)")
+	flag.DurationVar(&o.leaderElection.retryPeriod, "leader-election-retry-period", envDuration("LEADER_ELECTION_RETRY_PERIOD", le.retryPeriod), "how often the leader renews and a standby looks at the lease (env LEADER_ELECTION_RETRY_PERIOD)")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig file of the cluster; in a Pod the in-cluster config is used when unset (env KUBECONFIG)")
-	qps, _ := strconv.ParseFloat(env("KUBE_API_QPS", "500"), 64)
-	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", qps, "Kubernetes API queries per second (env KUBE_API_QPS)")
+	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", envFloat("KUBE_API_QPS", 500), "Kubernetes API queries per second (env KUBE_API_QPS)")
 	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 1000), "Kubernetes API burst (env KUBE_API_BURST)")
 	flag.BoolVar(&o.skipMigrations, "skip-migrations", envBool("SKIP_MIGRATIONS", false), "do not apply schema migrations at start-up (env SKIP_MIGRATIONS)")
 	flag.BoolVar(&o.createDatabaseRoles, "create-database-roles", envBool("CREATE_DATABASE_ROLES", false), "create the database roles workflow_worker, workflow_producer and workflow_reader when missing and grant them what they need, at start-up (env CREATE_DATABASE_ROLES)")
@@ -132,6 +141,9 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	if o.printVersion {
 		return o, nil
 	}
+	if envErr != nil {
+		return o, envErr
+	}
 
 	if o.databaseURL == "" {
 		o.databaseURL = env("DATABASE_URL", "")
@@ -151,6 +163,9 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	}
 	if o.deletionGracePeriod <= 0 {
 		return o, errors.New("--deletion-grace-period must be positive")
+	}
+	if err := o.leaderElection.validate(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -216,6 +231,9 @@ func run() error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "simple-workflow-manager.simpleworkflow.dev",
 		LeaderElectionNamespace: o.leaderElectNamespace,
+		LeaseDuration:           &o.leaderElection.leaseDuration,
+		RenewDeadline:           &o.leaderElection.renewDeadline,
+		RetryPeriod:             &o.leaderElection.retryPeriod,
 		// Step down at once on SIGTERM, so that a standby leads without
 		// waiting for the lease to expire; the process exits right after.
 		LeaderElectionReleaseOnCancel: true,
