@@ -43,3 +43,26 @@ func TestVersionNeedsNoDatabase(t *testing.T) {
 		t.Fatalf("-version: %+v %v", o, err)
 	}
 }
+
+// A malformed environment value is refused with the variable's name rather
+// than silently replaced by the default (a Python-style LEASE_DURATION=30
+// would otherwise leave the Go worker at its default lease); an empty one
+// counts as unset; flags still win.
+func TestMalformedEnvironmentIsAnError(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	for key, value := range map[string]string{
+		"LEASE_DURATION": "30", "CONCURRENCY": "many", "MIGRATE": "sure", "REAP_INTERVAL": "5 s",
+	} {
+		_, err := parseFlagsEnv(nil, env(map[string]string{"DATABASE_URL": "postgres://x", key: value}))
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=%q: got %v, want an error naming the variable", key, value, err)
+		}
+	}
+	o, err := parseFlagsEnv([]string{"-concurrency=3"}, env(map[string]string{
+		"DATABASE_URL": "postgres://x", "LEASE_DURATION": "45s", "CONCURRENCY": "7", "MIGRATE": ""}))
+	if err != nil || o.leaseDuration.String() != "45s" || o.concurrency != 3 || o.migrate {
+		t.Fatalf("well-formed values: %+v %v", o, err)
+	}
+}

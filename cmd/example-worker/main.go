@@ -51,55 +51,65 @@ type options struct {
 	printVersion  bool
 }
 
-func envString(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
+// envReader reads the environment fallbacks of flags and keeps the first
+// malformed value, so that a typo is an error rather than silently the
+// default; an empty value counts as unset.
+type envReader struct {
+	lookup func(string) (string, bool)
+	err    error
+}
+
+func (e *envReader) parse(key string, parse func(string) error) {
+	if v, ok := e.lookup(key); ok && v != "" && e.err == nil {
+		if err := parse(v); err != nil {
+			e.err = fmt.Errorf("environment variable %s=%q: %w", key, v, err)
+		}
+	}
+}
+
+func (e *envReader) string(key, def string) string {
+	if v, ok := e.lookup(key); ok {
 		return v
 	}
 	return def
 }
 
-func envInt(key string, def int) int {
-	if v, ok := os.LookupEnv(key); ok {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
-	}
+func (e *envReader) int(key string, def int) int {
+	e.parse(key, func(v string) (err error) { def, err = strconv.Atoi(v); return err })
 	return def
 }
 
-func envDuration(key string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(key); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-	}
+func (e *envReader) duration(key string, def time.Duration) time.Duration {
+	e.parse(key, func(v string) (err error) { def, err = time.ParseDuration(v); return err })
 	return def
 }
 
-func envBool(key string, def bool) bool {
-	if v, ok := os.LookupEnv(key); ok {
-		if b, err := strconv.ParseBool(v); err == nil {
-			return b
-		}
-	}
+func (e *envReader) bool(key string, def bool) bool {
+	e.parse(key, func(v string) (err error) { def, err = strconv.ParseBool(v); return err })
 	return def
 }
 
 func parseFlags(args []string) (options, error) {
+	return parseFlagsEnv(args, os.LookupEnv)
+}
+
+// parseFlagsEnv parses args with the environment read through lookup.
+func parseFlagsEnv(args []string, lookup func(string) (string, bool)) (options, error) {
 	host, _ := os.Hostname()
+	env := &envReader{lookup: lookup}
 	var o options
 	fs := flag.NewFlagSet("example-worker", flag.ContinueOnError)
 	// No default shown for the URL: it may hold a password (-help prints defaults).
 	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL (env DATABASE_URL)")
-	fs.StringVar(&o.databaseFile, "database-url-file", envString("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
-	fs.StringVar(&o.typePrefixes, "type-prefixes", envString("TYPE_PREFIXES", "demo."), "comma-separated type prefixes to claim (env TYPE_PREFIXES)")
-	fs.StringVar(&o.runtime, "runtime", envString("RUNTIME", "go"), "runtime this worker declares (env RUNTIME)")
-	fs.StringVar(&o.workerID, "worker-id", envString("WORKER_ID", host), "worker id recorded in leases (env WORKER_ID)")
-	fs.IntVar(&o.concurrency, "concurrency", envInt("CONCURRENCY", simpleworkflow.DefaultConcurrency), "handlers run at once (env CONCURRENCY)")
-	fs.DurationVar(&o.leaseDuration, "lease-duration", envDuration("LEASE_DURATION", simpleworkflow.DefaultLeaseDuration), "lease length without heartbeat (env LEASE_DURATION)")
-	fs.DurationVar(&o.gracePeriod, "shutdown-grace-period", envDuration("SHUTDOWN_GRACE_PERIOD", simpleworkflow.DefaultShutdownGracePeriod), "time in-flight runs may finish after SIGTERM (env SHUTDOWN_GRACE_PERIOD)")
-	fs.DurationVar(&o.reapInterval, "reap-interval", envDuration("REAP_INTERVAL", simpleworkflow.DefaultReapInterval), "how often expired leases are reclaimed (env REAP_INTERVAL)")
-	fs.BoolVar(&o.migrate, "migrate", envBool("MIGRATE", false), "apply the schema migrations before starting (env MIGRATE)")
+	fs.StringVar(&o.databaseFile, "database-url-file", env.string("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
+	fs.StringVar(&o.typePrefixes, "type-prefixes", env.string("TYPE_PREFIXES", "demo."), "comma-separated type prefixes to claim (env TYPE_PREFIXES)")
+	fs.StringVar(&o.runtime, "runtime", env.string("RUNTIME", "go"), "runtime this worker declares (env RUNTIME)")
+	fs.StringVar(&o.workerID, "worker-id", env.string("WORKER_ID", host), "worker id recorded in leases (env WORKER_ID)")
+	fs.IntVar(&o.concurrency, "concurrency", env.int("CONCURRENCY", simpleworkflow.DefaultConcurrency), "handlers run at once (env CONCURRENCY)")
+	fs.DurationVar(&o.leaseDuration, "lease-duration", env.duration("LEASE_DURATION", simpleworkflow.DefaultLeaseDuration), "lease length without heartbeat (env LEASE_DURATION)")
+	fs.DurationVar(&o.gracePeriod, "shutdown-grace-period", env.duration("SHUTDOWN_GRACE_PERIOD", simpleworkflow.DefaultShutdownGracePeriod), "time in-flight runs may finish after SIGTERM (env SHUTDOWN_GRACE_PERIOD)")
+	fs.DurationVar(&o.reapInterval, "reap-interval", env.duration("REAP_INTERVAL", simpleworkflow.DefaultReapInterval), "how often expired leases are reclaimed (env REAP_INTERVAL)")
+	fs.BoolVar(&o.migrate, "migrate", env.bool("MIGRATE", false), "apply the schema migrations before starting (env MIGRATE)")
 	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -107,8 +117,11 @@ func parseFlags(args []string) (options, error) {
 	if o.printVersion {
 		return o, nil
 	}
+	if env.err != nil {
+		return o, env.err
+	}
 	if o.databaseURL == "" {
-		o.databaseURL = envString("DATABASE_URL", "")
+		o.databaseURL = env.string("DATABASE_URL", "")
 	}
 	if o.databaseURL == "" && o.databaseFile != "" {
 		b, err := os.ReadFile(o.databaseFile)
