@@ -94,6 +94,7 @@ var (
 	riverBurnLine   = regexp.MustCompile(`river(?: \(\d+ clients\))? burn-down: (\d+) jobs in ([0-9.]+) s = ([0-9.]+) jobs/s \(workers=(\d+)\)`)
 	riverWALLine    = regexp.MustCompile(`river burn-down WAL: (\d+) bytes`)
 	riverPickupLine = regexp.MustCompile(`river pickup latency: p50=(\S+) p90=(\S+) p99=(\S+) \(n=(\d+)\)`)
+	riverSplitLine  = regexp.MustCompile(`river pickup: insert p50=\S+ of p50=\S+`)
 )
 
 // burnDown measures River's burn-down of n no-op jobs by clients River
@@ -128,6 +129,9 @@ func (r *river) pickup(ctx context.Context, n int) (pickupResult, error) {
 	m := riverPickupLine.FindStringSubmatch(out)
 	if m == nil {
 		return pickupResult{}, fmt.Errorf("riverbench printed no pickup line: %q", out)
+	}
+	if split := riverSplitLine.FindString(out); split != "" {
+		fmt.Fprintln(os.Stderr, split) // where River's pickup goes, beside the engine's
 	}
 	var res pickupResult
 	for i, d := range []*time.Duration{&res.p50, &res.p90, &res.p99} {
