@@ -568,15 +568,15 @@ CREATE TABLE workflow.workflow_run (
     dag jsonb,
     traceparent text,
     CONSTRAINT workflow_run_attempt_range CHECK (((attempt >= 0) AND (attempt <= max_attempts))),
-    CONSTRAINT workflow_run_idempotency_key_length CHECK (((idempotency_key IS NULL) OR ((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 512)))),
+    CONSTRAINT workflow_run_idempotency_key_length CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 512))),
     CONSTRAINT workflow_run_lease_held CHECK (((status <> 'leased'::text) OR ((leased_by IS NOT NULL) AND (lease_until IS NOT NULL)))),
     CONSTRAINT workflow_run_max_attempts_range CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
     CONSTRAINT workflow_run_parent_step_set CHECK (((parent_id IS NULL) = (parent_step IS NULL))),
     CONSTRAINT workflow_run_payload_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
-    CONSTRAINT workflow_run_retry_policy_valid CHECK ((((retry_base_delay IS NULL) OR (retry_base_delay > '00:00:00'::interval)) AND ((retry_max_delay IS NULL) OR (retry_max_delay > '00:00:00'::interval)) AND ((retry_base_delay IS NULL) OR (retry_max_delay IS NULL) OR (retry_max_delay >= retry_base_delay)))),
-    CONSTRAINT workflow_run_status_valid CHECK ((status = ANY (ARRAY['pending'::text, 'leased'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT workflow_run_retry_policy_valid CHECK (((retry_base_delay > '00:00:00'::interval) AND (retry_max_delay > '00:00:00'::interval) AND (retry_max_delay >= retry_base_delay))),
+    CONSTRAINT workflow_run_status_valid CHECK ((status = ANY ('{pending,leased,succeeded,failed,cancelled}'::text[]))),
     CONSTRAINT workflow_run_type_format CHECK (((char_length(type) <= 253) AND (type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'::text))),
-    CONSTRAINT workflow_run_wait_kind_valid CHECK (((wait_kind IS NULL) OR (wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'child'::text, 'dag'::text])))),
+    CONSTRAINT workflow_run_wait_kind_valid CHECK ((wait_kind = ANY ('{sleep,signal,child,dag}'::text[]))),
     CONSTRAINT workflow_run_wait_not_leased CHECK (((wait_kind IS NULL) OR (status <> 'leased'::text)))
 )
 WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
@@ -2182,7 +2182,7 @@ ALTER TABLE ONLY workflow.workflow_registry
 --
 
 ALTER TABLE workflow.workflow_run
-    ADD CONSTRAINT workflow_run_dag_key CHECK (((idempotency_key IS NULL) OR ("left"(idempotency_key, 4) <> 'dag:'::text) OR (idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'::text) OR COALESCE((idempotency_key = ((('dag:'::text || (parent_id)::text) || ':'::text) || parent_step)), false))) NOT VALID;
+    ADD CONSTRAINT workflow_run_dag_key CHECK (((idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'::text) OR COALESCE((idempotency_key = ((('dag:'::text || (parent_id)::text) || ':'::text) || parent_step)), false))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_pending_has_attempt_left; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
@@ -2203,7 +2203,7 @@ ALTER TABLE ONLY workflow.workflow_run
 --
 
 ALTER TABLE workflow.workflow_run
-    ADD CONSTRAINT workflow_run_reserved_key CHECK (((idempotency_key IS NULL) OR (("left"(idempotency_key, 4) <> 'k8s:'::text) AND ("left"(idempotency_key, 8) <> 'k8s-uid:'::text)) OR COALESCE((("left"(idempotency_key, 4) = 'k8s:'::text) AND (source_uid IS NOT NULL) AND ("left"(idempotency_key, (char_length(source_namespace) + 5)) = (('k8s:'::text || source_namespace) || ':'::text))), false) OR COALESCE((("left"(idempotency_key, 8) = 'k8s-uid:'::text) AND (idempotency_key = ('k8s-uid:'::text || source_uid))), false))) NOT VALID;
+    ADD CONSTRAINT workflow_run_reserved_key CHECK (((idempotency_key !~ '^k8s(-uid)?:'::text) OR COALESCE((((source_uid IS NOT NULL) AND starts_with(idempotency_key, (('k8s:'::text || source_namespace) || ':'::text))) OR (idempotency_key = ('k8s-uid:'::text || source_uid))), false))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_result_size; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
@@ -2231,7 +2231,7 @@ ALTER TABLE workflow.workflow_run
 --
 
 ALTER TABLE workflow.workflow_run
-    ADD CONSTRAINT workflow_run_traceparent_format CHECK (((traceparent IS NULL) OR ((octet_length(traceparent) = 55) AND (traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text) AND (substr(traceparent, 4, 32) <> '00000000000000000000000000000000'::text) AND (substr(traceparent, 37, 16) <> '0000000000000000'::text)))) NOT VALID;
+    ADD CONSTRAINT workflow_run_traceparent_format CHECK ((traceparent ~ '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
 
 --
 -- Name: workflow_signal workflow_signal_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -

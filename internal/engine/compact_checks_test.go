@@ -1,0 +1,181 @@
+package engine_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// checksBefore0025 are the rules of the constraints that migration 0025
+// rewrote, as they were written before it.
+var checksBefore0025 = map[string]string{
+	"workflow_run_reserved_key": `idempotency_key is null
+		or (left(idempotency_key, 4) <> 'k8s:' and left(idempotency_key, 8) <> 'k8s-uid:')
+		or coalesce(left(idempotency_key, 4) = 'k8s:' and source_uid is not null
+		            and left(idempotency_key, char_length(source_namespace) + 5) = 'k8s:' || source_namespace || ':', false)
+		or coalesce(left(idempotency_key, 8) = 'k8s-uid:' and idempotency_key = 'k8s-uid:' || source_uid, false)`,
+	"workflow_run_dag_key": `idempotency_key is null
+		or left(idempotency_key, 4) <> 'dag:'
+		or idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'
+		or coalesce(idempotency_key = 'dag:' || parent_id::text || ':' || parent_step, false)`,
+	"workflow_run_traceparent_format": `traceparent is null
+		or (octet_length(traceparent) = 55
+		    and traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+		    and substr(traceparent, 4, 32) <> '00000000000000000000000000000000'
+		    and substr(traceparent, 37, 16) <> '0000000000000000')`,
+	"workflow_run_retry_policy_valid": `(retry_base_delay is null or retry_base_delay > interval '0')
+		and (retry_max_delay is null or retry_max_delay > interval '0')
+		and (retry_base_delay is null or retry_max_delay is null or retry_max_delay >= retry_base_delay)`,
+	"workflow_run_status_valid":           `status in ('pending', 'leased', 'succeeded', 'failed', 'cancelled')`,
+	"workflow_run_wait_kind_valid":        `wait_kind is null or wait_kind in ('sleep', 'signal', 'child', 'dag')`,
+	"workflow_run_idempotency_key_length": `idempotency_key is null or (char_length(idempotency_key) >= 1 and char_length(idempotency_key) <= 512)`,
+}
+
+// checkCase is one row's worth of the columns those constraints read.
+type checkCase struct {
+	key, namespace, uid, parent, step, traceparent *string
+	baseDelay, maxDelay                            *string
+	status                                         string
+	waitKind                                       *string
+}
+
+func s(v string) *string { return &v }
+
+// checkCases are the rows that tell the rules apart: every branch of each
+// rule, its edges, and values that only look alike.
+func checkCases() []checkCase {
+	const parent = "0b8f2c1e-3a4d-4e5f-8a9b-0c1d2e3f4a5b"
+	const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	var out []checkCase
+	// Reserved keys of the operator.
+	for _, k := range []*string{nil, s(""), s("plain"), s("k8s"), s("k8s:"), s("k8s-uid:"), s("k8sx:a"),
+		s("K8S:ns1:a"), s("k8s:ns1:a"), s("k8s:ns1"), s("k8s:ns10:a"), s("k8s::a"), s("k8s:a.b:x"), s("k8s:aXb:x"),
+		s("k8s:n%_:x"), s("k8s-uid:u-1"), s("k8s-uid:u-2"), s("k8s-uid:"), s("k8s-uidx:u-1"), s("k8s-uid:u-1:x")} {
+		for _, ns := range []*string{nil, s(""), s("ns1"), s("a.b"), s("n%_")} {
+			for _, uid := range []*string{nil, s("u-1")} {
+				out = append(out, checkCase{key: k, namespace: ns, uid: uid, status: "pending"})
+			}
+		}
+	}
+	// Keys of DAG steps.
+	for _, k := range []*string{s("dag:"), s("dag:nightly:x"), s("dag:" + parent + ":s"), s("dag:" + parent + ":t"),
+		s("dag:" + strings.ToUpper(parent) + ":s"), s("xdag:" + parent + ":s"), s("dag:" + parent), s("dag:" + parent + ":")} {
+		for _, p := range []*string{nil, s(parent), s("1b8f2c1e-3a4d-4e5f-8a9b-0c1d2e3f4a5b")} {
+			for _, st := range []*string{nil, s("s"), s("")} {
+				out = append(out, checkCase{key: k, parent: p, step: st, status: "pending"})
+			}
+		}
+	}
+	// Trace contexts.
+	for _, tp := range []*string{nil, s(trace), s(""), s("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+		s("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"), s("01" + trace[2:]), s(strings.ToUpper(trace)),
+		s(trace + "0"), s(trace[:54]), s(trace + "\n"), s("00-00000000000000000000000000000001-0000000000000001-00"),
+		s("00-10000000000000000000000000000000-1000000000000000-ff"), s("00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01")} {
+		out = append(out, checkCase{traceparent: tp, status: "pending"})
+	}
+	// Retry policies.
+	delays := []*string{nil, s("0"), s("-1 second"), s("1 second"), s("2 seconds"), s("1 hour")}
+	for _, b := range delays {
+		for _, m := range delays {
+			out = append(out, checkCase{baseDelay: b, maxDelay: m, status: "pending"})
+		}
+	}
+	// States, waits and key lengths.
+	for _, st := range []string{"pending", "leased", "succeeded", "failed", "cancelled", "Pending", "", "bogus"} {
+		for _, w := range []*string{nil, s("sleep"), s("signal"), s("child"), s("dag"), s("Sleep"), s("")} {
+			out = append(out, checkCase{status: st, waitKind: w})
+		}
+	}
+	for _, n := range []int{1, 511, 512, 513} {
+		out = append(out, checkCase{key: s(strings.Repeat("k", n)), status: "pending"})
+	}
+	return out
+}
+
+// TestCompactChecksKeepTheirRules evaluates each rule migration 0025 wrote
+// again, as installed now, beside its earlier form over the same rows: a
+// row one accepts and the other refuses fails the test.
+func TestCompactChecksKeepTheirRules(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// The cases are stored as text, and read with the columns' types.
+	if _, err := b.pool.Exec(b.ctx, `create table check_case_text (
+		n int primary key, idempotency_key text, source_namespace text, source_uid text,
+		parent_id text, parent_step text, traceparent text,
+		retry_base_delay text, retry_max_delay text, status text, wait_kind text);
+		create view check_case as
+		select n, idempotency_key, source_namespace, source_uid, parent_id::uuid as parent_id, parent_step,
+		       traceparent, retry_base_delay::interval as retry_base_delay,
+		       retry_max_delay::interval as retry_max_delay, status, wait_kind
+		from check_case_text`); err != nil {
+		t.Fatal(err)
+	}
+	cases := checkCases()
+	rows := make([][]any, len(cases))
+	for i, c := range cases {
+		rows[i] = []any{i, c.key, c.namespace, c.uid, c.parent, c.step, c.traceparent, c.baseDelay, c.maxDelay, c.status, c.waitKind}
+	}
+	if _, err := b.pool.CopyFrom(b.ctx, pgx.Identifier{"check_case_text"}, []string{"n", "idempotency_key", "source_namespace",
+		"source_uid", "parent_id", "parent_step", "traceparent", "retry_base_delay", "retry_max_delay", "status", "wait_kind"},
+		pgx.CopyFromRows(rows)); err != nil {
+		t.Fatal(err)
+	}
+	for name, before := range checksBefore0025 {
+		var def string
+		if err := b.pool.QueryRow(b.ctx, `select pg_get_constraintdef(oid) from pg_constraint
+			where conrelid = 'workflow.workflow_run'::regclass and conname = $1`, name).Scan(&def); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		now, ok := strings.CutPrefix(strings.TrimSuffix(def, " NOT VALID"), "CHECK ")
+		if !ok {
+			t.Fatalf("%s is not a check constraint: %s", name, def)
+		}
+		// Both expressions are the schema's own text, never a value.
+		q := fmt.Sprintf(`select n, (%s) is not false, (%s) is not false from check_case order by n`, before, now)
+		got, err := b.pool.Query(b.ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		accepted, refused := 0, 0
+		for got.Next() {
+			var n int
+			var was, is bool
+			if err := got.Scan(&n, &was, &is); err != nil {
+				t.Fatal(err)
+			}
+			if was != is {
+				t.Errorf("%s: row %+v was accepted %v before 0025, now %v", name, describe(cases[n]), was, is)
+			}
+			if is {
+				accepted++
+			} else {
+				refused++
+			}
+		}
+		if err := got.Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		// The cases reach both outcomes of every rule, so an always-true or
+		// always-false rewrite could not pass.
+		if accepted == 0 || refused == 0 {
+			t.Errorf("%s: %d cases accepted, %d refused; the cases must reach both", name, accepted, refused)
+		}
+	}
+}
+
+// describe prints a case with its null columns left out.
+func describe(c checkCase) string {
+	var parts []string
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"key", c.key}, {"namespace", c.namespace}, {"uid", c.uid}, {"parent", c.parent}, {"step", c.step},
+		{"traceparent", c.traceparent}, {"base", c.baseDelay}, {"max", c.maxDelay}, {"wait", c.waitKind}} {
+		if f.v != nil {
+			parts = append(parts, fmt.Sprintf("%s=%q", f.name, *f.v))
+		}
+	}
+	return strings.Join(append(parts, fmt.Sprintf("status=%q", c.status)), " ")
+}
