@@ -41,8 +41,6 @@ type checkCase struct {
 	waitKind                                       *string
 }
 
-func s(v string) *string { return &v }
-
 // checkCases are the rows that tell the rules apart: every branch of each
 // rule, its edges, and values that only look alike.
 func checkCases() []checkCase {
@@ -50,33 +48,34 @@ func checkCases() []checkCase {
 	const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	var out []checkCase
 	// Reserved keys of the operator.
-	for _, k := range []*string{nil, s(""), s("plain"), s("k8s"), s("k8s:"), s("k8s-uid:"), s("k8sx:a"),
-		s("K8S:ns1:a"), s("k8s:ns1:a"), s("k8s:ns1"), s("k8s:ns10:a"), s("k8s::a"), s("k8s:a.b:x"), s("k8s:aXb:x"),
-		s("k8s:n%_:x"), s("k8s-uid:u-1"), s("k8s-uid:u-2"), s("k8s-uid:"), s("k8s-uidx:u-1"), s("k8s-uid:u-1:x")} {
-		for _, ns := range []*string{nil, s(""), s("ns1"), s("a.b"), s("n%_")} {
-			for _, uid := range []*string{nil, s("u-1")} {
+	for _, k := range []*string{nil, ptr(""), ptr("plain"), ptr("k8s"), ptr("k8s:"), ptr("k8s-uid:"), ptr("k8sx:a"),
+		ptr("K8S:ns1:a"), ptr("k8s:ns1:a"), ptr("k8s:ns1"), ptr("k8s:ns10:a"), ptr("k8s::a"), ptr("k8s:a.b:x"), ptr("k8s:aXb:x"),
+		ptr("k8s:n%_:x"), ptr("k8s-uid:u-1"), ptr("k8s-uid:u-2"), ptr("k8s-uid:"), ptr("k8s-uidx:u-1"), ptr("k8s-uid:u-1:x")} {
+		for _, ns := range []*string{nil, ptr(""), ptr("ns1"), ptr("a.b"), ptr("n%_")} {
+			for _, uid := range []*string{nil, ptr("u-1")} {
 				out = append(out, checkCase{key: k, namespace: ns, uid: uid, status: "pending"})
 			}
 		}
 	}
 	// Keys of DAG steps.
-	for _, k := range []*string{s("dag:"), s("dag:nightly:x"), s("dag:" + parent + ":s"), s("dag:" + parent + ":t"),
-		s("dag:" + strings.ToUpper(parent) + ":s"), s("xdag:" + parent + ":s"), s("dag:" + parent), s("dag:" + parent + ":")} {
-		for _, p := range []*string{nil, s(parent), s("1b8f2c1e-3a4d-4e5f-8a9b-0c1d2e3f4a5b")} {
-			for _, st := range []*string{nil, s("s"), s("")} {
+	for _, k := range []*string{ptr("dag:"), ptr("dag:nightly:x"), ptr("dag:" + parent + ":s"), ptr("dag:" + parent + ":t"),
+		ptr("dag:" + strings.ToUpper(parent) + ":s"), ptr("xdag:" + parent + ":s"), ptr("dag:" + parent), ptr("dag:" + parent + ":")} {
+		for _, p := range []*string{nil, ptr(parent), ptr("1b8f2c1e-3a4d-4e5f-8a9b-0c1d2e3f4a5b")} {
+			for _, st := range []*string{nil, ptr("s"), ptr("")} {
 				out = append(out, checkCase{key: k, parent: p, step: st, status: "pending"})
 			}
 		}
 	}
 	// Trace contexts.
-	for _, tp := range []*string{nil, s(trace), s(""), s("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
-		s("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"), s("01" + trace[2:]), s(strings.ToUpper(trace)),
-		s(trace + "0"), s(trace[:54]), s(trace + "\n"), s("00-00000000000000000000000000000001-0000000000000001-00"),
-		s("00-10000000000000000000000000000000-1000000000000000-ff"), s("00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01")} {
+	for _, tp := range []*string{nil, ptr(trace), ptr(""), ptr("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+		ptr("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"), ptr("01" + trace[2:]), ptr(strings.ToUpper(trace)),
+		ptr(trace + "0"), ptr(trace[:54]), ptr(trace + "\n"), ptr("00-00000000000000000000000000000001-0000000000000001-00"),
+		ptr("00-10000000000000000000000000000000-1000000000000000-ff"), ptr("00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01")} {
 		out = append(out, checkCase{traceparent: tp, status: "pending"})
 	}
 	// Retry policies.
-	delays := []*string{nil, s("0"), s("-1 second"), s("1 second"), s("2 seconds"), s("1 hour")}
+	delays := []*string{nil, ptr("0"), ptr("-1 second"), ptr("1 second"), ptr("2 seconds"), ptr("1 hour"),
+		ptr("1 mon"), ptr("30 days"), ptr("1 day -25 hours"), ptr("-1 mon 31 days")}
 	for _, b := range delays {
 		for _, m := range delays {
 			out = append(out, checkCase{baseDelay: b, maxDelay: m, status: "pending"})
@@ -84,12 +83,19 @@ func checkCases() []checkCase {
 	}
 	// States, waits and key lengths.
 	for _, st := range []string{"pending", "leased", "succeeded", "failed", "cancelled", "Pending", "", "bogus"} {
-		for _, w := range []*string{nil, s("sleep"), s("signal"), s("child"), s("dag"), s("Sleep"), s("")} {
+		for _, w := range []*string{nil, ptr("sleep"), ptr("signal"), ptr("child"), ptr("dag"), ptr("Sleep"), ptr("")} {
 			out = append(out, checkCase{status: st, waitKind: w})
 		}
 	}
 	for _, n := range []int{1, 511, 512, 513} {
-		out = append(out, checkCase{key: s(strings.Repeat("k", n)), status: "pending"})
+		out = append(out, checkCase{key: ptr(strings.Repeat("k", n)), status: "pending"},
+			checkCase{key: ptr(strings.Repeat("é", n)), status: "pending"}) // two bytes a character
+	}
+	// Empty uids and namespaces, and lines after a reserved prefix.
+	for _, k := range []*string{ptr("k8s-uid:"), ptr("k8s::x"), ptr("k8s:ns1:\nx"), ptr("k8s-uid:u-1\n"), ptr("dag:" + parent + ":s\n")} {
+		for _, uid := range []*string{ptr(""), ptr("u-1\n")} {
+			out = append(out, checkCase{key: k, namespace: ptr(""), uid: uid, parent: ptr(parent), step: ptr("s\n"), status: "pending"})
+		}
 	}
 	return out
 }
@@ -138,6 +144,7 @@ func TestCompactChecksKeepTheirRules(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		defer got.Close()
 		accepted, refused := 0, 0
 		for got.Next() {
 			var n int

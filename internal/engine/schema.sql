@@ -2182,7 +2182,7 @@ ALTER TABLE ONLY workflow.workflow_registry
 --
 
 ALTER TABLE workflow.workflow_run
-    ADD CONSTRAINT workflow_run_dag_key CHECK (((idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'::text) OR COALESCE((idempotency_key = ((('dag:'::text || (parent_id)::text) || ':'::text) || parent_step)), false))) NOT VALID;
+    ADD CONSTRAINT workflow_run_dag_key CHECK ((("left"(idempotency_key, 4) <> 'dag:'::text) OR (idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'::text) OR COALESCE((idempotency_key = ((('dag:'::text || (parent_id)::text) || ':'::text) || parent_step)), false))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_pending_has_attempt_left; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
@@ -2203,7 +2203,7 @@ ALTER TABLE ONLY workflow.workflow_run
 --
 
 ALTER TABLE workflow.workflow_run
-    ADD CONSTRAINT workflow_run_reserved_key CHECK (((idempotency_key !~ '^k8s(-uid)?:'::text) OR COALESCE((((source_uid IS NOT NULL) AND starts_with(idempotency_key, (('k8s:'::text || source_namespace) || ':'::text))) OR (idempotency_key = ('k8s-uid:'::text || source_uid))), false))) NOT VALID;
+    ADD CONSTRAINT workflow_run_reserved_key CHECK (((("left"(idempotency_key, 4) <> 'k8s:'::text) AND ("left"(idempotency_key, 8) <> 'k8s-uid:'::text)) OR COALESCE((((source_uid IS NOT NULL) AND starts_with(idempotency_key, (('k8s:'::text || source_namespace) || ':'::text))) OR (idempotency_key = ('k8s-uid:'::text || source_uid))), false))) NOT VALID;
 
 --
 -- Name: workflow_run workflow_run_result_size; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
@@ -2231,7 +2231,7 @@ ALTER TABLE workflow.workflow_run
 --
 
 ALTER TABLE workflow.workflow_run
-    ADD CONSTRAINT workflow_run_traceparent_format CHECK ((traceparent ~ '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
+    ADD CONSTRAINT workflow_run_traceparent_format CHECK (((octet_length(traceparent) = 55) AND (traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text) AND (substr(traceparent, 4, 32) <> '00000000000000000000000000000000'::text) AND (substr(traceparent, 37, 16) <> '0000000000000000'::text))) NOT VALID;
 
 --
 -- Name: workflow_signal workflow_signal_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -
