@@ -9,3 +9,18 @@ func (s *Server) ForgetOverview() {
 	defer s.cache.mu.Unlock()
 	s.cache.at = time.Time{}
 }
+
+// Listening reports whether the console's listener has connected and
+// listens for the inbox's notifications.
+func (s *Server) Listening() bool {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.hub.listening
+}
+
+// HeardSince reports whether a notification arrived after t.
+func (s *Server) HeardSince(t time.Time) bool {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.hub.lastNotified.After(t)
+}

@@ -54,6 +54,8 @@ type hub struct {
 	lastList time.Time
 	// lastNotified is when the latest notification arrived.
 	lastNotified time.Time
+	// listening is set once the listener has connected and LISTENs.
+	listening bool
 	// listLater is set while a look is scheduled for the pages of many runs.
 	listLater bool
 }
@@ -162,6 +164,9 @@ func (s *Server) run(ctx context.Context) error {
 			Channels: []string{engine.ChannelRunChanged, engine.ChannelRunCreated, engine.ChannelRunCancelled},
 			OnNotify: func(engine.Notification) { s.hub.notified() },
 			OnConnect: func() {
+				s.hub.mu.Lock()
+				s.hub.listening = true
+				s.hub.mu.Unlock()
 				if first {
 					first = false
 					s.hub.poke()
