@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/chromedp/chromedp"
@@ -158,15 +159,19 @@ spec:
 			chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#runs`)),
 		)).To(Succeed())
-		loc, err := browse(browser, chromedp.Location())
-		Expect(err).NotTo(HaveOccurred())
-		Expect(loc).To(ContainSubstring("prefix=console.invoice.&status=failed"))
-		statuses, err := browse(browser, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#runs tbody tr')).map(r => r.cells[1].innerText + ' ' + r.cells[2].innerText)`))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(statuses).To(HaveLen(4))
-		for _, s := range statuses {
-			Expect(s).To(Equal("console.invoice.v1 failed"))
-		}
+		// The submitted form's page replaces the one that had #runs too: read
+		// the rows once the browser is at the filtered address.
+		failed := "console.invoice.v1 failed"
+		Eventually(func() ([]string, error) {
+			loc, err := browse(browser, chromedp.Location())
+			if err != nil {
+				return nil, err
+			}
+			if !strings.Contains(loc, "prefix=console.invoice.&status=failed") {
+				return nil, fmt.Errorf("still at %s", loc)
+			}
+			return browse(browser, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#runs tbody tr')).map(r => r.cells[1].innerText + ' ' + r.cells[2].innerText)`))
+		}, 15*time.Second, 100*time.Millisecond).Should(Equal([]string{failed, failed, failed, failed}))
 		screenshotRuns := func() {
 			Expect(page(chromedp.Navigate(base+"/runs?prefix=console."), chromedp.WaitVisible(chromedp.CSS("#runs")))).To(Succeed())
 			screenshot("console-runs.png")
