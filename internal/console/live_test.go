@@ -58,14 +58,14 @@ func expectEvent(t *testing.T, ch <-chan string, within time.Duration, why strin
 	}
 }
 
-// eventually polls cond every 10 ms until it holds, failing the test after
-// within.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitFor polls cond until it holds, failing the test after timeout (as
+// the other packages' tests of the same name do).
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -165,10 +165,10 @@ func TestListPagesAreToldWhenRunsFinish(t *testing.T) {
 	e := setup(t)
 	// The page opens once the console has heard of the run's creation: a
 	// notification still on its way would be news to it.
-	eventually(t, 10*time.Second, "the console listens for the inbox's notifications", e.console.Listening)
+	waitFor(t, 10*time.Second, "the console listens for the inbox's notifications", e.console.Listening)
 	before := time.Now()
 	id := e.create(t, engine.CreateParams{Type: "live.finish.v1"})
-	eventually(t, 10*time.Second, "the console heard of the run's creation", func() bool { return e.console.HeardSince(before) })
+	waitFor(t, 10*time.Second, "the console heard of the run's creation", func() bool { return e.console.HeardSince(before) })
 	events := e.stream(t, "?")
 	expectQuiet(t, events, 2500*time.Millisecond, "a list page that just opened, with nothing changed")
 	c := e.claim(t, "live.finish.", 1)
