@@ -43,12 +43,14 @@ var constraintMessages = map[string]string{
 	"workflow_step_kind_valid":               "step kind must be step, sleep, signal or child",
 	"workflow_step_outcome_valid":            "step outcome must be ok, error or timeout",
 	"workflow_step_finished":                 "a step has an outcome exactly when it finished",
-	"workflow_step_output_size":              "step output must be at most 256 KiB of JSON",
+	"workflow_step_output_size":              "step output must be at most 1 MiB of JSON",
 	"workflow_step_error_length":             "step error must be at most 8192 characters",
 	"workflow_signal_name_format":            "signal name must be 1 to 128 characters of letters, digits and . _ : -",
 	"workflow_signal_payload_size":           "signal payload must be at most 256 KiB of JSON",
 	"workflow_signal_idempotency_key_length": "a signal's idempotency key must be 1 to 512 characters",
 	"workflow_run_traceparent_format":        traceParentRule,
+	"workflow_run_priority_range":            "priority must be between 0 and 1000000",
+	"workflow_registry_definition_size":      "a definition must be at most 256 KiB of JSON",
 }
 
 // ConstraintMessage returns the human explanation of a schema check constraint,

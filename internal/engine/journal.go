@@ -39,9 +39,16 @@ const (
 const (
 	// MaxStepNameLength is the longest step (and signal) name.
 	MaxStepNameLength = 128
-	// MaxStepOutputBytes is the largest step output or signal payload, as
-	// JSON text.
-	MaxStepOutputBytes = 256 << 10
+	// MaxStepOutputBytes is the largest step output (a child's or a DAG's
+	// result copied into its parent's journal included), as JSON text: the
+	// same as a run's result.
+	MaxStepOutputBytes = 1 << 20
+	// MaxSignalPayloadBytes is the largest signal payload, as JSON text.
+	MaxSignalPayloadBytes = 256 << 10
+	// MaxJSONDepth is how deep a stored JSON value may nest (objects and
+	// arrays) wherever a client decodes it: payloads, results, step
+	// outputs, signal payloads, definitions.
+	MaxJSONDepth = 64
 	// MaxSteps is the most journal entries a run can have.
 	MaxSteps = 1000
 )

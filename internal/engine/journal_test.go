@@ -213,7 +213,7 @@ func TestRecordStepLimits(t *testing.T) {
 		engine.StepWrite{LeaseRef: c.Ref(), Name: "late", Position: 1000},
 		engine.StepWrite{LeaseRef: c.Ref(), Name: "fine", Position: 0, Output: json.RawMessage(`{"ok":true}`)})
 	wants := []string{"step name must be 1 to 128 characters", "may contain only letters, digits",
-		"step name must be 1 to 128 characters", "the limit is 262144", "at most 1000 steps"}
+		"step name must be 1 to 128 characters", "the limit is 1048576", "at most 1000 steps"}
 	for i, w := range wants {
 		if res[i].Status != engine.WriteInvalid || !strings.Contains(res[i].Message, w) {
 			t.Errorf("request %d: %+v, want invalid with %q", i, res[i], w)
@@ -374,7 +374,7 @@ func TestSignals(t *testing.T) {
 	if _, err := b.eng.SendSignal(b.ctx, engine.SignalParams{RunID: id, Name: "x", Payload: json.RawMessage(`"\u0000"`)}); !errors.Is(err, engine.ErrInvalid) {
 		t.Errorf("NUL payload: %v", err)
 	}
-	if _, err := b.eng.SendSignal(b.ctx, engine.SignalParams{RunID: id, Name: "x", Payload: json.RawMessage(`"` + strings.Repeat("x", engine.MaxStepOutputBytes) + `"`)}); !errors.Is(err, engine.ErrInvalid) {
+	if _, err := b.eng.SendSignal(b.ctx, engine.SignalParams{RunID: id, Name: "x", Payload: json.RawMessage(`"` + strings.Repeat("x", engine.MaxSignalPayloadBytes) + `"`)}); !errors.Is(err, engine.ErrInvalid) {
 		t.Errorf("oversized payload: %v", err)
 	}
 	if _, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c3[0].Ref()}}); err != nil {

@@ -46,6 +46,11 @@ type ClaimedRun struct {
 	Journal []JournalEntry
 	// TraceParent is the W3C traceparent stored with the run ("" when none).
 	TraceParent string
+	// DecodeError is set when the run's journal could not be decoded (a
+	// value nested deeper than this client decodes, say): the run cannot
+	// be replayed, and the caller fails it alone, for good, with this error;
+	// the other runs of the claim are unaffected.
+	DecodeError error
 }
 
 func nilIfEmpty(s []string) []string {
@@ -91,7 +96,8 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 		c.Payload = payload
 		if len(journal) > 0 {
 			if err := json.Unmarshal(journal, &c.Journal); err != nil {
-				return c, fmt.Errorf("decode journal of run %s: %w", c.ID, err)
+				c.Journal = nil
+				c.DecodeError = fmt.Errorf("the journal of run %s cannot be decoded: %w", c.ID, err)
 			}
 		}
 		return c, nil
@@ -165,9 +171,20 @@ type Completion struct {
 	Result json.RawMessage
 }
 
-// CompleteRuns marks attempts succeeded. Only runs still leased by workerID at
-// the given attempt change; their ids are returned.
-func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Completion) ([]string, error) {
+// Completed is what workflow.complete_runs did with one run the worker
+// still held: succeeded, or failed for good because the database refused its
+// result (too large, nested too deeply), with Error saying why.
+type Completed struct {
+	ID     string
+	Status Status
+	Error  string
+}
+
+// CompleteRuns records successful attempts. Only runs still leased by
+// workerID at the given attempt change; each is returned with what became of
+// it. A result over the limits fails its run alone: the rest of the batch
+// stands.
+func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Completion) ([]Completed, error) {
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -187,7 +204,14 @@ func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Complet
 	if err != nil {
 		return nil, translate("complete runs", err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	done, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Completed, error) {
+		var c Completed
+		var status string
+		var msg *string
+		err := row.Scan(&c.ID, &status, &msg)
+		c.Status, c.Error = Status(status), deref(msg)
+		return c, err
+	})
 	if err != nil {
 		return nil, translate("complete runs", err)
 	}

@@ -268,8 +268,8 @@ func TestPlainSQLStatusChangesAreAudited(t *testing.T) {
 }
 
 // Issue 10, item 10 (sizes): a payload over the limit (1 MiB by default,
-// workflow.max_payload_bytes) is refused with a clear error, from any
-// producer; a result over 1 MiB is refused too.
+// workflow_settings.max_payload_bytes) is refused with a clear error, from
+// any producer; a result over 1 MiB fails its run alone.
 func TestPayloadAndResultSizeLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -281,24 +281,20 @@ func TestPayloadAndResultSizeLimits(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, payload) values ('size.a.v1', $1)`, string(big)); err == nil {
 		t.Fatal("a plain insert of a 1 MiB payload was accepted")
 	}
-	// The limit is a setting.
-	conn, err := b.pool.Acquire(b.ctx)
-	if err != nil {
+	// The limit is the owner's setting.
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set max_payload_bytes = 1024"); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(b.ctx, "set workflow.max_payload_bytes = '100'"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(b.ctx, `insert into workflow.workflow_run (type, payload) values ('size.a.v1', $1)`, `{"x":"`+strings.Repeat("a", 200)+`"}`); err == nil || !strings.Contains(err.Error(), "the limit is 100") {
+	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, payload) values ('size.a.v1', $1)`, `{"x":"`+strings.Repeat("a", 2000)+`"}`); err == nil || !strings.Contains(err.Error(), "the limit is 1024") {
 		t.Fatalf("insert over a lowered limit: %v", err)
 	}
-	if _, err := conn.Exec(b.ctx, "reset workflow.max_payload_bytes"); err != nil {
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set max_payload_bytes = default"); err != nil {
 		t.Fatal(err)
 	}
 	b.create(t, engine.CreateParams{Type: "size.b.v1"})
 	c := b.claimOne(t, "w", "size.b.")
-	if _, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c.Ref(), Result: big}}); !errors.Is(err, engine.ErrInvalid) {
-		t.Fatalf("complete with a 1 MiB result: %v", err)
+	done, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c.Ref(), Result: big}})
+	if err != nil || len(done) != 1 || done[0].Status != engine.StatusFailed || !strings.Contains(done[0].Error, "the limit is 1048576") {
+		t.Fatalf("complete with a 1 MiB result: %+v, %v", done, err)
 	}
 }

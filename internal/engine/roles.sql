@@ -74,6 +74,8 @@ grant execute on function
     workflow.expire_deadlines(uuid[], integer)
 to workflow_worker;
 grant select on workflow.workflow_registry to workflow_worker;
+-- Everyone reads the owner's limits (only the owner writes them).
+grant select on workflow.workflow_settings to workflow_worker, workflow_producer, workflow_reader;
 
 -- Producers: the columns a producer may set when it records a run (every
 -- other column keeps its default: a run starts pending, unleased, without a

@@ -150,7 +150,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 	inlinable := map[string]bool{
 		"prefix_pattern": true, "retry_delay": true, "far_future": true, "new_run_id": true,
 		"step_name_problem": true, "output_problem": true, "nondeterminism_message": true,
-		"traceparent_valid": true,
+		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
 	}
 	definer := map[string]bool{
 		// worker

@@ -80,6 +80,8 @@ func TestHotPathHelpersAreInlined(t *testing.T) {
 		"step_name_problem": `select workflow.step_name_problem(n) from unnest(array['ok', '', null]) n`,
 		"output_problem":    `select workflow.output_problem(o) from unnest(array['{}'::jsonb, null]) o`,
 		"traceparent_valid": `select workflow.traceparent_valid(p) from unnest(array['00-x', null]) p`,
+		"json_too_deep":     `select workflow.json_too_deep(o) from unnest(array['{}'::jsonb, null]) o`,
+		"result_problem":    `select workflow.result_problem(o) from unnest(array['{}'::jsonb, null]) o`,
 	} {
 		rows, err := b.pool.Query(b.ctx, "explain (verbose, costs off) "+stmt)
 		if err != nil {

@@ -92,7 +92,6 @@ $$;
 CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_runtime text, p_limit integer, p_lease_ms bigint, p_types text[] DEFAULT NULL::text[]) RETURNS TABLE(id uuid, type text, payload jsonb, attempt integer, max_attempts integer, lease_until timestamp with time zone, created_at timestamp with time zone, lease_token bigint, deadline_at timestamp with time zone, journal jsonb, traceparent text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     SET plan_cache_mode TO 'force_generic_plan'
     SET jit TO 'off'
     SET enable_hashjoin TO 'off'
@@ -100,9 +99,11 @@ CREATE FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[], p_
     AS $$
 #variable_conflict use_column
 declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_patterns text[];
     v_types text[];
 begin
+    perform set_config('workflow.via_function', 'on', true);
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
         raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
     end if;
@@ -228,6 +229,7 @@ begin
            c.traceparent
     from claimed c
     order by c.priority, c.created_at;
+    perform set_config('workflow.via_function', v_via, true);
 end
 $$;
 
@@ -241,28 +243,37 @@ COMMENT ON FUNCTION workflow.claim_runs(p_worker_id text, p_type_prefixes text[]
 -- Name: complete_runs(text, uuid[], bigint[], jsonb[]); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
-CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_results jsonb[]) RETURNS TABLE(id uuid)
-    LANGUAGE sql SECURITY DEFINER
+CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_results jsonb[]) RETURNS TABLE(id uuid, status text, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
     -- The workflows (DAG runs, durable parents) of the runs finishing here,
     -- locked first and in id order: ending a workflow locks it before its
     -- steps, so a step's end must not lock them the other way round.
     -- Looked up by primary key: as a join (enable_nestloop is off here) the
     -- parents were found by reading the whole table.
-    select 1 from workflow.workflow_run p
+    perform 1 from workflow.workflow_run p
     where p.id = any (array(select c.parent_id from workflow.workflow_run c
                             where c.id = any (p_ids) and c.parent_id is not null))
     order by p.id
     for update of p;
+    return query
     with req as (
-        select * from unnest(p_ids, p_tokens, p_results) as t(id, token, result)
+        select t.id, t.token, t.result, workflow.result_problem(t.result) as problem
+        from unnest(p_ids, p_tokens, p_results) as t(id, token, result)
     ), done as (
         update workflow.workflow_run r
-        set status      = 'succeeded',
-            result      = req.result,
+        set status      = case when req.problem is null then 'succeeded' else 'failed' end,
+            result      = case when req.problem is null then req.result end,
+            last_error  = case when req.problem is not null
+                               then 'the handler''s result was refused: ' || req.problem
+                               else r.last_error end,
             lease_until = null,
             finished_at = now(),
             updated_at  = now()
@@ -274,14 +285,26 @@ CREATE FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens 
           and coalesce(r.status, '') = 'leased'
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
-        returning r.id, r.attempt, r.parent_id
+        returning r.id, r.attempt, r.status, r.last_error
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
-        select d.id, 'succeeded', jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt)
+        select d.id, d.status,
+               case when d.status = 'succeeded'
+                    then jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt)
+                    else jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt,
+                                            'reason', 'result_refused', 'error', d.last_error) end
         from done d
     )
-    select d.id from done d
+    select d.id, d.status, d.last_error from done d;
+    perform set_config('workflow.via_function', v_via, true);
+end
 $$;
+
+--
+-- Name: FUNCTION complete_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_results jsonb[]); Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON FUNCTION workflow.complete_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_results jsonb[]) IS 'Records the results of runs a worker holds; a result over the limits fails its run alone. Returns (id, status, error) per finished run.';
 
 --
 -- Name: create_runs(text[], text[], integer[], timestamp with time zone[], text[], integer[], bigint[], bigint[], bigint[], text[]); Type: FUNCTION; Schema: workflow; Owner: -
@@ -440,19 +463,21 @@ COMMENT ON FUNCTION workflow.create_runs(p_types text[], p_payloads text[], p_pr
 CREATE FUNCTION workflow.dag_advance(p_run uuid) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
 declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_run workflow.workflow_run;
-    v_limit bigint := coalesce(nullif(current_setting('workflow.max_payload_bytes', true), '')::bigint, 1048576);
+    v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
     v_bad record;
     v_results jsonb;
     v_total integer;
     v_ok integer;
     v_result jsonb;
 begin
+    perform set_config('workflow.via_function', 'on', true);
     select * into v_run from workflow.workflow_run r where r.id = p_run for update;
     if not found or v_run.status <> 'pending' or v_run.dag is null then
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
@@ -468,6 +493,7 @@ begin
                    left(coalesce(v_bad.last_error, v_bad.status), 4000)),
             jsonb_build_object('reason', 'step_failed', 'step', v_bad.parent_step,
                                'step_run_id', v_bad.id, 'step_status', v_bad.status));
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
@@ -482,9 +508,14 @@ begin
             perform workflow.dag_end(v_run, 'failed', null,
                 format('the steps'' results together are %s bytes; a result is at most 1048576', octet_length(v_result::text)),
                 jsonb_build_object('reason', 'result_too_large'));
+        elsif workflow.json_too_deep(v_result) then
+            perform workflow.dag_end(v_run, 'failed', null,
+                'the steps'' results together nest deeper than 64 levels, the most a result may',
+                jsonb_build_object('reason', 'result_too_deep'));
         else
             perform workflow.dag_end(v_run, 'succeeded', v_result, null, jsonb_build_object('steps', v_total));
         end if;
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
@@ -494,9 +525,20 @@ begin
     where octet_length(r.payload::text) > v_limit limit 1;
     if found then
         perform workflow.dag_end(v_run, 'failed', null,
-            format('the payload of step "%s" would be %s bytes; the limit is %s (workflow.max_payload_bytes)',
+            format('the payload of step "%s" would be %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
                    v_bad.name, v_bad.bytes, v_limit),
             jsonb_build_object('reason', 'payload_too_large', 'step', v_bad.name));
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+    select r.name into v_bad
+    from workflow.dag_ready_steps(v_run, v_results) r
+    where workflow.json_too_deep(r.payload) limit 1;
+    if found then
+        perform workflow.dag_end(v_run, 'failed', null,
+            format('the payload of step "%s" would nest deeper than 64 levels, the most a payload may', v_bad.name),
+            jsonb_build_object('reason', 'payload_too_deep', 'step', v_bad.name));
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
@@ -506,6 +548,7 @@ begin
            r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at
     from workflow.dag_ready_steps(v_run, v_results) r
     on conflict do nothing;
+    perform set_config('workflow.via_function', v_via, true);
 end
 $$;
 
@@ -573,6 +616,7 @@ CREATE TABLE workflow.workflow_run (
     CONSTRAINT workflow_run_max_attempts_range CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
     CONSTRAINT workflow_run_parent_step_set CHECK (((parent_id IS NULL) = (parent_step IS NULL))),
     CONSTRAINT workflow_run_payload_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
+    CONSTRAINT workflow_run_priority_range CHECK (((priority >= 0) AND (priority <= 1000000))),
     CONSTRAINT workflow_run_retry_policy_valid CHECK (((retry_base_delay > '00:00:00'::interval) AND (retry_max_delay > '00:00:00'::interval) AND (retry_max_delay >= retry_base_delay))),
     CONSTRAINT workflow_run_status_valid CHECK ((status = ANY ('{pending,leased,succeeded,failed,cancelled}'::text[]))),
     CONSTRAINT workflow_run_type_format CHECK (((char_length(type) <= 253) AND (type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'::text))),
@@ -612,9 +656,11 @@ COMMENT ON COLUMN workflow.workflow_run.traceparent IS 'W3C traceparent of the c
 CREATE FUNCTION workflow.dag_end(p_run workflow.workflow_run, p_status text, p_result jsonb, p_error text, p_data jsonb) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
+    perform set_config('workflow.via_function', 'on', true);
     update workflow.workflow_run r
     set status = p_status, result = p_result, last_error = p_error,
         wait_kind = null, wait_step = null, wait_signal = null,
@@ -622,6 +668,7 @@ begin
     where r.id = p_run.id;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (p_run.id, p_status, jsonb_strip_nulls(p_data || jsonb_build_object('error', p_error)));
+    perform set_config('workflow.via_function', v_via, true);
 end
 $$;
 
@@ -668,6 +715,12 @@ declare
     v_cur text;
     v_next text;
 begin
+    if p_def is not null and octet_length(p_def::text) > 262144 then
+        return format('a definition is at most 262144 bytes (256 KiB), got %s', octet_length(p_def::text));
+    end if;
+    if workflow.json_too_deep(p_def) then
+        return 'a definition nests at most 64 levels deep (objects and arrays)';
+    end if;
     if p_def is null or jsonb_typeof(p_def) <> 'object' or not p_def ? 'steps' then
         return 'a definition is an object with "steps"';
     end if;
@@ -804,30 +857,46 @@ $$;
 --
 
 CREATE FUNCTION workflow.expire_deadlines(p_ids uuid[], p_limit integer) RETURNS TABLE(id uuid, previous_status text)
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+    v_ids uuid[];
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    select array_agg(d.id) into v_ids
+    from (
+        select o.id
+        from (select r.id, r.deadline_at,
+                     row_number() over (partition by r.type order by r.deadline_at, r.id) as round
+              from workflow.workflow_run r
+              where r.deadline_at <= now()
+                and r.deadline_at is not null
+                and r.status in ('pending', 'leased')
+                and (p_ids is null or r.id = any (p_ids))) o
+        order by o.round, o.deadline_at, o.id
+        limit p_limit
+    ) d;
+    if v_ids is null then
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
     -- The workflows of the runs about to expire, locked first and in id
     -- order, as a worker's completions do.
-    select 1 from workflow.workflow_run p
+    perform 1 from workflow.workflow_run p
     where p.id in (select r.parent_id from workflow.workflow_run r
-                   where r.deadline_at <= now() and r.deadline_at is not null
-                     and r.status in ('pending', 'leased') and r.parent_id is not null
-                     and (p_ids is null or r.id = any (p_ids))
-                   order by r.deadline_at
-                   limit p_limit)
+                   where r.id = any (v_ids) and r.parent_id is not null)
     order by p.id
     for update of p;
+    return query
     with doomed as (
         select r.id, r.status, r.leased_by, r.wait_kind
         from workflow.workflow_run r
-        where r.deadline_at <= now()
-          and r.deadline_at is not null
+        where r.id = any (v_ids)
+          and r.deadline_at <= now()
           and r.status in ('pending', 'leased')
-          and (p_ids is null or r.id = any (p_ids))
-        order by r.deadline_at
-        limit p_limit
         for update skip locked
     ), expired as (
         update workflow.workflow_run r
@@ -852,7 +921,9 @@ CREATE FUNCTION workflow.expire_deadlines(p_ids uuid[], p_limit integer) RETURNS
                    'worker_id', case when x.status = 'leased' then x.leased_by end))
         from expired x
     )
-    select x.id, x.status from expired x
+    select x.id, x.status from expired x;
+    perform set_config('workflow.via_function', v_via, true);
+end
 $$;
 
 --
@@ -860,19 +931,24 @@ $$;
 --
 
 CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[], p_errors text[], p_retryable boolean[]) RETURNS TABLE(id uuid, status text, run_at timestamp with time zone)
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
     -- The workflows (DAG runs, durable parents) of the runs finishing here,
     -- locked first and in id order: ending a workflow locks it before its
     -- steps, so a step's end must not lock them the other way round.
-    select 1 from workflow.workflow_run p
+    perform 1 from workflow.workflow_run p
     where p.id in (select c.parent_id from workflow.workflow_run c
                    where c.id = any (p_ids) and c.parent_id is not null)
     order by p.id
     for update of p;
+    return query
     with req as (
         select * from unnest(p_ids, p_tokens, p_errors, p_retryable)
             as t(id, token, error, retryable)
@@ -909,7 +985,9 @@ CREATE FUNCTION workflow.fail_runs(p_worker_id text, p_ids uuid[], p_tokens bigi
                    'next_run_at', case when f.status = 'pending' then f.run_at end))
         from failed f
     )
-    select f.id, f.status, f.run_at from failed f
+    select f.id, f.status, f.run_at from failed f;
+    perform set_config('workflow.via_function', v_via, true);
+end
 $$;
 
 --
@@ -928,10 +1006,12 @@ CREATE FUNCTION workflow.heartbeat_runs(p_worker_id text, p_ids uuid[], p_tokens
     LANGUAGE plpgsql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
 #variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
+    perform set_config('workflow.via_function', 'on', true);
     if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
         raise exception 'heartbeat_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
     end if;
@@ -966,6 +1046,7 @@ begin
     from req
     left join extended x on x.id = req.id
     left join workflow.workflow_run cur on cur.id = req.id;
+    perform set_config('workflow.via_function', v_via, true);
 end
 $$;
 
@@ -1026,6 +1107,14 @@ CREATE FUNCTION workflow.journal_conflict(p_run uuid, p_name text, p_kind text, 
          from workflow.workflow_step s
          where s.run_id = p_run and s.name = p_name and s.position <> p_position))
 $$;
+
+--
+-- Name: json_too_deep(jsonb); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.json_too_deep(p_value jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN jsonb_path_exists(p_value, 'strict $.**{64}?(@.type() == "object" || @.type() == "array")'::jsonpath);
 
 --
 -- Name: nondeterminism_message(text, text, integer, text, text); Type: FUNCTION; Schema: workflow; Owner: -
@@ -1159,6 +1248,16 @@ CREATE FUNCTION workflow.on_registry_written() RETURNS trigger
 declare
     v_problem text;
 begin
+    -- Bounded before the lock below: an oversized definition never holds
+    -- up the writers of other registries.
+    if new.definition is not null and octet_length(new.definition::text) > 262144 then
+        raise exception 'invalid definition of %: it is % bytes; a definition is at most 262144 (256 KiB)',
+            left(new.workflow_name, 253), octet_length(new.definition::text) using errcode = '22023';
+    end if;
+    if workflow.json_too_deep(new.definition) then
+        raise exception 'invalid definition of %: it nests deeper than 64 levels (objects and arrays)',
+            left(new.workflow_name, 253) using errcode = '22023';
+    end if;
     -- Definitions are checked against each other: one writer at a time.
     perform pg_advisory_xact_lock(hashtext('workflow.workflow_registry.definition'));
     if new.definition is null then
@@ -1244,6 +1343,29 @@ end
 $$;
 
 --
+-- Name: on_run_history_rewritten(); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.on_run_history_rewritten() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+    if pg_has_role(current_user, (select c.relowner from pg_catalog.pg_class c where c.oid = tg_relid), 'usage') then
+        return new;
+    end if;
+    if old.deleted_at is not null and new.deleted_at is distinct from old.deleted_at then
+        raise exception 'workflow run % was deleted at %; a soft delete is final', old.id, old.deleted_at
+            using errcode = '55000';
+    end if;
+    -- updated_at keeps the later time (a cancel that waited on a worker's
+    -- write may carry an earlier now(); that is no error, and no rewrite).
+    new.updated_at := old.updated_at;
+    return new;
+end
+$$;
+
+--
 -- Name: on_run_inserted(); Type: FUNCTION; Schema: workflow; Owner: -
 --
 
@@ -1252,15 +1374,20 @@ CREATE FUNCTION workflow.on_run_inserted() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-    v_limit bigint := coalesce(nullif(current_setting('workflow.max_payload_bytes', true), '')::bigint, 1048576);
+    v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
     v_big record;
     v_dag record;
 begin
     select n.type, octet_length(n.payload::text) as bytes into v_big
     from new_runs n where octet_length(n.payload::text) > v_limit limit 1;
     if found then
-        raise exception 'payload of a % run is % bytes; the limit is % (workflow.max_payload_bytes)',
+        raise exception 'payload of a % run is % bytes; the limit is % (workflow_settings.max_payload_bytes)',
             v_big.type, v_big.bytes, v_limit using errcode = '22023';
+    end if;
+    select n.type into v_big from new_runs n where workflow.json_too_deep(n.payload) limit 1;
+    if found then
+        raise exception 'payload of a % run nests deeper than 64 levels (objects and arrays), the most a stored value may',
+            v_big.type using errcode = '22023';
     end if;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     select n.id, 'created',
@@ -1402,10 +1529,7 @@ $$;
 
 CREATE FUNCTION workflow.output_problem(p_output jsonb) RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
-    select case when p_output is not null and octet_length(p_output::text) > 262144
-        then format('output is %s bytes; the limit is 262144 (256 KiB)', octet_length(p_output::text)) end
-$$;
+    RETURN CASE WHEN ((p_output IS NOT NULL) AND (octet_length((p_output)::text) > 1048576)) THEN format('output is %s bytes; the limit is 1048576 (1 MiB)'::text, octet_length((p_output)::text)) WHEN workflow.json_too_deep(p_output) THEN 'output nests deeper than 64 levels (objects and arrays), the most a stored value may'::text ELSE NULL::text END;
 
 --
 -- Name: park_run(text, uuid, bigint, text, text, integer, timestamp with time zone, bigint, text); Type: FUNCTION; Schema: workflow; Owner: -
@@ -1414,16 +1538,17 @@ $$;
 CREATE FUNCTION workflow.park_run(p_worker_id text, p_id uuid, p_token bigint, p_kind text, p_step text, p_position integer, p_wake_at timestamp with time zone, p_delay_ms bigint, p_signal text) RETURNS TABLE(status text, outcome text, output jsonb, error text, wake_at timestamp with time zone, message text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
 #variable_conflict use_column
 declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_run workflow.workflow_run;
     v_step workflow.workflow_step;
     v_problem text;
     v_wake timestamptz;
     v_signal workflow.workflow_signal;
 begin
+    perform set_config('workflow.via_function', 'on', true);
     if p_kind is null or p_kind not in ('sleep', 'signal', 'child') then
         raise exception 'park_run: kind must be sleep, signal or child, got %', p_kind using errcode = '22023';
     end if;
@@ -1434,12 +1559,14 @@ begin
                           case when p_delay_ms < 0 then 'a delay must not be negative' end);
     if v_problem is not null then
         return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
     if p_delay_ms is not null then
         if p_delay_ms > 3153600000000 then  -- 100 years
             return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
                                 'a wait may last at most 100 years';
+            perform set_config('workflow.via_function', v_via, true);
             return;
         end if;
         v_wake := now() + p_delay_ms * interval '1 millisecond';
@@ -1449,17 +1576,20 @@ begin
     if p_kind = 'sleep' and v_wake is null then
         return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
                             'a sleep needs a wake-up time or a delay';
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
     v_run := workflow.held_run(p_worker_id, p_id, p_token);
     if v_run.id is null then
         return query select 'lease_lost', null::text, null::jsonb, null::text, null::timestamptz, null::text;
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
     v_problem := workflow.journal_conflict(p_id, p_step, p_kind, p_position);
     if v_problem is not null then
         return query select 'nondeterministic', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
@@ -1469,11 +1599,13 @@ begin
     select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step for update;
     if found and v_step.finished_at is not null then
         return query select 'resolved', v_step.outcome, v_step.output, v_step.error, v_step.wake_at, null::text;
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
     if p_kind = 'child' and not found then
         return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
                             format('no child run was started at step "%s"', p_step);
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
     if not found then
@@ -1493,6 +1625,7 @@ begin
             update workflow.workflow_step s set outcome = 'ok', output = v_signal.payload, finished_at = now()
             where s.run_id = p_id and s.name = p_step;
             return query select 'resolved', 'ok'::text, v_signal.payload, null::text, v_wake, null::text;
+            perform set_config('workflow.via_function', v_via, true);
             return;
         end if;
     end if;
@@ -1502,6 +1635,7 @@ begin
         where s.run_id = p_id and s.name = p_step;
         return query select 'resolved', case when p_kind = 'sleep' then 'ok' else 'timeout' end,
                             null::jsonb, null::text, v_wake, null::text;
+        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
@@ -1522,6 +1656,7 @@ begin
         'until', v_wake, 'child_id', v_step.child_id,
         'worker_id', p_worker_id, 'attempt', v_run.attempt, 'attempt_counted', false)));
     return query select 'parked', null::text, null::jsonb, null::text, v_wake, null::text;
+    perform set_config('workflow.via_function', v_via, true);
 end
 $$;
 
@@ -1613,19 +1748,24 @@ COMMENT ON FUNCTION workflow.queue_depth(p_type_prefixes text[], p_runtime text,
 --
 
 CREATE FUNCTION workflow.reap_expired_leases(p_limit integer) RETURNS TABLE(id uuid, status text)
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
     -- The workflows of the runs about to be reaped, locked first and in id
     -- order, as a worker's completions do.
-    select 1 from workflow.workflow_run p
+    perform 1 from workflow.workflow_run p
     where p.id in (select r.parent_id from workflow.workflow_run r
                    where r.status = 'leased' and r.lease_until < now() and r.parent_id is not null
                    order by r.lease_until
                    limit p_limit)
     order by p.id
     for update of p;
+    return query
     with expired as (
         select r.id, r.leased_by, r.lease_until
         from workflow.workflow_run r
@@ -1654,7 +1794,9 @@ CREATE FUNCTION workflow.reap_expired_leases(p_limit integer) RETURNS TABLE(id u
                                   'lease_until', x.lease_until)
         from reaped x
     )
-    select x.id, x.status from reaped x
+    select x.id, x.status from reaped x;
+    perform set_config('workflow.via_function', v_via, true);
+end
 $$;
 
 --
@@ -1758,11 +1900,16 @@ $$;
 --
 
 CREATE FUNCTION workflow.release_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[]) RETURNS TABLE(id uuid)
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET enable_nestloop TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    return query
     with req as (
         select * from unnest(p_ids, p_tokens) as t(id, token)
     ), released as (
@@ -1787,8 +1934,18 @@ CREATE FUNCTION workflow.release_runs(p_worker_id text, p_ids uuid[], p_tokens b
                                   'reason', 'released', 'attempt_counted', false)
         from released x
     )
-    select x.id from released x
+    select x.id from released x;
+    perform set_config('workflow.via_function', v_via, true);
+end
 $$;
+
+--
+-- Name: result_problem(jsonb); Type: FUNCTION; Schema: workflow; Owner: -
+--
+
+CREATE FUNCTION workflow.result_problem(p_result jsonb) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN ((p_result IS NOT NULL) AND (octet_length((p_result)::text) > 1048576)) THEN format('result is %s bytes; the limit is 1048576 (1 MiB)'::text, octet_length((p_result)::text)) WHEN workflow.json_too_deep(p_result) THEN 'result nests deeper than 64 levels (objects and arrays), the most a stored value may'::text ELSE NULL::text END;
 
 --
 -- Name: retry_delay(integer, interval, interval, double precision); Type: FUNCTION; Schema: workflow; Owner: -
@@ -1826,7 +1983,10 @@ begin
              then replace(workflow.step_name_problem(p_name), 'step name', 'signal name') end,
         case when p_idempotency_key is not null and char_length(p_idempotency_key) not between 1 and 512
              then 'a signal''s idempotency key must be 1 to 512 characters' end,
-        replace(workflow.output_problem(p_payload), 'output', 'signal payload'));
+        case when p_payload is not null and octet_length(p_payload::text) > 262144
+             then format('signal payload is %s bytes; the limit is 262144 (256 KiB)', octet_length(p_payload::text)) end,
+        case when workflow.json_too_deep(p_payload)
+             then 'signal payload nests deeper than 64 levels (objects and arrays), the most a stored value may' end);
     if v_problem is not null then
         raise exception 'send_signal: %', v_problem using errcode = '22023';
     end if;
@@ -1849,9 +2009,21 @@ begin
         return query select v_id, true, false;
         return;
     end if;
-    if (select count(*) from workflow.workflow_signal g
-        where g.run_id = p_run_id and g.consumed_at is null) > 1000 then
-        raise exception 'send_signal: run % already has 1000 signals waiting to be consumed', p_run_id
+    -- The backlog is bounded per name: signals of other names (however
+    -- many) never stand in the way of the one a run waits for, and the
+    -- signal a run is parked on is delivered at once, whatever waits.
+    if not (v_run.status = 'pending' and v_run.wait_kind = 'signal' and v_run.wait_signal = p_name)
+       and (select count(*) from (select 1 from workflow.workflow_signal g
+                                  where g.run_id = p_run_id and g.name = p_name and g.consumed_at is null
+                                  limit 1001) w) > 1000 then
+        raise exception 'send_signal: run % already has 1000 signals named % waiting to be consumed', p_run_id, p_name
+            using errcode = '54000';
+    end if;
+    if not (v_run.status = 'pending' and v_run.wait_kind = 'signal' and v_run.wait_signal = p_name)
+       and (select count(*) from (select 1 from workflow.workflow_signal g
+                                  where g.run_id = p_run_id and g.consumed_at is null
+                                  limit 10001) w) > 10000 then
+        raise exception 'send_signal: run % already has 10000 signals waiting to be consumed', p_run_id
             using errcode = '54000';
     end if;
     insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -1902,7 +2074,15 @@ begin
                           case when p_payload is not null and jsonb_typeof(p_payload) <> 'object'
                                then 'a child''s payload must be a JSON object' end,
                           case when p_deadline_ms is not null and p_deadline_ms <= 0
-                               then 'a child''s deadline must be positive' end);
+                               then 'a child''s deadline must be positive' end,
+                          case when p_priority is not null and p_priority not between 0 and 1000000
+                               then format('a child''s priority must be between 0 and 1000000, got %s', p_priority) end,
+                          case when octet_length(p_payload::text) > (select st.max_payload_bytes from workflow.workflow_settings st)
+                               then format('a child''s payload is %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
+                                           octet_length(p_payload::text),
+                                           (select st.max_payload_bytes from workflow.workflow_settings st)) end,
+                          case when workflow.json_too_deep(p_payload)
+                               then 'a child''s payload nests deeper than 64 levels, the most a stored value may' end);
     if v_problem is not null then
         return query select 'invalid', null::uuid, null::text, null::jsonb, null::text, v_problem;
         return;
@@ -2095,6 +2275,23 @@ COMMENT ON TABLE workflow.workflow_registry IS 'Which runtime executes a workflo
 COMMENT ON COLUMN workflow.workflow_registry.definition IS 'A DAG workflow''s steps ({"steps": [...]}); runtime is null then: the database runs it.';
 
 --
+-- Name: workflow_settings; Type: TABLE; Schema: workflow; Owner: -
+--
+
+CREATE TABLE workflow.workflow_settings (
+    singleton boolean DEFAULT true NOT NULL,
+    max_payload_bytes integer DEFAULT 1048576 NOT NULL,
+    CONSTRAINT workflow_settings_max_payload_bytes_range CHECK (((max_payload_bytes >= 1024) AND (max_payload_bytes <= 67108864))),
+    CONSTRAINT workflow_settings_one_row CHECK (singleton)
+);
+
+--
+-- Name: TABLE workflow_settings; Type: COMMENT; Schema: workflow; Owner: -
+--
+
+COMMENT ON TABLE workflow.workflow_settings IS 'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB).';
+
+--
 -- Name: workflow_signal; Type: TABLE; Schema: workflow; Owner: -
 --
 
@@ -2153,7 +2350,6 @@ CREATE TABLE workflow.workflow_step (
     CONSTRAINT workflow_step_kind_valid CHECK ((kind = ANY (ARRAY['step'::text, 'sleep'::text, 'signal'::text, 'child'::text]))),
     CONSTRAINT workflow_step_name_format CHECK ((((char_length(name) >= 1) AND (char_length(name) <= 128)) AND (name ~ '^[A-Za-z0-9._:-]+$'::text))),
     CONSTRAINT workflow_step_outcome_valid CHECK (((outcome IS NULL) OR (outcome = ANY (ARRAY['ok'::text, 'error'::text, 'timeout'::text])))),
-    CONSTRAINT workflow_step_output_size CHECK (((output IS NULL) OR (octet_length((output)::text) <= 262144))),
     CONSTRAINT workflow_step_position_range CHECK ((("position" >= 0) AND ("position" <= 999)))
 );
 
@@ -2169,6 +2365,13 @@ COMMENT ON TABLE workflow.workflow_step IS 'The step journal: what each run alre
 
 ALTER TABLE ONLY workflow.workflow_event
     ADD CONSTRAINT workflow_event_pkey PRIMARY KEY (workflow_id, id);
+
+--
+-- Name: workflow_registry workflow_registry_definition_size; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE workflow.workflow_registry
+    ADD CONSTRAINT workflow_registry_definition_size CHECK (((definition IS NULL) OR (octet_length((definition)::text) <= 262144))) NOT VALID;
 
 --
 -- Name: workflow_registry workflow_registry_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -
@@ -2234,11 +2437,25 @@ ALTER TABLE workflow.workflow_run
     ADD CONSTRAINT workflow_run_traceparent_format CHECK (((octet_length(traceparent) = 55) AND (traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text) AND (substr(traceparent, 4, 32) <> '00000000000000000000000000000000'::text) AND (substr(traceparent, 37, 16) <> '0000000000000000'::text))) NOT VALID;
 
 --
+-- Name: workflow_settings workflow_settings_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE ONLY workflow.workflow_settings
+    ADD CONSTRAINT workflow_settings_pkey PRIMARY KEY (singleton);
+
+--
 -- Name: workflow_signal workflow_signal_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -
 --
 
 ALTER TABLE ONLY workflow.workflow_signal
     ADD CONSTRAINT workflow_signal_pkey PRIMARY KEY (id);
+
+--
+-- Name: workflow_step workflow_step_output_size; Type: CHECK CONSTRAINT; Schema: workflow; Owner: -
+--
+
+ALTER TABLE workflow.workflow_step
+    ADD CONSTRAINT workflow_step_output_size CHECK (((output IS NULL) OR (octet_length((output)::text) <= 1048576))) NOT VALID;
 
 --
 -- Name: workflow_step workflow_step_pkey; Type: CONSTRAINT; Schema: workflow; Owner: -
@@ -2414,6 +2631,12 @@ CREATE TRIGGER workflow_run_child_traceparent BEFORE INSERT ON workflow.workflow
 --
 
 CREATE TRIGGER workflow_run_finished_is_final BEFORE UPDATE OF status ON workflow.workflow_run FOR EACH ROW WHEN (((old.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) AND (new.status <> old.status))) EXECUTE FUNCTION workflow.on_finished_run_changed();
+
+--
+-- Name: workflow_run workflow_run_history_rewritten; Type: TRIGGER; Schema: workflow; Owner: -
+--
+
+CREATE TRIGGER workflow_run_history_rewritten BEFORE UPDATE OF deleted_at, updated_at ON workflow.workflow_run FOR EACH ROW WHEN ((((old.deleted_at IS NOT NULL) AND (new.deleted_at IS DISTINCT FROM old.deleted_at)) OR (new.updated_at < old.updated_at))) EXECUTE FUNCTION workflow.on_run_history_rewritten();
 
 --
 -- Name: workflow_run workflow_run_inserted; Type: TRIGGER; Schema: workflow; Owner: -

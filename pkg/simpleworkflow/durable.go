@@ -17,8 +17,14 @@ const (
 	// MaxStepNameLength is the longest step or signal name; names use
 	// letters, digits and . _ : -.
 	MaxStepNameLength = engine.MaxStepNameLength
-	// MaxStepOutputBytes is the largest step output or signal payload as JSON.
+	// MaxStepOutputBytes is the largest step output as JSON (a child's
+	// result included: it is journaled in its parent).
 	MaxStepOutputBytes = engine.MaxStepOutputBytes
+	// MaxSignalPayloadBytes is the largest signal payload as JSON.
+	MaxSignalPayloadBytes = engine.MaxSignalPayloadBytes
+	// MaxJSONDepth is how deep a stored value (payload, result, step
+	// output, signal payload) may nest objects and arrays.
+	MaxJSONDepth = engine.MaxJSONDepth
 	// MaxSteps is the most steps, sleeps, waits and children one run has.
 	MaxSteps = engine.MaxSteps
 )
@@ -44,7 +50,7 @@ func (t *Task) durable() (*replay, error) {
 // An error from fn is returned as is and nothing is recorded: returning it
 // from the handler retries the attempt. Step names are 1 to 128 characters
 // of letters, digits and . _ : -, unique within the run; the output is at
-// most 256 KiB.
+// most 1 MiB and nests at most 64 levels.
 func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (out json.RawMessage, err error) {
 	r, err := t.durable()
 	if err != nil {
@@ -71,7 +77,7 @@ func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Contex
 		return nil, Permanent(fmt.Errorf("step %q: %w: output is not valid JSON", name, ErrInvalid))
 	}
 	if len(out) > MaxStepOutputBytes {
-		return nil, Permanent(fmt.Errorf("step %q: %w: output is %d bytes; the limit is %d (256 KiB)",
+		return nil, Permanent(fmt.Errorf("step %q: %w: output is %d bytes; the limit is %d (1 MiB)",
 			name, ErrInvalid, len(out), MaxStepOutputBytes))
 	}
 	res, err := r.s.recordStep(ctx, engine.StepWrite{LeaseRef: r.ref, Name: name, Position: pos, Output: out})

@@ -387,7 +387,7 @@ func TestStepLimitsFromHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"may contain only letters", "the limit is 262144"} {
+	for _, want := range []string{"may contain only letters", "the limit is 1048576"} {
 		err := <-errs
 		if !errors.Is(err, simpleworkflow.ErrInvalid) || !simpleworkflow.IsPermanent(err) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %v, want a permanent ErrInvalid saying %q", err, want)

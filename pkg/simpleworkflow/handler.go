@@ -32,6 +32,9 @@ type Task struct {
 	TraceParent string
 
 	replay *replay
+	// decodeErr is set when the run's journal could not be decoded: the
+	// handler is not called, and the run fails for good.
+	decodeErr error
 }
 
 // Decode unmarshals the payload into v.

@@ -25,8 +25,8 @@ func cleanText(s string) string {
 // refuses as invalid (a result it cannot store, such as one holding \u0000)
 // is written row by row, so only the bad row is affected: that run fails
 // for good, saying why, instead of being executed again.
-func (s *session) writeCompletions(ctx context.Context, cs []engine.Completion) ([]string, []engine.Failure, error) {
-	done, err := withRetry(ctx, func(ctx context.Context) ([]string, error) {
+func (s *session) writeCompletions(ctx context.Context, cs []engine.Completion) ([]engine.Completed, []engine.Failure, error) {
+	done, err := withRetry(ctx, func(ctx context.Context) ([]engine.Completed, error) {
 		return s.eng.CompleteRuns(ctx, s.cfg.WorkerID, cs)
 	})
 	if err == nil || !errors.Is(err, ErrInvalid) {
@@ -35,7 +35,7 @@ func (s *session) writeCompletions(ctx context.Context, cs []engine.Completion) 
 	done = done[:0]
 	var unstorable []engine.Failure
 	for _, c := range cs {
-		one, err := withRetry(ctx, func(ctx context.Context) ([]string, error) {
+		one, err := withRetry(ctx, func(ctx context.Context) ([]engine.Completed, error) {
 			return s.eng.CompleteRuns(ctx, s.cfg.WorkerID, []engine.Completion{c})
 		})
 		switch {

@@ -359,6 +359,7 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	task := &Task{ID: c.ID, Type: c.Type, Payload: c.Payload, Attempt: c.Attempt,
 		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID, DeadlineAt: c.DeadlineAt, TraceParent: c.TraceParent}
 	task.replay = newReplay(s, a.ref, cancel, span, c.Journal)
+	task.decodeErr = c.DecodeError
 	if len(c.Journal) > 0 {
 		s.log.Info("Run resumed", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt, "journal", len(c.Journal))
 	} else {
@@ -374,7 +375,11 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 	var result json.RawMessage
 	var err error
-	if h := s.handlers[task.Type]; h == nil {
+	if task.decodeErr != nil {
+		// What earlier attempts recorded cannot be read back, so the run
+		// cannot be replayed: it fails alone, for good.
+		err = Permanent(task.decodeErr)
+	} else if h := s.handlers[task.Type]; h == nil {
 		err = fmt.Errorf("worker %s has no handler for workflow type %s", s.cfg.WorkerID, task.Type)
 	} else {
 		result, err = callHandler(ctx, h, task)
@@ -504,11 +509,18 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 			s.log.Error("Recording results failed; the runs will be retried after their lease expires", "error", err, "runs", len(completions))
 		}
 		ok := make(map[string]bool, len(done))
-		for _, id := range done {
-			ok[id] = true
-			ends[id] = attemptEnd{outcome: OutcomeSucceeded}
-			o := byID[id]
-			s.log.Info("Run succeeded", "run_id", id, "type", o.run.typ, "attempt", o.run.ref.Attempt)
+		for _, d := range done {
+			ok[d.ID] = true
+			o := byID[d.ID]
+			if d.Status == engine.StatusFailed {
+				// The database refused the result (too large, nested too
+				// deeply): the run failed alone, for good.
+				ends[d.ID] = attemptEnd{outcome: OutcomeFailed, err: errors.New(d.Error)}
+				s.log.Info("Run failed", "run_id", d.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt, "error", d.Error)
+				continue
+			}
+			ends[d.ID] = attemptEnd{outcome: OutcomeSucceeded}
+			s.log.Info("Run succeeded", "run_id", d.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt)
 		}
 		for _, c := range completions {
 			if !ok[c.ID] && err == nil && byID[c.ID].kind == outcomeComplete {
@@ -678,8 +690,9 @@ func (s *session) reapLoop(ctx context.Context) {
 			}
 			continue
 		}
-		for _, id := range expired {
-			s.log.Info("Run failed: deadline exceeded", "run_id", id)
+		if len(expired) > 0 {
+			// One line a batch: a flood of overdue runs is not a flood of logs.
+			s.log.Info("Runs failed: deadline exceeded", "runs", len(expired), "run_ids", firstIDs(expired, 10))
 		}
 	}
 }
@@ -742,4 +755,12 @@ func (s *session) shutdown(ctx context.Context) {
 		s.log.Error("Handing runs back failed; they will be retried after their lease expires", "error", err)
 	}
 	endReleased(left, released, err)
+}
+
+// firstIDs returns at most n of ids, for a log line about a batch.
+func firstIDs(ids []string, n int) []string {
+	if len(ids) > n {
+		return ids[:n]
+	}
+	return ids
 }

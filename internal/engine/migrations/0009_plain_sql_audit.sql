@@ -1,19 +1,11 @@
 -- Every change of a run's status leaves an audit event, whoever makes it.
 -- The functions of this schema write their own, richer events; they say so
--- by running with workflow.via_function = on (a SET clause, so it also holds
--- inside the triggers their statements fire). A status changed by plain SQL
+-- by setting workflow.via_function = on while they run (so it also holds
+-- inside the triggers their statements fire; 0026 sets it in their bodies). A status changed by plain SQL
 -- outside them (an operator's manual fix, a producer's tool) gets an event
 -- from the trigger below, with reason plain_sql. Cancellations and soft
 -- deletes already have theirs (on_run_cancelled, on_run_soft_deleted).
 
-alter function workflow.claim_runs(text, text[], text, integer, bigint, text[]) set workflow.via_function = on;
-alter function workflow.heartbeat_runs(text, uuid[], bigint[], bigint) set workflow.via_function = on;
-alter function workflow.complete_runs(text, uuid[], bigint[], jsonb[]) set workflow.via_function = on;
-alter function workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]) set workflow.via_function = on;
-alter function workflow.release_runs(text, uuid[], bigint[]) set workflow.via_function = on;
-alter function workflow.park_run(text, uuid, bigint, text, text, integer, timestamptz, bigint, text) set workflow.via_function = on;
-alter function workflow.reap_expired_leases(integer) set workflow.via_function = on;
-alter function workflow.expire_deadlines(uuid[], integer) set workflow.via_function = on;
 
 create function workflow.on_status_changed_by_sql() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$

@@ -231,7 +231,7 @@ $$;
 -- whenever one of its steps ends; the run's row lock serialises the calls.
 create or replace function workflow.dag_advance(p_run uuid) returns void
 language plpgsql set search_path = pg_catalog, pg_temp
-set workflow.via_function = on as $$
+as $$
 declare
     v_run workflow.workflow_run;
     v_limit bigint := coalesce(nullif(current_setting('workflow.max_payload_bytes', true), '')::bigint, 1048576);
@@ -305,7 +305,7 @@ revoke execute on function workflow.dag_advance(uuid) from public;
 create or replace function workflow.dag_end(p_run workflow.workflow_run, p_status text, p_result jsonb,
                                             p_error text, p_data jsonb) returns void
 language plpgsql set search_path = pg_catalog, pg_temp
-set workflow.via_function = on as $$
+as $$
 begin
     update workflow.workflow_run r
     set status = p_status, result = p_result, last_error = p_error,

@@ -14,7 +14,7 @@ returns table (id uuid)
 language sql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set workflow.via_function = on as $$
+as $$
     -- The workflows (DAG runs, durable parents) of the runs finishing here,
     -- locked first and in id order: ending a workflow locks it before its
     -- steps, so a step's end must not lock them the other way round.
@@ -52,7 +52,7 @@ returns table (id uuid, status text, run_at timestamptz)
 language sql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set workflow.via_function = on as $$
+as $$
     -- The workflows (DAG runs, durable parents) of the runs finishing here,
     -- locked first and in id order: ending a workflow locks it before its
     -- steps, so a step's end must not lock them the other way round.
@@ -103,7 +103,6 @@ $$;
 CREATE OR REPLACE FUNCTION workflow.reap_expired_leases(p_limit integer) RETURNS TABLE(id uuid, status text)
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
     -- The workflows of the runs about to be reaped, locked first and in id
     -- order, as a worker's completions do.
@@ -148,7 +147,6 @@ $$;
 CREATE OR REPLACE FUNCTION workflow.expire_deadlines(p_ids uuid[], p_limit integer) RETURNS TABLE(id uuid, previous_status text)
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET "workflow.via_function" TO 'on'
     AS $$
     -- The workflows of the runs about to expire, locked first and in id
     -- order, as a worker's completions do.

@@ -126,7 +126,6 @@ returns table (id uuid, type text, payload jsonb, attempt integer, max_attempts 
                deadline_at timestamptz, journal jsonb)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
-set workflow.via_function = on
 -- One plan per connection: planning this statement afresh on every call
 -- would cost more than running it. No JIT: compiling a generic plan's
 -- expressions (its row estimates are guesses) takes hundreds of

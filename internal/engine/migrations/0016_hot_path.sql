@@ -35,7 +35,7 @@ returns table (id uuid)
 language sql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set workflow.via_function = on as $$
+as $$
     -- The workflows (DAG runs, durable parents) of the runs finishing here,
     -- locked first and in id order: ending a workflow locks it before its
     -- steps, so a step's end must not lock them the other way round.

@@ -8,7 +8,7 @@ select id, status, owned, deadline_exceeded
 from workflow.heartbeat_runs(@worker_id, @ids, @tokens, @lease_ms);
 
 -- name: RunComplete
-select id from workflow.complete_runs(@worker_id, @ids, @tokens, @results);
+select id, status, error from workflow.complete_runs(@worker_id, @ids, @tokens, @results);
 
 -- name: RunFail
 select id, status, run_at
