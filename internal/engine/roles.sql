@@ -50,6 +50,23 @@ begin
 end
 $$;
 
+-- The owner (normally the manager's user) may act as workflow_reader: the
+-- console reads with SET ROLE workflow_reader. A superuser already may; an
+-- owner that is not one is granted it here when it may grant it (it has
+-- CREATEROLE); otherwise an administrator grants it.
+do $$
+begin
+    if not pg_catalog.pg_has_role(current_user, 'workflow_reader', 'member') then
+        begin
+            execute format('grant workflow_reader to %I', current_user);
+        exception when insufficient_privilege then
+            raise notice 'roles.sql: % may not grant itself workflow_reader; the console needs it (grant workflow_reader to %)',
+                current_user, current_user;
+        end;
+    end if;
+end
+$$;
+
 -- Start from nothing, so that a privilege granted by an older version of
 -- this script (or by hand) does not linger.
 revoke all on schema workflow from workflow_worker, workflow_producer, workflow_reader;
