@@ -75,6 +75,9 @@ func translate(op string, err error) error {
 			// invalid text, parameter, datetime, untranslatable character,
 			// a limit reached, invalid byte sequence
 			return fmt.Errorf("%s: %w: %s", op, ErrInvalid, pgErr.Message)
+		case "54001": // statement too complex: a JSON value nested past the server's stack
+			return fmt.Errorf("%s: %w: a JSON value nests too deeply for the database to read (%s); at most %d levels are stored",
+				op, ErrInvalid, pgErr.Message, MaxJSONDepth)
 		case "P0002": // no_data_found, raised for unknown runs
 			return fmt.Errorf("%s: %w: %s", op, ErrNotFound, pgErr.Message)
 		case "55000": // object_not_in_prerequisite_state, raised for finished runs

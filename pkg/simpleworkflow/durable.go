@@ -82,6 +82,9 @@ func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Contex
 	}
 	res, err := r.s.recordStep(ctx, engine.StepWrite{LeaseRef: r.ref, Name: name, Position: pos, Output: out})
 	if err != nil {
+		if errors.Is(err, ErrInvalid) { // the database cannot store this output: again would not help
+			return nil, Permanent(fmt.Errorf("record step %q: %w", name, err))
+		}
 		return nil, fmt.Errorf("record step %q: %w", name, err)
 	}
 	switch res.Status {

@@ -2,6 +2,7 @@ package simpleworkflow
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -73,6 +74,13 @@ func (s *session) stepLoop(ctx context.Context) {
 		res, err := withRetry(ctx, func(ctx context.Context) ([]engine.StepWriteResult, error) {
 			return s.eng.RecordSteps(ctx, s.cfg.WorkerID, writes)
 		})
+		if err != nil && errors.Is(err, ErrInvalid) && len(batch) > 1 {
+			// A value the database cannot take (a NUL escape, invalid
+			// UTF-8) refuses the whole batch: each step is written alone,
+			// so only its own handler hears of it.
+			s.recordOneByOne(ctx, batch)
+			continue
+		}
 		for i, r := range batch {
 			if err != nil {
 				r.reply <- stepReply{err: err}
@@ -80,6 +88,20 @@ func (s *session) stepLoop(ctx context.Context) {
 			}
 			r.reply <- stepReply{res: res[i]}
 		}
+	}
+}
+
+// recordOneByOne writes each step of a refused batch in its own call.
+func (s *session) recordOneByOne(ctx context.Context, batch []stepRequest) {
+	for _, r := range batch {
+		res, err := withRetry(ctx, func(ctx context.Context) ([]engine.StepWriteResult, error) {
+			return s.eng.RecordSteps(ctx, s.cfg.WorkerID, []engine.StepWrite{r.write})
+		})
+		if err != nil {
+			r.reply <- stepReply{err: err}
+			continue
+		}
+		r.reply <- stepReply{res: res[0]}
 	}
 }
 
