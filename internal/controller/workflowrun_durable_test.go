@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -228,6 +229,32 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		Consistently(func() []engine.Signal { return signals() }, 2*time.Second).Should(HaveLen(2))
 		Expect(eventNotes(ns, "sig", "SignalReceived")).To(HaveLen(2))
 		Expect(eventNotes(ns, "sig", "SignalRejected")).To(BeEmpty())
+	})
+
+	It("refuses a signal payload nested past the inbox's bound, saying so, and sends the next signals", func() {
+		typ := manualType()
+		deep := strings.Repeat(`{"a":`, 200) + "1" + strings.Repeat("}", 200)
+		wfr := newRun(ns, "deepsig", typ, nil)
+		wfr.Spec.Signals = []workflowv1alpha1.WorkflowSignal{
+			{Name: "approve", Payload: &apiextensionsv1.JSON{Raw: []byte(deep)}},
+			{Name: "note", Payload: payload(map[string]any{"n": 1})},
+		}
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		runID := runIDOf(ns, "deepsig")
+		Eventually(func(g Gomega) {
+			got := getRun(ns, "deepsig")()
+			g.Expect(got.Status.SignalsSent).To(BeEquivalentTo(2))
+			c := condition(got.Status.Conditions, controller.ConditionSignalsSent)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Message).To(ContainSubstring("spec.signals[0] (approve) was not sent"))
+			g.Expect(c.Message).To(ContainSubstring("nests deeper than 64 levels"))
+		}).Should(Succeed())
+		got, err := eng.ListSignals(ctx, runID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got).To(HaveLen(1))
+		Expect(got[0].Name).To(Equal("note"))
+		Expect(getRun(ns, "deepsig")().Status.Phase).NotTo(Equal(workflowv1alpha1.PhaseFailed))
 	})
 
 	It("reports a signal added after the run finished, once, and does not retry it", func() {
