@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -232,4 +234,47 @@ func (b *bundle) waitFinished(t *testing.T, id string, timeout time.Duration) *s
 			r.Status == simpleworkflow.StatusCancelled, nil
 	})
 	return run
+}
+
+// countingHandler counts the log records of each message.
+type countingHandler struct {
+	mu     *sync.Mutex
+	counts map[string]int
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.counts[r.Message]++
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// Tenancy item 6 (deadlines, Go): a flood of runs with deadlines decades in
+// the past is expired in batches and logged once a batch, not once a run.
+func TestDeadlineFloodLoggedPerBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 1200
+	if _, err := b.client.Pool().Exec(b.ctx, `insert into workflow.workflow_run (type, payload, deadline_at)
+		select 'flood.other.v1', '{}', now() - interval '30 years' from generate_series(1, $1) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	h := countingHandler{mu: &sync.Mutex{}, counts: map[string]int{}}
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"flood.mine."}, ReapInterval: 100 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, Logger: slog.New(h)}, map[string]simpleworkflow.HandlerFunc{
+		"flood.mine.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { return nil, nil },
+	})
+	waitFor(t, time.Minute, "the flood to expire", func() (bool, error) {
+		var left int
+		err := b.client.Pool().QueryRow(b.ctx, `select count(*) from workflow.workflow_run where type = 'flood.other.v1' and status = 'pending'`).Scan(&left)
+		return left == 0, err
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if per, batches := h.counts["Run failed: deadline exceeded"], h.counts["Runs failed: deadline exceeded"]; per != 0 || batches < 1 || batches > n/500+1 {
+		t.Fatalf("%d lines for single runs and %d for batches, for %d expired runs", per, batches, n)
+	}
 }
