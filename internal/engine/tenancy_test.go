@@ -391,3 +391,38 @@ func TestProducerCannotRewriteHistory(t *testing.T) {
 		t.Fatalf("after the producer's rewrite: deleted_at %v, updated_at %s (was %s)", after.DeletedAt, after.UpdatedAt, before.UpdatedAt)
 	}
 }
+
+// Tenancy item 3 (DAG under a durable parent): a DAG run started as a
+// child carries its steps' results to its parent's journal; a step result of
+// 300 KiB (over the old 256 KiB journal limit) reaches the parent, and the
+// step's completion stands with its neighbours'.
+func TestDAGResultFitsParentJournal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "dagfit.flow.v1", step("a", "dagfit.a.v1"))
+	parentID := b.create(t, engine.CreateParams{Type: "dagfit.parent.v1"})
+	pc := b.claimOne(t, "p", "dagfit.parent.")
+	if r, err := b.eng.StartChild(b.ctx, engine.ChildParams{LeaseRef: pc.Ref(), WorkerID: "p", Step: "flow", Position: 0, Type: "dagfit.flow.v1"}); err != nil || r.Status != engine.WriteStarted {
+		t.Fatalf("start the DAG child: %+v, %v", r, err)
+	}
+	if r := b.park(t, engine.ParkParams{LeaseRef: pc.Ref(), WorkerID: "p", Kind: engine.StepKindChild, Step: "flow", Position: 0}); r.Status != engine.WriteParked {
+		t.Fatalf("park: %+v", r)
+	}
+	neighbour := b.create(t, engine.CreateParams{Type: "dagfit.a.v1"})
+	claimed := b.claim(t, "w", []string{"dagfit.a."}, 10)
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %d", len(claimed))
+	}
+	big := json.RawMessage(`{"x":"` + strings.Repeat("a", 300<<10) + `"}`)
+	done, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: claimed[0].Ref(), Result: big}, {LeaseRef: claimed[1].Ref(), Result: big}})
+	if err != nil || len(done) != 2 || done[0].Status != engine.StatusSucceeded || done[1].Status != engine.StatusSucceeded {
+		t.Fatalf("completing the step and its neighbour: %+v, %v", done, err)
+	}
+	if r := b.get(t, neighbour); r.Status != engine.StatusSucceeded {
+		t.Fatalf("neighbour %s", r.Status)
+	}
+	steps, err := b.eng.ListSteps(b.ctx, parentID)
+	if err != nil || len(steps) != 1 || steps[0].Outcome != engine.OutcomeOK || len(steps[0].Output) < 300<<10 {
+		t.Fatalf("the parent's journal: %+v, %v", steps, err)
+	}
+}
