@@ -21,6 +21,8 @@ __version__ = "0.1.0"
 
 from .client import (
     MAX_CREATE_MANY,
+    MAX_JSON_DEPTH,
+    MAX_SIGNAL_PAYLOAD_BYTES,
     MAX_STEP_NAME_LENGTH,
     MAX_STEP_OUTPUT_BYTES,
     Client,
@@ -50,6 +52,8 @@ __all__ = [
     "MAX_STEPS",
     "MAX_STEP_NAME_LENGTH",
     "MAX_STEP_OUTPUT_BYTES",
+    "MAX_SIGNAL_PAYLOAD_BYTES",
+    "MAX_JSON_DEPTH",
     "ChildFailed",
     "Client",
     "CreateResult",

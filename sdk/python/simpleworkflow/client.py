@@ -21,8 +21,27 @@ MAX_CREATE_MANY = 10000
 #: Step and signal names: 1 to 128 characters of letters, digits and . _ : -.
 STEP_NAME_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_STEP_NAME_LENGTH = 128
-#: The largest step output or signal payload, as JSON.
-MAX_STEP_OUTPUT_BYTES = 262144
+#: The largest step output as JSON (a child's result is journaled in its
+#: parent under the same limit, as large as a run's result).
+MAX_STEP_OUTPUT_BYTES = 1048576
+#: The largest signal payload, as JSON.
+MAX_SIGNAL_PAYLOAD_BYTES = 262144
+#: How deep a stored value (payload, result, step output, signal payload) may
+#: nest objects and arrays; the database refuses deeper ones.
+MAX_JSON_DEPTH = 64
+#: SQLSTATEs with which the database refuses a value (invalid parameter or
+#: text, a limit reached, a check, invalid or untranslatable characters, a
+#: value nested past the server's stack): the caller's input, said as
+#: InvalidInputError.
+_REFUSED_STATES = frozenset({"22023", "22P02", "54000", "23514", "22021", "22P05", "54001"})
+
+
+def _primary_message(e: psycopg.Error) -> str:
+    """The database's own sentence for an error, without its context lines."""
+    diag = getattr(e, "diag", None)
+    return (diag.message_primary if diag is not None else None) or str(e)
+
+
 #: A W3C traceparent as a run stores it (workflow_run_traceparent_format):
 #: version 00, lowercase hex, neither the trace id nor the parent id all zeros.
 TRACEPARENT_PATTERN = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
@@ -101,7 +120,7 @@ def _create_params(
         raise InvalidInputError("payload must be a JSON object (a mapping)")
     try:
         raw = json.dumps(payload)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise InvalidInputError(f"payload is not JSON: {e}") from None
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
         raise InvalidInputError(f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters")
@@ -369,17 +388,20 @@ class Client:
                 with self._connect() as own:
                     row = own.execute(_CREATE_MANY, cols).fetchone()
         except psycopg.Error as e:
-            state = getattr(e, "sqlstate", None)
-            message = e.diag.message_primary if getattr(e, "diag", None) is not None else None
-            if state in ("22023", "22P02", "54000", "23514", "22021"):
-                raise InvalidInputError(message or str(e)) from None
+            if getattr(e, "sqlstate", None) in _REFUSED_STATES:
+                raise InvalidInputError(_primary_message(e)) from None
             raise
         assert row is not None
         return [CreateResult(id=i, created=c) for i, c in zip(row[0], row[1])]
 
     @staticmethod
     def _insert(conn: psycopg.Connection[Any], params: Mapping[str, Any], idempotency_key: Optional[str]) -> CreateResult:
-        row = conn.execute(_INSERT, params).fetchone()
+        try:
+            row = conn.execute(_INSERT, params).fetchone()
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) in _REFUSED_STATES:
+                raise InvalidInputError(_primary_message(e)) from None
+            raise
         if row is not None:
             return CreateResult(id=row[0], created=True)
         row = conn.execute(
@@ -443,7 +465,7 @@ class Client:
         if payload is not None:
             try:
                 raw = json.dumps(payload, allow_nan=False)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, RecursionError) as e:
                 raise InvalidInputError(f"signal {name} to run {run_id}: payload is not JSON: {e}") from None
         query = "select signal_id, duplicate, delivered from workflow.send_signal(%s::uuid, %s, %s::jsonb, %s)"
         try:
@@ -460,7 +482,7 @@ class Client:
                 raise NotFoundError(message) from None
             if state == "55000":
                 raise RunFinishedError(message) from None
-            if state in ("22023", "22P02", "54000"):
+            if state in _REFUSED_STATES:
                 raise InvalidInputError(message) from None
             raise
         assert row is not None

@@ -19,7 +19,15 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import psycopg
 
-from .client import MAX_STEP_OUTPUT_BYTES, Duration, step_name_problem, to_millis, validate_type
+from .client import (
+    _REFUSED_STATES,
+    MAX_STEP_OUTPUT_BYTES,
+    Duration,
+    _primary_message,
+    step_name_problem,
+    to_millis,
+    validate_type,
+)
 from .errors import ChildFailed, InvalidInputError, NonDeterministicError, Parked, PermanentError, StoppedError
 
 #: The most steps, sleeps, waits and children one run has (positions 0 to 999).
@@ -66,12 +74,12 @@ def _encode(name: str, value: Any) -> str:
     """A step's output as JSON within the limits, or a PermanentError."""
     try:
         raw = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise PermanentError(f'step "{name}": invalid input: output is not JSON-serialisable: {e}') from None
     size = len(raw.encode("utf-8"))
     if size > MAX_STEP_OUTPUT_BYTES:
         raise PermanentError(f'step "{name}": invalid input: output is {size} bytes; '
-                             f"the limit is {MAX_STEP_OUTPUT_BYTES} (256 KiB)")
+                             f"the limit is {MAX_STEP_OUTPUT_BYTES} (1 MiB)")
     return raw
 
 
@@ -180,7 +188,7 @@ class RunContext:
         """Run ``fn()`` once for the whole life of the run and return its result.
 
         ``fn`` takes no arguments (close over what it needs) and returns a
-        JSON-serialisable value, at most 256 KiB as JSON. The value is recorded
+        JSON-serialisable value, at most 1 MiB as JSON. The value is recorded
         in the run's journal under ``name``; every later attempt gets it back
         without calling ``fn``. The value returned is always the JSON-decoded
         one (tuples become lists, keys strings), the same on the first attempt
@@ -297,7 +305,7 @@ class RunContext:
                 raise PermanentError(f'start child "{name}": invalid input: payload must be a JSON object (a mapping)')
             try:
                 raw = json.dumps(payload, allow_nan=False) if payload is not None else None
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, RecursionError) as e:
                 raise PermanentError(f'start child "{name}": invalid input: payload is not JSON: {e}') from None
             if max_attempts is not None and not 1 <= max_attempts <= 1000:
                 raise PermanentError(f'start child "{name}": invalid input: max attempts must be between 1 and 1000')
@@ -425,7 +433,14 @@ class RunContext:
 
     def _sql(self, query: str, params: Tuple[Any, ...]) -> Tuple[Any, ...]:
         assert self._connect is not None
-        row: Optional[Tuple[Any, ...]] = self._connect().execute(query, params).fetchone()
+        try:
+            row: Optional[Tuple[Any, ...]] = self._connect().execute(query, params).fetchone()
+        except psycopg.Error as e:
+            # A value the database cannot take (a NUL escape, a value nested
+            # past its stack) would be refused again: the run fails for good.
+            if getattr(e, "sqlstate", None) in _REFUSED_STATES:
+                raise PermanentError(f"invalid input: {_primary_message(e)}") from None
+            raise
         assert row is not None
         return row
 

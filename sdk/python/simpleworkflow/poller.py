@@ -182,9 +182,11 @@ class IntentPoller:
                 self._wake.clear()
                 continue
             try:
+                # Payload and journal as text, decoded run by run below: a
+                # value this worker cannot decode fails its own run only.
                 rows = conn.execute(
-                    "select id::text, type, payload, attempt, max_attempts, lease_token, deadline_at, journal, "
-                    "traceparent "
+                    "select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
+                    "journal::text, traceparent "
                     "from workflow.claim_runs(%s, %s, %s, %s, %s, %s)",
                     # Only the types this worker has handlers for.
                     (self.worker_id, self.type_prefixes, self.runtime, free, lease_ms,
@@ -198,7 +200,13 @@ class IntentPoller:
                     return
                 conn = reconnected
                 continue
-            for run_id, wtype, payload, attempt, max_attempts, token, deadline_at, journal, traceparent in rows:
+            for run_id, wtype, payload_text, attempt, max_attempts, token, deadline_at, journal_text, traceparent in rows:
+                try:
+                    payload = _decode("payload", payload_text)
+                    journal = _decode("journal", journal_text)
+                except _UndecodableError as e:
+                    self._fail_undecodable(conn, run_id, wtype, attempt, token, str(e))
+                    continue
                 ctx = RunContext(run_id, wtype, payload, attempt, max_attempts, self.worker_id,
                                  lease_token=token, deadline_at=deadline_at, traceparent=traceparent,
                                  journal=journal,
@@ -215,6 +223,20 @@ class IntentPoller:
                 continue
             self._wake.wait(self.poll_interval)
             self._wake.clear()
+
+    def _fail_undecodable(self, conn: psycopg.Connection[Any], run_id: str, wtype: str, attempt: int,
+                          token: int, why: str) -> None:
+        """Fail a claimed run this worker cannot decode, alone and for good, saying why."""
+        message = _clean_text(why)
+        base = {"worker_id": self.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
+        try:
+            conn.execute("select status from workflow.fail_runs(%s, %s::uuid[], %s::bigint[], %s, %s)",
+                         (self.worker_id, [run_id], [token], [message], [False])).fetchall()
+        except psycopg.Error as e:
+            # The lease runs out and the run is reclaimed; nothing else is held up.
+            log.error(json.dumps({"msg": "Failing an undecodable run failed", "error": str(e), **base}))
+            return
+        log.info(json.dumps({"msg": "Run failed", "error": message, **base}))
 
     def _conn(self) -> psycopg.Connection[Any]:
         conn = getattr(self._local, "conn", None)
@@ -247,7 +269,10 @@ class IntentPoller:
             if handler is None:
                 raise RuntimeError(f"worker {self.worker_id} has no handler for workflow type {ctx.type}")
             result = handler(ctx)
-            json.dumps(result)  # must be JSON
+            try:
+                json.dumps(result)  # must be JSON
+            except (TypeError, ValueError, RecursionError) as e:
+                raise PermanentError(f"the handler's result cannot be stored as JSON: {type(e).__name__}: {e}") from e
         except BaseException as e:  # noqa: BLE001 - a handler's failure is the run's failure
             error = e
         with self._lock:
@@ -307,7 +332,7 @@ class IntentPoller:
         if error is None:
             try:
                 rows = conn.execute(
-                    "select id from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])",
+                    "select id, status, error from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])",
                     (self.worker_id, [ctx.id], [ctx.lease_token], [json.dumps(result)])).fetchall()
             except (psycopg.DataError, psycopg.IntegrityError) as e:
                 # A result Postgres cannot store (such as one holding \u0000)
@@ -315,7 +340,11 @@ class IntentPoller:
                 # leased to be executed again.
                 error, retryable = PermanentError(f"the handler's result could not be stored: {e}"), False
             else:
-                if rows:
+                if rows and rows[0][1] == "failed":
+                    # The database refused the result (too large, nested too
+                    # deeply): the run failed alone, for good.
+                    log.info(json.dumps({"msg": "Run failed", "error": rows[0][2], **base}))
+                elif rows:
                     log.info(json.dumps({"msg": "Run succeeded", **base}))
                 else:
                     log.warning(json.dumps({"msg": "Run result discarded: the lease was no longer held", **base}))
@@ -409,8 +438,10 @@ class IntentPoller:
                     if reaped:
                         self._wake.set()
                     expired = conn.execute("select id::text from workflow.expire_deadlines(null, 500)").fetchall()
-                    for (run_id,) in expired:
-                        log.info(json.dumps({"msg": "Run failed: deadline exceeded", "run_id": run_id}))
+                    if expired:
+                        # One line a batch: a flood of overdue runs is not a flood of logs.
+                        log.info(json.dumps({"msg": "Runs failed: deadline exceeded", "runs": len(expired),
+                                             "run_ids": [r[0] for r in expired[:10]]}))
             except psycopg.Error as e:
                 log.error(json.dumps({"msg": "Heartbeat failed", "error": str(e)}))
                 conn = None
@@ -451,3 +482,20 @@ class IntentPoller:
                              (self.worker_id, [c.id for c in stuck], [c.lease_token for c in stuck]))
             log.warning(json.dumps({"msg": "Handlers did not stop after cancellation; runs handed back",
                                     "runs": len(stuck)}))
+
+
+class _UndecodableError(Exception):
+    """A claimed run's payload or journal that this worker cannot decode."""
+
+
+def _decode(what: str, text: Optional[str]) -> Any:
+    """Decode a claimed run's JSON column; raise _UndecodableError saying why it cannot be."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError as e:
+        raise _UndecodableError(f"the run's {what} cannot be decoded: nested too deeply for this worker "
+                                f"(RecursionError)") from e
+    except (ValueError, MemoryError) as e:
+        raise _UndecodableError(f"the run's {what} cannot be decoded: {type(e).__name__}: {e}") from e

@@ -125,7 +125,7 @@ class StepTest(InboxTest):
             calls = {
                 "name": lambda: run.step("no spaces", lambda: 1),
                 "long": lambda: run.step("x" * 129, lambda: 1),
-                "size": lambda: run.step("big", lambda: "x" * 262144),
+                "size": lambda: run.step("big", lambda: "x" * 1048576),
                 "json": lambda: run.step("set", lambda: {1, 2}),
                 "nested": lambda: run.step("outer", lambda: run.step("inner", lambda: 1)),
                 "signal": lambda: run.wait_for_signal("a/b"),
@@ -147,7 +147,7 @@ class StepTest(InboxTest):
         errors = self.wait_status(res.id, "succeeded").result
         self.assertEqual(errors["name"], 'invalid input: step name "no spaces" may contain only letters, digits and . _ : -')
         self.assertEqual(errors["long"], "invalid input: step name must be 1 to 128 characters, got 129")
-        self.assertEqual(errors["size"], 'step "big": invalid input: output is 262146 bytes; the limit is 262144 (256 KiB)')
+        self.assertEqual(errors["size"], 'step "big": invalid input: output is 1048578 bytes; the limit is 1048576 (1 MiB)')
         self.assertIn('step "set": invalid input: output is not JSON-serialisable', errors["json"])
         self.assertIn("one after another", errors["nested"])
         self.assertIn('step name "a/b" may contain only', errors["signal"])
