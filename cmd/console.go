@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -47,8 +49,18 @@ func (r consoleRunnable) Start(ctx context.Context) error { return r.server.Serv
 // NeedLeaderElection is false: standbys serve the console too.
 func (consoleRunnable) NeedLeaderElection() bool { return false }
 
-// newConsole opens the console's read-only pool and its server.
-func newConsole(ctx context.Context, o options, pools console.PoolLister, log *slog.Logger) (*console.Server, func(), error) {
+// The values of --console-auth.
+const (
+	consoleAuthKubernetes = "kubernetes"
+	consoleAuthNone       = "none"
+)
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// newConsole opens the console's read-only pool and its server; with
+// Kubernetes authentication it checks tokens and permissions through cfg.
+func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.PoolLister, log *slog.Logger) (*console.Server, func(), error) {
 	url := o.consoleDatabaseURL
 	if url == "" {
 		url = o.databaseURL
@@ -63,7 +75,20 @@ func newConsole(ctx context.Context, o options, pools console.PoolLister, log *s
 			hosts = append(hosts, h)
 		}
 	}
-	srv, err := console.New(console.Config{DB: pool, Pools: pools, Logger: log, AllowedHosts: hosts})
+	c := console.Config{DB: pool, Pools: pools, Logger: log, AllowedHosts: hosts}
+	if o.consoleAuth == consoleAuthNone {
+		c.Unauthenticated = true
+		log.Warn("THE CONSOLE IS UNAUTHENTICATED (--console-auth=none): whoever reaches its port reads every namespace's runs, payloads, results and errors; use it only on a trusted network",
+			"address", o.consoleAddr)
+	} else {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("console: Kubernetes client: %w", err)
+		}
+		c.Auth = console.KubeReviewer{Client: cs}
+	}
+	srv, err := console.New(c)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

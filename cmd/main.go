@@ -67,6 +67,7 @@ type options struct {
 	consoleDatabaseURL   string
 	consoleDatabaseRole  string
 	consoleAllowedHosts  string
+	consoleAuth          string
 	zap                  zap.Options
 }
 
@@ -132,6 +133,7 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.StringVar(&o.consoleAddr, "console-bind-address", env("CONSOLE_BIND_ADDRESS", ""), "serve the read-only web console on this address, e.g. :8082; off when empty (env CONSOLE_BIND_ADDRESS)")
 	flag.StringVar(&o.consoleDatabaseURL, "console-database-url", env("CONSOLE_DATABASE_URL", ""), "Postgres URL the console reads with; the manager's when empty (env CONSOLE_DATABASE_URL)")
 	flag.StringVar(&o.consoleDatabaseRole, "console-database-role", env("CONSOLE_DATABASE_ROLE", console.DefaultRole), "database role the console reads as (SET ROLE); empty reads as the login user, still in read-only transactions (env CONSOLE_DATABASE_ROLE)")
+	flag.StringVar(&o.consoleAuth, "console-auth", env("CONSOLE_AUTH", consoleAuthKubernetes), "who may read the console: kubernetes (a Kubernetes bearer token, checked with TokenReview; each namespace authorized with SubjectAccessReview) or none (everyone reads everything: only on a trusted network) (env CONSOLE_AUTH)")
 	flag.StringVar(&o.consoleAllowedHosts, "console-allowed-hosts", env("CONSOLE_ALLOWED_HOSTS", ""), "comma-separated host names the console answers to besides IP addresses, localhost and *.svc names, e.g. an Ingress's (env CONSOLE_ALLOWED_HOSTS)")
 	flag.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	o.zap.BindFlags(flag)
@@ -166,6 +168,9 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	}
 	if err := o.leaderElection.validate(); err != nil {
 		return o, err
+	}
+	if o.consoleAuth != consoleAuthKubernetes && o.consoleAuth != consoleAuthNone {
+		return o, fmt.Errorf("--console-auth must be %s or %s, got %q", consoleAuthKubernetes, consoleAuthNone, o.consoleAuth)
 	}
 	return o, nil
 }
@@ -271,7 +276,7 @@ func run() error {
 		return err
 	}
 	if o.consoleAddr != "" {
-		srv, closeConsole, err := newConsole(ctx, o, registryPools{c: mgr.GetClient()},
+		srv, closeConsole, err := newConsole(ctx, o, mgr.GetConfig(), registryPools{c: mgr.GetClient()},
 			slog.New(logr.ToSlogHandler(ctrl.Log.WithName("console"))))
 		if err != nil {
 			return err

@@ -37,6 +37,16 @@ type Config struct {
 	// name in their Host header; others are refused, so a web page cannot
 	// reach the console through a name it rebinds to a local address.
 	AllowedHosts []string
+	// Auth checks every request's Kubernetes bearer token and what its
+	// holder may read (KubeReviewer). Required unless Unauthenticated.
+	Auth Reviewer
+	// Unauthenticated serves everyone everything, without asking who they
+	// are: only for a trusted network (--console-auth=none). Every page
+	// says so.
+	Unauthenticated bool
+	// AuthTTL is how long a token's review and its holder's permissions
+	// are trusted; DefaultAuthTTL when zero.
+	AuthTTL time.Duration
 }
 
 // Server serves the console.
@@ -50,12 +60,20 @@ type Server struct {
 	mux    *http.ServeMux
 	hosts  map[string]bool
 	cache  overviewCache
+	// gate authenticates and authorizes each request; nil when the console
+	// is unauthenticated.
+	gate       *gate
+	namespaces namespaceCache
+	recheck    time.Duration
 }
 
 // New returns a console reading through cfg.DB.
 func New(cfg Config) (*Server, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("console: no database pool")
+	}
+	if cfg.Auth == nil && !cfg.Unauthenticated {
+		return nil, errors.New("console: no way to authenticate requests: give it a Kubernetes reviewer, or mark it unauthenticated for a trusted network")
 	}
 	eng, err := engine.New(cfg.DB)
 	if err != nil {
@@ -73,6 +91,11 @@ func New(cfg Config) (*Server, error) {
 		hosts: map[string]bool{}}
 	for _, h := range cfg.AllowedHosts {
 		s.hosts[strings.ToLower(h)] = true
+	}
+	s.recheck = DefaultAuthTTL
+	if !cfg.Unauthenticated {
+		s.gate = newGate(cfg.Auth, cfg.AuthTTL)
+		s.recheck = s.gate.ttl
 	}
 	static, err := fs.Sub(staticFiles, "static")
 	if err != nil {
@@ -101,16 +124,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		h.Set("Allow", "GET, HEAD")
-		http.Error(w, "the console is read-only", http.StatusMethodNotAllowed)
-		return
-	}
 	if !s.hostAllowed(r.Host) {
 		http.Error(w, "the console does not answer to this host name; add it with --console-allowed-hosts", http.StatusMisdirectedRequest)
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	read := r.Method == http.MethodGet || r.Method == http.MethodHead
+	switch {
+	case r.URL.Path == "/login" && read:
+		s.serveLoginForm(w, r)
+	case r.URL.Path == "/login" && r.Method == http.MethodPost:
+		s.serveLogin(w, r)
+	case r.URL.Path == "/logout" && r.Method == http.MethodPost:
+		s.serveLogout(w, r)
+	case !read:
+		h.Set("Allow", "GET, HEAD")
+		http.Error(w, "the console is read-only", http.StatusMethodNotAllowed)
+	case strings.HasPrefix(r.URL.Path, "/static/"):
+		s.mux.ServeHTTP(w, r)
+	default:
+		s.authorize(w, r, s.mux)
+	}
 }
 
 // hostAllowed reports whether a request's Host may reach the console: an IP

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,10 @@ type page struct {
 	// Live is the query string of the page's event stream.
 	Live string
 	Data any
+	// User is who is logged in ("" when the console does not ask).
+	User string
+	// Unauthenticated says the console serves everyone (--console-auth=none).
+	Unauthenticated bool
 }
 
 // fragmentHeader asks for the page's main part only: the console's script
@@ -30,6 +35,7 @@ const fragmentHeader = "X-Console-Fragment"
 // a buffer first, so a failure is an error page, not half a page.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, status int, p page) {
 	t := s.pages[name]
+	p.User, p.Unauthenticated = accessOf(r.Context()).user, s.gate == nil
 	var b bytes.Buffer
 	tmpl := "layout"
 	if r.Header.Get(fragmentHeader) != "" {
@@ -59,7 +65,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg st
 }
 
 func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
-	ov, err := s.overview(r.Context())
+	ov, err := s.overviewFor(r.Context(), accessOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The overview could not be read from the database.", err)
 		return
@@ -94,7 +100,7 @@ func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "runs", http.StatusBadRequest, page{Title: "Runs", Nav: "runs", Data: v})
 		return
 	}
-	runs, next, err := listRuns(r.Context(), s.db, f)
+	runs, next, err := listRuns(r.Context(), s.db, f, accessOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The runs could not be read from the database.", err)
 		return
@@ -112,6 +118,15 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 	id := strings.ToLower(r.PathValue("id"))
 	if !engine.IsRunID(id) {
 		s.fail(w, r, http.StatusNotFound, "A run's id is a UUID such as 0b6c5a6e-8d7e-4f43-9f51-3c1e1f0f7d3a.", nil)
+		return
+	}
+	if ok, err := s.mayReadRun(r.Context(), accessOf(r.Context()), id); err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
+		return
+	} else if !ok {
+		// The same answer as for a run that does not exist: a run the
+		// viewer may not read is not revealed.
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no run %s (runs are deleted after the retention period).", id), nil)
 		return
 	}
 	// The version first: a change while the page is read makes the stream
@@ -147,6 +162,12 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "v is not a version this console made", http.StatusBadRequest)
 		return
 	}
+	if run != "" {
+		if ok, err := s.mayReadRun(r.Context(), accessOf(r.Context()), run); err != nil || !ok {
+			http.Error(w, "no such run", http.StatusNotFound)
+			return
+		}
+	}
 	sub, why := s.hub.subscribe(clientOf(r), run, version)
 	if sub == nil {
 		// 429, not 503: a browser's EventSource gives up on either, and the
@@ -169,6 +190,12 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 	}
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
+	// The stream belongs to its viewer: the token (and the run's
+	// readability) is checked again while it lasts, and the stream ends
+	// when they no longer hold.
+	recheck := time.NewTicker(s.recheck)
+	defer recheck.Stop()
+	token := bearerToken(r)
 	for {
 		var msg string
 		select {
@@ -178,6 +205,13 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 			msg = "event: changed\ndata: {}\n\n"
 		case <-tick.C:
 			msg = ": keep-alive\n\n"
+		case <-recheck.C:
+			if !s.streamStillAllowed(r.Context(), token, run) {
+				_, _ = fmt.Fprint(w, "event: unauthorized\ndata: {}\n\n")
+				_ = rc.Flush()
+				return
+			}
+			continue
 		}
 		if _, err := fmt.Fprint(w, msg); err != nil {
 			return
@@ -186,6 +220,26 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// streamStillAllowed checks a stream's viewer again: its token still
+// authenticates someone, who may still read the run it follows (if any).
+func (s *Server) streamStillAllowed(ctx context.Context, token, run string) bool {
+	if s.gate == nil {
+		return true
+	}
+	a, err := s.accessFor(ctx, token)
+	if err != nil {
+		if !errors.Is(err, ErrUnauthenticated) {
+			s.log.Error("Console could not check a stream's token again", "error", err)
+		}
+		return false
+	}
+	if run == "" {
+		return true
+	}
+	ok, err := s.mayReadRun(ctx, a, run)
+	return err == nil && ok
 }
 
 // clientOf names the client of a request for the per-client limit of open

@@ -52,7 +52,7 @@ func setup(t *testing.T, pools ...console.WorkerPool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(reader.Close)
-	srv, err := console.New(console.Config{DB: reader, Pools: staticPools(pools)})
+	srv, err := console.New(console.Config{DB: reader, Pools: staticPools(pools), Unauthenticated: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,18 +98,8 @@ func (s *Server) loadOverview(ctx context.Context) (overview, error) {
 		if err != nil {
 			s.log.Error("Console could not list the worker pools", "error", err)
 			ov.PoolsErr = "the WorkflowRegistry objects could not be read (see the manager's log)"
-		} else {
-			qs := make([]engine.PoolQuery, len(pools))
-			for i, p := range pools {
-				qs[i] = engine.PoolQuery{TypePrefixes: p.Prefixes, Runtime: p.Runtime}
-			}
-			depths, err := s.engine.QueueDepths(ctx, qs)
-			if err != nil {
-				return ov, fmt.Errorf("overview: queue depths: %w", err)
-			}
-			for i, p := range pools {
-				ov.Pools = append(ov.Pools, poolRow{WorkerPool: p, Runnable: depths[i].Runnable, Leased: depths[i].Leased})
-			}
+		} else if ov.Pools, err = s.poolRows(ctx, pools); err != nil {
+			return ov, err
 		}
 	}
 
@@ -171,4 +161,25 @@ group by 1, 2`)
 		ov.Types, ov.MoreTypes = ov.Types[:maxOverviewTypes], true
 	}
 	return ov, nil
+}
+
+// poolRows reads the queue of each worker pool: every run of its types,
+// whichever namespace it came from.
+func (s *Server) poolRows(ctx context.Context, pools []WorkerPool) ([]poolRow, error) {
+	if len(pools) == 0 {
+		return nil, nil
+	}
+	qs := make([]engine.PoolQuery, len(pools))
+	for i, p := range pools {
+		qs[i] = engine.PoolQuery{TypePrefixes: p.Prefixes, Runtime: p.Runtime}
+	}
+	depths, err := s.engine.QueueDepths(ctx, qs)
+	if err != nil {
+		return nil, fmt.Errorf("overview: queue depths: %w", err)
+	}
+	out := make([]poolRow, len(pools))
+	for i, p := range pools {
+		out[i] = poolRow{WorkerPool: p, Runnable: depths[i].Runnable, Leased: depths[i].Leased}
+	}
+	return out, nil
 }

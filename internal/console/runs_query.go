@@ -68,12 +68,22 @@ func statusCondition(status string) (string, bool) {
 // found one index probe each (a skip scan); the pending runs of each type
 // and priority from the claim index, found the same way; and the leased
 // runs, as many as workers hold.
-func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter) ([]runRow, string, error) {
+//
+// A viewer without the inbox-wide permission sees only runs of the
+// namespaces it may read (a run with no Kubernetes source is not one).
+func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter, a access) ([]runRow, string, error) {
 	var where []string
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
+	}
+	if !a.all {
+		readable := a.list()
+		if f.Namespace != "" && !a.may(f.Namespace) || len(readable) == 0 {
+			return nil, "", nil
+		}
+		where = append(where, "r.source_namespace = any("+arg(readable)+"::text[])")
 	}
 	if f.Namespace != "" {
 		where = append(where, "r.source_namespace = "+arg(f.Namespace))

@@ -1,0 +1,255 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultAuthTTL is how long a token's review and its holder's permissions
+// are trusted before they are asked again: a revoked token stops working at
+// most this long after the API server stops accepting it.
+const DefaultAuthTTL = 30 * time.Second
+
+// maxAuthEntries bounds each of the gate's caches.
+const maxAuthEntries = 20000
+
+// reviewConcurrency bounds the access reviews one page waits for at once.
+const reviewConcurrency = 8
+
+// access is what one viewer may read.
+type access struct {
+	// user names the viewer ("" when the console is unauthenticated).
+	user string
+	// all is the inbox-wide permission: every namespace's runs and the runs
+	// with no Kubernetes source.
+	all bool
+	// namespaces are the namespaces whose runs the viewer may read.
+	namespaces map[string]bool
+}
+
+// everything is the access of an unauthenticated console.
+var everything = access{all: true}
+
+// may reports whether the viewer may read a run of namespace ns ("" for a
+// run with no Kubernetes source).
+func (a access) may(ns string) bool { return a.all || (ns != "" && a.namespaces[ns]) }
+
+// list returns the readable namespaces, sorted.
+func (a access) list() []string {
+	out := make([]string, 0, len(a.namespaces))
+	for ns := range a.namespaces {
+		out = append(out, ns)
+	}
+	sort.Strings(out)
+	return out
+}
+
+type userEntry struct {
+	user User
+	at   time.Time
+}
+
+type decisionKey struct {
+	token              [32]byte
+	verb, resource, ns string
+}
+
+type decisionEntry struct {
+	allowed bool
+	at      time.Time
+}
+
+// gate authenticates tokens and authorizes their holders, remembering each
+// answer for ttl.
+type gate struct {
+	rev Reviewer
+	ttl time.Duration
+
+	mu        sync.Mutex
+	users     map[[32]byte]userEntry
+	decisions map[decisionKey]decisionEntry
+}
+
+func newGate(rev Reviewer, ttl time.Duration) *gate {
+	if ttl <= 0 {
+		ttl = DefaultAuthTTL
+	}
+	return &gate{rev: rev, ttl: ttl, users: map[[32]byte]userEntry{}, decisions: map[decisionKey]decisionEntry{}}
+}
+
+// user returns who holds token; an error wrapping ErrUnauthenticated when
+// no one valid does. Only answers are remembered, not failures to ask.
+func (g *gate) user(ctx context.Context, key [32]byte, token string) (User, error) {
+	g.mu.Lock()
+	e, ok := g.users[key]
+	g.mu.Unlock()
+	if ok && time.Since(e.at) < g.ttl {
+		if e.user.Name == "" {
+			return User{}, ErrUnauthenticated
+		}
+		return e.user, nil
+	}
+	u, err := g.rev.Authenticate(ctx, token)
+	if err != nil && !errors.Is(err, ErrUnauthenticated) {
+		return User{}, err
+	}
+	g.mu.Lock()
+	prune(g.users, g.ttl, func(e userEntry) time.Time { return e.at })
+	g.users[key] = userEntry{user: u, at: time.Now()}
+	g.mu.Unlock()
+	if err != nil || u.Name == "" {
+		return User{}, ErrUnauthenticated
+	}
+	return u, nil
+}
+
+// allowed is Reviewer.Allowed, remembered.
+func (g *gate) allowed(ctx context.Context, key [32]byte, u User, verb, resource, ns string) (bool, error) {
+	k := decisionKey{token: key, verb: verb, resource: resource, ns: ns}
+	g.mu.Lock()
+	e, ok := g.decisions[k]
+	g.mu.Unlock()
+	if ok && time.Since(e.at) < g.ttl {
+		return e.allowed, nil
+	}
+	allowed, err := g.rev.Allowed(ctx, u, verb, resource, ns)
+	if err != nil {
+		return false, err
+	}
+	g.mu.Lock()
+	prune(g.decisions, g.ttl, func(e decisionEntry) time.Time { return e.at })
+	g.decisions[k] = decisionEntry{allowed: allowed, at: time.Now()}
+	g.mu.Unlock()
+	return allowed, nil
+}
+
+// prune drops expired entries of a full cache, and everything when that is
+// not enough: the caches stay bounded whatever tokens are sent.
+func prune[K comparable, V any](m map[K]V, ttl time.Duration, at func(V) time.Time) {
+	if len(m) < maxAuthEntries {
+		return
+	}
+	for k, v := range m {
+		if time.Since(at(v)) >= ttl {
+			delete(m, k)
+		}
+	}
+	if len(m) >= maxAuthEntries {
+		clear(m)
+	}
+}
+
+// access returns what the holder of token may read among namespaces: the
+// inbox-wide permission (get on the cluster-scoped "inbox"), or the
+// namespaces where it may list and get WorkflowRuns.
+func (g *gate) access(ctx context.Context, token string, namespaces []string) (access, error) {
+	key := sha256.Sum256([]byte(token))
+	u, err := g.user(ctx, key, token)
+	if err != nil {
+		return access{}, err
+	}
+	a := access{user: u.Name, namespaces: map[string]bool{}}
+	all, err := g.allowed(ctx, key, u, "get", inboxResource, "")
+	if err != nil {
+		return access{}, err
+	}
+	if all {
+		a.all = true
+		return a, nil
+	}
+	type answer struct {
+		ns  string
+		ok  bool
+		err error
+	}
+	answers := make(chan answer, len(namespaces))
+	slots := make(chan struct{}, reviewConcurrency)
+	for _, ns := range namespaces {
+		go func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			ok, err := g.allowed(ctx, key, u, "list", runsResource, ns)
+			if err == nil && ok {
+				ok, err = g.allowed(ctx, key, u, "get", runsResource, ns)
+			}
+			answers <- answer{ns: ns, ok: ok, err: err}
+		}()
+	}
+	var firstErr error
+	for range namespaces {
+		ans := <-answers
+		if ans.err != nil && firstErr == nil {
+			firstErr = ans.err
+		}
+		if ans.ok {
+			a.namespaces[ans.ns] = true
+		}
+	}
+	if firstErr != nil {
+		return access{}, firstErr
+	}
+	return a, nil
+}
+
+// namespaceCache remembers the namespaces that have runs, briefly.
+type namespaceCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	list []string
+}
+
+// namespaceFresh is how long the list of namespaces with runs is reused.
+const namespaceFresh = 2 * time.Second
+
+// knownNamespaces returns the namespaces that have runs (one index probe
+// each: a skip scan of idx_workflow_run_namespace_created) and those of the
+// worker pools' registries.
+func (s *Server) knownNamespaces(ctx context.Context) ([]string, error) {
+	c := &s.namespaces
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < namespaceFresh {
+		return c.list, nil
+	}
+	rows, err := s.db.Query(ctx, `
+with recursive ns as (
+    (select r.source_namespace as n from workflow.workflow_run r
+     where r.source_namespace is not null order by 1 limit 1)
+    union all
+    select (select r.source_namespace from workflow.workflow_run r
+            where r.source_namespace is not null and r.source_namespace > ns.n order by 1 limit 1)
+    from ns where ns.n is not null
+)
+select n from ns where n is not null`)
+	if err != nil {
+		return nil, fmt.Errorf("namespaces with runs: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("namespaces with runs: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, ns := range list {
+		seen[ns] = true
+	}
+	if s.pools != nil {
+		if pools, err := s.pools.WorkerPools(ctx); err == nil {
+			for _, p := range pools {
+				if !seen[p.Namespace] {
+					seen[p.Namespace] = true
+					list = append(list, p.Namespace)
+				}
+			}
+		}
+	}
+	sort.Strings(list)
+	c.at, c.list = time.Now(), list
+	return list, nil
+}

@@ -1,0 +1,172 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// tokenCookie holds a token entered on the login page: HttpOnly (no script
+// reads it), SameSite=Strict (no other site's page sends it), Secure when
+// the console is reached over TLS.
+const tokenCookie = "sw_console_token"
+
+// tokenCookieLife is how long a browser keeps the token; the token's own
+// expiry and the API server's word still apply to every request.
+const tokenCookieLife = 8 * time.Hour
+
+// maxTokenBytes bounds a token: Kubernetes' are a few kilobytes.
+const maxTokenBytes = 16 << 10
+
+type accessKey struct{}
+
+// accessOf returns the viewer's access stored by authorize.
+func accessOf(ctx context.Context) access {
+	if a, ok := ctx.Value(accessKey{}).(access); ok {
+		return a
+	}
+	return access{} // nothing, should a handler run unguarded
+}
+
+// bearerToken returns the request's token: the Authorization header's, else
+// the login cookie's.
+func bearerToken(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	if c, err := r.Cookie(tokenCookie); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
+// authorize finds out what the request's sender may read and passes the
+// request on with it; a request without a valid token gets 401.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if s.gate == nil {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, everything)))
+		return
+	}
+	a, err := s.accessFor(r.Context(), bearerToken(r))
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		s.unauthorized(w, r)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusServiceUnavailable, "The Kubernetes API server could not check your token; try again.", err)
+		return
+	}
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
+}
+
+// accessFor returns what the holder of token may read.
+func (s *Server) accessFor(ctx context.Context, token string) (access, error) {
+	if token == "" || len(token) > maxTokenBytes {
+		return access{}, ErrUnauthenticated
+	}
+	namespaces, err := s.knownNamespaces(ctx)
+	if err != nil {
+		return access{}, err
+	}
+	return s.gate.access(ctx, token, namespaces)
+}
+
+// unauthorized answers 401: a page with the login form's address for a
+// browser, a line for anything else.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="simple-workflow console"`)
+	if strings.Contains(r.Header.Get("Accept"), "text/html") && r.URL.Path != "/live" {
+		s.render(w, r, "login", http.StatusUnauthorized, page{Title: "Log in",
+			Data: loginView{Next: r.URL.RequestURI(), Error: "Log in with a Kubernetes token to read the inbox."}})
+		return
+	}
+	http.Error(w, "a Kubernetes bearer token is required (Authorization: Bearer <token>, or log in at /login)", http.StatusUnauthorized)
+}
+
+// loginView is what the login page shows.
+type loginView struct {
+	Next  string
+	Error string
+}
+
+// sameOrigin reports whether a form was posted by the console's own page:
+// browsers say where a POST comes from (Sec-Fetch-Site, Origin); a request
+// that says neither is refused too.
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err == nil && strings.EqualFold(u.Host, r.Host)
+}
+
+// localNext returns next when it is a path of this console, else "/".
+func localNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
+		strings.HasPrefix(next, "/login") {
+		return "/"
+	}
+	return next
+}
+
+func (s *Server) serveLoginForm(w http.ResponseWriter, r *http.Request) {
+	s.render(w, r, "login", http.StatusOK, page{Title: "Log in", Data: loginView{Next: localNext(r.URL.Query().Get("next"))}})
+}
+
+// serveLogin checks a pasted token and keeps it in the login cookie.
+func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		http.Error(w, "the login form must be posted from the console's own page", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 2*maxTokenBytes)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "the form could not be read", http.StatusBadRequest)
+		return
+	}
+	token, next := strings.TrimSpace(r.PostForm.Get("token")), localNext(r.PostForm.Get("next"))
+	if s.gate == nil {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	_, err := s.accessFor(r.Context(), token)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		s.render(w, r, "login", http.StatusUnauthorized, page{Title: "Log in",
+			Data: loginView{Next: next, Error: "That token does not authenticate anyone: it is unknown, expired or revoked."}})
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusServiceUnavailable, "The Kubernetes API server could not check your token; try again.", err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", MaxAge: int(tokenCookieLife / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: viaTLS(r)})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// serveLogout forgets the login cookie.
+func (s *Server) serveLogout(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		http.Error(w, "the logout form must be posted from the console's own page", http.StatusForbidden)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: viaTLS(r)})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// viaTLS reports whether the browser reached the console over TLS (directly
+// or through a proxy that says so).
+func viaTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}

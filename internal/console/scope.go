@@ -1,0 +1,135 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// maxParentHops bounds the walk from a child run up to the run that came
+// from Kubernetes.
+const maxParentHops = 32
+
+// mayReadRun reports whether the viewer may read run id. A run belongs to
+// the namespace of its Kubernetes source; a child run with none to that of
+// its nearest ancestor that has one. A run with no such ancestor (a plain
+// SQL or SDK producer's) needs the inbox-wide permission, and so does a run
+// that does not exist (the answer is the same: not found).
+func (s *Server) mayReadRun(ctx context.Context, a access, id string) (bool, error) {
+	if a.all {
+		return true, nil
+	}
+	var ns string
+	err := s.db.QueryRow(ctx, `
+with recursive up as (
+    select r.parent_id, r.source_namespace, 0 as hops from workflow.workflow_run r where r.id = $1
+    union all
+    select p.parent_id, p.source_namespace, up.hops + 1
+    from up join workflow.workflow_run p on p.id = up.parent_id
+    where up.source_namespace is null and up.hops < $2
+)
+select source_namespace from up where source_namespace is not null limit 1`, id, maxParentHops).Scan(&ns)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("the run's namespace: %w", err)
+	}
+	return a.may(ns), nil
+}
+
+// overviewFor returns the overview a viewer may see: the whole inbox's with
+// the inbox-wide permission; otherwise the worker pools of the namespaces
+// it may read and the queues and last hour of those namespaces' runs only.
+func (s *Server) overviewFor(ctx context.Context, a access) (overview, error) {
+	if a.all {
+		return s.overview(ctx)
+	}
+	ov := overview{Now: time.Now()}
+	readable := a.list()
+	if s.pools != nil {
+		pools, err := s.pools.WorkerPools(ctx)
+		if err != nil {
+			s.log.Error("Console could not list the worker pools", "error", err)
+			ov.PoolsErr = "the WorkflowRegistry objects could not be read (see the manager's log)"
+		} else {
+			var mine []WorkerPool
+			for _, p := range pools {
+				if a.may(p.Namespace) {
+					mine = append(mine, p)
+				}
+			}
+			if ov.Pools, err = s.poolRows(ctx, mine); err != nil {
+				return ov, err
+			}
+		}
+	}
+	if len(readable) == 0 {
+		return ov, nil
+	}
+	byType := map[string]*typeRow{}
+	get := func(t string) *typeRow {
+		if r, ok := byType[t]; ok {
+			return r
+		}
+		r := &typeRow{Type: t}
+		byType[t] = r
+		return r
+	}
+	rows, err := s.db.Query(ctx, `
+select r.type,
+       count(*) filter (where r.status = 'pending' and r.run_at <= now()),
+       count(*) filter (where r.status = 'leased'),
+       count(*) filter (where r.status = 'pending' and r.run_at > now()),
+       min(r.run_at) filter (where r.status = 'pending' and r.run_at <= now())
+from workflow.workflow_run r
+where r.source_namespace = any($1::text[]) and r.status in ('pending', 'leased') and r.deleted_at is null
+group by 1`, readable)
+	if err != nil {
+		return ov, fmt.Errorf("overview: queues of %d namespaces: %w", len(readable), err)
+	}
+	var t string
+	var runnable, leased, parked int64
+	var oldest *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&t, &runnable, &leased, &parked, &oldest}, func() error {
+		r := get(t)
+		r.Runnable, r.Leased, r.Parked, r.OldestDue = runnable, leased, parked, oldest
+		return nil
+	}); err != nil {
+		return ov, fmt.Errorf("overview: queues: %w", err)
+	}
+	rows, err = s.db.Query(ctx, `
+select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
+       count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
+from workflow.workflow_run r
+where r.finished_at > now() - interval '1 hour' and r.source_namespace = any($1::text[])
+group by 1, 2`, readable)
+	if err != nil {
+		return ov, fmt.Errorf("overview: last hour: %w", err)
+	}
+	var bucket int
+	var ok, bad int64
+	if _, err := pgx.ForEachRow(rows, []any{&t, &bucket, &ok, &bad}, func() error {
+		r := get(t)
+		bucket = max(bucket, 0)
+		r.Succeeded[buckets-1-bucket] += ok
+		r.Failed[buckets-1-bucket] += bad
+		r.SucceededHour += ok
+		r.FailedHour += bad
+		return nil
+	}); err != nil {
+		return ov, fmt.Errorf("overview: last hour: %w", err)
+	}
+	for _, r := range byType {
+		ov.Types = append(ov.Types, *r)
+	}
+	sort.Slice(ov.Types, func(i, j int) bool { return ov.Types[i].Type < ov.Types[j].Type })
+	if len(ov.Types) > maxOverviewTypes {
+		ov.Types, ov.MoreTypes = ov.Types[:maxOverviewTypes], true
+	}
+	return ov, nil
+}
