@@ -109,6 +109,11 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		$(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true | grep -q 'name: sw-simple-workflow-console' && \
 		$(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true | grep -q '# The web console.' || { \
 		echo "console.enabled=true did not render the console's flag, Service and NetworkPolicy port"; exit 1; }
+	@$(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true | grep -q -- '--console-auth=kubernetes' && \
+		$(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true | grep -q 'name: sw-simple-workflow-console-inbox-reader' || { \
+		echo "console.enabled=true did not render Kubernetes authentication and the inbox-reader ClusterRole"; exit 1; }
+	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true --set console.auth=open >/dev/null 2>&1; then \
+		echo "values.schema.json accepted console.auth=open"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow --set database.url=x | grep -q 'console'; then \
 		echo "the console is rendered although console.enabled is false"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true --set 'console.databaseRole=x;y' >/dev/null 2>&1; then \

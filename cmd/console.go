@@ -65,7 +65,7 @@ func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.
 	if url == "" {
 		url = o.databaseURL
 	}
-	pool, err := console.OpenPool(ctx, url, o.consoleDatabaseRole)
+	pool, err := console.OpenReadPool(ctx, url, o.consoleDatabaseRole, log)
 	if err != nil {
 		return nil, nil, err
 	}

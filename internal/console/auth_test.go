@@ -3,7 +3,9 @@ package console_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -300,5 +302,29 @@ func TestConsoleRefusesToStartOpenByDefault(t *testing.T) {
 	e := setup(t)
 	if _, err := console.New(console.Config{DB: e.reader}); err == nil {
 		t.Fatal("a console without authentication was made")
+	}
+}
+
+// A console turned on with the chart's defaults starts even where its
+// database role is missing (or not granted): it reads as the login user,
+// in read-only transactions, and says so.
+func TestConsoleStartsWithoutItsRole(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	url := e.owner.Config().ConnString()
+	if _, err := console.OpenPool(e.ctx, url, "sw_no_such_role"); !errors.Is(err, console.ErrRole) {
+		t.Fatalf("OpenPool with a missing role: %v", err)
+	}
+	var logs strings.Builder
+	pool, err := console.OpenReadPool(e.ctx, url, "sw_no_such_role", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(e.ctx, "create table workflow.console_wrote (x int)"); err == nil {
+		t.Fatal("the fallback console could write")
+	}
+	if !strings.Contains(logs.String(), "reads as the manager's database user") {
+		t.Fatalf("no warning: %s", logs.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,6 +13,24 @@ import (
 
 // DefaultRole is the database role the console reads as.
 const DefaultRole = "workflow_reader"
+
+// ErrRole is returned by OpenPool when the login user may not act as the
+// console's role (the role is missing, or not granted to it).
+var ErrRole = errors.New("the login user cannot act as role")
+
+// OpenReadPool is OpenPool that, when the login user cannot act as role,
+// warns and reads as the login user itself, still in read-only
+// transactions: a console turned on with the defaults starts, and says why
+// it reads with more rights than it should.
+func OpenReadPool(ctx context.Context, url, role string, log *slog.Logger) (*pgxpool.Pool, error) {
+	pool, err := OpenPool(ctx, url, role)
+	if !errors.Is(err, ErrRole) {
+		return pool, err
+	}
+	log.Warn("The console reads as the manager's database user (in read-only transactions), not as its role: create the roles (--create-database-roles) or grant the role to that user",
+		"role", role, "error", err.Error())
+	return OpenPool(ctx, url, "")
+}
 
 // OpenPool opens the console's connection pool: every transaction
 // read-only, statements bounded by a timeout, and each connection switched
@@ -36,7 +55,7 @@ func OpenPool(ctx context.Context, url, role string) (*pgxpool.Pool, error) {
 			if _, err := c.Exec(ctx, "set role "+pgx.Identifier{role}.Sanitize()); err != nil {
 				var pgErr *pgconn.PgError
 				if errors.As(err, &pgErr) && (pgErr.Code == "42501" || pgErr.Code == "22023" || pgErr.Code == "42704") {
-					return fmt.Errorf("console database: the login user cannot act as role %s (grant %s to it, or create the roles): %w", role, role, err)
+					return fmt.Errorf("console database: %w %s (grant %s to it, or create the roles): %v", ErrRole, role, role, err)
 				}
 				return fmt.Errorf("console database: set role %s: %w", role, err)
 			}
