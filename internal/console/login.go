@@ -80,12 +80,12 @@ func (s *Server) accessFor(ctx context.Context, token string) (access, error) {
 // unauthorized answers 401: a page with the login form's address for a
 // browser, a line for anything else.
 func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="simple-workflow console"`)
 	if strings.Contains(r.Header.Get("Accept"), "text/html") && r.URL.Path != "/live" {
 		s.render(w, r, "login", http.StatusUnauthorized, page{Title: "Log in",
 			Data: loginView{Next: r.URL.RequestURI(), Error: "Log in with a Kubernetes token to read the inbox."}})
 		return
 	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="simple-workflow console"`)
 	http.Error(w, "a Kubernetes bearer token is required (Authorization: Bearer <token>, or log in at /login)", http.StatusUnauthorized)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,7 +90,19 @@ var _ = Describe("the web console", Ordered, func() {
 		eng, err = engine.New(pool)
 		Expect(err).NotTo(HaveOccurred())
 		base = "http://" + consoleAddr
-		Eventually(func() int { code, _ := httpGet(base + "/runs"); return code }, 30*time.Second).Should(Equal(200))
+		// The console asks for a Kubernetes token before anything.
+		Eventually(func() int { code, _ := httpGet(base + "/runs"); return code }, 30*time.Second).Should(Equal(http.StatusUnauthorized))
+
+		By("logging in on the console's login page with a token of an operator allowed the whole inbox")
+		mustKubectl("create", "serviceaccount", "console-operator", "-n", chartNamespace)
+		mustKubectl("create", "clusterrolebinding", "console-operator", "--clusterrole=cluster-admin",
+			"--serviceaccount="+chartNamespace+":console-operator")
+		token := strings.TrimSpace(mustKubectl("create", "token", "console-operator", "-n", chartNamespace))
+		Expect(page(chromedp.Navigate(base+"/runs"), chromedp.WaitVisible(chromedp.CSS("#login")))).To(Succeed())
+		screenshot("console-login.png")
+		Expect(page(chromedp.SetValue(chromedp.CSS(`#login textarea[name="token"]`), token),
+			chromedp.Submit(chromedp.CSS(`#login`)), chromedp.WaitVisible(chromedp.CSS("#filters")))).To(Succeed())
+		Expect(text("#user")).To(Equal("system:serviceaccount:" + chartNamespace + ":console-operator"))
 	})
 
 	// work claims the runs of a type as a worker would and ends them: the
