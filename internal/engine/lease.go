@@ -94,7 +94,11 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 		}
 		c.TraceParent = deref(traceParent)
 		c.Payload = payload
-		if len(journal) > 0 {
+		var tooLarge string
+		if len(journal) > 0 && journal[0] == '"' && json.Unmarshal(journal, &tooLarge) == nil {
+			// The database's word that the journal is too large to load.
+			c.DecodeError = fmt.Errorf("the journal of run %s cannot be loaded: %s", c.ID, tooLarge)
+		} else if len(journal) > 0 {
 			if err := json.Unmarshal(journal, &c.Journal); err != nil {
 				c.Journal = nil
 				c.DecodeError = fmt.Errorf("the journal of run %s cannot be decoded: %w", c.ID, err)

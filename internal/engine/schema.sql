@@ -102,6 +102,7 @@ declare
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_patterns text[];
     v_types text[];
+    v_journal_cap bigint := (select st.max_journal_bytes from workflow.workflow_settings st);
 begin
     perform set_config('workflow.via_function', 'on', true);
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
@@ -218,14 +219,21 @@ begin
     )
     select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at,
            c.lease_token, c.deadline_at,
-           (select jsonb_agg(jsonb_build_object(
+           -- A journal too large to load is handed over as a JSON string
+           -- saying so (the client fails that run alone), never aggregated:
+           -- an aggregate over jsonb's limit would fail the whole claim.
+           case when (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id) > v_journal_cap
+                then to_jsonb(format('the journal holds %s bytes of step outputs; a claim loads at most %s (workflow_settings.max_journal_bytes), so the run cannot be replayed',
+                                     (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id),
+                                     v_journal_cap))
+                else (select jsonb_agg(jsonb_build_object(
                        'name', s.name, 'position', s.position, 'kind', s.kind,
                        'outcome', case when s.name = c.wait_step and s.finished_at is null
                                        then case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end
                                        else s.outcome end,
                        'output', s.output, 'error', s.error, 'child_id', s.child_id)
                    order by s.position)
-            from workflow.workflow_step s where s.run_id = c.id),
+            from workflow.workflow_step s where s.run_id = c.id) end,
            c.traceparent
     from claimed c
     order by c.priority, c.created_at;
@@ -2281,6 +2289,8 @@ COMMENT ON COLUMN workflow.workflow_registry.definition IS 'A DAG workflow''s st
 CREATE TABLE workflow.workflow_settings (
     singleton boolean DEFAULT true NOT NULL,
     max_payload_bytes integer DEFAULT 1048576 NOT NULL,
+    max_journal_bytes bigint DEFAULT 67108864 NOT NULL,
+    CONSTRAINT workflow_settings_max_journal_bytes_range CHECK (((max_journal_bytes >= 1048576) AND (max_journal_bytes <= 134217728))),
     CONSTRAINT workflow_settings_max_payload_bytes_range CHECK (((max_payload_bytes >= 1024) AND (max_payload_bytes <= 67108864))),
     CONSTRAINT workflow_settings_one_row CHECK (singleton)
 );
@@ -2289,7 +2299,7 @@ CREATE TABLE workflow.workflow_settings (
 -- Name: TABLE workflow_settings; Type: COMMENT; Schema: workflow; Owner: -
 --
 
-COMMENT ON TABLE workflow.workflow_settings IS 'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB).';
+COMMENT ON TABLE workflow.workflow_settings IS 'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB).';
 
 --
 -- Name: workflow_signal; Type: TABLE; Schema: workflow; Owner: -
@@ -2345,6 +2355,7 @@ CREATE TABLE workflow.workflow_step (
     wake_at timestamp with time zone,
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     finished_at timestamp with time zone,
+    output_bytes integer GENERATED ALWAYS AS (COALESCE(octet_length((output)::text), 0)) STORED,
     CONSTRAINT workflow_step_error_length CHECK (((error IS NULL) OR (char_length(error) <= 8192))),
     CONSTRAINT workflow_step_finished CHECK (((outcome IS NULL) = (finished_at IS NULL))),
     CONSTRAINT workflow_step_kind_valid CHECK ((kind = ANY (ARRAY['step'::text, 'sleep'::text, 'signal'::text, 'child'::text]))),

@@ -426,3 +426,55 @@ func TestDAGResultFitsParentJournal(t *testing.T) {
 		t.Fatalf("the parent's journal: %+v, %v", steps, err)
 	}
 }
+
+// Tenancy item 3 (a journal too large to load): a run whose step outputs
+// add up past workflow_settings.max_journal_bytes is handed over with the
+// reason instead of its journal, so the claim batch holding it stands
+// (aggregating it could pass jsonb's 255 MB limit and fail every claim of
+// its pool); its neighbours are claimed whole.
+func TestOversizedJournalFailsOnlyItsRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set max_journal_bytes = 1048576"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 4 {
+		ids = append(ids, b.create(t, engine.CreateParams{Type: "bigj.a.v1"}))
+	}
+	held := b.claim(t, "w", []string{"bigj."}, 10)
+	var bad engine.ClaimedRun
+	for _, c := range held {
+		if c.ID == ids[1] {
+			bad = c
+		}
+	}
+	out := json.RawMessage(`"` + strings.Repeat("x", 400<<10) + `"`)
+	for i := range 3 {
+		if res := b.record(t, "w", engine.StepWrite{LeaseRef: bad.Ref(), Name: fmt.Sprintf("s%d", i), Position: i, Output: out}); res[0].Status != engine.WriteRecorded {
+			t.Fatalf("step %d: %+v", i, res[0])
+		}
+	}
+	var refs []engine.LeaseRef
+	for _, c := range held {
+		refs = append(refs, c.Ref())
+	}
+	if _, err := b.eng.ReleaseRuns(b.ctx, "w", refs); err != nil {
+		t.Fatal(err)
+	}
+	again := b.claim(t, "w2", []string{"bigj."}, 10)
+	if len(again) != 4 {
+		t.Fatalf("claimed %d of 4", len(again))
+	}
+	for _, c := range again {
+		if c.ID == bad.ID {
+			if c.DecodeError == nil || !strings.Contains(c.DecodeError.Error(), "a claim loads at most 1048576") {
+				t.Fatalf("the oversized journal: %v", c.DecodeError)
+			}
+			continue
+		}
+		if c.DecodeError != nil {
+			t.Fatalf("neighbour %s: %v", c.ID, c.DecodeError)
+		}
+	}
+}

@@ -31,10 +31,12 @@ create table workflow.workflow_settings (
     singleton boolean primary key default true
         constraint workflow_settings_one_row check (singleton),
     max_payload_bytes integer not null default 1048576
-        constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864)
+        constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864),
+    max_journal_bytes bigint not null default 67108864
+        constraint workflow_settings_max_journal_bytes_range check (max_journal_bytes between 1048576 and 134217728)
 );
 comment on table workflow.workflow_settings is
-    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB).';
+    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB).';
 insert into workflow.workflow_settings (max_payload_bytes)
 select least(greatest(v::bigint, 1024), 67108864)::integer
 from (select nullif(btrim(current_setting('workflow.max_payload_bytes', true)), '') as v) s
@@ -67,6 +69,11 @@ return case when p_result is not null and octet_length(p_result::text) > 1048576
             then format('result is %s bytes; the limit is 1048576 (1 MiB)', octet_length(p_result::text))
             when workflow.json_too_deep(p_result)
             then 'result nests deeper than 64 levels (objects and arrays), the most a stored value may' end;
+
+-- Each journal entry's output size, kept by the database itself, so a
+-- claim can tell a journal too large to load without reading it.
+alter table workflow.workflow_step
+    add column output_bytes integer generated always as (coalesce(octet_length(output::text), 0)) stored;
 
 alter table workflow.workflow_step drop constraint workflow_step_output_size;
 alter table workflow.workflow_step add constraint workflow_step_output_size
@@ -129,6 +136,7 @@ declare
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_patterns text[];
     v_types text[];
+    v_journal_cap bigint := (select st.max_journal_bytes from workflow.workflow_settings st);
 begin
     perform set_config('workflow.via_function', 'on', true);
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
@@ -245,14 +253,21 @@ begin
     )
     select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at,
            c.lease_token, c.deadline_at,
-           (select jsonb_agg(jsonb_build_object(
+           -- A journal too large to load is handed over as a JSON string
+           -- saying so (the client fails that run alone), never aggregated:
+           -- an aggregate over jsonb's limit would fail the whole claim.
+           case when (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id) > v_journal_cap
+                then to_jsonb(format('the journal holds %s bytes of step outputs; a claim loads at most %s (workflow_settings.max_journal_bytes), so the run cannot be replayed',
+                                     (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id),
+                                     v_journal_cap))
+                else (select jsonb_agg(jsonb_build_object(
                        'name', s.name, 'position', s.position, 'kind', s.kind,
                        'outcome', case when s.name = c.wait_step and s.finished_at is null
                                        then case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end
                                        else s.outcome end,
                        'output', s.output, 'error', s.error, 'child_id', s.child_id)
                    order by s.position)
-            from workflow.workflow_step s where s.run_id = c.id),
+            from workflow.workflow_step s where s.run_id = c.id) end,
            c.traceparent
     from claimed c
     order by c.priority, c.created_at;

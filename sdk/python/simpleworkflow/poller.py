@@ -204,6 +204,9 @@ class IntentPoller:
                 try:
                     payload = _decode("payload", payload_text)
                     journal = _decode("journal", journal_text)
+                    if isinstance(journal, str):
+                        # The database's word that the journal is too large to load.
+                        raise _UndecodableError(f"the run's journal cannot be loaded: {journal}")
                 except _UndecodableError as e:
                     self._fail_undecodable(conn, run_id, wtype, attempt, token, str(e))
                     continue

@@ -74,6 +74,25 @@ class HostileValuesTest(InboxTest):
         after = self.client.create("pyhostile.a.v1", {})
         self.wait_status(after.id, "succeeded", timeout=30)
 
+    def test_a_journal_too_large_to_load_fails_its_run_alone(self):
+        # The database hands over a journal past workflow_settings.max_journal_bytes
+        # as a sentence, not an aggregate that could fail the whole claim.
+        self.sql("update workflow.workflow_settings set max_journal_bytes = 1048576")
+        bystanders = [self.client.create("pybigj.a.v1", {"n": i}).id for i in range(4)]
+        big = self.client.create("pybigj.a.v1", {}).id
+        for i in range(3):
+            self.sql("insert into workflow.workflow_step (run_id, name, position, kind, outcome, output, attempt, "
+                     "started_at, finished_at) values (%s, %s, %s, 'step', 'ok', to_jsonb(repeat('x', 409600)), 1, "
+                     "now(), now())", (big, f"s{i}", i))
+        poller, thread, _ = self.start_poller(type_prefixes=["pybigj."], concurrency=8)
+        poller.handle("pybigj.a.v1", lambda run: {"ok": True})
+        for run_id in bystanders:
+            self.wait_status(run_id, "succeeded", timeout=30)
+        status, attempt, error, _ = self.finished(big)
+        self.assertEqual((status, attempt), ("failed", 1), error)
+        self.assertIn("a claim loads at most 1048576", error)
+        self.assertTrue(thread.is_alive())
+
     def test_producers_get_a_clear_error_and_store_nothing(self):
         # Tenancy item 1, the producers' paths: create, create_many, signal.
         target = self.client.create("pyhostile.target.v1", {}).id
