@@ -64,6 +64,7 @@ type Server struct {
 	// is unauthenticated.
 	gate       *gate
 	namespaces namespaceCache
+	scoped     scopedOverviews
 	recheck    time.Duration
 }
 

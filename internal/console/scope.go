@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,8 +51,45 @@ func (s *Server) overviewFor(ctx context.Context, a access) (overview, error) {
 	if a.all {
 		return s.overview(ctx)
 	}
-	ov := overview{Now: time.Now()}
 	readable := a.list()
+	key := strings.Join(readable, ",")
+	c := &s.scoped
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byScope[key]; ok && time.Since(e.at) < overviewFresh {
+		return e.last, nil
+	}
+	ov, err := s.loadScopedOverview(ctx, a, readable)
+	if err != nil {
+		return ov, err
+	}
+	if c.byScope == nil || len(c.byScope) >= maxScopedOverviews {
+		c.byScope = map[string]cachedOverview{}
+	}
+	c.byScope[key] = cachedOverview{at: time.Now(), last: ov}
+	return ov, nil
+}
+
+// maxScopedOverviews bounds the overviews kept for sets of namespaces.
+const maxScopedOverviews = 64
+
+// cachedOverview is an overview and when it was read.
+type cachedOverview struct {
+	at   time.Time
+	last overview
+}
+
+// scopedOverviews holds the latest overview of each set of namespaces, so
+// viewers of the same namespaces share one read a second, as the whole
+// inbox's viewers do.
+type scopedOverviews struct {
+	mu      sync.Mutex
+	byScope map[string]cachedOverview
+}
+
+// loadScopedOverview reads the overview of the namespaces readable.
+func (s *Server) loadScopedOverview(ctx context.Context, a access, readable []string) (overview, error) {
+	ov := overview{Now: time.Now()}
 	if s.pools != nil {
 		pools, err := s.pools.WorkerPools(ctx)
 		if err != nil {
