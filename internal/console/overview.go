@@ -103,63 +103,17 @@ func (s *Server) loadOverview(ctx context.Context) (overview, error) {
 		}
 	}
 
-	byType := map[string]*typeRow{}
-	get := func(t string) *typeRow {
-		if r, ok := byType[t]; ok {
-			return r
-		}
-		r := &typeRow{Type: t}
-		byType[t] = r
-		return r
-	}
-	rows, err := s.db.Query(ctx, `select type, runnable, leased, parked, oldest_due from workflow.type_depths()`)
-	if err != nil {
-		return ov, fmt.Errorf("overview: type depths: %w", err)
-	}
-	var t string
-	var runnable, leased, parked int64
-	var oldest *time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&t, &runnable, &leased, &parked, &oldest}, func() error {
-		r := get(t)
-		r.Runnable, r.Leased, r.Parked, r.OldestDue = runnable, leased, parked, oldest
-		return nil
-	}); err != nil {
-		return ov, fmt.Errorf("overview: type depths: %w", err)
-	}
-
-	rows, err = s.db.Query(ctx, `
-select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
+	types, more, err := s.readTypes(ctx,
+		`select type, runnable, leased, parked, oldest_due from workflow.type_depths()`,
+		`select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
        count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
 from workflow.workflow_run r
 where r.finished_at > now() - interval '1 hour'
 group by 1, 2`)
 	if err != nil {
-		return ov, fmt.Errorf("overview: last hour: %w", err)
+		return ov, err
 	}
-	var bucket int
-	var ok, bad int64
-	if _, err := pgx.ForEachRow(rows, []any{&t, &bucket, &ok, &bad}, func() error {
-		r := get(t)
-		if bucket < 0 {
-			bucket = 0
-		}
-		// Column 0 is the oldest five minutes, the last column the latest.
-		r.Succeeded[buckets-1-bucket] += ok
-		r.Failed[buckets-1-bucket] += bad
-		r.SucceededHour += ok
-		r.FailedHour += bad
-		return nil
-	}); err != nil {
-		return ov, fmt.Errorf("overview: last hour: %w", err)
-	}
-
-	for _, r := range byType {
-		ov.Types = append(ov.Types, *r)
-	}
-	sort.Slice(ov.Types, func(i, j int) bool { return ov.Types[i].Type < ov.Types[j].Type })
-	if len(ov.Types) > maxOverviewTypes {
-		ov.Types, ov.MoreTypes = ov.Types[:maxOverviewTypes], true
-	}
+	ov.Types, ov.MoreTypes = types, more
 	return ov, nil
 }
 
@@ -182,4 +136,60 @@ func (s *Server) poolRows(ctx context.Context, pools []WorkerPool) ([]poolRow, e
 		out[i] = poolRow{WorkerPool: p, Runnable: depths[i].Runnable, Leased: depths[i].Leased}
 	}
 	return out, nil
+}
+
+// readTypes reads the types' rows of an overview: queues (type, runnable,
+// leased, parked, oldest due) and the last hour (type, five-minute bucket
+// counted back from now, succeeded, ended otherwise), both with args.
+func (s *Server) readTypes(ctx context.Context, queues, lastHour string, args ...any) ([]typeRow, bool, error) {
+	byType := map[string]*typeRow{}
+	get := func(t string) *typeRow {
+		if r, ok := byType[t]; ok {
+			return r
+		}
+		r := &typeRow{Type: t}
+		byType[t] = r
+		return r
+	}
+	rows, err := s.db.Query(ctx, queues, args...)
+	if err != nil {
+		return nil, false, fmt.Errorf("overview: queues: %w", err)
+	}
+	var t string
+	var runnable, leased, parked int64
+	var oldest *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&t, &runnable, &leased, &parked, &oldest}, func() error {
+		r := get(t)
+		r.Runnable, r.Leased, r.Parked, r.OldestDue = runnable, leased, parked, oldest
+		return nil
+	}); err != nil {
+		return nil, false, fmt.Errorf("overview: queues: %w", err)
+	}
+	rows, err = s.db.Query(ctx, lastHour, args...)
+	if err != nil {
+		return nil, false, fmt.Errorf("overview: last hour: %w", err)
+	}
+	var bucket int
+	var ok, bad int64
+	if _, err := pgx.ForEachRow(rows, []any{&t, &bucket, &ok, &bad}, func() error {
+		r := get(t)
+		bucket = max(bucket, 0)
+		// Column 0 is the oldest five minutes, the last column the latest.
+		r.Succeeded[buckets-1-bucket] += ok
+		r.Failed[buckets-1-bucket] += bad
+		r.SucceededHour += ok
+		r.FailedHour += bad
+		return nil
+	}); err != nil {
+		return nil, false, fmt.Errorf("overview: last hour: %w", err)
+	}
+	types := make([]typeRow, 0, len(byType))
+	for _, r := range byType {
+		types = append(types, *r)
+	}
+	sort.Slice(types, func(i, j int) bool { return types[i].Type < types[j].Type })
+	if len(types) > maxOverviewTypes {
+		return types[:maxOverviewTypes], true, nil
+	}
+	return types, false, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -110,16 +109,7 @@ func (s *Server) loadScopedOverview(ctx context.Context, a access, readable []st
 	if len(readable) == 0 {
 		return ov, nil
 	}
-	byType := map[string]*typeRow{}
-	get := func(t string) *typeRow {
-		if r, ok := byType[t]; ok {
-			return r
-		}
-		r := &typeRow{Type: t}
-		byType[t] = r
-		return r
-	}
-	rows, err := s.db.Query(ctx, `
+	types, more, err := s.readTypes(ctx, `
 select r.type,
        count(*) filter (where r.status = 'pending' and r.run_at <= now()),
        count(*) filter (where r.status = 'leased'),
@@ -127,48 +117,15 @@ select r.type,
        min(r.run_at) filter (where r.status = 'pending' and r.run_at <= now())
 from workflow.workflow_run r
 where r.source_namespace = any($1::text[]) and r.status in ('pending', 'leased') and r.deleted_at is null
-group by 1`, readable)
-	if err != nil {
-		return ov, fmt.Errorf("overview: queues of %d namespaces: %w", len(readable), err)
-	}
-	var t string
-	var runnable, leased, parked int64
-	var oldest *time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&t, &runnable, &leased, &parked, &oldest}, func() error {
-		r := get(t)
-		r.Runnable, r.Leased, r.Parked, r.OldestDue = runnable, leased, parked, oldest
-		return nil
-	}); err != nil {
-		return ov, fmt.Errorf("overview: queues: %w", err)
-	}
-	rows, err = s.db.Query(ctx, `
+group by 1`, `
 select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
        count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
 from workflow.workflow_run r
 where r.finished_at > now() - interval '1 hour' and r.source_namespace = any($1::text[])
 group by 1, 2`, readable)
 	if err != nil {
-		return ov, fmt.Errorf("overview: last hour: %w", err)
+		return ov, err
 	}
-	var bucket int
-	var ok, bad int64
-	if _, err := pgx.ForEachRow(rows, []any{&t, &bucket, &ok, &bad}, func() error {
-		r := get(t)
-		bucket = max(bucket, 0)
-		r.Succeeded[buckets-1-bucket] += ok
-		r.Failed[buckets-1-bucket] += bad
-		r.SucceededHour += ok
-		r.FailedHour += bad
-		return nil
-	}); err != nil {
-		return ov, fmt.Errorf("overview: last hour: %w", err)
-	}
-	for _, r := range byType {
-		ov.Types = append(ov.Types, *r)
-	}
-	sort.Slice(ov.Types, func(i, j int) bool { return ov.Types[i].Type < ov.Types[j].Type })
-	if len(ov.Types) > maxOverviewTypes {
-		ov.Types, ov.MoreTypes = ov.Types[:maxOverviewTypes], true
-	}
+	ov.Types, ov.MoreTypes = types, more
 	return ov, nil
 }
