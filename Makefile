@@ -57,16 +57,15 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync th
 	hack/sync-chart.sh
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods and internal/engine/schema.sql (the schema as migrated).
+generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
-	$(GO) run ./hack/schemadump
 
 .PHONY: check-generated
 check-generated: manifests generate ## Fail when committed generated files are stale.
-	@if [ -n "$$(git status --porcelain -- config api charts internal/engine/schema.sql)" ]; then \
+	@if [ -n "$$(git status --porcelain -- config api charts)" ]; then \
 		echo "Generated files are stale; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- config api charts internal/engine/schema.sql; \
-		git --no-pager diff --stat -- config api charts internal/engine/schema.sql; exit 1; fi
+		git status --porcelain -- config api charts; \
+		git --no-pager diff --stat -- config api charts; exit 1; fi
 
 .PHONY: test
 test: fmt-check vet check-generated envtest test-chart test-python container-engine browser ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).

@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,16 +15,50 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-//go:embed migrations/*.sql
+// The schema is one hand-written file, sql/workflow.sql, that any release
+// can run again; sql/migrations holds what a release must do to the tables
+// of the release before it (NNNN_name.sql brings version NNNN-1 to NNNN),
+// which runs before the file.
+//
+//go:embed sql/workflow.sql
+var schemaSQL string
+
+//go:embed sql/migrations
 var migrationFiles embed.FS
 
-// migrationLockKey is the advisory lock held while migrations are applied, so
-// that several processes starting at once apply each migration exactly once.
+// migrationLockKey is the advisory lock held while the schema is installed
+// or upgraded, so that several processes starting at once do it once.
 const migrationLockKey int64 = 0x73776d6967726174 // "swmigrat"
 
-// Migration is one versioned schema change embedded in the binary.
+var schemaVersionLine = regexp.MustCompile(`(?m)^-- schema version: ([0-9]+)$`)
+
+// ErrLegacySchema is returned by Migrate for a database whose workflow
+// schema was built by the numbered migrations that came before the
+// one-file schema: it must be created anew.
+var ErrLegacySchema = errors.New("the workflow schema was built by pre-release migrations (workflow.schema_migration)")
+
+// Schema returns the text of the schema file: the whole state machine,
+// installable on an empty database and safe to run again on a current one.
+func Schema() string { return schemaSQL }
+
+// SchemaVersion is the version the schema file declares in its header.
+func SchemaVersion() (int, error) {
+	m := schemaVersionLine.FindStringSubmatch(schemaSQL)
+	if m == nil {
+		return 0, errors.New("schema file: no \"-- schema version: N\" line")
+	}
+	v, err := strconv.Atoi(m[1])
+	if err != nil {
+		return 0, fmt.Errorf("schema file: version: %w", err)
+	}
+	return v, nil
+}
+
+// Migration is what one release does to the tables of the release before
+// it; the schema file runs after it.
 type Migration struct {
-	// Version orders migrations; it is the number the file name starts with.
+	// Version is the schema version the migration brings a database to,
+	// from Version-1.
 	Version int
 	// Name is the file name without the version and extension.
 	Name string
@@ -30,14 +66,18 @@ type Migration struct {
 	SQL string
 }
 
-// Migrations returns the embedded migrations in version order.
+// Migrations returns the embedded release-to-release migrations in version
+// order. Each version from 2 to SchemaVersion has exactly one.
 func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	entries, err := fs.ReadDir(migrationFiles, "sql/migrations")
 	if err != nil {
 		return nil, fmt.Errorf("list migrations: %w", err)
 	}
 	var out []Migration
 	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
 		base := strings.TrimSuffix(e.Name(), ".sql")
 		num, name, ok := strings.Cut(base, "_")
 		if !ok {
@@ -47,26 +87,39 @@ func Migrations() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("migration %q: version: %w", e.Name(), err)
 		}
-		text, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		text, err := migrationFiles.ReadFile("sql/migrations/" + e.Name())
 		if err != nil {
 			return nil, fmt.Errorf("read migration %q: %w", e.Name(), err)
 		}
 		out = append(out, Migration{Version: v, Name: name, SQL: string(text)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i := 1; i < len(out); i++ {
-		if out[i].Version == out[i-1].Version {
-			return nil, fmt.Errorf("migration version %d is used twice", out[i].Version)
+	current, err := SchemaVersion()
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range out {
+		if m.Version != i+2 {
+			return nil, fmt.Errorf("migration %04d_%s: expected version %d (one migration per version from 2)", m.Version, m.Name, i+2)
 		}
+	}
+	if len(out) != current-1 {
+		return nil, fmt.Errorf("the schema file is version %d but migrations reach version %d", current, len(out)+1)
 	}
 	return out, nil
 }
 
-// Migrate applies every embedded migration that the database has not recorded
-// yet, each in its own transaction, under a session advisory lock. It is
-// idempotent and safe to call from many processes at once. It returns the
-// versions it applied.
+// Migrate brings the database's workflow schema to the schema file's
+// version, under a session advisory lock, in one transaction: an empty
+// database gets the file; an older one gets each missing release's
+// migration, then the file. A database already at (or past) this version is
+// left as it is, so an older binary starting during an upgrade changes
+// nothing. It returns the versions it recorded.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	target, err := SchemaVersion()
+	if err != nil {
+		return nil, err
+	}
 	migrations, err := Migrations()
 	if err != nil {
 		return nil, err
@@ -85,46 +138,53 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1)", migrationLockKey)
 	}()
 
+	var legacy bool
+	if err := conn.QueryRow(ctx,
+		"select to_regclass('workflow.schema_migration') is not null").Scan(&legacy); err != nil {
+		return nil, fmt.Errorf("migrate: look for a legacy schema: %w", err)
+	}
+	if legacy {
+		return nil, fmt.Errorf("migrate: %w: create a new database, or drop schema workflow cascade (its runs are lost)", ErrLegacySchema)
+	}
 	if _, err := conn.Exec(ctx, `
 create schema if not exists workflow;
-create table if not exists workflow.schema_migration (
+create table if not exists workflow.schema_version (
     version    integer     primary key,
-    name       text        not null,
     applied_at timestamptz not null default now()
 )`); err != nil {
 		return nil, fmt.Errorf("migrate: create bookkeeping table: %w", err)
 	}
-
-	applied := map[int]bool{}
-	rows, err := conn.Query(ctx, "select version from workflow.schema_migration")
-	if err != nil {
-		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
+	var current int
+	if err := conn.QueryRow(ctx, "select coalesce(max(version), 0) from workflow.schema_version").Scan(&current); err != nil {
+		return nil, fmt.Errorf("migrate: read the schema version: %w", err)
 	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
+	if current >= target {
+		return nil, nil
 	}
-	for _, v := range versions {
-		applied[v] = true
-	}
-
 	var done []int
-	for _, m := range migrations {
-		if applied[m.Version] {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return err
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if current > 0 {
+			for _, m := range migrations[current-1:] {
+				if _, err := tx.Exec(ctx, m.SQL); err != nil {
+					return fmt.Errorf("apply migration %04d_%s: %w", m.Version, m.Name, err)
+				}
+				done = append(done, m.Version)
 			}
-			_, err := tx.Exec(ctx,
-				"insert into workflow.schema_migration (version, name) values ($1, $2)", m.Version, m.Name)
-			return err
-		})
-		if err != nil {
-			return done, fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
+		} else {
+			done = append(done, target)
 		}
-		done = append(done, m.Version)
+		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
+			return fmt.Errorf("apply the schema file (version %d): %w", target, err)
+		}
+		for _, v := range done {
+			if _, err := tx.Exec(ctx, "insert into workflow.schema_version (version) values ($1)", v); err != nil {
+				return fmt.Errorf("record version %d: %w", v, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: from version %d to %d: %w", current, target, err)
 	}
 	return done, nil
 }

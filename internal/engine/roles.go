@@ -20,7 +20,7 @@ const (
 	RoleReader = "workflow_reader"
 )
 
-//go:embed roles.sql
+//go:embed sql/roles.sql
 var rolesSQL string
 
 // RolesSQL returns the script that creates the database roles (when they are

@@ -2,7 +2,6 @@
 case with a client and a poller, and polling helpers."""
 
 import atexit
-import glob
 import os
 import subprocess
 import sys
@@ -51,16 +50,15 @@ def with_database(url: str, name: str) -> str:
 
 
 def create_database() -> str:
-    """A new database with the inbox schema applied from internal/engine/migrations."""
+    """A new database with the inbox schema applied from internal/engine/sql/workflow.sql."""
     base = server_url()
     name = "sw_py_" + uuid.uuid4().hex[:10]
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'create database "{name}"')
     url = with_database(base, name)
     with psycopg.connect(url, autocommit=True) as conn:
-        for path in sorted(glob.glob(os.path.join(ROOT, "internal", "engine", "migrations", "*.sql"))):
-            with open(path) as f:
-                conn.execute(f.read())
+        with open(os.path.join(ROOT, "internal", "engine", "sql", "workflow.sql")) as f:
+            conn.execute(f.read())
     return url
 
 

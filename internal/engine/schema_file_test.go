@@ -1,0 +1,194 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
+)
+
+// catalog dumps the workflow schema of a database (tables, constraints,
+// indexes, functions, triggers, comments, privileges) with pg_dump, without
+// the lines that differ between two dumps of one schema.
+func catalog(t *testing.T, url string) string {
+	t.Helper()
+	pgDump := findPgDump(t)
+	out, err := exec.Command(pgDump, "--schema-only", "--schema=workflow", "--no-owner", url).Output()
+	if err != nil {
+		t.Fatalf("pg_dump: %v", err)
+	}
+	var keep []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "--") || strings.HasPrefix(line, `\`) || strings.TrimSpace(line) == "" {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep, "\n")
+}
+
+// findPgDump finds the pg_dump of the server the tests run against.
+func findPgDump(t *testing.T) string {
+	t.Helper()
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_dump")
+	if len(matches) > 0 {
+		return matches[len(matches)-1]
+	}
+	p, err := exec.LookPath("pg_dump")
+	if err != nil {
+		t.Fatalf("pg_dump not found (install the postgresql package): %v", err)
+	}
+	return p
+}
+
+// firstDifference reports the first line where two catalogs differ.
+func firstDifference(a, b string) string {
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(la) || i < len(lb); i++ {
+		var x, y string
+		if i < len(la) {
+			x = la[i]
+		}
+		if i < len(lb) {
+			y = lb[i]
+		}
+		if x != y {
+			return fmt.Sprintf("line %d:\n  fresh:    %s\n  upgraded: %s", i+1, x, y)
+		}
+	}
+	return ""
+}
+
+// The file runs again on a database it installed and changes nothing: an
+// upgrade runs it over the previous release's objects.
+func TestSchemaFileRunsAgainWithoutChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before := catalog(t, b.url)
+	if _, err := b.pool.Exec(b.ctx, engine.Schema()); err != nil {
+		t.Fatalf("the schema file does not run again: %v", err)
+	}
+	if after := catalog(t, b.url); after != before {
+		t.Fatalf("running the schema file again changed the catalog at %s", firstDifference(before, after))
+	}
+}
+
+var fromLine = regexp.MustCompile(`(?m)^-- from: version ([0-9]+) at ([0-9a-f]{7,40})$`)
+
+// The newest release's migration, applied to the release before it (its schema
+// file as it was at the commit the migration names) and followed by the
+// current file, gives the catalog of a fresh install.
+func TestUpgradeFromPreviousReleaseMatchesFreshInstall(t *testing.T) {
+	t.Parallel()
+	migrations, err := engine.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := setup(t)
+	want := catalog(t, fresh.url)
+	if len(migrations) == 0 {
+		t.Skip("the schema file is the first release: nothing to upgrade from")
+	}
+	// The previous release: databases in the field are at most one release
+	// behind when they upgrade (each release's migration ran with it).
+	for _, m := range migrations[len(migrations)-1:] {
+		t.Run(fmt.Sprintf("%04d_%s", m.Version, m.Name), func(t *testing.T) {
+			from := fromLine.FindStringSubmatch(m.SQL)
+			if from == nil || from[1] != fmt.Sprint(m.Version-1) {
+				t.Fatalf("the migration must name the release it upgrades: a line \"-- from: version %d at <commit>\"", m.Version-1)
+			}
+			previous := fileAtCommit(t, from[2], "internal/engine/sql/workflow.sql")
+			b := setup(t)
+			if _, err := b.pool.Exec(b.ctx, "drop schema workflow cascade"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.pool.Exec(b.ctx, previous); err != nil {
+				t.Fatalf("install version %d: %v", m.Version-1, err)
+			}
+			if _, err := b.pool.Exec(b.ctx, `create table workflow.schema_version (
+				version integer primary key, applied_at timestamptz not null default now())`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.pool.Exec(b.ctx, "insert into workflow.schema_version (version) values ($1)", m.Version-1); err != nil {
+				t.Fatal(err)
+			}
+			applied, err := engine.Migrate(b.ctx, b.pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(applied) != 1 || applied[0] != m.Version {
+				t.Fatalf("applied %v, want [%d]", applied, m.Version)
+			}
+			if got := catalog(t, b.url); got != want {
+				t.Fatalf("upgraded catalog differs from a fresh install at %s", firstDifference(want, got))
+			}
+		})
+	}
+}
+
+// fileAtCommit reads a file as it was at a commit of this repository.
+func fileAtCommit(t *testing.T, commit, path string) string {
+	t.Helper()
+	root, err := pgtest.RepoFile(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(context.Background(), "git", "-C", root, "show", commit+":"+path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git show %s:%s: %v: %s (the test needs the repository's history: clone without --depth)",
+			commit, path, err, stderr.String())
+	}
+	return string(out)
+}
+
+// No function is defined twice anywhere in the tree: the schema file holds
+// each, and migrations only change tables.
+func TestEveryFunctionIsDefinedOnce(t *testing.T) {
+	t.Parallel()
+	root, err := pgtest.RepoFile(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	define := regexp.MustCompile(`(?i)create\s+(or\s+replace\s+)?function\s+workflow\.(\w+)`)
+	seen := map[string]string{}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "bin" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".sql") {
+			return nil
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		for _, m := range define.FindAllStringSubmatch(string(text), -1) {
+			if prev, ok := seen[m[2]]; ok {
+				t.Errorf("workflow.%s is defined in %s and again in %s", m[2], prev, rel)
+			}
+			seen[m[2]] = rel
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 40 {
+		t.Fatalf("found %d functions; the walk missed the schema file", len(seen))
+	}
+}

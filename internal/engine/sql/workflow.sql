@@ -1,0 +1,2741 @@
+-- simple-workflow: the inbox and its state machine, in one file.
+--
+-- schema version: 1
+--
+-- Read this file top to bottom to know what happens to a run. It is the
+-- whole schema, in the order of a run's life: the tables and the rules they
+-- keep, what a producer calls, how a worker claims and holds a run, the step
+-- journal and waits, children and DAGs, the maintenance that finishes what
+-- nobody else will, and the roles. A fresh install runs this file; an
+-- upgrade runs the release's migration (internal/engine/sql/migrations) and
+-- then this file again. So every statement here may run twice: tables and
+-- indexes are created "if not exists" (a changed table is changed by the
+-- migration), functions "or replace", triggers "or replace" (the one
+-- constraint trigger is dropped and created). A test installs this file
+-- fresh, and the previous release plus its migration, and compares the two
+-- catalogs.
+--
+-- The database is the only judge: every rule below holds whoever writes,
+-- a Go or Python worker, the operator, or a producer using plain SQL (an
+-- INSERT to record a run, an UPDATE of status to cancel it). The SDKs are
+-- thin callers of these functions.
+--
+--
+-- THE STATE MACHINE
+--
+--   statuses of workflow.workflow_run.status
+--     pending    waits for a worker: runnable once run_at <= now(); a
+--                "parked" run is pending with wait_kind set (sleep, signal,
+--                child, dag) and run_at at its timer (far_future() if none)
+--     leased     a worker holds it until lease_until; every write the
+--                holder makes names lease_token, drawn anew by each claim
+--     succeeded, failed, cancelled
+--                finished: final (trigger workflow_run_finished_is_final)
+--
+--   transition                     made by                            called by
+--   (new) -> pending               INSERT, create_runs; trigger        producer
+--                                  workflow_run_inserted checks the
+--                                  payload, writes 'created' and
+--                                  starts a DAG run
+--   pending -> leased              claim_runs ('started'; 'woken'      worker
+--                                  first when it ends a timer)
+--   leased -> leased               heartbeat_runs (a longer lease)     worker
+--   leased -> succeeded            complete_runs                       worker
+--   leased -> failed               complete_runs (result refused),     worker
+--                                  fail_runs (no attempt left or not
+--                                  retryable)
+--   leased -> pending              fail_runs (retry after backoff),    worker
+--                                  release_runs (attempt returned),
+--                                  park_run (a wait: parked)
+--   leased -> pending | failed     reap_expired_leases                 worker, manager
+--   pending|leased -> failed       expire_deadlines (deadline_at),     worker, manager
+--                                  also from heartbeat_runs
+--   parked -> runnable             claim_runs (its timer is due),      -
+--                                  send_signal (the awaited signal),
+--                                  trigger workflow_child_finished
+--                                  (the awaited child ended)
+--   pending(dag) -> succeeded |    dag_advance / dag_end, from         -
+--     failed                       workflow_child_finished
+--   pending|leased -> cancelled    cancel_run, or UPDATE status =      producer
+--                                  'cancelled'; trigger
+--                                  workflow_run_cancelled writes the
+--                                  event and clears the wait
+--   pending|leased -> cancelled    UPDATE deleted_at (soft delete);    producer
+--                                  trigger workflow_run_soft_deleted
+--   pending|leased -> cancelled    trigger workflow_parent_ended: a    -
+--                                  parent that failed or was
+--                                  cancelled takes its children
+--   any other status change        plain SQL; audited by trigger       owner
+--                                  workflow_status_changed_by_sql
+--   finished -> anything else      refused                             -
+--   (row) -> gone                  delete_finished_runs (retention),   manager
+--                                  DELETE; trigger
+--                                  workflow_runs_deleted removes its
+--                                  events, journal and signals
+--
+-- Every transition writes its row of workflow_event (the audit trail) in
+-- the same transaction, by the function that makes it or by the trigger
+-- named above. The functions that change a status set the transaction-local
+-- setting workflow.via_function while they run, so that the plain-SQL audit
+-- trigger does not write a second event; it is an audit hint, not a guard.
+--
+-- LOCK ORDER, wherever two rows are locked:
+--   1. a workflow (a DAG run or a durable parent) before its children: every
+--      path that ends runs (complete_runs, fail_runs, reap_expired_leases,
+--      expire_deadlines) first locks the parents of those runs, in id order,
+--      as ending a parent does (the parent, then its children through
+--      workflow_parent_ended); steps of one workflow ending together never
+--      deadlock. A plain-SQL update of a child is the exception (the child's
+--      row, then the parent's): a deadlock there is resolved by Postgres
+--      aborting one side, which its caller retries;
+--   2. a run before its journal entries and its signals (park_run,
+--      send_signal, start_child); record_steps share-locks the runs first;
+--   3. new runs with idempotency keys are inserted in key order;
+--   4. registry definitions are checked under one advisory lock.
+--
+-- TIME: every rule reads the database's clock (now(), the transaction's
+-- start), never a client's.
+--
+-- LIMITS: the owner's, in workflow_settings (one row), never the caller's
+-- session: a payload is at most max_payload_bytes (1 MiB by default); a
+-- result, a step output and a child's result at most 1 MiB; a signal
+-- payload 256 KiB; a registry definition 256 KiB; no stored JSON nests
+-- deeper than 64 objects and arrays (json_too_deep).
+--
+-- PRIVILEGE: every function a role calls is SECURITY DEFINER with a fixed
+-- search_path (pg_catalog, pg_temp) and is revoked from PUBLIC; roles.sql
+-- (run after this file) grants each role what it needs.
+
+
+create schema if not exists workflow;
+
+
+-- ===========================================================================
+-- 1. TABLES AND THEIR RULES
+-- ===========================================================================
+
+-- Small pure helpers the tables' defaults and checks use.
+
+-- far_future is the run_at of a run parked on a wait with no timer: beyond
+-- any real time, yet representable by every client library.
+create or replace function workflow.far_future() returns timestamptz
+language sql immutable parallel safe
+as $$ select timestamptz '9999-01-01 00:00:00+00' $$;
+
+-- A new run id: a UUID in the version 7 layout (48 bits of milliseconds,
+-- then random), so ids sort by creation and index pages fill in order.
+create or replace function workflow.new_run_id()
+returns uuid
+language sql volatile
+begin atomic
+    select encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
+                    from 1 for 6),
+            52, 1), 53, 1),
+        'hex')::uuid;
+end;
+comment on function workflow.new_run_id() is
+    'A new run id: a UUID (version 7 layout) whose first 48 bits are the time in milliseconds, the rest random.';
+
+-- Whether a JSON value nests more than 64 containers (objects and arrays)
+-- deep: true when a container sits at level 64 (the value itself is level
+-- 0). It visits only the first 64 levels, so a deep value is told cheaply.
+-- Every value a client will decode is refused past this bound.
+create or replace function workflow.json_too_deep(p_value jsonb) returns boolean
+language sql immutable parallel safe
+return jsonb_path_exists(p_value, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")');
+
+-- Whether a text is a W3C traceparent (version 00, neither id all zeros);
+-- null is valid (no trace).
+create or replace function workflow.traceparent_valid(p text) returns boolean
+language sql immutable parallel safe
+as $_$
+    select p is null
+        or (octet_length(p) = 55
+            and p ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+            and substr(p, 4, 32) <> '00000000000000000000000000000000'
+            and substr(p, 37, 16) <> '0000000000000000')
+$_$;
+
+
+-- The owner's limits: one row, readable by every role, writable by the
+-- owner alone. A caller's session settings raise nothing.
+create table if not exists workflow.workflow_settings (
+    singleton boolean not null default true,
+    max_payload_bytes integer not null default 1048576,
+    max_journal_bytes bigint not null default 67108864,
+    constraint workflow_settings_pkey primary key (singleton),
+    constraint workflow_settings_one_row check (singleton),
+    constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864),
+    constraint workflow_settings_max_journal_bytes_range check (max_journal_bytes between 1048576 and 134217728)
+);
+comment on table workflow.workflow_settings is
+    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB).';
+insert into workflow.workflow_settings default values on conflict do nothing;
+
+
+-- Which runtime runs a type, whether it may run at all, and the steps of a
+-- DAG workflow (definition; the database runs those). Written by the
+-- operator from WorkflowRegistry objects. Analyzed after every change: it
+-- is tiny, and a stale estimate made claims sort every pending run.
+create table if not exists workflow.workflow_registry (
+    workflow_name text not null,
+    intent_type text not null default 'workflow',
+    runtime text,
+    is_enabled boolean not null default true,
+    description text not null default '',
+    owner_namespace text,
+    owner_name text,
+    created_at timestamptz not null default now(),
+    updated_at timestamptz not null default now(),
+    definition jsonb,
+    constraint workflow_registry_pkey primary key (workflow_name),
+    constraint workflow_registry_name_format
+        check (char_length(workflow_name) <= 253 and workflow_name ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'),
+    constraint workflow_registry_runtime_or_steps check ((runtime is null) <> (definition is null)),
+    constraint workflow_registry_runtime_valid check (runtime in ('go', 'python')),
+    constraint workflow_registry_definition_size
+        check (definition is null or octet_length(definition::text) <= 262144)
+) with (autovacuum_analyze_threshold = 0, autovacuum_analyze_scale_factor = 0);
+comment on table workflow.workflow_registry is 'Which runtime executes a workflow type, and whether it may run at all.';
+comment on column workflow.workflow_registry.definition is
+    'A DAG workflow''s steps ({"steps": [...]}); runtime is null then: the database runs it.';
+create index if not exists idx_workflow_registry_owner on workflow.workflow_registry (owner_namespace, owner_name);
+
+
+-- The durable inbox: one row per recorded intent. The checks are written
+-- compactly on purpose: each is evaluated on every write of the hot path.
+-- Half of each page stays free (fillfactor 50), so a claim's and a
+-- completion's new row versions stay on their page; autovacuum starts
+-- early and unthrottled, as a queue replaces its rows all day.
+create table if not exists workflow.workflow_run (
+    id uuid not null default workflow.new_run_id(),
+    type text not null,
+    payload jsonb not null default '{}',
+    status text not null default 'pending',
+    priority integer not null default 100,          -- lower runs first
+    run_at timestamptz not null default now(),      -- not before
+    idempotency_key text,                           -- one run per key, ever
+    attempt integer not null default 0,             -- attempts started
+    max_attempts integer not null default 3,
+    leased_by text,
+    lease_until timestamptz,
+    last_error text,
+    result jsonb,
+    retry_base_delay interval,                      -- null: one minute
+    retry_max_delay interval,                       -- null: no cap
+    source_namespace text,                          -- a mirrored WorkflowRun
+    source_name text,
+    source_uid text,
+    started_at timestamptz,
+    finished_at timestamptz,
+    created_at timestamptz not null default now(),
+    updated_at timestamptz not null default now(),
+    deleted_at timestamptz,                         -- soft delete
+    lease_token bigint,
+    heartbeat_count integer not null default 0,     -- of the current attempt
+    parent_id uuid,                                 -- a child: its parent
+    parent_step text,                               -- and the step that started it
+    deadline_at timestamptz,                        -- past it: failed
+    wait_kind text,                                 -- parked: what it waits for
+    wait_step text,
+    wait_signal text,
+    dag jsonb,
+    traceparent text,
+    constraint workflow_run_pkey primary key (id),
+    constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
+    constraint workflow_run_idempotency_key_length
+        check (char_length(idempotency_key) >= 1 and char_length(idempotency_key) <= 512),
+    constraint workflow_run_lease_held
+        check (status <> 'leased' or (leased_by is not null and lease_until is not null)),
+    constraint workflow_run_max_attempts_range check (max_attempts >= 1 and max_attempts <= 1000),
+    constraint workflow_run_parent_step_set check ((parent_id is null) = (parent_step is null)),
+    constraint workflow_run_payload_object check (jsonb_typeof(payload) = 'object'),
+    constraint workflow_run_priority_range check (priority >= 0 and priority <= 1000000),
+    constraint workflow_run_retry_policy_valid
+        check (retry_base_delay > '0' and retry_max_delay > '0' and retry_max_delay >= retry_base_delay),
+    constraint workflow_run_status_valid check (status = any ('{pending,leased,succeeded,failed,cancelled}')),
+    constraint workflow_run_type_format
+        check (char_length(type) <= 253 and type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'),
+    constraint workflow_run_wait_kind_valid check (wait_kind = any ('{sleep,signal,child,dag}')),
+    constraint workflow_run_wait_not_leased check (wait_kind is null or status <> 'leased'),
+    -- A DAG step's key names its DAG run and step; nobody else may take one.
+    constraint workflow_run_dag_key
+        check (left(idempotency_key, 4) <> 'dag:'
+               or idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'
+               or coalesce(idempotency_key = 'dag:' || parent_id::text || ':' || parent_step, false)),
+    constraint workflow_run_pending_has_attempt_left check (status <> 'pending' or attempt < max_attempts),
+    -- k8s: and k8s-uid: keys belong to runs mirrored from Kubernetes.
+    constraint workflow_run_reserved_key
+        check ((left(idempotency_key, 4) <> 'k8s:' and left(idempotency_key, 8) <> 'k8s-uid:')
+               or coalesce((source_uid is not null
+                            and starts_with(idempotency_key, 'k8s:' || source_namespace || ':'))
+                           or idempotency_key = 'k8s-uid:' || source_uid, false)),
+    constraint workflow_run_result_size check (result is null or octet_length(result::text) <= 1048576),
+    constraint workflow_run_source_bounded
+        check (char_length(source_namespace) <= 63 and char_length(source_name) <= 253
+               and char_length(source_uid) <= 128),
+    constraint workflow_run_times_finite check (isfinite(run_at) and (deadline_at is null or isfinite(deadline_at))),
+    constraint workflow_run_traceparent_format
+        check (octet_length(traceparent) = 55 and traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+               and substr(traceparent, 4, 32) <> '00000000000000000000000000000000'
+               and substr(traceparent, 37, 16) <> '0000000000000000')
+) with (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
+comment on table workflow.workflow_run is
+    'The durable inbox: one row per recorded intent. A pending row always runs eventually.';
+comment on column workflow.workflow_run.lease_token is
+    'Drawn from workflow.lease_token_seq by every claim; guards every write of the lease holder.';
+comment on column workflow.workflow_run.dag is
+    'The definition a DAG run started with (a snapshot: editing the registry changes new runs only).';
+comment on column workflow.workflow_run.traceparent is
+    'W3C traceparent of the context that recorded the run (a child''s is its parent''s); null when none was given.';
+
+-- The claim reads runnable runs type by type in claim order (the coalesce
+-- keeps the completion's primary-key lookups off this index); the depth
+-- index serves the autoscaler's counts; the others serve the reaper,
+-- deadlines, retention, children, the console's lists and the wake-ups.
+create index if not exists idx_workflow_run_claim_type on workflow.workflow_run
+    (type collate "C", priority, created_at) where coalesce(status, '') = 'pending' and deleted_at is null;
+create index if not exists idx_workflow_run_claim on workflow.workflow_run
+    (priority, created_at, run_at) where status = 'pending' and deleted_at is null;
+create index if not exists idx_workflow_run_depth on workflow.workflow_run
+    (type collate "C", status, run_at) where status in ('pending', 'leased') and deleted_at is null;
+create unique index if not exists idx_workflow_run_idempotency on workflow.workflow_run (idempotency_key);
+create index if not exists idx_workflow_run_lease_until on workflow.workflow_run (lease_until)
+    where status = 'leased';
+create index if not exists idx_workflow_run_deadline on workflow.workflow_run (deadline_at)
+    where deadline_at is not null and status in ('pending', 'leased');
+create index if not exists idx_workflow_run_finished_at on workflow.workflow_run (finished_at)
+    where finished_at is not null;
+create index if not exists idx_workflow_run_deleted_at on workflow.workflow_run (deleted_at)
+    where deleted_at is not null;
+create index if not exists idx_workflow_run_child on workflow.workflow_run (id) include (parent_id)
+    where parent_id is not null;
+create index if not exists idx_workflow_run_parent on workflow.workflow_run (parent_id, created_at, id)
+    where parent_id is not null;
+create unique index if not exists idx_workflow_run_parent_step on workflow.workflow_run (parent_id, parent_step)
+    where parent_id is not null;
+create index if not exists idx_workflow_run_dag on workflow.workflow_run (id) where dag is not null;
+create index if not exists idx_workflow_run_source on workflow.workflow_run (source_uid)
+    where source_uid is not null;
+create index if not exists idx_workflow_run_namespace_created on workflow.workflow_run
+    (source_namespace, created_at, id) where source_namespace is not null;
+create index if not exists idx_workflow_run_type_created on workflow.workflow_run
+    (type collate "C", created_at, id) where status in ('succeeded', 'failed', 'cancelled');
+create index if not exists idx_workflow_run_ended_badly on workflow.workflow_run (created_at, id)
+    where status in ('failed', 'cancelled');
+
+
+-- The audit trail: one row per transition, written in the transaction that
+-- makes it; numbered per run in the order written. Deleted with its run.
+create table if not exists workflow.workflow_event (
+    id bigint generated always as identity,
+    workflow_id uuid not null,
+    event_type text not null,
+    data jsonb not null default '{}',
+    created_at timestamptz not null default clock_timestamp(),
+    constraint workflow_event_pkey primary key (workflow_id, id),
+    constraint workflow_event_type_valid
+        check (event_type in ('created', 'leased', 'started', 'heartbeat', 'succeeded', 'failed', 'retried',
+                              'cancelled', 'waiting', 'woken', 'signal_received'))
+) with (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0,
+        autovacuum_vacuum_insert_scale_factor = 0.02);
+comment on table workflow.workflow_event is
+    'Audit trail: one row per transition of a workflow_run, written in the same transaction.';
+create index if not exists idx_workflow_event_id on workflow.workflow_event using brin (id);
+
+
+-- The fence. Every claim draws a new token; every write by a worker names
+-- the token it holds, so a worker that lost its lease (even one that then
+-- claims the same run again) never writes into the attempt that followed.
+create sequence if not exists workflow.lease_token_seq as bigint;
+
+
+-- The step journal: what each run already did, replayed by later attempts
+-- instead of redone. One entry per step name; positions give the order a
+-- replay must meet them in. Only the functions below write it, and whoever
+-- resolves a wait writes that wait's entry (the claim for a timer, the
+-- sender of a signal, a finishing child).
+create table if not exists workflow.workflow_step (
+    run_id uuid not null,
+    name text not null,
+    "position" integer not null,
+    kind text not null,                 -- step, sleep, signal, child
+    outcome text,                       -- null while a wait is open
+    output jsonb,
+    error text,
+    attempt integer not null,
+    child_id uuid,
+    wake_at timestamptz,
+    started_at timestamptz not null default now(),
+    finished_at timestamptz,
+    -- Kept by the database, so a claim can tell a journal too large to
+    -- load without reading it.
+    output_bytes integer generated always as (coalesce(octet_length(output::text), 0)) stored,
+    constraint workflow_step_pkey primary key (run_id, name),
+    constraint workflow_step_error_length check (error is null or char_length(error) <= 8192),
+    constraint workflow_step_finished check ((outcome is null) = (finished_at is null)),
+    constraint workflow_step_kind_valid check (kind in ('step', 'sleep', 'signal', 'child')),
+    constraint workflow_step_name_format
+        check (char_length(name) between 1 and 128 and name ~ '^[A-Za-z0-9._:-]+$'),
+    constraint workflow_step_outcome_valid check (outcome is null or outcome in ('ok', 'error', 'timeout')),
+    constraint workflow_step_position_range check ("position" >= 0 and "position" <= 999),
+    constraint workflow_step_output_size check (output is null or octet_length(output::text) <= 1048576)
+);
+comment on table workflow.workflow_step is
+    'The step journal: what each run already did, replayed by later attempts instead of redone.';
+create unique index if not exists idx_workflow_step_position on workflow.workflow_step (run_id, "position");
+
+
+-- Signals sent to runs, kept until a wait consumes them (oldest first, one
+-- wait each). At most one per idempotency key and run.
+create table if not exists workflow.workflow_signal (
+    id bigint generated always as identity,
+    run_id uuid not null,
+    name text not null,
+    payload jsonb,
+    idempotency_key text,
+    created_at timestamptz not null default now(),
+    consumed_at timestamptz,
+    consumed_by text,                   -- the step that consumed it
+    constraint workflow_signal_pkey primary key (id),
+    constraint workflow_signal_idempotency_key_length
+        check (idempotency_key is null or (char_length(idempotency_key) >= 1 and char_length(idempotency_key) <= 512)),
+    constraint workflow_signal_name_format
+        check (char_length(name) between 1 and 128 and name ~ '^[A-Za-z0-9._:-]+$'),
+    constraint workflow_signal_payload_size check (payload is null or octet_length(payload::text) <= 262144)
+);
+comment on table workflow.workflow_signal is 'Signals sent to runs; each is delivered to at most one wait, oldest first.';
+create unique index if not exists idx_workflow_signal_key on workflow.workflow_signal (run_id, idempotency_key)
+    where idempotency_key is not null;
+create index if not exists idx_workflow_signal_pending on workflow.workflow_signal (run_id, name, id)
+    where consumed_at is null;
+
+
+-- Rules that hold for every writer, plain SQL included.
+
+-- A finished run never changes status again.
+create or replace function workflow.on_finished_run_changed() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    raise exception 'workflow run % is % and cannot become %', old.id, old.status, new.status
+        using errcode = '55000', hint = 'finished runs (succeeded, failed, cancelled) never change status';
+end
+$$;
+create or replace trigger workflow_run_finished_is_final
+    before update of status on workflow.workflow_run
+    for each row when (old.status in ('succeeded', 'failed', 'cancelled') and new.status <> old.status)
+    execute function workflow.on_finished_run_changed();
+
+-- History is not rewritten by anyone but the owner: a soft delete is final,
+-- and updated_at never goes back (it keeps the later time silently).
+create or replace function workflow.on_run_history_rewritten() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if pg_has_role(current_user, (select c.relowner from pg_catalog.pg_class c where c.oid = tg_relid), 'usage') then
+        return new;
+    end if;
+    if old.deleted_at is not null and new.deleted_at is distinct from old.deleted_at then
+        raise exception 'workflow run % was deleted at %; a soft delete is final', old.id, old.deleted_at
+            using errcode = '55000';
+    end if;
+    -- updated_at keeps the later time (a cancel that waited on a worker's
+    -- write may carry an earlier now(); that is no error, and no rewrite).
+    new.updated_at := old.updated_at;
+    return new;
+end
+$$;
+create or replace trigger workflow_run_history_rewritten
+    before update of deleted_at, updated_at on workflow.workflow_run
+    for each row when ((old.deleted_at is not null and new.deleted_at is distinct from old.deleted_at)
+                       or new.updated_at < old.updated_at)
+    execute function workflow.on_run_history_rewritten();
+
+-- A status changed by plain SQL (not by one of the functions below, which
+-- write their own events) is audited with reason plain_sql and the
+-- database user. A cancel has its own trigger (workflow_run_cancelled).
+create or replace function workflow.on_status_changed_by_sql() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (new.id,
+            case new.status when 'pending' then 'retried' when 'leased' then 'leased'
+                            when 'succeeded' then 'succeeded' else 'failed' end,
+            jsonb_strip_nulls(jsonb_build_object(
+                'reason', 'plain_sql', 'previous_status', old.status, 'attempt', new.attempt,
+                'database_user', session_user)));
+    return null;
+end
+$$;
+create or replace trigger workflow_status_changed_by_sql
+    after update on workflow.workflow_run
+    for each row when (old.status is distinct from new.status and new.status <> 'cancelled'
+                       and coalesce(current_setting('workflow.via_function', true), '') <> 'on')
+    execute function workflow.on_status_changed_by_sql();
+
+-- A row deleted (retention, or a DELETE) takes its events, journal and
+-- signals with it, in the same statement.
+create or replace function workflow.on_runs_deleted() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id;
+    delete from workflow.workflow_step s using old_runs o where s.run_id = o.id;
+    delete from workflow.workflow_signal g using old_runs o where g.run_id = o.id;
+    return null;
+end
+$$;
+create or replace trigger workflow_runs_deleted
+    after delete on workflow.workflow_run
+    referencing old table as old_runs
+    for each statement execute function workflow.on_runs_deleted();
+
+
+-- ===========================================================================
+-- 2. THE PRODUCER: RECORDING, CANCELLING, WAKING
+-- ===========================================================================
+
+-- Every insert, from create_runs or plain SQL, passes here once per
+-- statement: payloads over workflow_settings.max_payload_bytes or nested
+-- too deep are refused (the whole statement fails with the reason), each
+-- new run gets its 'created' event, and a run whose type has steps (a DAG,
+-- from the registry or its own dag column) is parked on 'dag' with a
+-- 'waiting' event and its first steps inserted by dag_advance (which fires
+-- this trigger again for them). A DAG step whose own type has steps fails.
+-- Locks: the DAG runs it starts (dag_advance).
+create or replace function workflow.on_run_inserted() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
+    v_big record;
+    v_dag record;
+begin
+    select n.type, octet_length(n.payload::text) as bytes into v_big
+    from new_runs n where octet_length(n.payload::text) > v_limit limit 1;
+    if found then
+        raise exception 'payload of a % run is % bytes; the limit is % (workflow_settings.max_payload_bytes)',
+            v_big.type, v_big.bytes, v_limit using errcode = '22023';
+    end if;
+    select n.type into v_big from new_runs n where workflow.json_too_deep(n.payload) limit 1;
+    if found then
+        raise exception 'payload of a % run nests deeper than 64 levels (objects and arrays), the most a stored value may',
+            v_big.type using errcode = '22023';
+    end if;
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    select n.id, 'created',
+           jsonb_strip_nulls(jsonb_build_object(
+               'type', n.type, 'priority', n.priority, 'run_at', n.run_at,
+               'max_attempts', n.max_attempts, 'idempotency_key', n.idempotency_key,
+               'source_namespace', n.source_namespace, 'source_name', n.source_name,
+               'parent_id', n.parent_id, 'parent_step', n.parent_step, 'deadline_at', n.deadline_at))
+    from new_runs n
+    order by n.created_at;
+
+    if exists (select 1 from new_runs n where n.dag is not null)
+       or exists (select 1 from workflow.workflow_registry g where g.definition is not null) then
+        for v_dag in
+            select n.id, n.type, n.run_at, coalesce(n.dag, g.definition) as def, n.dag is not null as inline,
+                   exists (select 1 from workflow.workflow_run p where p.id = n.parent_id and p.dag is not null) as parent_dag
+            from new_runs n
+            left join workflow.workflow_registry g on g.workflow_name = n.type and g.definition is not null
+            where n.status = 'pending' and (n.dag is not null or g.definition is not null)
+            order by n.created_at, n.id
+        loop
+            if v_dag.inline and workflow.definition_problem(v_dag.def) is not null then
+                raise exception 'invalid definition of run %: %', v_dag.id, workflow.definition_problem(v_dag.def)
+                    using errcode = '22023';
+            end if;
+            if v_dag.run_at > now() + interval '1 second' then
+                raise exception 'a run of %, a workflow with steps, starts at once: run_at is not supported for it', v_dag.type
+                    using errcode = '22023';
+            end if;
+            if v_dag.parent_dag then
+                -- A step whose type has steps (possible only if the registry
+                -- changed under a running workflow): it fails, and so does
+                -- its workflow, instead of nesting without end.
+                update workflow.workflow_run r
+                set status = 'failed', finished_at = now(), updated_at = now(),
+                    last_error = format('%s has steps of its own; a step must be a type that workers run', v_dag.type)
+                where r.id = v_dag.id;
+                insert into workflow.workflow_event (workflow_id, event_type, data)
+                values (v_dag.id, 'failed', jsonb_build_object('reason', 'nested_workflow',
+                        'error', format('%s has steps of its own; a step must be a type that workers run', v_dag.type)));
+                continue;
+            end if;
+            update workflow.workflow_run r
+            set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = now()
+            where r.id = v_dag.id;
+            insert into workflow.workflow_event (workflow_id, event_type, data)
+            values (v_dag.id, 'waiting', jsonb_build_object('kind', 'dag',
+                                                            'steps', jsonb_array_length(v_dag.def->'steps')));
+            perform workflow.dag_advance(v_dag.id);
+        end loop;
+    end if;
+    return null;
+end
+$$;
+create or replace trigger workflow_run_inserted
+    after insert on workflow.workflow_run
+    referencing new table as new_runs
+    for each statement execute function workflow.on_run_inserted();
+
+-- A child recorded without a traceparent inherits its parent's.
+create or replace function workflow.on_child_inserting() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    select p.traceparent into new.traceparent from workflow.workflow_run p where p.id = new.parent_id;
+    return new;
+end
+$$;
+create or replace trigger workflow_run_child_traceparent
+    before insert on workflow.workflow_run
+    for each row when (new.parent_id is not null and new.traceparent is null)
+    execute function workflow.on_child_inserting();
+
+-- Wake-ups: at commit, one NOTIFY workflow_run_created per type of the new
+-- runs (the type is the payload), so idle workers claim at once instead of
+-- at their next poll. The WHEN clause remembers the types already seen in
+-- the transaction (workflow.wake_types), so a batch of 10,000 runs of one
+-- type fires the trigger once; the advisory lock lets one committing
+-- transaction per type notify at a time, and the others skip theirs
+-- (a worker woken claims every runnable run of the type).
+create or replace function workflow.on_run_committing() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if pg_try_advisory_xact_lock(hashtext('workflow_run_created:' || new.type), hashtext(new.type)) then
+        perform pg_notify('workflow_run_created', new.type);
+    end if;
+    return null;
+end
+$$;
+drop trigger if exists workflow_run_wake on workflow.workflow_run;
+create constraint trigger workflow_run_wake
+    after insert on workflow.workflow_run
+    deferrable initially deferred
+    for each row when (strpos(coalesce(current_setting('workflow.wake_types', true), ''), ',' || new.type || ',') = 0
+                       and set_config('workflow.wake_types',
+                                      coalesce(current_setting('workflow.wake_types', true), '') || ',' || new.type || ',',
+                                      true) <> '')
+    execute function workflow.on_run_committing();
+comment on trigger workflow_run_wake on workflow.workflow_run is
+    'Notifies workflow_run_created once per type at commit; one committing transaction per type at a time (see on_run_committing).';
+
+-- create_runs records many runs in one call, checking every row first and
+-- naming the first bad one (type, key, numbers, traceparent, payload JSON)
+-- so that nothing is recorded when one row is bad. Rows with an
+-- idempotency key already taken, in the database or earlier in the batch,
+-- return the existing run (created = false). Returns one row per input
+-- row, in input order.
+-- Fires: workflow_run_inserted (payload limits, 'created', DAG start),
+-- workflow_run_child_traceparent, workflow_run_wake.
+-- Locks: the new rows; rows with keys are inserted in key order, so two
+-- batches sharing keys wait for each other in one order, never in a cycle.
+create or replace function workflow.create_runs(
+    p_types text[],
+    p_payloads text[],
+    p_priorities integer[] default null,
+    p_run_ats timestamptz[] default null,
+    p_idempotency_keys text[] default null,
+    p_max_attempts integer[] default null,
+    p_deadline_ms bigint[] default null,
+    p_retry_base_ms bigint[] default null,
+    p_retry_max_ms bigint[] default null,
+    p_traceparents text[] default null
+) returns table (ord integer, id uuid, created boolean)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $_$
+#variable_conflict use_column
+declare
+    c_max constant integer := 10000;
+    n integer := coalesce(cardinality(p_types), 0);
+    v_payloads jsonb[];
+    v_keys text[];
+    v_ids uuid[];
+    v_bad record;
+    v_text text;
+begin
+    if n = 0 then
+        return;
+    end if;
+    if n > c_max then
+        raise exception 'create_runs: at most % runs per call, got %', c_max, n using errcode = '22023';
+    end if;
+    select a.name, a.len into v_bad
+    from (values ('payloads', cardinality(p_payloads)), ('priorities', cardinality(p_priorities)),
+                 ('run_ats', cardinality(p_run_ats)), ('idempotency_keys', cardinality(p_idempotency_keys)),
+                 ('max_attempts', cardinality(p_max_attempts)), ('deadline_ms', cardinality(p_deadline_ms)),
+                 ('retry_base_ms', cardinality(p_retry_base_ms)), ('retry_max_ms', cardinality(p_retry_max_ms)),
+                 ('traceparents', cardinality(p_traceparents))) a(name, len)
+    where a.len is not null and a.len <> n
+    limit 1;
+    if found then
+        raise exception 'create_runs: % has % elements, types has %', v_bad.name, v_bad.len, n using errcode = '22023';
+    end if;
+
+    -- Types, keys and numbers, row by row (the first bad row is named).
+    select t.ord, t.type, t.key, t.max_attempts, t.deadline_ms, t.base_ms, t.max_ms, t.traceparent into v_bad
+    from unnest(p_types, p_idempotency_keys, p_max_attempts, p_deadline_ms, p_retry_base_ms, p_retry_max_ms,
+                p_traceparents)
+         with ordinality t(type, key, max_attempts, deadline_ms, base_ms, max_ms, traceparent, ord)
+    where t.type is null or char_length(t.type) > 253 or t.type !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'
+       or char_length(t.key) > 512 or starts_with(t.key, 'k8s:') or starts_with(t.key, 'k8s-uid:')
+       or t.max_attempts < 1 or t.max_attempts > 1000
+       or t.deadline_ms < 1 or t.base_ms < 1 or t.max_ms < 1 or t.max_ms < t.base_ms
+       or not workflow.traceparent_valid(t.traceparent)
+    order by t.ord
+    limit 1;
+    if found then
+        raise exception 'create_runs: row %: %', v_bad.ord,
+            case
+                when v_bad.type is null or char_length(v_bad.type) > 253
+                     or v_bad.type !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'
+                    then format('type %L: a type is lowercase dot-separated words ending in a version, like billing.invoice.v1 (at most 253 characters)',
+                                left(v_bad.type, 300))
+                when char_length(v_bad.key) > 512
+                    then format('idempotency key is %s characters, at most 512 are allowed', char_length(v_bad.key))
+                when starts_with(v_bad.key, 'k8s:') or starts_with(v_bad.key, 'k8s-uid:')
+                    then 'idempotency keys starting with k8s: or k8s-uid: are reserved for runs mirrored from Kubernetes'
+                when v_bad.max_attempts < 1 or v_bad.max_attempts > 1000
+                    then format('max attempts must be between 1 and 1000, got %s', v_bad.max_attempts)
+                when not workflow.traceparent_valid(v_bad.traceparent)
+                    then 'traceparent must be a W3C traceparent: 00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>, neither id all zeros'
+                when v_bad.deadline_ms < 1
+                    then format('deadline must be at least 1 ms, got %s ms', v_bad.deadline_ms)
+                else 'retry delays must be at least 1 ms, and the max delay at least the base delay'
+            end
+            using errcode = '22023';
+    end if;
+
+    -- Payloads: all at once, and row by row only to name a bad one.
+    begin
+        select array_agg(coalesce(p::jsonb, '{}'::jsonb) order by o) into v_payloads
+        from unnest(coalesce(p_payloads, array_fill(null::text, array[n]))) with ordinality u(p, o);
+    exception when others then
+        for i in 1 .. n loop
+            begin
+                perform p_payloads[i]::jsonb;
+            exception when others then
+                get stacked diagnostics v_text = message_text;
+                raise exception 'create_runs: row %: payload is not valid JSON: %', i, v_text using errcode = '22023';
+            end;
+        end loop;
+        raise;
+    end;
+    select u.o into v_bad from unnest(v_payloads) with ordinality u(p, o)
+    where jsonb_typeof(u.p) <> 'object' order by u.o limit 1;
+    if found then
+        raise exception 'create_runs: row %: payload must be a JSON object', v_bad.o using errcode = '22023';
+    end if;
+
+    select array_agg(workflow.new_run_id()) into v_ids from generate_series(1, n);
+    if p_idempotency_keys is null or not exists (select 1 from unnest(p_idempotency_keys) k where k <> '') then
+        -- No keys: every row is a new run.
+        insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
+                                           retry_base_delay, retry_max_delay, deadline_at, traceparent)
+        select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()),
+               coalesce(t.max_attempts, 3),
+               t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
+               now() + t.deadline_ms * interval '1 millisecond', t.traceparent
+        from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents)
+             with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
+                               traceparent, ord)
+        order by t.ord;
+        return query select u.o::integer, u.id, true from unnest(v_ids) with ordinality u(id, o);
+        return;
+    end if;
+    select array_agg(nullif(k, '') order by o) into v_keys
+    from unnest(p_idempotency_keys) with ordinality u(k, o);
+
+    -- The first row of each key (a later row with the same key gets its
+    -- run); a key already taken records nothing.
+    insert into workflow.workflow_run (id, type, payload, priority, run_at, idempotency_key, max_attempts,
+                                       retry_base_delay, retry_max_delay, deadline_at, traceparent)
+    select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()), t.key,
+           coalesce(t.max_attempts, 3),
+           t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
+           now() + t.deadline_ms * interval '1 millisecond', t.traceparent
+    from (
+        select u.*, row_number() over (partition by u.key order by u.ord) as nth
+        from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, v_keys, p_max_attempts,
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents)
+             with ordinality u(id, type, payload, priority, run_at, key, max_attempts, base_ms, max_ms, deadline_ms,
+                               traceparent, ord)
+    ) t
+    where t.key is null or t.nth = 1
+    -- In key order: two batches sharing keys wait for each other's keys in
+    -- the same order, never in a cycle.
+    order by t.key, t.ord
+    on conflict (idempotency_key) do nothing;
+
+    -- A new statement, so a key taken by a transaction that committed while
+    -- this one waited on it is seen.
+    return query
+    select i.ord::integer,
+           case when i.key is null then i.id else r.id end,
+           i.key is null or r.id = i.id
+    from unnest(v_keys, v_ids) with ordinality i(key, id, ord)
+    left join workflow.workflow_run r on r.idempotency_key = i.key
+    order by i.ord;
+end
+$_$;
+comment on function workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[],
+                                         bigint[], bigint[], text[]) is
+    'Records many runs in one call; idempotency keys and traceparents per row; returns (ord, id, created) per input row.';
+
+-- cancel_run cancels one unfinished run; false when it had finished (or
+-- does not exist). The cancel itself is the trigger's work.
+-- Fires: workflow_run_cancelled (event, wait cleared, NOTIFY
+-- workflow_run_cancelled to the holder), workflow_parent_ended (its
+-- children), workflow_child_finished (its parent), workflow_source_run_changed.
+-- Locks: the run; then its children (workflow_parent_ended).
+create or replace function workflow.cancel_run(p_id uuid) returns boolean
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_done boolean;
+begin
+    perform set_config('workflow.cancel_reason', 'requested', true);
+    update workflow.workflow_run
+    set status = 'cancelled', updated_at = now()
+    where id = p_id and status in ('pending', 'leased');
+    v_done := found;
+    perform set_config('workflow.cancel_reason', '', true);
+    return v_done;
+end
+$$;
+
+-- Any cancel, by cancel_run, plain SQL or a parent's end: the finish time,
+-- no lease, no wait, a 'cancelled' event with the reason (requested,
+-- parent_ended, plain_sql) and who asked (workflow.cancelled_by), and a
+-- NOTIFY so the worker holding it stops.
+create or replace function workflow.on_run_cancelled() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_by text := left(nullif(current_setting('workflow.cancelled_by', true), ''), 256);
+    v_reason text := coalesce(nullif(current_setting('workflow.cancel_reason', true), ''), 'plain_sql');
+begin
+    if v_reason not in ('requested', 'parent_ended')
+       or v_reason = 'parent_ended'
+          and not exists (select 1 from workflow.workflow_run p
+                          where p.id = new.parent_id and p.status in ('failed', 'cancelled')) then
+        v_reason := 'plain_sql';
+    end if;
+    new.finished_at := coalesce(new.finished_at, now());
+    new.lease_until := null;
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (new.id, 'cancelled',
+            jsonb_strip_nulls(jsonb_build_object(
+                'previous_status', old.status, 'attempt', old.attempt,
+                'parked', old.wait_kind, 'parent_id', new.parent_id,
+                'worker_id', case when old.status = 'leased' then old.leased_by end,
+                'reason', v_reason, 'by', v_by)));
+    new.wait_kind := null;
+    new.wait_step := null;
+    new.wait_signal := null;
+    perform pg_notify('workflow_run_cancelled', new.id::text);
+    return new;
+end
+$$;
+create or replace trigger workflow_run_cancelled
+    before update of status on workflow.workflow_run
+    for each row when (new.status = 'cancelled' and old.status in ('pending', 'leased'))
+    execute function workflow.on_run_cancelled();
+
+-- A soft delete (deleted_at set on an unfinished run) cancels it, with a
+-- 'cancelled' event whose reason is deleted; deleted runs are never claimed.
+create or replace function workflow.on_run_soft_deleted() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    new.status := 'cancelled';
+    new.finished_at := coalesce(new.finished_at, now());
+    new.lease_until := null;
+    new.wait_kind := null;
+    new.wait_step := null;
+    new.wait_signal := null;
+    new.updated_at := now();
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (new.id, 'cancelled',
+            jsonb_strip_nulls(jsonb_build_object(
+                'previous_status', old.status, 'attempt', old.attempt, 'reason', 'deleted',
+                'parked', old.wait_kind,
+                'worker_id', case when old.status = 'leased' then old.leased_by end,
+                'by', left(nullif(current_setting('workflow.cancelled_by', true), ''), 256))));
+    perform pg_notify('workflow_run_cancelled', new.id::text);
+    return new;
+end
+$$;
+create or replace trigger workflow_run_soft_deleted
+    before update of deleted_at on workflow.workflow_run
+    for each row when (old.deleted_at is null and new.deleted_at is not null
+                       and old.status in ('pending', 'leased') and new.status in ('pending', 'leased'))
+    execute function workflow.on_run_soft_deleted();
+
+-- A run mirrored from a WorkflowRun (source_name set) tells the operator
+-- when its status, attempt, holder or wait changed: NOTIFY
+-- workflow_run_changed with namespace/name, so status is written back at once.
+create or replace function workflow.on_source_run_changed() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if octet_length(new.source_namespace) + octet_length(new.source_name) < 4000 then
+        perform pg_notify('workflow_run_changed', new.source_namespace || '/' || new.source_name);
+    end if;
+    return null;
+end
+$$;
+create or replace trigger workflow_source_run_changed
+    after update on workflow.workflow_run
+    for each row when (new.source_name is not null
+                       and (old.status is distinct from new.status or old.attempt is distinct from new.attempt
+                            or old.leased_by is distinct from new.leased_by
+                            or old.wait_kind is distinct from new.wait_kind))
+    execute function workflow.on_source_run_changed();
+
+
+-- ===========================================================================
+-- 3. CLAIM AND LEASE
+-- ===========================================================================
+
+-- prefix_pattern turns a type prefix into a LIKE pattern that matches it
+-- literally: '\', '_' and '%' inside it are escaped, and a single trailing
+-- '%' is accepted as a synonym for the bare prefix.
+create or replace function workflow.prefix_pattern(p_prefix text) returns text
+language sql immutable parallel safe
+begin atomic
+    select replace(replace(replace(
+               case when right(p_prefix, 1) = '%' then left(p_prefix, -1) else p_prefix end,
+               chr(92), chr(92) || chr(92)), '%', chr(92) || '%'), '_', chr(92) || '_') || '%';
+end;
+
+-- active_types lists the types that have pending or leased runs under
+-- literal type prefixes, by skipping from one type to the next along
+-- idx_workflow_run_depth (a loose index scan): its cost follows the number
+-- of types, not of runs. Reads only; no locks.
+create or replace function workflow.active_types(p_type_prefixes text[]) returns setof text
+language plpgsql stable security definer rows 10
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+set jit = off
+as $$
+begin
+    return query
+    with recursive bounds as (
+        select distinct b.lo, b.lo || chr(127) as hi
+        from unnest(p_type_prefixes) p
+        cross join lateral (
+            select (case when right(p, 1) = '%' then left(p, -1) else p end) collate "C" as lo) b
+        where p is not null
+    ), found as (
+        select b.hi, (select r.type collate "C" from workflow.workflow_run r
+                      where r.status in ('pending', 'leased') and r.deleted_at is null
+                        and r.type collate "C" >= b.lo and r.type collate "C" < b.hi
+                      order by r.type collate "C" limit 1) as type
+        from bounds b
+        union all
+        select f.hi, (select r.type collate "C" from workflow.workflow_run r
+                      where r.status in ('pending', 'leased') and r.deleted_at is null
+                        and r.type collate "C" > f.type and r.type collate "C" < f.hi
+                      order by r.type collate "C" limit 1)
+        from found f
+        where f.type is not null
+    )
+    select distinct f.type::text from found f where f.type is not null;
+end
+$$;
+comment on function workflow.active_types(text[]) is 'Types of pending or leased runs under literal type prefixes.';
+
+-- claim_runs leases up to p_limit runnable runs of a worker's types (its
+-- prefixes, or the exact p_types), skipping types disabled in the registry
+-- or of another runtime, best priority first, then oldest. Each run comes
+-- back with its new lease token and attempt, its deadline, its traceparent
+-- and its journal (every entry in order; an open wait whose timer ended is
+-- shown resolved). A journal whose outputs exceed
+-- workflow_settings.max_journal_bytes comes back as a JSON string saying
+-- so: the worker fails that run alone.
+-- A parked run whose timer is due is woken here: its wait entry is
+-- resolved (a sleep 'ok', any other wait 'timeout') and a 'woken' event
+-- precedes 'started'.
+-- Fires: workflow_source_run_changed (mirrored runs).
+-- Locks: the claimed runs, type by type, skipping locked rows (never
+-- waits on another claim); then their open wait entries.
+create or replace function workflow.claim_runs(
+    p_worker_id text,
+    p_type_prefixes text[],
+    p_runtime text,
+    p_limit integer,
+    p_lease_ms bigint,
+    p_types text[] default null
+) returns table (
+    id uuid,
+    type text,
+    payload jsonb,
+    attempt integer,
+    max_attempts integer,
+    lease_until timestamptz,
+    created_at timestamptz,
+    lease_token bigint,
+    deadline_at timestamptz,
+    journal jsonb,
+    traceparent text
+)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+set jit = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+    v_patterns text[];
+    v_types text[];
+    v_journal_cap bigint := (select st.max_journal_bytes from workflow.workflow_settings st);
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
+        raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
+    end if;
+    if p_limit is null or p_limit < 1 or p_limit > 10000 then
+        raise exception 'claim_runs: limit must be between 1 and 10000, got %', p_limit using errcode = '22023';
+    end if;
+    if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
+        raise exception 'claim_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
+    end if;
+    -- '' and '%' would both mean "every type": say so with an empty list.
+    if exists (select 1 from unnest(p_type_prefixes) p where p is null or p = '' or p = '%') then
+        raise exception 'claim_runs: a type prefix must not be empty or "%%"; pass no prefixes to claim every type'
+            using errcode = '22023';
+    end if;
+    if cardinality(p_type_prefixes) > 0 then
+        select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
+    end if;
+    -- The claimable types; null means every type (no prefixes, no types).
+    if p_types is not null or v_patterns is not null then
+        select coalesce(array_agg(distinct c.t), '{}') into v_types
+        from (select t from unnest(p_types) t
+              where t is not null and (v_patterns is null or t like any (v_patterns))
+              union all
+              select t from workflow.active_types(p_type_prefixes) t
+              where p_types is null) c
+        where not exists (
+            select 1 from workflow.workflow_registry g
+            where g.workflow_name = c.t
+              and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
+    end if;
+
+    return query
+    with candidates as (
+        select c.id, c.wait_kind, c.wait_step
+        from (
+            select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
+            from unnest(v_types) t(type)
+            cross join lateral (
+                select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
+                from workflow.workflow_run r
+                where r.type collate "C" = t.type
+                  and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
+                  and r.deleted_at is null
+                  and r.run_at <= now()
+                  and (r.deadline_at is null or r.deadline_at > now())
+                order by r.priority, r.created_at
+                limit p_limit
+                for update of r skip locked
+            ) r
+            union all
+            select a.id, a.wait_kind, a.wait_step, a.priority, a.created_at
+            from (
+                select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
+                from workflow.workflow_run r
+                where v_types is null
+                  and r.status = 'pending'
+                  and r.deleted_at is null
+                  and r.run_at <= now()
+                  and (r.deadline_at is null or r.deadline_at > now())
+                  and not exists (
+                      select 1 from workflow.workflow_registry g
+                      where g.workflow_name = r.type
+                        and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)))
+                order by r.priority, r.created_at
+                limit p_limit
+                for update of r skip locked
+            ) a
+        ) c
+        order by c.priority, c.created_at
+        limit p_limit
+    ), claimed as (
+        update workflow.workflow_run r
+        set status      = 'leased',
+            attempt     = r.attempt + 1,
+            leased_by   = p_worker_id,
+            lease_until = now() + p_lease_ms * interval '1 millisecond',
+            lease_token = nextval('workflow.lease_token_seq'),
+            heartbeat_count = 0,
+            wait_kind   = null,
+            wait_step   = null,
+            wait_signal = null,
+            started_at  = coalesce(r.started_at, now()),
+            updated_at  = now()
+        from candidates c
+        where r.id = c.id
+        returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
+                  r.created_at, r.priority, r.lease_token, r.deadline_at, c.wait_kind, c.wait_step,
+                  r.traceparent
+    ), timers as (
+        -- The timer resolves the wait it ends: a sleep is done, any other wait
+        -- timed out.
+        update workflow.workflow_step s
+        set outcome     = case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end,
+            finished_at = now()
+        from claimed c
+        where c.wait_kind is not null
+          and s.run_id = c.id and s.name = c.wait_step and s.finished_at is null
+        returning s.run_id
+    ), events as (
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select c.id, e.event_type, e.data
+        from claimed c
+        -- woken, then started: each run's events are emitted (and numbered)
+        -- in order. 'started' is the lease: who holds it, for which attempt,
+        -- until when.
+        cross join lateral (values
+            ('woken', jsonb_build_object('reason', case when c.wait_kind = 'sleep' then 'timer' else 'timeout' end,
+                                         'step', c.wait_step, 'wait_kind', c.wait_kind)),
+            ('started', jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
+                                           'lease_until', c.lease_until))) e(event_type, data)
+        where e.event_type <> 'woken' or c.wait_kind is not null
+    )
+    select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at,
+           c.lease_token, c.deadline_at,
+           -- A journal too large to load is handed over as a JSON string
+           -- saying so (the client fails that run alone), never aggregated:
+           -- an aggregate over jsonb's limit would fail the whole claim.
+           case when (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id) > v_journal_cap
+                then to_jsonb(format('the journal holds %s bytes of step outputs; a claim loads at most %s (workflow_settings.max_journal_bytes), so the run cannot be replayed',
+                                     (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id),
+                                     v_journal_cap))
+                else (select jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'position', s.position, 'kind', s.kind,
+                       'outcome', case when s.name = c.wait_step and s.finished_at is null
+                                       then case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end
+                                       else s.outcome end,
+                       'output', s.output, 'error', s.error, 'child_id', s.child_id)
+                   order by s.position)
+            from workflow.workflow_step s where s.run_id = c.id) end,
+           c.traceparent
+    from claimed c
+    order by c.priority, c.created_at;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[]) is
+    'Leases up to p_limit runnable runs of a worker''s types; returns each with its journal and traceparent.';
+
+-- heartbeat_runs extends the leases a worker still holds (checked by
+-- worker id and token) and tells, for each run, whether it still holds it,
+-- its status, and whether its deadline passed (it expires those first, so
+-- a handler past its deadline learns it at the next heartbeat). The first
+-- heartbeat of an attempt and every tenth are kept in the audit trail.
+-- Fires: what expire_deadlines fires.
+-- Locks: as expire_deadlines; then the held runs.
+create or replace function workflow.heartbeat_runs(
+    p_worker_id text,
+    p_ids uuid[],
+    p_tokens bigint[],
+    p_lease_ms bigint
+) returns table (id uuid, status text, owned boolean, deadline_exceeded boolean)
+language plpgsql security definer
+set enable_nestloop = off
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
+        raise exception 'heartbeat_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
+    end if;
+    perform 1 from workflow.expire_deadlines(p_ids, cardinality(p_ids));
+    return query
+    with req as (
+        select * from unnest(p_ids, p_tokens) as t(id, token)
+    ), extended as (
+        update workflow.workflow_run r
+        set lease_until = now() + p_lease_ms * interval '1 millisecond',
+            heartbeat_count = r.heartbeat_count + 1,
+            updated_at  = now()
+        from req
+        where r.id = any (p_ids)
+          and r.id = req.id
+          and r.status = 'leased'
+          and r.leased_by = p_worker_id
+          and r.lease_token = req.token
+        returning r.id, r.attempt, r.lease_until, r.heartbeat_count
+    ), events as (
+        -- The first heartbeat of an attempt and every tenth are kept.
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select e.id, 'heartbeat',
+               jsonb_build_object('worker_id', p_worker_id, 'attempt', e.attempt,
+                                  'lease_until', e.lease_until, 'heartbeats', e.heartbeat_count,
+                                  'extended_by_seconds', p_lease_ms::double precision / 1000)
+        from extended e
+        where e.heartbeat_count = 1 or e.heartbeat_count % 10 = 0
+    )
+    select req.id, coalesce(cur.status, 'missing'), (x.id is not null),
+           coalesce(cur.status = 'failed' and cur.last_error = 'deadline exceeded', false)
+    from req
+    left join extended x on x.id = req.id
+    left join workflow.workflow_run cur on cur.id = req.id;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- result_problem names what is wrong with a run's result (over 1 MiB or
+-- nested too deep), or null: the same bounds as a step output, so a
+-- child's result always fits in its parent's journal.
+create or replace function workflow.result_problem(p_result jsonb) returns text
+language sql stable parallel safe
+return case when p_result is not null and octet_length(p_result::text) > 1048576
+            then format('result is %s bytes; the limit is 1048576 (1 MiB)', octet_length(p_result::text))
+            when workflow.json_too_deep(p_result)
+            then 'result nests deeper than 64 levels (objects and arrays), the most a stored value may' end;
+
+-- complete_runs records the results of runs a worker holds (by worker id
+-- and token; a run it no longer holds is left alone and not returned). A
+-- result over the limits fails its run alone, with the reason; the rest of
+-- the batch stands. Returns (id, status, error) per finished run.
+-- Fires: workflow_child_finished (a parent's journal and wake-up, or its
+-- DAG's next steps), workflow_parent_ended (children of a run that failed
+-- here), workflow_source_run_changed.
+-- Locks: the parents of the batch's runs in id order, then the runs.
+create or replace function workflow.complete_runs(
+    p_worker_id text,
+    p_ids uuid[],
+    p_tokens bigint[],
+    p_results jsonb[]
+) returns table (id uuid, status text, error text)
+language plpgsql security definer
+set enable_nestloop = off
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    -- The workflows (DAG runs, durable parents) of the runs finishing here,
+    -- locked first and in id order: ending a workflow locks it before its
+    -- steps, so a step's end must not lock them the other way round.
+    -- Looked up by primary key: as a join (enable_nestloop is off here) the
+    -- parents were found by reading the whole table.
+    perform 1 from workflow.workflow_run p
+    where p.id = any (array(select c.parent_id from workflow.workflow_run c
+                            where c.id = any (p_ids) and c.parent_id is not null))
+    order by p.id
+    for update of p;
+    return query
+    with req as (
+        select t.id, t.token, t.result, workflow.result_problem(t.result) as problem
+        from unnest(p_ids, p_tokens, p_results) as t(id, token, result)
+    ), done as (
+        update workflow.workflow_run r
+        set status      = case when req.problem is null then 'succeeded' else 'failed' end,
+            result      = case when req.problem is null then req.result end,
+            last_error  = case when req.problem is not null
+                               then 'the handler''s result was refused: ' || req.problem
+                               else r.last_error end,
+            lease_until = null,
+            finished_at = now(),
+            updated_at  = now()
+        from req
+        where r.id = any (p_ids)
+          and r.id = req.id
+          -- status = 'leased', written so that the batch is found by primary
+          -- key and never through the partial index of leased runs.
+          and coalesce(r.status, '') = 'leased'
+          and r.leased_by = p_worker_id
+          and r.lease_token = req.token
+        returning r.id, r.attempt, r.status, r.last_error
+    ), events as (
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select d.id, d.status,
+               case when d.status = 'succeeded'
+                    then jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt)
+                    else jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt,
+                                            'reason', 'result_refused', 'error', d.last_error) end
+        from done d
+    )
+    select d.id, d.status, d.last_error from done d;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+comment on function workflow.complete_runs(text, uuid[], bigint[], jsonb[]) is
+    'Records the results of runs a worker holds; a result over the limits fails its run alone. Returns (id, status, error) per finished run.';
+
+-- retry_delay is the backoff before the next attempt: attempt² × base (one
+-- minute by default) plus up to 10 % jitter, capped at max when one is set
+-- (and at 100 years).
+create or replace function workflow.retry_delay(
+    p_attempt integer,
+    p_base interval,
+    p_max interval,
+    p_jitter double precision
+) returns interval
+language sql immutable parallel safe
+as $$
+    select make_interval(secs => least(
+               s.d,
+               coalesce(extract(epoch from p_max)::double precision, s.d),
+               3153600000::double precision))
+    from (select extract(epoch from coalesce(p_base, interval '1 minute'))::double precision
+                 * p_attempt::double precision * p_attempt::double precision
+                 * (1 + 0.1 * greatest(0, least(p_jitter, 1))) as d) s
+$$;
+
+-- fail_runs records handler errors of runs a worker holds: a retryable
+-- error with attempts left makes the run pending again after retry_delay
+-- ('retried', with next_run_at); otherwise it fails ('failed').
+-- Fires: workflow_child_finished, workflow_parent_ended (runs that failed
+-- for good), workflow_source_run_changed.
+-- Locks: the parents of the batch's runs in id order, then the runs.
+create or replace function workflow.fail_runs(
+    p_worker_id text,
+    p_ids uuid[],
+    p_tokens bigint[],
+    p_errors text[],
+    p_retryable boolean[]
+) returns table (id uuid, status text, run_at timestamptz)
+language plpgsql security definer
+set enable_nestloop = off
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    -- The workflows (DAG runs, durable parents) of the runs finishing here,
+    -- locked first and in id order: ending a workflow locks it before its
+    -- steps, so a step's end must not lock them the other way round.
+    perform 1 from workflow.workflow_run p
+    where p.id in (select c.parent_id from workflow.workflow_run c
+                   where c.id = any (p_ids) and c.parent_id is not null)
+    order by p.id
+    for update of p;
+    return query
+    with req as (
+        select * from unnest(p_ids, p_tokens, p_errors, p_retryable)
+            as t(id, token, error, retryable)
+    ), failed as (
+        update workflow.workflow_run r
+        set status      = case when req.retryable and r.attempt < r.max_attempts
+                               then 'pending' else 'failed' end,
+            run_at      = case when req.retryable and r.attempt < r.max_attempts
+                               then now() + workflow.retry_delay(r.attempt, r.retry_base_delay,
+                                                                 r.retry_max_delay, random())
+                               else r.run_at end,
+            leased_by   = case when req.retryable and r.attempt < r.max_attempts
+                               then null else r.leased_by end,
+            lease_until = null,
+            last_error  = left(coalesce(req.error, 'unknown error'), 8192),
+            finished_at = case when req.retryable and r.attempt < r.max_attempts
+                               then null else now() end,
+            updated_at  = now()
+        from req
+        where r.id = any (p_ids)
+          and r.id = req.id
+          and r.status = 'leased'
+          and r.leased_by = p_worker_id
+          and r.lease_token = req.token
+        returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error, r.parent_id
+    ), events as (
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select f.id,
+               case when f.status = 'pending' then 'retried' else 'failed' end,
+               jsonb_strip_nulls(jsonb_build_object(
+                   'worker_id', p_worker_id, 'attempt', f.attempt,
+                   'max_attempts', f.max_attempts, 'error', f.last_error,
+                   'reason', 'handler_error',
+                   'next_run_at', case when f.status = 'pending' then f.run_at end))
+        from failed f
+    )
+    select f.id, f.status, f.run_at from failed f;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- release_runs hands runs back without spending their attempt (a worker
+-- shutting down): pending at once, attempt restored, 'retried' with
+-- reason released.
+-- Fires: workflow_source_run_changed.
+-- Locks: the runs.
+create or replace function workflow.release_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[]) returns table (id uuid)
+language plpgsql security definer
+set enable_nestloop = off
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    return query
+    with req as (
+        select * from unnest(p_ids, p_tokens) as t(id, token)
+    ), released as (
+        update workflow.workflow_run r
+        set status      = 'pending',
+            attempt     = r.attempt - 1,
+            run_at      = now(),
+            leased_by   = null,
+            lease_until = null,
+            updated_at  = now()
+        from req
+        where r.id = any (p_ids)
+          and r.id = req.id
+          and r.status = 'leased'
+          and r.leased_by = p_worker_id
+          and r.lease_token = req.token
+        returning r.id, r.attempt
+    ), events as (
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select x.id, 'retried',
+               jsonb_build_object('worker_id', p_worker_id, 'attempt', x.attempt + 1,
+                                  'reason', 'released', 'attempt_counted', false)
+        from released x
+    )
+    select x.id from released x;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- held_run returns the run a worker holds, locked, or null when the worker
+-- no longer holds it (another attempt, another worker, finished). The
+-- fence of every journal write that works run by run.
+create or replace function workflow.held_run(p_worker_id text, p_id uuid, p_token bigint) returns workflow.workflow_run
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_run workflow.workflow_run;
+begin
+    select * into v_run from workflow.workflow_run r where r.id = p_id for update;
+    if not found or v_run.status <> 'leased' or v_run.leased_by is distinct from p_worker_id
+       or v_run.lease_token is distinct from p_token then
+        return null;
+    end if;
+    return v_run;
+end
+$$;
+
+
+-- ===========================================================================
+-- 4. THE JOURNAL AND WAITS
+-- ===========================================================================
+
+-- step_name_problem names what is wrong with a step or signal name, or null.
+create or replace function workflow.step_name_problem(p_name text) returns text
+language sql stable parallel safe
+as $_$
+    select case
+        when p_name is null or char_length(p_name) not between 1 and 128
+            then format('step name must be 1 to 128 characters, got %s', coalesce(char_length(p_name), 0))
+        when p_name !~ '^[A-Za-z0-9._:-]+$'
+            then format('step name %s may contain only letters, digits and . _ : -', left(quote_literal(p_name), 140))
+    end
+$_$;
+
+-- output_problem names what is wrong with a journaled value (a step's
+-- output, a child's or a DAG's result copied into a parent's journal), or
+-- null.
+create or replace function workflow.output_problem(p_output jsonb) returns text
+language sql stable parallel safe
+return case when p_output is not null and octet_length(p_output::text) > 1048576
+            then format('output is %s bytes; the limit is 1048576 (1 MiB)', octet_length(p_output::text))
+            when workflow.json_too_deep(p_output)
+            then 'output nests deeper than 64 levels (objects and arrays), the most a stored value may' end;
+
+-- The message of a replay that met another step than the journal holds.
+create or replace function workflow.nondeterminism_message(
+    p_kind text,
+    p_name text,
+    p_position integer,
+    p_got_kind text,
+    p_got_name text
+) returns text
+language sql stable parallel safe
+as $$
+    select format('non-deterministic: expected %s "%s" at position %s, got %s', p_kind, p_name, p_position,
+                  case when p_kind = p_got_kind then format('"%s"', p_got_name)
+                       else format('%s "%s"', p_got_kind, p_got_name) end)
+$$;
+
+-- journal_conflict tells whether a step (name, kind) reached at a position
+-- contradicts the journal: another step at that position, or this name at
+-- another position. Null when it agrees.
+create or replace function workflow.journal_conflict(p_run uuid, p_name text, p_kind text, p_position integer) returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(
+        (select workflow.nondeterminism_message(s.kind, s.name, p_position, p_kind, p_name)
+         from workflow.workflow_step s
+         where s.run_id = p_run and s.position = p_position and (s.name <> p_name or s.kind <> p_kind)),
+        (select format('non-deterministic: step "%s" is recorded at position %s, reached again at position %s',
+                       p_name, s.position, p_position)
+         from workflow.workflow_step s
+         where s.run_id = p_run and s.name = p_name and s.position <> p_position))
+$$;
+
+-- record_steps journals the outputs of completed steps, many runs and
+-- steps in one call, each checked (name, position, output limits). Per
+-- input row: 'recorded'; 'duplicate' with the output already journaled (a
+-- replay that ran the step again: the first output wins); 'lease_lost';
+-- 'nondeterministic' with the reason; 'invalid' with the reason. Bad rows
+-- do not stop the others.
+-- Fires: nothing on workflow_run.
+-- Locks: share-locks the runs the writer holds, so a claim, park or cancel
+-- of the same run waits for the write (or skips the run), and a write can
+-- never land in an attempt the writer no longer holds.
+create or replace function workflow.record_steps(
+    p_worker_id text,
+    p_ids uuid[],
+    p_tokens bigint[],
+    p_names text[],
+    p_positions integer[],
+    p_outputs jsonb[]
+) returns table (idx integer, status text, output jsonb, message text)
+language plpgsql security definer
+set enable_nestloop = off
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_owned boolean[];
+    v_inserted boolean[];
+    v_unresolved uuid[];
+begin
+    -- The run rows are share-locked: a claim, park or cancel of the same run
+    -- waits for the journal write (or skips the run), so a write can never
+    -- land in an attempt that the writer no longer holds.
+    with req as (
+        select t.*, coalesce(workflow.step_name_problem(t.name),
+                             case when t.position is null or t.position not between 0 and 999
+                                  then format('a run has at most 1000 steps (positions 0 to 999), got position %s',
+                                              coalesce(t.position::text, 'null')) end,
+                             workflow.output_problem(t.output)) as problem
+        from unnest(p_ids, p_tokens, p_names, p_positions, p_outputs)
+            with ordinality as t(id, token, name, position, output, idx)
+    ), owned as (
+        select r.id, r.attempt, req.token
+        from workflow.workflow_run r
+        join req on req.id = r.id and req.token = r.lease_token
+        where r.id = any (p_ids)
+          and r.status = 'leased'
+          and r.leased_by = p_worker_id
+        for share of r
+    ), ins as (
+        insert into workflow.workflow_step (run_id, name, position, kind, outcome, output,
+                                            attempt, started_at, finished_at)
+        select req.id, req.name, req.position, 'step', 'ok', req.output, o.attempt, now(), now()
+        from req
+        join (select distinct on (o.id) o.id, o.attempt, o.token from owned o) o
+          on o.id = req.id and o.token = req.token
+        where req.problem is null
+        on conflict do nothing
+        returning run_id, name
+    )
+    select array_agg(o.id is not null order by req.idx),
+           array_agg(i.run_id is not null order by req.idx),
+           -- Runs whose journal must be read to answer: the usual batch,
+           -- every step new, reads none.
+           coalesce(array_agg(req.id) filter (where o.id is not null and i.run_id is null
+                                                 and req.problem is null), '{}')
+    into v_owned, v_inserted, v_unresolved
+    from req
+    left join (select distinct on (o.id, o.token) o.id, o.token from owned o) o
+      on o.id = req.id and o.token = req.token
+    left join ins i on i.run_id = req.id and i.name = req.name;
+
+    -- A new statement sees what concurrent writers committed meanwhile.
+    return query
+    with req as (
+        select t.*, coalesce(workflow.step_name_problem(t.name),
+                             case when t.position is null or t.position not between 0 and 999
+                                  then format('a run has at most 1000 steps (positions 0 to 999), got position %s',
+                                              coalesce(t.position::text, 'null')) end,
+                             workflow.output_problem(t.output)) as problem
+        from unnest(p_ids, p_names, p_positions, p_outputs)
+            with ordinality as t(id, name, position, output, idx)
+    ), mine as (
+        select s.run_id, s.name, s.position, s.kind, s.output
+        from workflow.workflow_step s
+        where s.run_id = any (v_unresolved)
+    )
+    select req.idx::integer,
+           case when req.problem is not null then 'invalid'
+                when not v_owned[req.idx::integer] then 'lease_lost'
+                when v_inserted[req.idx::integer] then 'recorded'
+                when byname.name is not null and byname.position = req.position
+                     and byname.kind = 'step' then 'duplicate'
+                else 'nondeterministic' end,
+           case when not v_inserted[req.idx::integer] and byname.position = req.position
+                     and byname.kind = 'step' then byname.output end,
+           case when req.problem is not null then req.problem
+                when not v_owned[req.idx::integer] or v_inserted[req.idx::integer] then null
+                when bypos.name is not null and (bypos.name <> req.name or bypos.kind <> 'step')
+                    then workflow.nondeterminism_message(bypos.kind, bypos.name, req.position, 'step', req.name)
+                when byname.name is not null and byname.position <> req.position
+                    then format('non-deterministic: step "%s" is recorded at position %s, reached again at position %s',
+                                req.name, byname.position, req.position)
+           end
+    from req
+    left join mine byname on byname.run_id = req.id and byname.name = req.name
+    left join mine bypos on bypos.run_id = req.id and bypos.position = req.position
+    order by req.idx;
+end
+$$;
+
+-- park_run opens a wait at a step (sleep until a time or for a delay,
+-- wait for a signal with an optional timeout, wait for a child started at
+-- that step) and parks the run: pending, its attempt given back, run_at at
+-- the timer (far_future() when none), with a 'waiting' event. A wait
+-- already resolved returns 'resolved' with its outcome instead (a replay,
+-- a signal already buffered, a child already ended, a timer already due),
+-- and the run stays leased. Other answers: 'lease_lost',
+-- 'nondeterministic', 'invalid', each with a message.
+-- Fires: workflow_source_run_changed.
+-- Locks: the run (held_run), then its journal entry (so a child finishing
+-- now either sees the run parked or is seen by it, never neither), then the
+-- oldest buffered signal of the name.
+create or replace function workflow.park_run(
+    p_worker_id text,
+    p_id uuid,
+    p_token bigint,
+    p_kind text,
+    p_step text,
+    p_position integer,
+    p_wake_at timestamptz,
+    p_delay_ms bigint,
+    p_signal text
+) returns table (
+    status text,
+    outcome text,
+    output jsonb,
+    error text,
+    wake_at timestamptz,
+    message text
+)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+    v_run workflow.workflow_run;
+    v_step workflow.workflow_step;
+    v_problem text;
+    v_wake timestamptz;
+    v_signal workflow.workflow_signal;
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    if p_kind is null or p_kind not in ('sleep', 'signal', 'child') then
+        raise exception 'park_run: kind must be sleep, signal or child, got %', p_kind using errcode = '22023';
+    end if;
+    v_problem := coalesce(workflow.step_name_problem(p_step),
+                          case when p_position is null or p_position not between 0 and 999
+                               then 'a run has at most 1000 steps (positions 0 to 999)' end,
+                          case when p_kind = 'signal' then workflow.step_name_problem(p_signal) end,
+                          case when p_delay_ms < 0 then 'a delay must not be negative' end);
+    if v_problem is not null then
+        return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+    if p_delay_ms is not null then
+        if p_delay_ms > 3153600000000 then  -- 100 years
+            return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
+                                'a wait may last at most 100 years';
+            perform set_config('workflow.via_function', v_via, true);
+            return;
+        end if;
+        v_wake := now() + p_delay_ms * interval '1 millisecond';
+    else
+        v_wake := p_wake_at;
+    end if;
+    if p_kind = 'sleep' and v_wake is null then
+        return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
+                            'a sleep needs a wake-up time or a delay';
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+
+    v_run := workflow.held_run(p_worker_id, p_id, p_token);
+    if v_run.id is null then
+        return query select 'lease_lost', null::text, null::jsonb, null::text, null::timestamptz, null::text;
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+    v_problem := workflow.journal_conflict(p_id, p_step, p_kind, p_position);
+    if v_problem is not null then
+        return query select 'nondeterministic', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+
+    -- The entry is locked: a child finishing now updates it before it looks
+    -- for a parked parent to wake, so either this sees the child's end or
+    -- the child sees this run parked (never neither).
+    select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step for update;
+    if found and v_step.finished_at is not null then
+        return query select 'resolved', v_step.outcome, v_step.output, v_step.error, v_step.wake_at, null::text;
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+    if p_kind = 'child' and not found then
+        return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
+                            format('no child run was started at step "%s"', p_step);
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+    if not found then
+        insert into workflow.workflow_step (run_id, name, position, kind, attempt, wake_at)
+        values (p_id, p_step, p_position, p_kind, v_run.attempt, v_wake)
+        returning * into v_step;
+    end if;
+
+    -- Resolved without waiting?
+    if p_kind = 'signal' then
+        select * into v_signal from workflow.workflow_signal g
+        where g.run_id = p_id and g.name = p_signal and g.consumed_at is null
+        order by g.id limit 1
+        for update;
+        if found then
+            update workflow.workflow_signal set consumed_at = now(), consumed_by = p_step where id = v_signal.id;
+            update workflow.workflow_step s set outcome = 'ok', output = v_signal.payload, finished_at = now()
+            where s.run_id = p_id and s.name = p_step;
+            return query select 'resolved', 'ok'::text, v_signal.payload, null::text, v_wake, null::text;
+            perform set_config('workflow.via_function', v_via, true);
+            return;
+        end if;
+    end if;
+    if p_kind in ('sleep', 'signal') and v_wake <= now() then
+        update workflow.workflow_step s
+        set outcome = case when p_kind = 'sleep' then 'ok' else 'timeout' end, finished_at = now()
+        where s.run_id = p_id and s.name = p_step;
+        return query select 'resolved', case when p_kind = 'sleep' then 'ok' else 'timeout' end,
+                            null::jsonb, null::text, v_wake, null::text;
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+
+    update workflow.workflow_run r
+    set status      = 'pending',
+        attempt     = r.attempt - 1,
+        run_at      = least(coalesce(v_wake, workflow.far_future()), workflow.far_future()),
+        leased_by   = null,
+        lease_until = null,
+        wait_kind   = p_kind,
+        wait_step   = p_step,
+        wait_signal = case when p_kind = 'signal' then p_signal end,
+        updated_at  = now()
+    where r.id = p_id;
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (p_id, 'waiting', jsonb_strip_nulls(jsonb_build_object(
+        'wait_kind', p_kind, 'step', p_step, 'signal', case when p_kind = 'signal' then p_signal end,
+        'until', v_wake, 'child_id', v_step.child_id,
+        'worker_id', p_worker_id, 'attempt', v_run.attempt, 'attempt_counted', false)));
+    return query select 'parked', null::text, null::jsonb, null::text, v_wake, null::text;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- send_signal delivers a signal to a run: buffered until a wait for its
+-- name consumes it, or delivered at once to the wait the run is parked on
+-- (the entry resolved 'ok' with the payload, the run woken with a 'woken'
+-- event and a wake-up NOTIFY). An idempotency key makes a resend a no-op
+-- (duplicate = true). The backlog is bounded per name (1,000) and per run
+-- (10,000), never for the name the run waits for. Errors: 22023 for a bad
+-- name, key or payload; P0002 for a run that does not exist; 55000 for a
+-- finished run.
+-- Fires: workflow_source_run_changed (when it wakes the run).
+-- Locks: the run, then its signals.
+create or replace function workflow.send_signal(
+    p_run_id uuid,
+    p_name text,
+    p_payload jsonb,
+    p_idempotency_key text
+) returns table (signal_id bigint, duplicate boolean, delivered boolean)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_run workflow.workflow_run;
+    v_problem text;
+    v_id bigint;
+    v_oldest workflow.workflow_signal;
+begin
+    v_problem := coalesce(
+        case when workflow.step_name_problem(p_name) is not null
+             then replace(workflow.step_name_problem(p_name), 'step name', 'signal name') end,
+        case when p_idempotency_key is not null and char_length(p_idempotency_key) not between 1 and 512
+             then 'a signal''s idempotency key must be 1 to 512 characters' end,
+        case when p_payload is not null and octet_length(p_payload::text) > 262144
+             then format('signal payload is %s bytes; the limit is 262144 (256 KiB)', octet_length(p_payload::text)) end,
+        case when workflow.json_too_deep(p_payload)
+             then 'signal payload nests deeper than 64 levels (objects and arrays), the most a stored value may' end);
+    if v_problem is not null then
+        raise exception 'send_signal: %', v_problem using errcode = '22023';
+    end if;
+    select * into v_run from workflow.workflow_run r where r.id = p_run_id for update;
+    if not found or v_run.deleted_at is not null then
+        raise exception 'send_signal: run % does not exist', p_run_id using errcode = 'P0002';
+    end if;
+    if v_run.status not in ('pending', 'leased') then
+        raise exception 'send_signal: run % is %; signals reach only unfinished runs', p_run_id, v_run.status
+            using errcode = '55000';
+    end if;
+
+    insert into workflow.workflow_signal (run_id, name, payload, idempotency_key)
+    values (p_run_id, p_name, p_payload, p_idempotency_key)
+    on conflict (run_id, idempotency_key) where idempotency_key is not null do nothing
+    returning id into v_id;
+    if v_id is null then
+        select g.id into v_id from workflow.workflow_signal g
+        where g.run_id = p_run_id and g.idempotency_key = p_idempotency_key;
+        return query select v_id, true, false;
+        return;
+    end if;
+    -- The backlog is bounded per name: signals of other names (however
+    -- many) never stand in the way of the one a run waits for, and the
+    -- signal a run is parked on is delivered at once, whatever waits.
+    if not (v_run.status = 'pending' and v_run.wait_kind = 'signal' and v_run.wait_signal = p_name)
+       and (select count(*) from (select 1 from workflow.workflow_signal g
+                                  where g.run_id = p_run_id and g.name = p_name and g.consumed_at is null
+                                  limit 1001) w) > 1000 then
+        raise exception 'send_signal: run % already has 1000 signals named % waiting to be consumed', p_run_id, p_name
+            using errcode = '54000';
+    end if;
+    if not (v_run.status = 'pending' and v_run.wait_kind = 'signal' and v_run.wait_signal = p_name)
+       and (select count(*) from (select 1 from workflow.workflow_signal g
+                                  where g.run_id = p_run_id and g.consumed_at is null
+                                  limit 10001) w) > 10000 then
+        raise exception 'send_signal: run % already has 10000 signals waiting to be consumed', p_run_id
+            using errcode = '54000';
+    end if;
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (p_run_id, 'signal_received', jsonb_strip_nulls(jsonb_build_object(
+        'signal', p_name, 'signal_id', v_id, 'idempotency_key', p_idempotency_key)));
+
+    if v_run.status = 'pending' and v_run.wait_kind = 'signal' and v_run.wait_signal = p_name then
+        select * into v_oldest from workflow.workflow_signal g
+        where g.run_id = p_run_id and g.name = p_name and g.consumed_at is null
+        order by g.id limit 1;
+        update workflow.workflow_signal set consumed_at = now(), consumed_by = v_run.wait_step
+        where id = v_oldest.id;
+        update workflow.workflow_step s set outcome = 'ok', output = v_oldest.payload, finished_at = now()
+        where s.run_id = p_run_id and s.name = v_run.wait_step and s.finished_at is null;
+        update workflow.workflow_run r
+        set run_at = now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = now()
+        where r.id = p_run_id;
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        values (p_run_id, 'woken', jsonb_build_object('reason', 'signal', 'step', v_run.wait_step,
+                                                      'signal', p_name, 'signal_id', v_oldest.id));
+        perform pg_notify('workflow_run_created', v_run.type);
+        return query select v_id, false, true;
+        return;
+    end if;
+    return query select v_id, false, false;
+end
+$$;
+
+
+-- ===========================================================================
+-- 5. CHILDREN AND DAGS
+-- ===========================================================================
+
+-- start_child records a child run at a parent's step (once: a replay gets
+-- the same child, 'duplicate'), with the parent's priority and deadline
+-- (or the earlier of it and the child's own), and journals a 'child' entry;
+-- a child that had already ended is written in at once. The parent then
+-- waits with park_run(kind 'child').
+-- Fires: workflow_run_inserted and the other insert triggers for the child.
+-- Locks: the parent (held_run), then the child's row, then the entry.
+create or replace function workflow.start_child(
+    p_worker_id text,
+    p_id uuid,
+    p_token bigint,
+    p_step text,
+    p_position integer,
+    p_type text,
+    p_payload jsonb,
+    p_priority integer,
+    p_max_attempts integer,
+    p_deadline_ms bigint
+) returns table (status text, child_id uuid, outcome text, output jsonb, error text, message text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_run workflow.workflow_run;
+    v_step workflow.workflow_step;
+    v_problem text;
+    v_child uuid;
+    v_deadline timestamptz;
+begin
+    v_problem := coalesce(workflow.step_name_problem(p_step),
+                          case when p_position is null or p_position not between 0 and 999
+                               then 'a run has at most 1000 steps (positions 0 to 999)' end,
+                          case when p_payload is not null and jsonb_typeof(p_payload) <> 'object'
+                               then 'a child''s payload must be a JSON object' end,
+                          case when p_deadline_ms is not null and p_deadline_ms <= 0
+                               then 'a child''s deadline must be positive' end,
+                          case when p_priority is not null and p_priority not between 0 and 1000000
+                               then format('a child''s priority must be between 0 and 1000000, got %s', p_priority) end,
+                          case when octet_length(p_payload::text) > (select st.max_payload_bytes from workflow.workflow_settings st)
+                               then format('a child''s payload is %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
+                                           octet_length(p_payload::text),
+                                           (select st.max_payload_bytes from workflow.workflow_settings st)) end,
+                          case when workflow.json_too_deep(p_payload)
+                               then 'a child''s payload nests deeper than 64 levels, the most a stored value may' end);
+    if v_problem is not null then
+        return query select 'invalid', null::uuid, null::text, null::jsonb, null::text, v_problem;
+        return;
+    end if;
+    v_run := workflow.held_run(p_worker_id, p_id, p_token);
+    if v_run.id is null then
+        return query select 'lease_lost', null::uuid, null::text, null::jsonb, null::text, null::text;
+        return;
+    end if;
+    v_problem := workflow.journal_conflict(p_id, p_step, 'child', p_position);
+    if v_problem is not null then
+        return query select 'nondeterministic', null::uuid, null::text, null::jsonb, null::text, v_problem;
+        return;
+    end if;
+    select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step;
+    if found then
+        return query select 'duplicate', v_step.child_id, v_step.outcome, v_step.output, v_step.error, null::text;
+        return;
+    end if;
+
+    v_deadline := case
+        when p_deadline_ms is null then v_run.deadline_at
+        when v_run.deadline_at is null then now() + p_deadline_ms * interval '1 millisecond'
+        else least(v_run.deadline_at, now() + p_deadline_ms * interval '1 millisecond') end;
+    insert into workflow.workflow_run (type, payload, priority, max_attempts, parent_id, parent_step, deadline_at)
+    values (p_type, coalesce(p_payload, '{}'::jsonb), coalesce(p_priority, v_run.priority),
+            coalesce(p_max_attempts, 3), p_id, p_step, v_deadline)
+    on conflict (parent_id, parent_step) where parent_id is not null do nothing
+    returning id into v_child;
+    if v_child is null then
+        select r.id into v_child from workflow.workflow_run r where r.parent_id = p_id and r.parent_step = p_step;
+    end if;
+    insert into workflow.workflow_step (run_id, name, position, kind, attempt, child_id)
+    values (p_id, p_step, p_position, 'child', v_run.attempt, v_child);
+    -- A child that already ended (it existed before its journal entry) is
+    -- written in at once.
+    update workflow.workflow_step s
+    set outcome     = case c.status when 'succeeded' then 'ok' else 'error' end,
+        output      = case when c.status = 'succeeded' then c.result end,
+        error       = case c.status when 'failed' then left(coalesce(c.last_error, 'child run failed'), 8192)
+                                    when 'cancelled' then 'child run cancelled' end,
+        finished_at = now()
+    from workflow.workflow_run c
+    where c.id = v_child and c.status in ('succeeded', 'failed', 'cancelled')
+      and s.run_id = p_id and s.name = p_step;
+    select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step;
+    return query select 'started', v_child, v_step.outcome, v_step.output, v_step.error, null::text;
+end
+$$;
+
+-- A child's end, whatever ended it: under a DAG run, dag_advance takes the
+-- next steps (or ends the DAG); under a durable parent, the child's journal
+-- entry is resolved (ok with its result, or error) and the parent, if it
+-- is parked on that child, is woken ('woken', NOTIFY to its workers).
+create or replace function workflow.on_child_finished() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_parent workflow.workflow_run;
+begin
+    if exists (select 1 from workflow.workflow_run p where p.id = new.parent_id and p.dag is not null) then
+        perform workflow.dag_advance(new.parent_id);
+        return null;
+    end if;
+
+    update workflow.workflow_step s
+    set outcome     = case new.status when 'succeeded' then 'ok' else 'error' end,
+        output      = case when new.status = 'succeeded' then new.result end,
+        error       = case new.status when 'failed' then left(coalesce(new.last_error, 'child run failed'), 8192)
+                                      when 'cancelled' then 'child run cancelled' end,
+        finished_at = now()
+    where s.run_id = new.parent_id and s.name = new.parent_step and s.finished_at is null;
+
+    update workflow.workflow_run p
+    set run_at = now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = now()
+    where p.id = new.parent_id and p.status = 'pending'
+      and p.wait_kind = 'child' and p.wait_step = new.parent_step
+    returning * into v_parent;
+    if v_parent.id is not null then
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        values (v_parent.id, 'woken', jsonb_build_object('reason', 'child_finished', 'step', new.parent_step,
+                                                         'child_id', new.id, 'child_status', new.status));
+        perform pg_notify('workflow_run_created', v_parent.type);
+    end if;
+    return null;
+end
+$$;
+create or replace trigger workflow_child_finished
+    after update on workflow.workflow_run
+    for each row when (new.parent_id is not null and old.status in ('pending', 'leased')
+                       and new.status in ('succeeded', 'failed', 'cancelled'))
+    execute function workflow.on_child_finished();
+
+-- A parent that failed or was cancelled cancels its unfinished children
+-- (reason parent_ended), which cancels theirs in turn.
+create or replace function workflow.on_parent_ended() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_outer text := coalesce(current_setting('workflow.cancel_reason', true), '');
+begin
+    perform set_config('workflow.cancel_reason', 'parent_ended', true);
+    update workflow.workflow_run c
+    set status = 'cancelled', updated_at = now()
+    where c.parent_id = new.id and c.status in ('pending', 'leased');
+    perform set_config('workflow.cancel_reason', v_outer, true);
+    return null;
+end
+$$;
+create or replace trigger workflow_parent_ended
+    after update on workflow.workflow_run
+    for each row when (old.status in ('pending', 'leased') and new.status in ('failed', 'cancelled'))
+    execute function workflow.on_parent_ended();
+
+-- definition_problem names the first thing wrong with a DAG definition
+-- ({"steps": [{name, type, dependsOn, payload, maxAttempts,
+-- retryBaseDelayMs, retryMaxDelayMs}]}, 1 to 100 steps, unique names,
+-- known dependencies, no cycle: the cycle is named), or null.
+create or replace function workflow.definition_problem(p_def jsonb) returns text
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $_$
+declare
+    v_steps jsonb;
+    v_n integer;
+    v_step record;
+    v_key text;
+    v_done text[] := '{}';
+    v_ready text[];
+    v_path text[];
+    v_cur text;
+    v_next text;
+begin
+    if p_def is not null and octet_length(p_def::text) > 262144 then
+        return format('a definition is at most 262144 bytes (256 KiB), got %s', octet_length(p_def::text));
+    end if;
+    if workflow.json_too_deep(p_def) then
+        return 'a definition nests at most 64 levels deep (objects and arrays)';
+    end if;
+    if p_def is null or jsonb_typeof(p_def) <> 'object' or not p_def ? 'steps' then
+        return 'a definition is an object with "steps"';
+    end if;
+    select k into v_key from jsonb_object_keys(p_def) k where k <> 'steps' limit 1;
+    if found then
+        return format('unknown field %s', to_jsonb(left(v_key, 64)));
+    end if;
+    v_steps := p_def->'steps';
+    if jsonb_typeof(v_steps) <> 'array' then
+        return '"steps" must be a list';
+    end if;
+    v_n := jsonb_array_length(v_steps);
+    if v_n < 1 or v_n > 100 then
+        return format('a workflow has 1 to 100 steps, not %s', v_n);
+    end if;
+    for v_step in select s, i from jsonb_array_elements(v_steps) with ordinality x(s, i) loop
+        if jsonb_typeof(v_step.s) <> 'object' then
+            return format('step %s is not an object', v_step.i);
+        end if;
+        select k into v_key from jsonb_object_keys(v_step.s) k
+        where k not in ('name', 'type', 'dependsOn', 'payload', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs')
+        limit 1;
+        if found then
+            return format('step %s: unknown field %s', v_step.i, to_jsonb(left(v_key, 64)));
+        end if;
+        if jsonb_typeof(v_step.s->'name') is distinct from 'string'
+           or (v_step.s->>'name') !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$' then
+            return format('step %s: name must be 1 to 63 letters, digits, ".", "_" or "-", starting with a letter or digit', v_step.i);
+        end if;
+        if jsonb_typeof(v_step.s->'type') is distinct from 'string'
+           or char_length(v_step.s->>'type') > 253
+           or (v_step.s->>'type') !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$' then
+            return format('step "%s": type must be a workflow type such as billing.charge.v1', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'dependsOn' and (jsonb_typeof(v_step.s->'dependsOn') <> 'array'
+            or jsonb_array_length(v_step.s->'dependsOn') > 100
+            or exists (select 1 from jsonb_array_elements(v_step.s->'dependsOn') d where jsonb_typeof(d) <> 'string')) then
+            return format('step "%s": dependsOn must be a list of at most 100 step names', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'payload' and jsonb_typeof(v_step.s->'payload') <> 'object' then
+            return format('step "%s": payload must be an object', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'maxAttempts' and (jsonb_typeof(v_step.s->'maxAttempts') <> 'number'
+            or (v_step.s->>'maxAttempts') !~ '^[0-9]{1,4}$'
+            or (v_step.s->>'maxAttempts')::integer not between 1 and 1000) then
+            return format('step "%s": maxAttempts must be 1 to 1000', v_step.s->>'name');
+        end if;
+        foreach v_key in array array['retryBaseDelayMs', 'retryMaxDelayMs'] loop
+            if v_step.s ? v_key and (jsonb_typeof(v_step.s->v_key) <> 'number'
+                or (v_step.s->>v_key) !~ '^[0-9]{1,11}$'
+                or (v_step.s->>v_key)::bigint not between 1 and 31622400000) then
+                return format('step "%s": %s must be 1 to 31622400000 (366 days)', v_step.s->>'name', v_key);
+            end if;
+        end loop;
+        if (v_step.s->>'retryBaseDelayMs')::bigint > (v_step.s->>'retryMaxDelayMs')::bigint then
+            return format('step "%s": retryMaxDelayMs must be at least retryBaseDelayMs', v_step.s->>'name');
+        end if;
+    end loop;
+
+    select s->>'name' into v_key from jsonb_array_elements(v_steps) s
+    group by s->>'name' having count(*) > 1 limit 1;
+    if found then
+        return format('step name "%s" is used twice', v_key);
+    end if;
+    select format('step "%s" depends on "%s", which is not a step of this workflow', s->>'name', d) into v_key
+    from jsonb_array_elements(v_steps) s, jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
+    where not exists (select 1 from jsonb_array_elements(v_steps) t where t->>'name' = d)
+    limit 1;
+    if found then
+        return v_key;
+    end if;
+
+    -- Peel off steps whose dependencies are all peeled; what is left holds a cycle.
+    loop
+        select array_agg(s->>'name') into v_ready
+        from jsonb_array_elements(v_steps) s
+        where not (s->>'name') = any (v_done)
+          and array(select jsonb_array_elements_text(coalesce(s->'dependsOn', '[]'))) <@ v_done;
+        exit when v_ready is null;
+        v_done := v_done || v_ready;
+    end loop;
+    if cardinality(v_done) = v_n then
+        return null;
+    end if;
+    -- Every step left depends on another step left: follow them until one repeats.
+    select s->>'name' into v_cur from jsonb_array_elements(v_steps) with ordinality x(s, i)
+    where not (s->>'name') = any (v_done) order by i limit 1;
+    v_path := array[v_cur];
+    loop
+        select d into v_next
+        from jsonb_array_elements(v_steps) s, jsonb_array_elements_text(s->'dependsOn') with ordinality y(d, j)
+        where s->>'name' = v_cur and not d = any (v_done)
+        order by j limit 1;
+        if v_next = any (v_path) then
+            return format('cycle: %s (each step depends on the next)',
+                          array_to_string(v_path[array_position(v_path, v_next):] || v_next, ' → '));
+        end if;
+        v_path := v_path || v_next;
+        v_cur := v_next;
+    end loop;
+end
+$_$;
+
+-- A registry entry's definition is checked when written: the size and
+-- depth bounds first (before the lock, so an oversized definition never
+-- holds up other writers), then, one writer at a time, the definition
+-- itself and its relation to the others (a step's type must be a type that
+-- workers run, not one with steps of its own).
+create or replace function workflow.on_registry_written() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_problem text;
+begin
+    -- Bounded before the lock below: an oversized definition never holds
+    -- up the writers of other registries.
+    if new.definition is not null and octet_length(new.definition::text) > 262144 then
+        raise exception 'invalid definition of %: it is % bytes; a definition is at most 262144 (256 KiB)',
+            left(new.workflow_name, 253), octet_length(new.definition::text) using errcode = '22023';
+    end if;
+    if workflow.json_too_deep(new.definition) then
+        raise exception 'invalid definition of %: it nests deeper than 64 levels (objects and arrays)',
+            left(new.workflow_name, 253) using errcode = '22023';
+    end if;
+    -- Definitions are checked against each other: one writer at a time.
+    perform pg_advisory_xact_lock(hashtext('workflow.workflow_registry.definition'));
+    if new.definition is null then
+        -- A type that is some workflow's step keeps no steps; a renamed
+        -- entry is checked like a new one.
+        return new;
+    end if;
+    v_problem := workflow.definition_problem(new.definition);
+    if v_problem is null then
+        select format('step "%s" runs %s, which has steps of its own; a step is a type that workers run',
+                      s->>'name', s->>'type')
+        into v_problem
+        from jsonb_array_elements(new.definition->'steps') s
+        where s->>'type' = new.workflow_name
+           or exists (select 1 from workflow.workflow_registry g
+                      where g.workflow_name = s->>'type' and g.definition is not null)
+        limit 1;
+    end if;
+    if v_problem is null then
+        select format('it is step "%s" of %s, and a step is a type that workers run', s->>'name', g.workflow_name)
+        into v_problem
+        from workflow.workflow_registry g, jsonb_array_elements(g.definition->'steps') s
+        where g.definition is not null and g.workflow_name <> new.workflow_name
+          and s->>'type' = new.workflow_name
+        limit 1;
+    end if;
+    if v_problem is not null then
+        raise exception 'invalid definition of %: %', new.workflow_name, v_problem using errcode = '22023';
+    end if;
+    return new;
+end
+$$;
+create or replace trigger workflow_registry_written
+    before insert or update of definition, workflow_name on workflow.workflow_registry
+    for each row execute function workflow.on_registry_written();
+
+-- The steps of a DAG run that may start now: not started yet, every
+-- dependency succeeded. Each step's payload is the run's payload, its own
+-- constant payload over it, and "steps": the results of its dependencies.
+create or replace function workflow.dag_ready_steps(
+    p_run workflow.workflow_run,
+    p_results jsonb
+) returns table (
+    name text,
+    type text,
+    payload jsonb,
+    max_attempts integer,
+    base_delay interval,
+    max_delay interval
+)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select s->>'name', s->>'type',
+           (p_run.payload || coalesce(s->'payload', '{}'::jsonb))
+               || jsonb_build_object('steps', coalesce(
+                      (select jsonb_object_agg(d, p_results->d)
+                       from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d), '{}'::jsonb)),
+           coalesce((s->>'maxAttempts')::integer, 3),
+           make_interval(secs => (s->>'retryBaseDelayMs')::bigint / 1000.0),
+           make_interval(secs => (s->>'retryMaxDelayMs')::bigint / 1000.0)
+    from jsonb_array_elements(p_run.dag->'steps') with ordinality x(s, i)
+    where not exists (select 1 from workflow.workflow_run c
+                      where c.parent_id = p_run.id and c.parent_step = s->>'name')
+      and not exists (select 1 from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
+                      where not p_results ? d)
+    order by x.i
+$$;
+
+-- dag_end finishes a DAG run with a status, result or error, and its event.
+-- Fires: workflow_parent_ended (a failure cancels the steps still running),
+-- workflow_child_finished (a DAG under a durable parent),
+-- workflow_source_run_changed.
+create or replace function workflow.dag_end(
+    p_run workflow.workflow_run,
+    p_status text,
+    p_result jsonb,
+    p_error text,
+    p_data jsonb
+) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    update workflow.workflow_run r
+    set status = p_status, result = p_result, last_error = p_error,
+        wait_kind = null, wait_step = null, wait_signal = null,
+        finished_at = now(), updated_at = now()
+    where r.id = p_run.id;
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (p_run.id, p_status, jsonb_strip_nulls(p_data || jsonb_build_object('error', p_error)));
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- dag_advance moves a DAG run on after one of its steps changed: a failed
+-- or cancelled step fails the run; all steps succeeded ends it with their
+-- results ({"steps": {name: result}}, within a result's limits); otherwise
+-- the ready steps are inserted as child runs (a step's payload over the
+-- limits fails the run instead).
+-- Fires: workflow_run_inserted (the steps), or what dag_end fires.
+-- Locks: the DAG run (the callers that end steps locked it first).
+create or replace function workflow.dag_advance(p_run uuid) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+    v_run workflow.workflow_run;
+    v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
+    v_bad record;
+    v_results jsonb;
+    v_total integer;
+    v_ok integer;
+    v_result jsonb;
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    select * into v_run from workflow.workflow_run r where r.id = p_run for update;
+    if not found or v_run.status <> 'pending' or v_run.dag is null then
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+
+    select c.id, c.parent_step, c.type, c.status, c.last_error into v_bad
+    from workflow.workflow_run c
+    where c.parent_id = p_run and c.status in ('failed', 'cancelled')
+    order by c.finished_at, c.parent_step
+    limit 1;
+    if found then
+        perform workflow.dag_end(v_run, 'failed', null,
+            format('step "%s" (%s) %s: %s', v_bad.parent_step, v_bad.type,
+                   case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
+                   left(coalesce(v_bad.last_error, v_bad.status), 4000)),
+            jsonb_build_object('reason', 'step_failed', 'step', v_bad.parent_step,
+                               'step_run_id', v_bad.id, 'step_status', v_bad.status));
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+
+    select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+    into v_results, v_ok
+    from workflow.workflow_run c
+    where c.parent_id = p_run and c.status = 'succeeded';
+    v_total := jsonb_array_length(v_run.dag->'steps');
+    if v_ok = v_total then
+        v_result := jsonb_build_object('steps', v_results);
+        if octet_length(v_result::text) > 1048576 then
+            perform workflow.dag_end(v_run, 'failed', null,
+                format('the steps'' results together are %s bytes; a result is at most 1048576', octet_length(v_result::text)),
+                jsonb_build_object('reason', 'result_too_large'));
+        elsif workflow.json_too_deep(v_result) then
+            perform workflow.dag_end(v_run, 'failed', null,
+                'the steps'' results together nest deeper than 64 levels, the most a result may',
+                jsonb_build_object('reason', 'result_too_deep'));
+        else
+            perform workflow.dag_end(v_run, 'succeeded', v_result, null, jsonb_build_object('steps', v_total));
+        end if;
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+
+    -- A step whose payload would be too large fails the run.
+    select r.name, octet_length(r.payload::text) as bytes into v_bad
+    from workflow.dag_ready_steps(v_run, v_results) r
+    where octet_length(r.payload::text) > v_limit limit 1;
+    if found then
+        perform workflow.dag_end(v_run, 'failed', null,
+            format('the payload of step "%s" would be %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
+                   v_bad.name, v_bad.bytes, v_limit),
+            jsonb_build_object('reason', 'payload_too_large', 'step', v_bad.name));
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+    select r.name into v_bad
+    from workflow.dag_ready_steps(v_run, v_results) r
+    where workflow.json_too_deep(r.payload) limit 1;
+    if found then
+        perform workflow.dag_end(v_run, 'failed', null,
+            format('the payload of step "%s" would nest deeper than 64 levels, the most a payload may', v_bad.name),
+            jsonb_build_object('reason', 'payload_too_deep', 'step', v_bad.name));
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+
+    insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                       retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at)
+    select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
+           r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at
+    from workflow.dag_ready_steps(v_run, v_results) r
+    on conflict do nothing;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- A DAG step's change tells the operator about its DAG run (NOTIFY
+-- workflow_run_changed), so the WorkflowRun's step list is written back.
+create or replace function workflow.on_dag_step_changed() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_ns text;
+    v_name text;
+begin
+    select p.source_namespace, p.source_name into v_ns, v_name
+    from workflow.workflow_run p
+    where p.id = new.parent_id and p.dag is not null and p.source_name is not null;
+    if found and octet_length(v_ns) + octet_length(v_name) < 4000 then
+        perform pg_notify('workflow_run_changed', v_ns || '/' || v_name);
+    end if;
+    return null;
+end
+$$;
+create or replace trigger workflow_dag_step_changed
+    after update on workflow.workflow_run
+    for each row when (new.parent_id is not null
+                       and (old.status is distinct from new.status or old.attempt is distinct from new.attempt))
+    execute function workflow.on_dag_step_changed();
+
+
+-- ===========================================================================
+-- 6. MAINTENANCE: WHAT NOBODY ELSE WILL FINISH
+-- ===========================================================================
+
+-- reap_expired_leases ends leases whose holder stopped heartbeating: the
+-- run is pending again (its attempt spent) or failed when it has none left,
+-- with reason lease_expired. Called by the manager's leader and by workers.
+-- Fires: workflow_child_finished, workflow_parent_ended (runs that failed),
+-- workflow_source_run_changed.
+-- Locks: the parents of the runs it reaps in id order, then the runs
+-- (skipping locked ones), oldest lease first.
+create or replace function workflow.reap_expired_leases(p_limit integer) returns table (id uuid, status text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    -- The workflows of the runs about to be reaped, locked first and in id
+    -- order, as a worker's completions do.
+    perform 1 from workflow.workflow_run p
+    where p.id in (select r.parent_id from workflow.workflow_run r
+                   where r.status = 'leased' and r.lease_until < now() and r.parent_id is not null
+                   order by r.lease_until
+                   limit p_limit)
+    order by p.id
+    for update of p;
+    return query
+    with expired as (
+        select r.id, r.leased_by, r.lease_until
+        from workflow.workflow_run r
+        where r.status = 'leased' and r.lease_until < now()
+        order by r.lease_until
+        limit p_limit
+        for update skip locked
+    ), reaped as (
+        update workflow.workflow_run r
+        set status      = case when r.attempt < r.max_attempts then 'pending' else 'failed' end,
+            run_at      = case when r.attempt < r.max_attempts then now() else r.run_at end,
+            last_error  = format('lease expired: worker %s stopped heartbeating', e.leased_by),
+            leased_by   = case when r.attempt < r.max_attempts then null else r.leased_by end,
+            lease_until = null,
+            finished_at = case when r.attempt < r.max_attempts then null else now() end,
+            updated_at  = now()
+        from expired e
+        where r.id = e.id
+        returning r.id, r.status, r.attempt, r.max_attempts, e.leased_by, e.lease_until
+    ), events as (
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select x.id,
+               case when x.status = 'pending' then 'retried' else 'failed' end,
+               jsonb_build_object('reason', 'lease_expired', 'worker_id', x.leased_by,
+                                  'attempt', x.attempt, 'max_attempts', x.max_attempts,
+                                  'lease_until', x.lease_until)
+        from reaped x
+    )
+    select x.id, x.status from reaped x;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- expire_deadlines fails unfinished runs whose deadline passed (all of
+-- them, or those of p_ids), at most p_limit, fairly across types (the
+-- oldest deadline of each type first), with reason deadline_exceeded.
+-- Fires: workflow_run_cancelled is not fired (failed, not cancelled);
+-- workflow_child_finished, workflow_parent_ended, workflow_source_run_changed.
+-- Locks: the parents of the runs it expires in id order, then the runs
+-- (skipping locked ones).
+create or replace function workflow.expire_deadlines(
+    p_ids uuid[],
+    p_limit integer
+) returns table (id uuid, previous_status text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+    v_ids uuid[];
+begin
+    perform set_config('workflow.via_function', 'on', true);
+    select array_agg(d.id) into v_ids
+    from (
+        select o.id
+        from (select r.id, r.deadline_at,
+                     row_number() over (partition by r.type order by r.deadline_at, r.id) as round
+              from workflow.workflow_run r
+              where r.deadline_at <= now()
+                and r.deadline_at is not null
+                and r.status in ('pending', 'leased')
+                and (p_ids is null or r.id = any (p_ids))) o
+        order by o.round, o.deadline_at, o.id
+        limit p_limit
+    ) d;
+    if v_ids is null then
+        perform set_config('workflow.via_function', v_via, true);
+        return;
+    end if;
+    -- The workflows of the runs about to expire, locked first and in id
+    -- order, as a worker's completions do.
+    perform 1 from workflow.workflow_run p
+    where p.id in (select r.parent_id from workflow.workflow_run r
+                   where r.id = any (v_ids) and r.parent_id is not null)
+    order by p.id
+    for update of p;
+    return query
+    with doomed as (
+        select r.id, r.status, r.leased_by, r.wait_kind
+        from workflow.workflow_run r
+        where r.id = any (v_ids)
+          and r.deadline_at <= now()
+          and r.status in ('pending', 'leased')
+        for update skip locked
+    ), expired as (
+        update workflow.workflow_run r
+        set status      = 'failed',
+            last_error  = 'deadline exceeded',
+            lease_until = null,
+            wait_kind   = null,
+            wait_step   = null,
+            wait_signal = null,
+            finished_at = now(),
+            updated_at  = now()
+        from doomed d
+        where r.id = d.id
+        returning r.id, r.attempt, r.deadline_at, d.status, d.leased_by, d.wait_kind
+    ), events as (
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select x.id, 'failed',
+               jsonb_strip_nulls(jsonb_build_object(
+                   'reason', 'deadline_exceeded', 'error', 'deadline exceeded',
+                   'deadline_at', x.deadline_at, 'previous_status', x.status,
+                   'parked', x.wait_kind, 'attempt', x.attempt,
+                   'worker_id', case when x.status = 'leased' then x.leased_by end))
+        from expired x
+    )
+    select x.id, x.status from expired x;
+    perform set_config('workflow.via_function', v_via, true);
+end
+$$;
+
+-- delete_finished_runs deletes up to p_limit runs that finished before
+-- p_before (oldest first), except the steps of DAG runs, which go with
+-- their DAG. Called by the manager's retention.
+-- Fires: workflow_runs_deleted (events, journal, signals).
+-- Locks: the runs it deletes, skipping locked ones.
+create or replace function workflow.delete_finished_runs(p_before timestamptz, p_limit integer) returns bigint
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    with doomed as (
+        select r.ctid from workflow.workflow_run r
+        where r.finished_at < p_before
+          and r.status in ('succeeded', 'failed', 'cancelled')
+          and (r.parent_id is null
+               or not exists (select 1 from workflow.workflow_run p
+                              where p.id = r.parent_id and p.dag is not null))
+        order by r.finished_at
+        limit p_limit
+        for update skip locked
+    ), deleted as (
+        -- By the row's address: the row is locked (above) until the end of
+        -- this statement, so it cannot move.
+        delete from workflow.workflow_run r
+        where r.ctid = any (array(select d.ctid from doomed d))
+        returning 1
+    )
+    select count(*) from deleted
+$$;
+
+-- queue_depth counts the runnable and leased runs of a worker pool (its
+-- type prefixes and runtime), each up to p_cap (null: exactly), type by
+-- type from idx_workflow_run_depth alone: the numbers the autoscaler
+-- scales by. Reads only.
+create or replace function workflow.queue_depth(
+    p_type_prefixes text[],
+    p_runtime text default null,
+    p_cap bigint default null
+) returns table (runnable bigint, leased bigint)
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+set jit = off
+as $$
+#variable_conflict use_column
+declare
+    v_types text[];
+    v_claimable text[];
+    v_runnable bigint;
+    v_leased bigint;
+    v_type text;
+begin
+    if p_cap is not null and p_cap < 1 then
+        raise exception 'queue_depth: the cap must be at least 1 (or null for an exact count), got %', p_cap
+            using errcode = '22023';
+    end if;
+    select array_agg(t) into v_types from workflow.active_types(p_type_prefixes) t;
+    if v_types is null then
+        return query select 0::bigint, 0::bigint;
+        return;
+    end if;
+    select array_agg(t) into v_claimable
+    from unnest(v_types) t
+    where not exists (
+        select 1 from workflow.workflow_registry g
+        where g.workflow_name = t
+          and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
+    -- Type by type, each from idx_workflow_run_depth alone (type, status,
+    -- run_at), until the cap is reached; a null limit is no limit. The
+    -- order is that index's: under a limit, a generic plan would otherwise
+    -- walk another index of pending or leased runs (in claim or lease
+    -- order) filtering by type, hoping to stop early, and read everyone's.
+    v_runnable := 0;
+    v_leased := 0;
+    foreach v_type in array coalesce(v_claimable, '{}') loop
+        exit when v_runnable >= p_cap;
+        v_runnable := v_runnable + (
+            select count(*) from (
+                select 1 from workflow.workflow_run r
+                where r.type collate "C" = v_type and r.status = 'pending'
+                  and r.deleted_at is null and r.run_at <= now()
+                order by r.type collate "C", r.status, r.run_at
+                limit p_cap - v_runnable) x);
+    end loop;
+    foreach v_type in array v_types loop
+        exit when v_leased >= p_cap;
+        v_leased := v_leased + (
+            select count(*) from (
+                select 1 from workflow.workflow_run r
+                where r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
+                order by r.type collate "C", r.status, r.run_at
+                limit p_cap - v_leased) x);
+    end loop;
+    return query select v_runnable, v_leased;
+end
+$$;
+comment on function workflow.queue_depth(text[], text, bigint) is
+    'Runnable and leased runs of a worker pool (its type prefixes and runtime), each counted up to p_cap (null: exactly): the numbers the autoscaler scales by.';
+
+-- type_depths: every type with unfinished runs, its runnable, leased and
+-- parked runs, and when its oldest runnable run became due (the console's
+-- overview). Reads only.
+create or replace function workflow.type_depths(
+
+) returns table (type text, runnable bigint, leased bigint, parked bigint, oldest_due timestamptz)
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+set jit = off
+as $$
+#variable_conflict use_column
+begin
+    return query
+    select t.type,
+           (select count(*) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'pending'
+              and r.deleted_at is null and r.run_at <= now()),
+           (select count(*) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'leased' and r.deleted_at is null),
+           (select count(*) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'pending'
+              and r.deleted_at is null and r.run_at > now()),
+           (select min(r.run_at) from workflow.workflow_run r
+            where r.type collate "C" = t.type and r.status = 'pending'
+              and r.deleted_at is null and r.run_at <= now())
+    from workflow.active_types(array['']) t(type)
+    order by t.type;
+end
+$$;
+comment on function workflow.type_depths() is
+    'Runnable, leased and parked runs of every type with unfinished runs, and when its oldest runnable run became due.';
+
+-- inbox_version: a marker that moves whenever a run makes an audited
+-- transition or finishes, for a reader deciding when to look again.
+create or replace function workflow.inbox_version() returns text
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select (select case when s.is_called then s.last_value else 0 end
+            from workflow.workflow_event_id_seq s)::text || '/' ||
+           coalesce((select max(r.finished_at) from workflow.workflow_run r
+                     where r.finished_at is not null)::text, '')
+$$;
+comment on function workflow.inbox_version() is
+    'A marker that moves whenever a run makes an audited transition or finishes (for a reader deciding when to look again).';
+
+
+-- ===========================================================================
+-- 7. ROLES
+-- ===========================================================================
+
+-- Nothing here is callable by PUBLIC; roles.sql grants workflow_worker,
+-- workflow_producer and workflow_reader what each needs. The trigger
+-- functions and internal helpers are granted to no one.
+revoke all on function
+    workflow.active_types(text[]),
+    workflow.cancel_run(uuid),
+    workflow.claim_runs(text, text[], text, integer, bigint, text[]),
+    workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
+    workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
+                         text[]),
+    workflow.dag_advance(uuid),
+    workflow.dag_end(workflow.workflow_run, text, jsonb, text, jsonb),
+    workflow.expire_deadlines(uuid[], integer),
+    workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
+    workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
+    workflow.inbox_version(),
+    workflow.on_child_finished(),
+    workflow.on_child_inserting(),
+    workflow.on_parent_ended(),
+    workflow.on_run_cancelled(),
+    workflow.on_run_history_rewritten(),
+    workflow.on_run_inserted(),
+    workflow.on_run_soft_deleted(),
+    workflow.on_runs_deleted(),
+    workflow.on_status_changed_by_sql(),
+    workflow.park_run(text, uuid, bigint, text, text, integer, timestamptz, bigint, text),
+    workflow.queue_depth(text[], text, bigint),
+    workflow.reap_expired_leases(integer),
+    workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[]),
+    workflow.release_runs(text, uuid[], bigint[]),
+    workflow.send_signal(uuid, text, jsonb, text),
+    workflow.start_child(text, uuid, bigint, text, integer, text, jsonb, integer, integer, bigint),
+    workflow.type_depths()
+from public;
