@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-
 )
 
 // compactedChecks are the constraints of workflow_run written in a compact
