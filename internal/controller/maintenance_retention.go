@@ -34,11 +34,10 @@ func (m *Maintenance) retainLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		start := time.Now()
-		before := start.Add(-m.Retention)
 		var total int64
 		for ctx.Err() == nil {
 			t0 := time.Now()
-			n, err := m.Engine.DeleteFinishedRuns(ctx, before, retentionBatch)
+			n, err := m.Engine.DeleteFinishedRuns(ctx, m.Retention, retentionBatch)
 			if err != nil {
 				if ctx.Err() == nil {
 					m.Log.Error(err, "Deleting finished runs past retention failed")
@@ -59,7 +58,7 @@ func (m *Maintenance) retainLoop(ctx context.Context) {
 		}
 		took := time.Since(start)
 		if total > 0 {
-			m.Log.Info("Deleted finished runs past retention", "runs", total, "finishedBefore", before, "took", took)
+			m.Log.Info("Deleted finished runs past retention", "runs", total, "retention", m.Retention, "took", took)
 		}
 		if took > interval {
 			m.Log.Info("Retention took longer than its interval; finished runs are deleted as fast as they can be",

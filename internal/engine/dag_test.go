@@ -340,7 +340,8 @@ func TestDAGRetentionKeepsStepsOfARunningWorkflow(t *testing.T) {
 	b.register(t, "dagr.flow.v1", step("a", "dagrw.a.v1"), step("b", "dagrw.b.v1", "a"))
 	id := b.insertSQL(t, "dagr.flow.v1", `{}`)
 	b.work(t, "dagrw.a.")
-	if _, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 100); err != nil {
+	b.advanceClock(t, time.Hour) // everything finished is an hour old
+	if _, err := b.eng.DeleteFinishedRuns(b.ctx, 30*time.Minute, 100); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.stepRuns(t, id); got != "a=succeeded b=pending" {
@@ -350,9 +351,10 @@ func TestDAGRetentionKeepsStepsOfARunningWorkflow(t *testing.T) {
 	if run := b.get(t, id); run.Status != engine.StatusSucceeded {
 		t.Fatalf("workflow %s", run.Status)
 	}
+	b.advanceClock(t, time.Hour)
 	// The workflow goes first, its steps at the next pass.
 	for range 2 {
-		if _, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 100); err != nil {
+		if _, err := b.eng.DeleteFinishedRuns(b.ctx, 30*time.Minute, 100); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -493,10 +495,7 @@ func TestDAGConcurrentReapersDoNotDeadlock(t *testing.T) {
 			t.Fatalf("round %d: claimed %d", i, len(got))
 		}
 		// Both leases expire (the worker died).
-		if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_run set lease_until = now() - interval '1 second'
-            where parent_id = $1`, id); err != nil {
-			t.Fatal(err)
-		}
+		b.advanceClock(t, time.Minute)
 		errs := make(chan error, 2)
 		for range 2 {
 			go func() {

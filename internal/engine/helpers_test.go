@@ -33,6 +33,27 @@ func setup(t *testing.T) *bundle {
 	return &bundle{ctx: ctx, pool: pool, url: url, eng: eng}
 }
 
+// advanceClock moves the database's clock (workflow.now(), which every rule
+// reads) forward by d, as the schema's owner may: leases expire, retries and
+// timers come due, deadlines pass and retention deletes without waiting.
+func (b *bundle) advanceClock(t *testing.T, d time.Duration) {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_settings
+		set clock_offset = clock_offset + $1::bigint * interval '1 microsecond'`, d.Microseconds()); err != nil {
+		t.Fatalf("advance the clock by %s: %v", d, err)
+	}
+}
+
+// clockNow reads the database's clock (workflow.now()).
+func (b *bundle) clockNow(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := b.pool.QueryRow(b.ctx, "select workflow.now()").Scan(&now); err != nil {
+		t.Fatalf("read the clock: %v", err)
+	}
+	return now
+}
+
 func randomID() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)

@@ -128,9 +128,7 @@ func TestRecordStepFirstWriterWins(t *testing.T) {
 	if _, err := b.eng.FailRuns(b.ctx, "w", []engine.Failure{{LeaseRef: c.Ref(), Error: "boom", Retryable: true}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set run_at = now() where id = $1", id); err != nil {
-		t.Fatal(err)
-	}
+	b.advanceClock(t, 10*time.Minute) // the retry comes due
 	c2 := b.claimOne(t, "w2", "step.")
 	if len(c2.Journal) != 1 || c2.Journal[0].Name != "charge" || c2.Journal[0].Outcome != engine.OutcomeOK ||
 		string(c2.Journal[0].Output) != string(steps[0].Output) {
@@ -142,11 +140,9 @@ func TestRecordStepFirstWriterWins(t *testing.T) {
 func TestRecordStepAfterLeaseLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.create(t, engine.CreateParams{Type: "lost.a.v1"})
+	b.create(t, engine.CreateParams{Type: "lost.a.v1"})
 	c := b.claimOne(t, "w1", "lost.")
-	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set lease_until = now() - interval '1 second' where id = $1", id); err != nil {
-		t.Fatal(err)
-	}
+	b.advanceClock(t, time.Minute) // the 30 s lease expires
 	if _, err := b.eng.ReapExpiredLeases(b.ctx, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +505,8 @@ func TestRetentionRemovesJournalAndSignals(t *testing.T) {
 	if _, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c.Ref()}}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 10); err != nil || n != 1 {
+	b.advanceClock(t, time.Hour) // everything finished is an hour old
+	if n, err := b.eng.DeleteFinishedRuns(b.ctx, 30*time.Minute, 10); err != nil || n != 1 {
 		t.Fatalf("deleted %d %v", n, err)
 	}
 	var steps, signals int

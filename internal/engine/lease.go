@@ -338,10 +338,12 @@ func (e *Engine) ExpireDeadlines(ctx context.Context, limit int) ([]string, erro
 }
 
 // DeleteFinishedRuns deletes up to limit runs (with their events) that
-// finished before before, and returns how many it deleted.
-func (e *Engine) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (int64, error) {
+// finished more than retention ago by the database's clock, and returns how
+// many it deleted.
+func (e *Engine) DeleteFinishedRuns(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	var n int64
-	err := e.pool.QueryRow(ctx, e.q[qRunDeleteFinished], pgx.NamedArgs{"before": before, "limit": limit}).Scan(&n)
+	err := e.pool.QueryRow(ctx, e.q[qRunDeleteFinished],
+		pgx.NamedArgs{"retention": retention.Milliseconds(), "limit": limit}).Scan(&n)
 	if err != nil {
 		return 0, translate("delete finished runs", err)
 	}

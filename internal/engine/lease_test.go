@@ -155,9 +155,7 @@ func TestLeaseGuardsWritesOfLostLeases(t *testing.T) {
 	id := b.create(t, engine.CreateParams{Type: "g.a.v1"})
 	first := b.claim(t, "w1", nil, 1)[0]
 	// Expire the lease and reap it; another worker claims attempt 2.
-	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set lease_until = now() - interval '1 second' where id = $1", id); err != nil {
-		t.Fatal(err)
-	}
+	b.advanceClock(t, time.Minute) // the 30 s lease expires
 	reaped, err := b.eng.ReapExpiredLeases(b.ctx, 10)
 	if err != nil || len(reaped) != 1 || reaped[0].Status != engine.StatusPending {
 		t.Fatalf("reap: %+v %v", reaped, err)
@@ -232,14 +230,11 @@ func TestRetryBackoffAndExhaustion(t *testing.T) {
 	base := 2 * time.Second
 	id := b.create(t, engine.CreateParams{Type: "r.a.v1", MaxAttempts: 3, RetryPolicy: &engine.RetryPolicy{BaseDelay: base}})
 	for attempt := 1; attempt <= 3; attempt++ {
-		if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set run_at = now() where id = $1", id); err != nil {
-			t.Fatal(err)
-		}
 		c := b.claim(t, "w", nil, 1)
 		if len(c) != 1 || c[0].Attempt != attempt {
 			t.Fatalf("attempt %d: claimed %+v", attempt, c)
 		}
-		before := time.Now()
+		before := b.clockNow(t)
 		res, err := b.eng.FailRuns(b.ctx, "w", []engine.Failure{{LeaseRef: c[0].Ref(), Error: "boom", Retryable: true}})
 		if err != nil || len(res) != 1 {
 			t.Fatalf("fail: %+v %v", res, err)
@@ -253,6 +248,11 @@ func TestRetryBackoffAndExhaustion(t *testing.T) {
 			if got := b.claim(t, "w", nil, 1); len(got) != 0 {
 				t.Fatal("a run was claimable during its backoff")
 			}
+			b.advanceClock(t, delay/2)
+			if got := b.claim(t, "w", nil, 1); len(got) != 0 {
+				t.Fatal("a run was claimable halfway through its backoff")
+			}
+			b.advanceClock(t, res[0].RunAt.Sub(b.clockNow(t))+time.Millisecond) // due
 		} else if res[0].Status != engine.StatusFailed {
 			t.Fatalf("last attempt: status %s, want failed", res[0].Status)
 		}
@@ -303,9 +303,7 @@ func TestReapFailsRunsOutOfAttempts(t *testing.T) {
 	b := setup(t)
 	id := b.create(t, engine.CreateParams{Type: "x.a.v1", MaxAttempts: 1})
 	b.claim(t, "w", nil, 1)
-	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set lease_until = now() - interval '1 second'"); err != nil {
-		t.Fatal(err)
-	}
+	b.advanceClock(t, time.Minute) // the 30 s leases expire
 	res, err := b.eng.ReapExpiredLeases(b.ctx, 10)
 	if err != nil || len(res) != 1 || res[0].Status != engine.StatusFailed {
 		t.Fatalf("reap: %+v %v", res, err)
@@ -327,9 +325,7 @@ func TestConcurrentReapersReclaimOnce(t *testing.T) {
 		b.create(t, engine.CreateParams{Type: "cr.a.v1"})
 	}
 	b.claim(t, "w", nil, 200)
-	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set lease_until = now() - interval '1 second'"); err != nil {
-		t.Fatal(err)
-	}
+	b.advanceClock(t, time.Minute) // the 30 s leases expire
 	counts := make(chan int, 8)
 	for range 8 {
 		go func() {
@@ -394,7 +390,7 @@ func TestDeleteFinishedRunsTakesEventsAlong(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set finished_at = now() - interval '10 days' where id = $1", old); err != nil {
 		t.Fatal(err)
 	}
-	n, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(-24*time.Hour), 100)
+	n, err := b.eng.DeleteFinishedRuns(b.ctx, 24*time.Hour, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("deleted %d (%v), want 1", n, err)
 	}

@@ -116,7 +116,8 @@ func TestSoftDeleteEndsTheRun(t *testing.T) {
 	if hb, err := b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{c.Ref()}, time.Minute); err != nil || hb[0].Owned || hb[0].Status != engine.StatusCancelled {
 		t.Fatalf("heartbeat of a soft-deleted run: %+v %v", hb, err)
 	}
-	if n, err := b.eng.DeleteFinishedRuns(b.ctx, time.Now().Add(time.Hour), 10); err != nil || n != 2 {
+	b.advanceClock(t, time.Hour) // everything finished is an hour old
+	if n, err := b.eng.DeleteFinishedRuns(b.ctx, 30*time.Minute, 10); err != nil || n != 2 {
 		t.Fatalf("retention deleted %d (%v), want 2", n, err)
 	}
 	again := b.create(t, engine.CreateParams{Type: "soft.a.v1", IdempotencyKey: "soft-1"})

@@ -148,7 +148,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	inlinable := map[string]bool{
-		"prefix_pattern": true, "retry_delay": true, "far_future": true, "new_run_id": true,
+		"prefix_pattern": true, "retry_delay": true, "far_future": true, "new_run_id": true, "now": true,
 		"step_name_problem": true, "output_problem": true, "nondeterminism_message": true,
 		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
 	}
@@ -307,7 +307,7 @@ func TestWorkerRoleWorksThroughFunctionsOnly(t *testing.T) {
 		"drop table workflow.workflow_signal",
 		"alter function workflow.claim_runs(text, text[], text, integer, bigint, text[]) security invoker",
 		"select nextval('workflow.lease_token_seq')",
-		"select workflow.delete_finished_runs(now(), 10)",
+		"select workflow.delete_finished_runs(interval '1 day', 10)",
 		"select workflow.held_run('w', gen_random_uuid(), 1)",
 	} {
 		w.requireDenied(t, b.ctx, sql)

@@ -24,4 +24,4 @@ select id, status from workflow.reap_expired_leases(@limit);
 select id, previous_status from workflow.expire_deadlines(null, @limit);
 
 -- name: RunDeleteFinished
-select workflow.delete_finished_runs(@before, @limit);
+select workflow.delete_finished_runs(@retention::bigint * interval '1 millisecond', @limit);

@@ -5,12 +5,12 @@ insert into workflow.workflow_run (
     type, payload, priority, run_at, idempotency_key, max_attempts,
     retry_base_delay, retry_max_delay, source_namespace, source_name, source_uid, deadline_at, traceparent)
 values (
-    @type, @payload, coalesce(@priority::integer, 100), coalesce(@run_at::timestamptz, now()),
+    @type, @payload, coalesce(@priority::integer, 100), coalesce(@run_at::timestamptz, workflow.now()),
     @idempotency_key, coalesce(@max_attempts::integer, 3),
     @retry_base_ms::bigint * interval '1 millisecond',
     @retry_max_ms::bigint * interval '1 millisecond',
     @source_namespace, @source_name, @source_uid,
-    coalesce(@deadline_at::timestamptz, now() + @deadline_ms::bigint * interval '1 millisecond'),
+    coalesce(@deadline_at::timestamptz, workflow.now() + @deadline_ms::bigint * interval '1 millisecond'),
     @traceparent::text)
 on conflict (idempotency_key) do nothing
 returning id;

@@ -7,9 +7,9 @@ group by 1, 2;
 
 -- name: StatsOldestRunnable
 -- Age in seconds of the oldest runnable pending run, by first type segment.
-select split_part(type, '.', 1), extract(epoch from now() - min(run_at))::double precision
+select split_part(type, '.', 1), extract(epoch from workflow.now() - min(run_at))::double precision
 from workflow.workflow_run
-where status = 'pending' and deleted_at is null and run_at <= now()
+where status = 'pending' and deleted_at is null and run_at <= workflow.now()
 group by 1;
 
 -- name: StatsFinishedSince

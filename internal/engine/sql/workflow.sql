@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 1
+-- schema version: 2
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -24,7 +24,7 @@
 -- THE STATE MACHINE
 --
 --   statuses of workflow.workflow_run.status
---     pending    waits for a worker: runnable once run_at <= now(); a
+--     pending    waits for a worker: runnable once run_at <= workflow.now(); a
 --                "parked" run is pending with wait_kind set (sleep, signal,
 --                child, dag) and run_at at its timer (far_future() if none)
 --     leased     a worker holds it until lease_until; every write the
@@ -93,8 +93,12 @@
 --   3. new runs with idempotency keys are inserted in key order;
 --   4. registry definitions are checked under one advisory lock.
 --
--- TIME: every rule reads the database's clock (now(), the transaction's
--- start), never a client's.
+-- TIME: every rule reads one clock, workflow.now(): the transaction's start
+-- (now()) plus workflow_settings.clock_offset, which is zero unless a test
+-- moves it forward (as the owner) to see a lease expire, a retry come due,
+-- a sleep end, a deadline pass or retention delete, without waiting. A
+-- client's clock is never read. Timestamps that only record when something
+-- happened (column defaults, the audit trail's created_at) are real time.
 --
 -- LIMITS: the owner's, in workflow_settings (one row), never the caller's
 -- session: a payload is at most max_payload_bytes (1 MiB by default); a
@@ -166,14 +170,23 @@ create table if not exists workflow.workflow_settings (
     singleton boolean not null default true,
     max_payload_bytes integer not null default 1048576,
     max_journal_bytes bigint not null default 67108864,
+    clock_offset interval not null default '0',
     constraint workflow_settings_pkey primary key (singleton),
     constraint workflow_settings_one_row check (singleton),
     constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864),
-    constraint workflow_settings_max_journal_bytes_range check (max_journal_bytes between 1048576 and 134217728)
+    constraint workflow_settings_max_journal_bytes_range check (max_journal_bytes between 1048576 and 134217728),
+    constraint workflow_settings_clock_offset_forward check (clock_offset >= '0' and clock_offset <= '100 years')
 );
 comment on table workflow.workflow_settings is
-    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB).';
+    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only).';
 insert into workflow.workflow_settings default values on conflict do nothing;
+
+-- The clock of every rule: now() moved by the owner's clock_offset (zero
+-- unless a test moved it). Inlined where it is called: one read of the
+-- settings row per statement.
+create or replace function workflow.now() returns timestamptz
+language sql stable parallel safe
+return pg_catalog.now() + coalesce((select st.clock_offset from workflow.workflow_settings st), '0');
 
 
 -- Which runtime runs a type, whether it may run at all, and the steps of a
@@ -446,7 +459,7 @@ begin
             using errcode = '55000';
     end if;
     -- updated_at keeps the later time (a cancel that waited on a worker's
-    -- write may carry an earlier now(); that is no error, and no rewrite).
+    -- write may carry an earlier workflow.now(); that is no error, and no rewrite).
     new.updated_at := old.updated_at;
     return new;
 end
@@ -556,7 +569,7 @@ begin
                 raise exception 'invalid definition of run %: %', v_dag.id, workflow.definition_problem(v_dag.def)
                     using errcode = '22023';
             end if;
-            if v_dag.run_at > now() + interval '1 second' then
+            if v_dag.run_at > workflow.now() + interval '1 second' then
                 raise exception 'a run of %, a workflow with steps, starts at once: run_at is not supported for it', v_dag.type
                     using errcode = '22023';
             end if;
@@ -565,7 +578,7 @@ begin
                 -- changed under a running workflow): it fails, and so does
                 -- its workflow, instead of nesting without end.
                 update workflow.workflow_run r
-                set status = 'failed', finished_at = now(), updated_at = now(),
+                set status = 'failed', finished_at = workflow.now(), updated_at = workflow.now(),
                     last_error = format('%s has steps of its own; a step must be a type that workers run', v_dag.type)
                 where r.id = v_dag.id;
                 insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -574,7 +587,7 @@ begin
                 continue;
             end if;
             update workflow.workflow_run r
-            set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = now()
+            set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = workflow.now()
             where r.id = v_dag.id;
             insert into workflow.workflow_event (workflow_id, event_type, data)
             values (v_dag.id, 'waiting', jsonb_build_object('kind', 'dag',
@@ -748,10 +761,10 @@ begin
         -- No keys: every row is a new run.
         insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
                                            retry_base_delay, retry_max_delay, deadline_at, traceparent)
-        select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()),
+        select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()),
                coalesce(t.max_attempts, 3),
                t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-               now() + t.deadline_ms * interval '1 millisecond', t.traceparent
+               workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
                     p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents)
              with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
@@ -767,10 +780,10 @@ begin
     -- run); a key already taken records nothing.
     insert into workflow.workflow_run (id, type, payload, priority, run_at, idempotency_key, max_attempts,
                                        retry_base_delay, retry_max_delay, deadline_at, traceparent)
-    select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, now()), t.key,
+    select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()), t.key,
            coalesce(t.max_attempts, 3),
            t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-           now() + t.deadline_ms * interval '1 millisecond', t.traceparent
+           workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent
     from (
         select u.*, row_number() over (partition by u.key order by u.ord) as nth
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, v_keys, p_max_attempts,
@@ -814,7 +827,7 @@ declare
 begin
     perform set_config('workflow.cancel_reason', 'requested', true);
     update workflow.workflow_run
-    set status = 'cancelled', updated_at = now()
+    set status = 'cancelled', updated_at = workflow.now()
     where id = p_id and status in ('pending', 'leased');
     v_done := found;
     perform set_config('workflow.cancel_reason', '', true);
@@ -840,7 +853,7 @@ begin
                           where p.id = new.parent_id and p.status in ('failed', 'cancelled')) then
         v_reason := 'plain_sql';
     end if;
-    new.finished_at := coalesce(new.finished_at, now());
+    new.finished_at := coalesce(new.finished_at, workflow.now());
     new.lease_until := null;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (new.id, 'cancelled',
@@ -869,12 +882,12 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
     new.status := 'cancelled';
-    new.finished_at := coalesce(new.finished_at, now());
+    new.finished_at := coalesce(new.finished_at, workflow.now());
     new.lease_until := null;
     new.wait_kind := null;
     new.wait_step := null;
     new.wait_signal := null;
-    new.updated_at := now();
+    new.updated_at := workflow.now();
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (new.id, 'cancelled',
             jsonb_strip_nulls(jsonb_build_object(
@@ -1010,6 +1023,7 @@ set enable_mergejoin = off
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_patterns text[];
     v_types text[];
@@ -1059,8 +1073,8 @@ begin
                 where r.type collate "C" = t.type
                   and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
                   and r.deleted_at is null
-                  and r.run_at <= now()
-                  and (r.deadline_at is null or r.deadline_at > now())
+                  and r.run_at <= v_now
+                  and (r.deadline_at is null or r.deadline_at > v_now)
                 order by r.priority, r.created_at
                 limit p_limit
                 for update of r skip locked
@@ -1073,8 +1087,8 @@ begin
                 where v_types is null
                   and r.status = 'pending'
                   and r.deleted_at is null
-                  and r.run_at <= now()
-                  and (r.deadline_at is null or r.deadline_at > now())
+                  and r.run_at <= v_now
+                  and (r.deadline_at is null or r.deadline_at > v_now)
                   and not exists (
                       select 1 from workflow.workflow_registry g
                       where g.workflow_name = r.type
@@ -1091,14 +1105,14 @@ begin
         set status      = 'leased',
             attempt     = r.attempt + 1,
             leased_by   = p_worker_id,
-            lease_until = now() + p_lease_ms * interval '1 millisecond',
+            lease_until = v_now + p_lease_ms * interval '1 millisecond',
             lease_token = nextval('workflow.lease_token_seq'),
             heartbeat_count = 0,
             wait_kind   = null,
             wait_step   = null,
             wait_signal = null,
-            started_at  = coalesce(r.started_at, now()),
-            updated_at  = now()
+            started_at  = coalesce(r.started_at, v_now),
+            updated_at  = v_now
         from candidates c
         where r.id = c.id
         returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
@@ -1109,7 +1123,7 @@ begin
         -- timed out.
         update workflow.workflow_step s
         set outcome     = case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end,
-            finished_at = now()
+            finished_at = v_now
         from claimed c
         where c.wait_kind is not null
           and s.run_id = c.id and s.name = c.wait_step and s.finished_at is null
@@ -1173,6 +1187,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
@@ -1185,9 +1200,9 @@ begin
         select * from unnest(p_ids, p_tokens) as t(id, token)
     ), extended as (
         update workflow.workflow_run r
-        set lease_until = now() + p_lease_ms * interval '1 millisecond',
+        set lease_until = v_now + p_lease_ms * interval '1 millisecond',
             heartbeat_count = r.heartbeat_count + 1,
-            updated_at  = now()
+            updated_at  = v_now
         from req
         where r.id = any (p_ids)
           and r.id = req.id
@@ -1244,6 +1259,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
@@ -1269,8 +1285,8 @@ begin
                                then 'the handler''s result was refused: ' || req.problem
                                else r.last_error end,
             lease_until = null,
-            finished_at = now(),
-            updated_at  = now()
+            finished_at = v_now,
+            updated_at  = v_now
         from req
         where r.id = any (p_ids)
           and r.id = req.id
@@ -1335,6 +1351,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
@@ -1355,7 +1372,7 @@ begin
         set status      = case when req.retryable and r.attempt < r.max_attempts
                                then 'pending' else 'failed' end,
             run_at      = case when req.retryable and r.attempt < r.max_attempts
-                               then now() + workflow.retry_delay(r.attempt, r.retry_base_delay,
+                               then v_now + workflow.retry_delay(r.attempt, r.retry_base_delay,
                                                                  r.retry_max_delay, random())
                                else r.run_at end,
             leased_by   = case when req.retryable and r.attempt < r.max_attempts
@@ -1363,8 +1380,8 @@ begin
             lease_until = null,
             last_error  = left(coalesce(req.error, 'unknown error'), 8192),
             finished_at = case when req.retryable and r.attempt < r.max_attempts
-                               then null else now() end,
-            updated_at  = now()
+                               then null else v_now end,
+            updated_at  = v_now
         from req
         where r.id = any (p_ids)
           and r.id = req.id
@@ -1400,6 +1417,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
@@ -1410,10 +1428,10 @@ begin
         update workflow.workflow_run r
         set status      = 'pending',
             attempt     = r.attempt - 1,
-            run_at      = now(),
+            run_at      = v_now,
             leased_by   = null,
             lease_until = null,
-            updated_at  = now()
+            updated_at  = v_now
         from req
         where r.id = any (p_ids)
           and r.id = req.id
@@ -1535,6 +1553,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_owned boolean[];
     v_inserted boolean[];
     v_unresolved uuid[];
@@ -1561,7 +1580,7 @@ begin
     ), ins as (
         insert into workflow.workflow_step (run_id, name, position, kind, outcome, output,
                                             attempt, started_at, finished_at)
-        select req.id, req.name, req.position, 'step', 'ok', req.output, o.attempt, now(), now()
+        select req.id, req.name, req.position, 'step', 'ok', req.output, o.attempt, v_now, v_now
         from req
         join (select distinct on (o.id) o.id, o.attempt, o.token from owned o) o
           on o.id = req.id and o.token = req.token
@@ -1655,6 +1674,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_run workflow.workflow_run;
     v_step workflow.workflow_step;
@@ -1683,7 +1703,7 @@ begin
             perform set_config('workflow.via_function', v_via, true);
             return;
         end if;
-        v_wake := now() + p_delay_ms * interval '1 millisecond';
+        v_wake := v_now + p_delay_ms * interval '1 millisecond';
     else
         v_wake := p_wake_at;
     end if;
@@ -1735,17 +1755,17 @@ begin
         order by g.id limit 1
         for update;
         if found then
-            update workflow.workflow_signal set consumed_at = now(), consumed_by = p_step where id = v_signal.id;
-            update workflow.workflow_step s set outcome = 'ok', output = v_signal.payload, finished_at = now()
+            update workflow.workflow_signal set consumed_at = v_now, consumed_by = p_step where id = v_signal.id;
+            update workflow.workflow_step s set outcome = 'ok', output = v_signal.payload, finished_at = v_now
             where s.run_id = p_id and s.name = p_step;
             return query select 'resolved', 'ok'::text, v_signal.payload, null::text, v_wake, null::text;
             perform set_config('workflow.via_function', v_via, true);
             return;
         end if;
     end if;
-    if p_kind in ('sleep', 'signal') and v_wake <= now() then
+    if p_kind in ('sleep', 'signal') and v_wake <= v_now then
         update workflow.workflow_step s
-        set outcome = case when p_kind = 'sleep' then 'ok' else 'timeout' end, finished_at = now()
+        set outcome = case when p_kind = 'sleep' then 'ok' else 'timeout' end, finished_at = v_now
         where s.run_id = p_id and s.name = p_step;
         return query select 'resolved', case when p_kind = 'sleep' then 'ok' else 'timeout' end,
                             null::jsonb, null::text, v_wake, null::text;
@@ -1762,7 +1782,7 @@ begin
         wait_kind   = p_kind,
         wait_step   = p_step,
         wait_signal = case when p_kind = 'signal' then p_signal end,
-        updated_at  = now()
+        updated_at  = v_now
     where r.id = p_id;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (p_id, 'waiting', jsonb_strip_nulls(jsonb_build_object(
@@ -1856,12 +1876,12 @@ begin
         select * into v_oldest from workflow.workflow_signal g
         where g.run_id = p_run_id and g.name = p_name and g.consumed_at is null
         order by g.id limit 1;
-        update workflow.workflow_signal set consumed_at = now(), consumed_by = v_run.wait_step
+        update workflow.workflow_signal set consumed_at = workflow.now(), consumed_by = v_run.wait_step
         where id = v_oldest.id;
-        update workflow.workflow_step s set outcome = 'ok', output = v_oldest.payload, finished_at = now()
+        update workflow.workflow_step s set outcome = 'ok', output = v_oldest.payload, finished_at = workflow.now()
         where s.run_id = p_run_id and s.name = v_run.wait_step and s.finished_at is null;
         update workflow.workflow_run r
-        set run_at = now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = now()
+        set run_at = workflow.now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = workflow.now()
         where r.id = p_run_id;
         insert into workflow.workflow_event (workflow_id, event_type, data)
         values (p_run_id, 'woken', jsonb_build_object('reason', 'signal', 'step', v_run.wait_step,
@@ -1946,8 +1966,8 @@ begin
 
     v_deadline := case
         when p_deadline_ms is null then v_run.deadline_at
-        when v_run.deadline_at is null then now() + p_deadline_ms * interval '1 millisecond'
-        else least(v_run.deadline_at, now() + p_deadline_ms * interval '1 millisecond') end;
+        when v_run.deadline_at is null then workflow.now() + p_deadline_ms * interval '1 millisecond'
+        else least(v_run.deadline_at, workflow.now() + p_deadline_ms * interval '1 millisecond') end;
     insert into workflow.workflow_run (type, payload, priority, max_attempts, parent_id, parent_step, deadline_at)
     values (p_type, coalesce(p_payload, '{}'::jsonb), coalesce(p_priority, v_run.priority),
             coalesce(p_max_attempts, 3), p_id, p_step, v_deadline)
@@ -1965,7 +1985,7 @@ begin
         output      = case when c.status = 'succeeded' then c.result end,
         error       = case c.status when 'failed' then left(coalesce(c.last_error, 'child run failed'), 8192)
                                     when 'cancelled' then 'child run cancelled' end,
-        finished_at = now()
+        finished_at = workflow.now()
     from workflow.workflow_run c
     where c.id = v_child and c.status in ('succeeded', 'failed', 'cancelled')
       and s.run_id = p_id and s.name = p_step;
@@ -1995,11 +2015,11 @@ begin
         output      = case when new.status = 'succeeded' then new.result end,
         error       = case new.status when 'failed' then left(coalesce(new.last_error, 'child run failed'), 8192)
                                       when 'cancelled' then 'child run cancelled' end,
-        finished_at = now()
+        finished_at = workflow.now()
     where s.run_id = new.parent_id and s.name = new.parent_step and s.finished_at is null;
 
     update workflow.workflow_run p
-    set run_at = now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = now()
+    set run_at = workflow.now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = workflow.now()
     where p.id = new.parent_id and p.status = 'pending'
       and p.wait_kind = 'child' and p.wait_step = new.parent_step
     returning * into v_parent;
@@ -2029,7 +2049,7 @@ declare
 begin
     perform set_config('workflow.cancel_reason', 'parent_ended', true);
     update workflow.workflow_run c
-    set status = 'cancelled', updated_at = now()
+    set status = 'cancelled', updated_at = workflow.now()
     where c.parent_id = new.id and c.status in ('pending', 'leased');
     perform set_config('workflow.cancel_reason', v_outer, true);
     return null;
@@ -2280,7 +2300,7 @@ begin
     update workflow.workflow_run r
     set status = p_status, result = p_result, last_error = p_error,
         wait_kind = null, wait_step = null, wait_signal = null,
-        finished_at = now(), updated_at = now()
+        finished_at = workflow.now(), updated_at = workflow.now()
     where r.id = p_run.id;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (p_run.id, p_status, jsonb_strip_nulls(p_data || jsonb_build_object('error', p_error)));
@@ -2430,6 +2450,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
@@ -2437,7 +2458,7 @@ begin
     -- order, as a worker's completions do.
     perform 1 from workflow.workflow_run p
     where p.id in (select r.parent_id from workflow.workflow_run r
-                   where r.status = 'leased' and r.lease_until < now() and r.parent_id is not null
+                   where r.status = 'leased' and r.lease_until < v_now and r.parent_id is not null
                    order by r.lease_until
                    limit p_limit)
     order by p.id
@@ -2446,19 +2467,19 @@ begin
     with expired as (
         select r.id, r.leased_by, r.lease_until
         from workflow.workflow_run r
-        where r.status = 'leased' and r.lease_until < now()
+        where r.status = 'leased' and r.lease_until < v_now
         order by r.lease_until
         limit p_limit
         for update skip locked
     ), reaped as (
         update workflow.workflow_run r
         set status      = case when r.attempt < r.max_attempts then 'pending' else 'failed' end,
-            run_at      = case when r.attempt < r.max_attempts then now() else r.run_at end,
+            run_at      = case when r.attempt < r.max_attempts then v_now else r.run_at end,
             last_error  = format('lease expired: worker %s stopped heartbeating', e.leased_by),
             leased_by   = case when r.attempt < r.max_attempts then null else r.leased_by end,
             lease_until = null,
-            finished_at = case when r.attempt < r.max_attempts then null else now() end,
-            updated_at  = now()
+            finished_at = case when r.attempt < r.max_attempts then null else v_now end,
+            updated_at  = v_now
         from expired e
         where r.id = e.id
         returning r.id, r.status, r.attempt, r.max_attempts, e.leased_by, e.lease_until
@@ -2492,6 +2513,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_now timestamptz := workflow.now();
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_ids uuid[];
 begin
@@ -2502,7 +2524,7 @@ begin
         from (select r.id, r.deadline_at,
                      row_number() over (partition by r.type order by r.deadline_at, r.id) as round
               from workflow.workflow_run r
-              where r.deadline_at <= now()
+              where r.deadline_at <= v_now
                 and r.deadline_at is not null
                 and r.status in ('pending', 'leased')
                 and (p_ids is null or r.id = any (p_ids))) o
@@ -2525,7 +2547,7 @@ begin
         select r.id, r.status, r.leased_by, r.wait_kind
         from workflow.workflow_run r
         where r.id = any (v_ids)
-          and r.deadline_at <= now()
+          and r.deadline_at <= v_now
           and r.status in ('pending', 'leased')
         for update skip locked
     ), expired as (
@@ -2536,8 +2558,8 @@ begin
             wait_kind   = null,
             wait_step   = null,
             wait_signal = null,
-            finished_at = now(),
-            updated_at  = now()
+            finished_at = v_now,
+            updated_at  = v_now
         from doomed d
         where r.id = d.id
         returning r.id, r.attempt, r.deadline_at, d.status, d.leased_by, d.wait_kind
@@ -2556,18 +2578,18 @@ begin
 end
 $$;
 
--- delete_finished_runs deletes up to p_limit runs that finished before
--- p_before (oldest first), except the steps of DAG runs, which go with
--- their DAG. Called by the manager's retention.
+-- delete_finished_runs deletes up to p_limit runs that finished more than
+-- p_retention ago (oldest first), except the steps of DAG runs, which go
+-- with their DAG. Called by the manager's retention.
 -- Fires: workflow_runs_deleted (events, journal, signals).
 -- Locks: the runs it deletes, skipping locked ones.
-create or replace function workflow.delete_finished_runs(p_before timestamptz, p_limit integer) returns bigint
+create or replace function workflow.delete_finished_runs(p_retention interval, p_limit integer) returns bigint
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
     with doomed as (
         select r.ctid from workflow.workflow_run r
-        where r.finished_at < p_before
+        where r.finished_at < workflow.now() - p_retention
           and r.status in ('succeeded', 'failed', 'cancelled')
           and (r.parent_id is null
                or not exists (select 1 from workflow.workflow_run p
@@ -2635,7 +2657,7 @@ begin
             select count(*) from (
                 select 1 from workflow.workflow_run r
                 where r.type collate "C" = v_type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at <= now()
+                  and r.deleted_at is null and r.run_at <= workflow.now()
                 order by r.type collate "C", r.status, r.run_at
                 limit p_cap - v_runnable) x);
     end loop;
@@ -2670,15 +2692,15 @@ begin
     select t.type,
            (select count(*) from workflow.workflow_run r
             where r.type collate "C" = t.type and r.status = 'pending'
-              and r.deleted_at is null and r.run_at <= now()),
+              and r.deleted_at is null and r.run_at <= workflow.now()),
            (select count(*) from workflow.workflow_run r
             where r.type collate "C" = t.type and r.status = 'leased' and r.deleted_at is null),
            (select count(*) from workflow.workflow_run r
             where r.type collate "C" = t.type and r.status = 'pending'
-              and r.deleted_at is null and r.run_at > now()),
+              and r.deleted_at is null and r.run_at > workflow.now()),
            (select min(r.run_at) from workflow.workflow_run r
             where r.type collate "C" = t.type and r.status = 'pending'
-              and r.deleted_at is null and r.run_at <= now())
+              and r.deleted_at is null and r.run_at <= workflow.now())
     from workflow.active_types(array['']) t(type)
     order by t.type;
 end

@@ -255,9 +255,9 @@ _INSERT = """
 insert into workflow.workflow_run (type, payload, priority, run_at, idempotency_key, max_attempts,
                                    retry_base_delay, retry_max_delay, deadline_at, traceparent)
 values (%(type)s, %(payload)s::jsonb, coalesce(%(priority)s::integer, 100),
-        coalesce(%(run_at)s::timestamptz, now()), %(key)s, coalesce(%(max_attempts)s::integer, 3),
+        coalesce(%(run_at)s::timestamptz, workflow.now()), %(key)s, coalesce(%(max_attempts)s::integer, 3),
         %(base)s::interval, %(max)s::interval,
-        now() + %(deadline_ms)s::bigint * interval '1 millisecond', %(traceparent)s::text)
+        workflow.now() + %(deadline_ms)s::bigint * interval '1 millisecond', %(traceparent)s::text)
 on conflict (idempotency_key) do nothing
 returning id::text
 """
