@@ -55,13 +55,13 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 			return fmt.Errorf("register workflow %s: encode definition: %w", r.WorkflowName, err)
 		}
 	}
-	var name string
+	var name *string // null: another object owns the name
 	err := e.pool.QueryRow(ctx, e.q[qRegistryUpsert], pgx.NamedArgs{
 		"workflow_name": r.WorkflowName, "runtime": nullIfEmpty(r.Runtime), "is_enabled": r.Enabled,
 		"description": r.Description, "owner_namespace": nullIfEmpty(r.OwnerNamespace),
 		"owner_name": nullIfEmpty(r.OwnerName), "definition": def,
 	}).Scan(&name)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if err == nil && name == nil {
 		return fmt.Errorf("register workflow %s: %w", r.WorkflowName, ErrOwnedElsewhere)
 	}
 	return translate("register workflow "+r.WorkflowName, err)
@@ -113,11 +113,12 @@ func (e *Engine) GetRegistryEntry(ctx context.Context, name string) (RegistryEnt
 // DeleteRegistryEntry removes an entry if it belongs to the given owner, and
 // reports whether it did.
 func (e *Engine) DeleteRegistryEntry(ctx context.Context, name, ownerNamespace, ownerName string) (bool, error) {
-	tag, err := e.pool.Exec(ctx, e.q[qRegistryDelete], pgx.NamedArgs{
+	var deleted bool
+	err := e.pool.QueryRow(ctx, e.q[qRegistryDelete], pgx.NamedArgs{
 		"workflow_name": name, "owner_namespace": nullIfEmpty(ownerNamespace), "owner_name": nullIfEmpty(ownerName),
-	})
+	}).Scan(&deleted)
 	if err != nil {
 		return false, translate("unregister workflow "+name, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return deleted, nil
 }

@@ -190,21 +190,12 @@ func (e *Engine) CreateRunIn(ctx context.Context, db Querier, p CreateParams) (C
 		args["source_namespace"], args["source_name"], args["source_uid"] = nil, nil, nil
 	}
 
-	var id string
-	err := db.QueryRow(ctx, e.q[qRunInsert], args).Scan(&id)
-	if err == nil {
-		return CreateResult{ID: id, Created: true}, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	// One row: the new run, or the one that already holds the key.
+	var res CreateResult
+	if err := db.QueryRow(ctx, e.q[qRunInsert], args).Scan(&res.ID, &res.Created); err != nil {
 		return CreateResult{}, translate("create run", err)
 	}
-	// The idempotency key was taken: return the run that holds it.
-	err = db.QueryRow(ctx, e.q[qRunIDByIdempotencyKey],
-		pgx.NamedArgs{"idempotency_key": p.IdempotencyKey}).Scan(&id)
-	if err != nil {
-		return CreateResult{}, translate("create run: look up existing run by idempotency key", err)
-	}
-	return CreateResult{ID: id, Created: false}, nil
+	return res, nil
 }
 
 // scanRun reads the columns selected by RunGet and RunList.

@@ -1,22 +1,13 @@
 -- name: EventList
-select id, workflow_id, event_type, data, created_at
-from workflow.workflow_event
-where workflow_id = @workflow_id
-order by id;
+select id, workflow_id, event_type, data, created_at from workflow.run_events(@workflow_id, 0);
 
 -- name: EventListAfter
-select id, workflow_id, event_type, data, created_at
-from workflow.workflow_event
-where workflow_id = @workflow_id and id > @after_id
-order by id;
+select id, workflow_id, event_type, data, created_at from workflow.run_events(@workflow_id, @after_id);
 
 -- name: EventCountsAfter
 -- Transitions since an event id, by type, for the metrics.
-select event_type, count(*), max(id)
-from workflow.workflow_event
-where id > @after_id
-group by event_type;
+select event_type, events, last_id from workflow.event_counts_after(@after_id);
 
 -- name: EventLatestID
 -- The latest id drawn for an event (its transaction may not have committed).
-select case when is_called then last_value else 0 end from workflow.workflow_event_id_seq;
+select workflow.latest_event_id();

@@ -14,9 +14,7 @@ from workflow.start_child(@worker_id, @id, @token, @step, @position, @type, @pay
 -- name: StepList
 -- A run's journal in position order.
 select name, position, kind, outcome, output, error, attempt, child_id, wake_at, started_at, finished_at
-from workflow.workflow_step
-where run_id = @run_id
-order by position;
+from workflow.run_steps(@run_id);
 
 -- name: SignalSend
 select signal_id, duplicate, delivered
@@ -25,14 +23,8 @@ from workflow.send_signal(@run_id, @name, @payload, @idempotency_key);
 -- name: SignalList
 -- A run's signals, oldest first.
 select id, name, payload, idempotency_key, created_at, consumed_at, consumed_by
-from workflow.workflow_signal
-where run_id = @run_id
-order by id;
+from workflow.run_signals(@run_id);
 
 -- name: RunChildren
 -- A run's child runs in creation order, at most @limit.
-select id, parent_step, type, status, attempt, last_error
-from workflow.workflow_run
-where parent_id = @parent_id
-order by created_at, id
-limit @limit;
+select id, parent_step, type, status, attempt, last_error from workflow.run_children(@parent_id, @limit);

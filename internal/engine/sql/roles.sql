@@ -106,7 +106,7 @@ grant insert (type, payload, priority, run_at, idempotency_key, max_attempts,
     on workflow.workflow_run to workflow_producer;
 grant update (status, updated_at, deleted_at) on workflow.workflow_run to workflow_producer;
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
-                workflow.workflow_signal
+                workflow.workflow_signal, workflow.run_view
     to workflow_producer;
 grant execute on function
     workflow.cancel_run(uuid),
@@ -116,7 +116,7 @@ to workflow_producer;
 
 -- A console reads everything.
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
-                workflow.workflow_signal, workflow.workflow_registry
+                workflow.workflow_signal, workflow.workflow_registry, workflow.run_view
     to workflow_reader;
 -- ... and the queue depth of a worker pool (a KEDA scaler or a dashboard).
 grant execute on function workflow.queue_depth(text[], text, bigint) to workflow_reader;

@@ -2724,7 +2724,321 @@ comment on function workflow.inbox_version() is
 
 
 -- ===========================================================================
--- 7. ROLES
+-- 7. READING AND RECORDING FOR CLIENTS
+-- ===========================================================================
+
+-- What the SDKs, the operator and the console read and write outside the
+-- state machine's own functions, each as one function, so no client holds a
+-- query of its own. These run with the caller's privileges (the table
+-- grants of roles.sql decide what a caller may read); they decide nothing.
+
+-- create_run records one run, with the fields only the operator sets (the
+-- WorkflowRun it mirrors: source_namespace, source_name, source_uid), or
+-- returns the run that already holds its idempotency key (created =
+-- false). Defaults: priority 100, run_at now, three attempts. deadline_at,
+-- when given, wins over deadline_ms.
+-- Fires: workflow_run_inserted, workflow_run_child_traceparent,
+-- workflow_run_wake.
+create or replace function workflow.create_run(
+    p_type text,
+    p_payload jsonb,
+    p_priority integer default null,
+    p_run_at timestamptz default null,
+    p_idempotency_key text default null,
+    p_max_attempts integer default null,
+    p_deadline_ms bigint default null,
+    p_deadline_at timestamptz default null,
+    p_retry_base_ms bigint default null,
+    p_retry_max_ms bigint default null,
+    p_traceparent text default null,
+    p_source_namespace text default null,
+    p_source_name text default null,
+    p_source_uid text default null
+) returns table (id uuid, created boolean)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_id uuid;
+begin
+    insert into workflow.workflow_run (
+        type, payload, priority, run_at, idempotency_key, max_attempts, retry_base_delay, retry_max_delay,
+        source_namespace, source_name, source_uid, deadline_at, traceparent)
+    values (
+        p_type, coalesce(p_payload, '{}'), coalesce(p_priority, 100), coalesce(p_run_at, workflow.now()),
+        p_idempotency_key, coalesce(p_max_attempts, 3),
+        p_retry_base_ms * interval '1 millisecond', p_retry_max_ms * interval '1 millisecond',
+        p_source_namespace, p_source_name, p_source_uid,
+        coalesce(p_deadline_at, workflow.now() + p_deadline_ms * interval '1 millisecond'), p_traceparent)
+    on conflict (idempotency_key) do nothing
+    returning workflow_run.id into v_id;
+    if v_id is not null then
+        return query select v_id, true;
+        return;
+    end if;
+    -- The key is taken (by a transaction that committed while this one
+    -- waited on it, too: this is a new statement).
+    return query select r.id, false from workflow.workflow_run r where r.idempotency_key = p_idempotency_key;
+end
+$$;
+
+-- A run as clients show it: every column, retry delays in milliseconds.
+create or replace view workflow.run_view as
+    select r.id, r.type, r.payload, r.status, r.priority, r.run_at, r.idempotency_key, r.attempt,
+           r.max_attempts, r.leased_by, r.lease_until, r.last_error, r.result,
+           (extract(epoch from r.retry_base_delay) * 1000)::bigint as retry_base_ms,
+           (extract(epoch from r.retry_max_delay) * 1000)::bigint as retry_max_ms,
+           r.source_namespace, r.source_name, r.source_uid,
+           r.started_at, r.finished_at, r.created_at, r.updated_at, r.deleted_at,
+           r.lease_token, r.parent_id, r.parent_step, r.deadline_at, r.wait_kind, r.wait_step, r.wait_signal,
+           r.traceparent
+    from workflow.workflow_run r;
+
+-- get_run: one run (deleted ones too); no row when there is none.
+create or replace function workflow.get_run(p_id uuid) returns setof workflow.run_view
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select * from workflow.run_view v where v.id = p_id
+$$;
+
+-- run_by_key: the id of the run holding an idempotency key, or null.
+create or replace function workflow.run_by_key(p_idempotency_key text) returns uuid
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select r.id from workflow.workflow_run r where r.idempotency_key = p_idempotency_key
+$$;
+
+-- list_runs: runs not deleted, in creation order after a cursor (the last
+-- row's created_at and id; null for the first page), of a literal type
+-- prefix (null: every type) and of some statuses (empty: every status).
+create or replace function workflow.list_runs(
+    p_type_prefix text,
+    p_statuses text[],
+    p_after_created_at timestamptz,
+    p_after_id uuid,
+    p_limit integer
+) returns setof workflow.run_view
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select * from workflow.run_view v
+    where v.deleted_at is null
+      and (p_type_prefix is null or v.type like workflow.prefix_pattern(p_type_prefix))
+      and (coalesce(cardinality(p_statuses), 0) = 0 or v.status = any (p_statuses))
+      and (p_after_created_at is null or (v.created_at, v.id) > (p_after_created_at, p_after_id))
+    order by v.created_at, v.id
+    limit p_limit
+$$;
+
+-- run_events: a run's audit trail after an event id (0: all), oldest first.
+create or replace function workflow.run_events(p_id uuid, p_after bigint default 0)
+returns table (id bigint, workflow_id uuid, event_type text, data jsonb, created_at timestamptz)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select e.id, e.workflow_id, e.event_type, e.data, e.created_at
+    from workflow.workflow_event e
+    where e.workflow_id = p_id and e.id > coalesce(p_after, 0)
+    order by e.id
+$$;
+
+-- run_steps: a run's journal in position order.
+create or replace function workflow.run_steps(p_id uuid)
+returns table (name text, "position" integer, kind text, outcome text, output jsonb, error text, attempt integer,
+               child_id uuid, wake_at timestamptz, started_at timestamptz, finished_at timestamptz)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select s.name, s.position, s.kind, s.outcome, s.output, s.error, s.attempt, s.child_id, s.wake_at,
+           s.started_at, s.finished_at
+    from workflow.workflow_step s
+    where s.run_id = p_id
+    order by s.position
+$$;
+
+-- run_signals: a run's signals, oldest first.
+create or replace function workflow.run_signals(p_id uuid)
+returns table (id bigint, name text, payload jsonb, idempotency_key text, created_at timestamptz,
+               consumed_at timestamptz, consumed_by text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select g.id, g.name, g.payload, g.idempotency_key, g.created_at, g.consumed_at, g.consumed_by
+    from workflow.workflow_signal g
+    where g.run_id = p_id
+    order by g.id
+$$;
+
+-- run_children: a run's child runs in creation order, at most p_limit.
+create or replace function workflow.run_children(p_id uuid, p_limit integer)
+returns table (id uuid, parent_step text, type text, status text, attempt integer, last_error text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select c.id, c.parent_step, c.type, c.status, c.attempt, c.last_error
+    from workflow.workflow_run c
+    where c.parent_id = p_id
+    order by c.created_at, c.id
+    limit p_limit
+$$;
+
+-- run_step_summary: what a mirrored run's status shows of its journal and
+-- children: finished entries, the name of the one that finished last, and
+-- child runs started. Outputs are not read.
+create or replace function workflow.run_step_summary(p_id uuid)
+returns table (steps_done bigint, last_step text, children bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select (select count(*) from workflow.workflow_step s where s.run_id = p_id and s.finished_at is not null),
+           (select s.name from workflow.workflow_step s
+            where s.run_id = p_id and s.finished_at is not null
+            order by s.finished_at desc, s.position desc
+            limit 1),
+           (select count(*) from workflow.workflow_run c where c.parent_id = p_id)
+$$;
+
+-- dag_steps: a DAG run's steps in definition order, each with its run (if
+-- started) and the DAG run's own status.
+create or replace function workflow.dag_steps(p_id uuid)
+returns table (name text, type text, depends_on text[], run_id uuid, status text, attempt integer,
+               max_attempts integer, started_at timestamptz, finished_at timestamptz, last_error text,
+               wait_kind text, workflow_status text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select s.step->>'name', s.step->>'type',
+           coalesce((select array_agg(d order by o)
+                     from jsonb_array_elements_text(s.step->'dependsOn') with ordinality x(d, o)), '{}'),
+           c.id, c.status, coalesce(c.attempt, 0), coalesce(c.max_attempts, 0),
+           c.started_at, c.finished_at, left(c.last_error, 1024), c.wait_kind, p.status
+    from workflow.workflow_run p
+    cross join lateral jsonb_array_elements(p.dag->'steps') with ordinality s(step, ord)
+    left join workflow.workflow_run c on c.parent_id = p.id and c.parent_step = s.step->>'name'
+    where p.id = p_id and p.dag is not null
+    order by s.ord
+$$;
+
+-- The operator's metrics: runs by first type segment and status; the age
+-- of the oldest runnable run by first segment; durations of runs finished
+-- after a point in time (at most 10,000, oldest first); transitions since
+-- an event id by type; the latest event id drawn (its transaction may not
+-- have committed).
+create or replace function workflow.run_counts()
+returns table (segment text, status text, runs bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select split_part(r.type, '.', 1), r.status, count(*)
+    from workflow.workflow_run r
+    where r.deleted_at is null
+    group by 1, 2
+$$;
+
+create or replace function workflow.oldest_runnable()
+returns table (segment text, age_seconds double precision)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select split_part(r.type, '.', 1), extract(epoch from workflow.now() - min(r.run_at))::double precision
+    from workflow.workflow_run r
+    where r.status = 'pending' and r.deleted_at is null and r.run_at <= workflow.now()
+    group by 1
+$$;
+
+create or replace function workflow.finished_since(p_since timestamptz)
+returns table (segment text, status text, seconds double precision, finished_at timestamptz)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select split_part(r.type, '.', 1), r.status,
+           extract(epoch from r.finished_at - coalesce(r.started_at, r.created_at))::double precision,
+           r.finished_at
+    from workflow.workflow_run r
+    where r.finished_at > p_since
+    order by r.finished_at
+    limit 10000
+$$;
+
+create or replace function workflow.event_counts_after(p_after bigint)
+returns table (event_type text, events bigint, last_id bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select e.event_type, count(*), max(e.id)
+    from workflow.workflow_event e
+    where e.id > p_after
+    group by e.event_type
+$$;
+
+create or replace function workflow.latest_event_id() returns bigint
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when s.is_called then s.last_value else 0 end from workflow.workflow_event_id_seq s
+$$;
+
+-- The registry, as the operator writes it from WorkflowRegistry objects: an
+-- entry is written and deleted only by the object that owns it
+-- (owner_namespace, owner_name); put_registry returns null when another
+-- object owns the name.
+-- Fires: workflow_registry_written (the definition's checks).
+create or replace function workflow.put_registry(
+    p_workflow_name text, p_runtime text, p_is_enabled boolean, p_description text,
+    p_owner_namespace text, p_owner_name text, p_definition jsonb
+) returns text
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    insert into workflow.workflow_registry (
+        workflow_name, runtime, is_enabled, description, owner_namespace, owner_name, definition)
+    values (p_workflow_name, p_runtime, p_is_enabled, p_description, p_owner_namespace, p_owner_name, p_definition)
+    on conflict (workflow_name) do update
+    set runtime     = excluded.runtime,
+        is_enabled  = excluded.is_enabled,
+        description = excluded.description,
+        definition  = excluded.definition,
+        updated_at  = now()
+    where workflow.workflow_registry.owner_namespace is not distinct from excluded.owner_namespace
+      and workflow.workflow_registry.owner_name is not distinct from excluded.owner_name
+    returning workflow_name
+$$;
+
+create or replace function workflow.delete_registry(p_workflow_name text, p_owner_namespace text, p_owner_name text)
+returns boolean
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    with gone as (
+        delete from workflow.workflow_registry g
+        where g.workflow_name = p_workflow_name
+          and g.owner_namespace is not distinct from p_owner_namespace
+          and g.owner_name is not distinct from p_owner_name
+        returning 1)
+    select exists (select 1 from gone)
+$$;
+
+-- registry_entries: one entry (p_workflow_name), or those one object owns.
+create or replace function workflow.registry_entries(p_workflow_name text, p_owner_namespace text, p_owner_name text)
+returns table (workflow_name text, runtime text, is_enabled boolean, description text, owner_namespace text,
+               owner_name text, created_at timestamptz, updated_at timestamptz, definition jsonb)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select g.workflow_name, g.runtime, g.is_enabled, g.description, g.owner_namespace, g.owner_name,
+           g.created_at, g.updated_at, g.definition
+    from workflow.workflow_registry g
+    where (p_workflow_name is null or g.workflow_name = p_workflow_name)
+      and (p_owner_namespace is null or (g.owner_namespace = p_owner_namespace and g.owner_name = p_owner_name))
+    order by g.workflow_name
+$$;
+
+
+-- ===========================================================================
+-- 8. ROLES
 -- ===========================================================================
 
 -- Nothing here is callable by PUBLIC; roles.sql grants workflow_worker,
