@@ -65,7 +65,7 @@ func TestDatabaseURLFile(t *testing.T) {
 	}
 }
 
-// Issue 10, item 20: the deletion grace period is a flag with an
+// The deletion grace period is a flag with an
 // environment fallback.
 func TestDeletionGracePeriod(t *testing.T) {
 	o, err := parseFlags([]string{"--database-url", "x"}, envMap(nil))

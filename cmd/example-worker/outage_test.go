@@ -64,7 +64,7 @@ func startPythonWorker(t *testing.T, url, id string) *exec.Cmd {
 	return cmd
 }
 
-// Issue 10, item 17: Postgres crash-restarted under load, then frozen for
+// Postgres crash-restarted under load, then frozen for
 // 10 s: Go and Python workers reconnect by themselves, nothing is lost, and
 // a run starts more than once only where its lease truly expired.
 func TestWorkersSurviveDatabaseOutages(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Issue 10, item 14: a WorkflowRegistry with hundreds of conflicts could not
+// A WorkflowRegistry with hundreds of conflicts could not
 // write its status, the condition message being above the API server's
 // 32 KiB. Every condition message is bounded, a list saying how many entries
 // it left out.

@@ -100,7 +100,7 @@ func (l *eventLog) withReason(reason string) []recordedEvent {
 	return out
 }
 
-// Issue 10, item 20: deleting a WorkflowRun or WorkflowRegistry while the
+// Deleting a WorkflowRun or WorkflowRegistry while the
 // database is down kept the object Terminating for as long as the outage
 // lasted, with nothing saying why. The deletion now retries, sets the
 // Deleting condition (reason InboxUnreachable) and a Warning Event, and

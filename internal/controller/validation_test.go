@@ -100,7 +100,7 @@ var _ = Describe("Admission validation", func() {
 			Expect(err).To(HaveOccurred())
 			Expect(err.Error()).To(ContainSubstring("spec.deadline"))
 			if _, ok := deadline.(string); ok {
-				// Issue 14, item 4: what a duration looks like, not a
+				// What a duration looks like, not a
 				// conversion error.
 				Expect(err.Error()).To(ContainSubstring("spec.deadline must be a duration such as 30s, 5m or 2h"))
 				Expect(err.Error()).NotTo(ContainSubstring("conversion"))

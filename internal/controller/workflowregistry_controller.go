@@ -199,7 +199,7 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 // delay, the Deleting condition says why the object stays, and a Warning
 // Event is recorded. Once the deletion has waited DeletionGracePeriod the
 // finalizer is removed anyway: the registry rows this object owned stay in
-// the inbox (Issue 10, item 20).
+// the inbox.
 func (r *WorkflowRegistryReconciler) finalize(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(reg, Finalizer) {
 		return ctrl.Result{}, nil

@@ -20,7 +20,7 @@ import (
 // delay, the Deleting condition says why the object stays, and a Warning
 // Event is recorded. Once the deletion has waited DeletionGracePeriod the
 // finalizer is removed anyway: an unfinished run then stays in the inbox,
-// not cancelled, and runs or waits as any run does (Issue 10, item 20).
+// not cancelled, and runs or waits as any run does.
 func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	r.Followers.Forget(client.ObjectKeyFromObject(wfr))
 	r.recorded.forget(wfr.UID)
@@ -28,7 +28,7 @@ func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alp
 		return ctrl.Result{}, nil
 	}
 	// Only a run mirrored from this object is cancelled, whatever
-	// status.runID says (Issue 10, item 2).
+	// status.runID says.
 	runID, err := r.ownRun(ctx, wfr)
 	if err != nil {
 		return r.inboxUnreachable(ctx, wfr, fmt.Errorf("find run of deleted object: %w", err))

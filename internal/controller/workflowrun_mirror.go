@@ -156,7 +156,7 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr 
 			r.reportRunIDMismatch(ctx, wfr, id)
 		case errors.Is(err, engine.ErrNotFound) && wfr.Status.Phase.Finished():
 			// Retention removed the finished run's row: the status keeps
-			// what it said; nothing is left to read (Issue 10, item 14).
+			// what it said; nothing is left to read.
 			logf.FromContext(ctx).V(1).Info("The finished run of a WorkflowRun is no longer in the inbox; leaving it as it is",
 				"workflowrun", client.ObjectKeyFromObject(wfr), "runID", id)
 			return "", nil, leftAlone, nil

@@ -13,7 +13,7 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/controller"
 )
 
-// Statuses that tell the truth (Issue 14, items 1 to 3): a deduplicated
+// Statuses that tell the truth: a deduplicated
 // object says so and follows the shared run promptly; a run nothing declared
 // serves says so; a retry shows when it comes; a cancel says how it came;
 // spec.cancel on a finished run is refused or reported.

@@ -15,7 +15,7 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// Tenancy item 4: the whole documented install as a dedicated owner that is
+// The whole documented install as a dedicated owner that is
 // not a superuser (what docs/security.md recommends): the migrations, the
 // roles script, a worker, a producer and the console, each as its own login.
 // Before, the migrations stopped at 0009 with "permission denied to set

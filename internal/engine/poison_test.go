@@ -10,7 +10,7 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// Issue 10, item 6: a source name of 8,000 characters is refused when
+// A source name of 8,000 characters is refused when
 // written, so no claim of its prefix can trip over its notification.
 func TestOversizedSourceIsRefused(t *testing.T) {
 	t.Parallel()
@@ -30,7 +30,7 @@ func TestOversizedSourceIsRefused(t *testing.T) {
 	}
 }
 
-// Issue 10, item 7: a pending row without an attempt left is refused, so it
+// A pending row without an attempt left is refused, so it
 // cannot make every claim of its neighbours fail.
 func TestPendingRowWithoutAttemptsIsRefused(t *testing.T) {
 	t.Parallel()
@@ -45,7 +45,7 @@ func TestPendingRowWithoutAttemptsIsRefused(t *testing.T) {
 	}
 }
 
-// Issue 10, item 10: "%" is refused like "", prefixes stay literal whatever
+// "%" is refused like "", prefixes stay literal whatever
 // standard_conforming_strings says, and worker ids and leases are bounded.
 func TestClaimBoundsAndLiteralPrefixes(t *testing.T) {
 	t.Parallel()
@@ -90,7 +90,7 @@ func TestClaimBoundsAndLiteralPrefixes(t *testing.T) {
 	}
 }
 
-// Issue 10, item 13: a soft-deleted pending run ends (cancelled, with an
+// A soft-deleted pending run ends (cancelled, with an
 // event saying why) and retention removes it, freeing its idempotency key.
 func TestSoftDeleteEndsTheRun(t *testing.T) {
 	t.Parallel()
@@ -156,7 +156,7 @@ func TestSoftDeleteReachesChildrenAndParents(t *testing.T) {
 	}
 }
 
-// Issue 10, item 8 (the database's part): a retry delay that would overflow
+// A retry delay that would overflow
 // an interval is capped, so it cannot fail a batch of outcomes.
 func TestRetryDelayCannotOverflow(t *testing.T) {
 	t.Parallel()
@@ -190,7 +190,7 @@ func TestRetryDelayCannotOverflow(t *testing.T) {
 	}
 }
 
-// Issue 10, item 16 (heartbeats): a long run's trail keeps the first
+// A long run's trail keeps the first
 // heartbeat of an attempt and every tenth, each saying how many there were.
 func TestHeartbeatEventsAreSampled(t *testing.T) {
 	t.Parallel()
@@ -212,7 +212,7 @@ func TestHeartbeatEventsAreSampled(t *testing.T) {
 	}
 }
 
-// Issue 10, item 1 (the database's part): a plain-SQL producer cannot take
+// A plain-SQL producer cannot take
 // the key the operator derives for another namespace's WorkflowRun.
 func TestReservedKeysNeedAMatchingSource(t *testing.T) {
 	t.Parallel()
@@ -239,7 +239,7 @@ func TestReservedKeysNeedAMatchingSource(t *testing.T) {
 	b.create(t, engine.CreateParams{Type: "content.thumbnail.v1", IdempotencyKey: "content:c_123:thumbnail:300x300"})
 }
 
-// Issue 10, item 16: a status changed by plain SQL outside the functions
+// A status changed by plain SQL outside the functions
 // leaves an audit event saying so; the functions' own transitions leave
 // exactly their own events (the trail tests elsewhere check those).
 func TestPlainSQLStatusChangesAreAudited(t *testing.T) {
@@ -268,7 +268,7 @@ func TestPlainSQLStatusChangesAreAudited(t *testing.T) {
 	assertEvents(t, b.eventTypes(t, other), engine.EventCreated, engine.EventStarted, engine.EventSucceeded)
 }
 
-// Issue 10, item 10 (sizes): a payload over the limit (1 MiB by default,
+// A payload over the limit (1 MiB by default,
 // workflow_settings.max_payload_bytes) is refused with a clear error, from
 // any producer; a result over 1 MiB fails its run alone.
 func TestPayloadAndResultSizeLimits(t *testing.T) {

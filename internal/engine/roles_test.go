@@ -1,6 +1,6 @@
 package engine_test
 
-// Issue 10, item 5: least privilege in the database. Workers, producers and
+// Least privilege in the database. Workers, producers and
 // consoles connect as login users granted the roles of roles.sql; these
 // tests create such users in their own database (role names are global to
 // the cluster, so each test user gets a random name, and the roles script
@@ -139,7 +139,7 @@ func sqlState(err error) string {
 	return ""
 }
 
-// Issue 10, item 5: every function that touches a table pins its
+// Every function that touches a table pins its
 // search_path; the ones a restricted role calls (and the triggers that write
 // beside a producer's statements) run as their owner and are not executable
 // by PUBLIC; the small SQL helpers stay inlinable (no SET clause). A later
@@ -222,7 +222,7 @@ order by 2`)
 	}
 }
 
-// Issue 10, item 5: a worker does its whole job through the functions
+// A worker does its whole job through the functions
 // (claim, heartbeat, journal, child, park, complete, fail, release, reap,
 // deadlines) and can touch no table directly beyond reading the registry.
 func TestWorkerRoleWorksThroughFunctionsOnly(t *testing.T) {
@@ -320,7 +320,7 @@ func TestWorkerRoleWorksThroughFunctionsOnly(t *testing.T) {
 	}
 }
 
-// Issue 10, item 5: a producer runs the seed's INSERT and cancel UPDATE
+// A producer runs the seed's INSERT and cancel UPDATE
 // verbatim, the Go client's insert, a soft delete, cancel_run and
 // send_signal, and the triggers still write the audit trail (and follow
 // parents and children); it cannot claim or complete, set any other status,
@@ -446,7 +446,7 @@ func TestProducerRoleWritesThroughTheSeedSQL(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// Issue 10, item 5: a console's role reads every table and can change
+// A console's role reads every table and can change
 // nothing, not even through the functions.
 func TestReaderRoleOnlyReads(t *testing.T) {
 	t.Parallel()
@@ -483,7 +483,7 @@ func TestReaderRoleOnlyReads(t *testing.T) {
 	}
 }
 
-// Issue 10, item 5: the functions that run as their owner ignore the
+// The functions that run as their owner ignore the
 // caller's search_path. The caller here owns a schema of its own, puts it
 // before pg_catalog, and defines now() and jsonb_strip_nulls() there (an
 // unpinned function would call them, forging the audit trail and the
@@ -584,7 +584,7 @@ set search_path = pg_temp, evil, pg_catalog;`))
 	}
 }
 
-// Issue 10, item 5: the roles script is idempotent and may run at once from
+// The roles script is idempotent and may run at once from
 // several connections (and in several databases of one cluster: the other
 // tests do that); running it again takes back privileges granted by hand.
 func TestCreateRolesIsIdempotent(t *testing.T) {

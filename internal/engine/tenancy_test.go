@@ -22,7 +22,7 @@ func nestedArray(depth int) string {
 	return strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth)
 }
 
-// Tenancy item 1 (nesting depth): every path that stores a value a client
+// Every path that stores a value a client
 // decodes refuses JSON nested deeper than engine.MaxJSONDepth, with a clear
 // error, and takes a value exactly at the bound. Bystanders (runs of
 // another team, created before and after) are unharmed.
@@ -110,7 +110,7 @@ func TestDeepJSONRefusedOnEveryPath(t *testing.T) {
 	}
 }
 
-// Tenancy item 1 (composed values): a DAG step whose payload would be built
+// A DAG step whose payload would be built
 // deeper than the bound (its dependency's result nested under "steps") fails
 // its workflow alone with the reason, and the step's own completion stands.
 func TestDAGComposedTooDeepFailsTheWorkflow(t *testing.T) {
@@ -131,7 +131,7 @@ func TestDAGComposedTooDeepFailsTheWorkflow(t *testing.T) {
 	}
 }
 
-// Tenancy item 1 (both ends): a run whose journal this client cannot decode
+// A run whose journal this client cannot decode
 // (stored before the bound existed, or by hand) is handed over with its
 // DecodeError; the runs claimed with it are whole. Before, the whole claim
 // batch failed and every neighbour went through lease expiry.
@@ -165,7 +165,7 @@ func TestUndecodableJournalFailsOnlyItsRun(t *testing.T) {
 	}
 }
 
-// Tenancy item 2: limits are the owner's. A producer that raises
+// Limits are the owner's. A producer that raises
 // workflow.max_payload_bytes in its own session (the old setting) still
 // meets the owner's limit, and cannot change workflow_settings.
 func TestProducerCannotRaiseLimits(t *testing.T) {
@@ -206,7 +206,7 @@ func TestProducerCannotRaiseLimits(t *testing.T) {
 	}
 }
 
-// Tenancy item 3: a child's result travels into its parent's journal under
+// A child's result travels into its parent's journal under
 // the same limit as a run's result. A child returning 300 KiB (and one
 // returning 1 MiB less a little) completes in a batch with neighbours, and
 // its parent's journal holds the result.
@@ -267,7 +267,7 @@ func TestChildResultFitsParentJournal(t *testing.T) {
 	}
 }
 
-// Tenancy item 6 (signals): a thousand junk signals to a parked run do not
+// A thousand junk signals to a parked run do not
 // stop the signal it waits for, nor one of another name sent before it
 // parks; junk of one name is capped.
 func TestSignalFloodNeverBlocksTheAwaitedName(t *testing.T) {
@@ -293,7 +293,7 @@ func TestSignalFloodNeverBlocksTheAwaitedName(t *testing.T) {
 	}
 }
 
-// Tenancy item 6 (deadlines): runs with deadlines decades in the past do not
+// Runs with deadlines decades in the past do not
 // hold back another type's expiry: one batch takes every type's most
 // overdue run.
 func TestDeadlineFloodExpiresFairly(t *testing.T) {
@@ -318,7 +318,7 @@ func TestDeadlineFloodExpiresFairly(t *testing.T) {
 	}
 }
 
-// Tenancy item 6 (priority): a priority outside 0..1000000 (the CRD's
+// A priority outside 0..1000000 (the CRD's
 // range) is refused on every path, so no producer jumps every shared queue.
 func TestPriorityBounded(t *testing.T) {
 	t.Parallel()
@@ -341,7 +341,7 @@ func TestPriorityBounded(t *testing.T) {
 	}
 }
 
-// Tenancy item 6 (definitions): a registry definition over 256 KiB is
+// A registry definition over 256 KiB is
 // refused at once, before the registry's lock, with the reason.
 func TestRegistryDefinitionBounded(t *testing.T) {
 	t.Parallel()
@@ -371,7 +371,7 @@ func TestRegistryDefinitionBounded(t *testing.T) {
 	}
 }
 
-// Tenancy item 6 (history): a producer cannot restore a soft-deleted run
+// A producer cannot restore a soft-deleted run
 // nor move its updated_at back; the seed's cancel still works.
 func TestProducerCannotRewriteHistory(t *testing.T) {
 	t.Parallel()
@@ -392,7 +392,7 @@ func TestProducerCannotRewriteHistory(t *testing.T) {
 	}
 }
 
-// Tenancy item 3 (DAG under a durable parent): a DAG run started as a
+// A DAG run started as a
 // child carries its steps' results to its parent's journal; a step result of
 // 300 KiB (over the old 256 KiB journal limit) reaches the parent, and the
 // step's completion stands with its neighbours'.
@@ -427,7 +427,7 @@ func TestDAGResultFitsParentJournal(t *testing.T) {
 	}
 }
 
-// Tenancy item 3 (a journal too large to load): a run whose step outputs
+// A run whose step outputs
 // add up past workflow_settings.max_journal_bytes is handed over with the
 // reason instead of its journal, so the claim batch holding it stands
 // (aggregating it could pass jsonb's 255 MB limit and fail every claim of

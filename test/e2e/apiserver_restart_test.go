@@ -18,7 +18,7 @@ var _ = Describe("a kube-apiserver restart", Ordered, func() {
 		n  = 40
 	)
 
-	// Issue 10, item 18: kube-apiserver is stopped and started again while
+	// Kube-apiserver is stopped and started again while
 	// runs are in flight (etcd stays, as in a control-plane upgrade). The
 	// workers go on through Postgres. An outage longer than the leader
 	// election's renew deadline makes the manager exit ("leader election

@@ -21,7 +21,7 @@ var _ = Describe("DAG workflows defined in a WorkflowRegistry", Ordered, func() 
 		}
 	}
 
-	// Issue 11: a diamond runs to completion from kubectl apply with its
+	// A diamond runs to completion from kubectl apply with its
 	// progress in kubectl get; a run cancelled mid-DAG with kubectl patch
 	// cancels its running step and starts nothing after; what CEL can check
 	// is refused at admission, and a cycle or an unknown dependency is

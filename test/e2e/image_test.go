@@ -164,7 +164,7 @@ func rbacDenials(log string) []string {
 	return denials
 }
 
-// Issue 13, item 1: the images make image builds run the manager and the
+// The images make image builds run the manager and the
 // example worker as the chart runs them, against the suite's control plane
 // and Postgres. The image's manager takes over from the suite's manager
 // process the way a rolling update does (it waits as standby for the same

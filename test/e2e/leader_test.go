@@ -14,7 +14,7 @@ import (
 var _ = Describe("two manager replicas", Ordered, func() {
 	const ns = "e2e-leader"
 
-	// Issue 10, item 19: with leader election, killing the leader with
+	// With leader election, killing the leader with
 	// SIGKILL hands the work to the standby once the lease has run out; no
 	// run is inserted twice and statuses converge.
 	//
@@ -64,7 +64,7 @@ var _ = Describe("two manager replicas", Ordered, func() {
 		Expect(rows).To(Equal(20))
 	})
 
-	// Issue 14, item 8: a normal SIGTERM steps down at once (the lease is
+	// A normal SIGTERM steps down at once (the lease is
 	// released, a standby leads without waiting for it to expire), exits 0
 	// and logs no error: no "leader election lost", no stack trace.
 	It("steps down at once on SIGTERM and logs nothing alarming", func() {

@@ -43,7 +43,7 @@ var _ = Describe("a load through outages", Ordered, func() {
 		perProducer = 250
 	)
 
-	// Issue 10, items 21 and 17: 2,000 runs from 8 concurrent producers (2
+	// 2,000 runs from 8 concurrent producers (2
 	// plain SQL, 2 Go SDK, 2 Python SDK, 2 kubectl) while Go workers are
 	// SIGKILLed and restarted every second and Postgres is crash-restarted
 	// once under the manager and the workers: every run ends exactly once

@@ -8,7 +8,7 @@ import (
 )
 
 var _ = Describe("the chart's aggregated ClusterRoles", func() {
-	// Issue 10, item 3: a namespace user holding the chart's -edit role
+	// A namespace user holding the chart's -edit role
 	// (aggregated into Kubernetes' edit and admin) may create and cancel runs
 	// and create registries in that namespace, never write status, and
 	// nothing in another namespace; a -view user only reads. (No

@@ -25,7 +25,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
 
-	// Issue 10, item 9: a payload the database refuses (a string holding
+	// A payload the database refuses (a string holding
 	// \u0000) passed admission and was retried forever. It now ends with
 	// Accepted=False, reason InvalidInput, one Warning Event, and no error
 	// for the work queue to retry.
@@ -54,7 +54,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(getRun(ns, "nul")().Status.Phase).To(BeEmpty())
 	})
 
-	// Issue 10, item 9 (admission): what CEL can check is refused before the
+	// What CEL can check is refused before the
 	// object exists.
 	It("refuses an idempotencyKey holding \\u0000 at admission", func() {
 		wfr := newRun(ns, "nul-key", "test.echo.v1", nil)
@@ -64,7 +64,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(err.Error()).To(ContainSubstring("idempotencyKey"))
 	})
 
-	// Issue 10, item 1: a WorkflowRun whose idempotency key is held by a run
+	// A WorkflowRun whose idempotency key is held by a run
 	// with another type or payload (or of another namespace) is not adopted:
 	// Accepted=False, reason IdempotencyConflict, nothing of the other run in
 	// the message, and nothing retried.
@@ -106,7 +106,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(n).To(Equal(1))
 	})
 
-	// Issue 10, item 2: status.runID is writable by whoever may patch the
+	// status.runID is writable by whoever may patch the
 	// status. Pointed at another namespace's run, it is neither read, nor
 	// cancelled (by spec.cancel or on deletion): the mismatch is reported and
 	// the object's own run is found again through its idempotency key.
@@ -151,7 +151,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(phase(other, "victim")()).To(Equal(workflowv1alpha1.PhasePending))
 	})
 
-	// Issue 10, item 2: a status.runID that is not even a run id (the
+	// A status.runID that is not even a run id (the
 	// database refuses it as input) is a mismatch too, not an error retried
 	// forever.
 	It("finds its run again when status.runID is not a run id", func() {
@@ -170,7 +170,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(getRun(ns, "garbled")().Status.RunID).To(Equal(ownRunID))
 	})
 
-	// Issue 10, item 14: after retention deleted a finished run, its
+	// After retention deleted a finished run, its
 	// WorkflowRun errored on every reconcile. It is now left as it is.
 	It("leaves a finished WorkflowRun alone once retention removed its run", func() {
 		Expect(k8sClient.Create(ctx, newRun(ns, "old", "test.echo.v1", map[string]any{"x": 1}))).To(Succeed())
@@ -194,7 +194,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(n).To(BeZero())
 	})
 
-	// Issue 10, item 15: the finalizer was patched without optimistic
+	// The finalizer was patched without optimistic
 	// locking, so a finalizer another party added or removed meanwhile was
 	// undone by the merge patch (which writes the whole list). The patch now
 	// carries the resourceVersion; a conflict requeues, without an error.
