@@ -214,7 +214,7 @@ type RunPage struct {
 // List returns runs oldest first, one page at a time.
 func (c *Client) List(ctx context.Context, opts ListOptions) (RunPage, error) {
 	page, err := c.eng.ListRuns(ctx, engine.ListParams{
-		TypePrefix: opts.TypePrefix, Statuses: opts.Statuses, Limit: opts.Limit, Cursor: opts.Cursor,
+		TypePrefix: opts.TypePrefix, Statuses: statusesToEngine(opts.Statuses), Limit: opts.Limit, Cursor: opts.Cursor,
 	})
 	if err != nil {
 		return RunPage{}, err
@@ -228,7 +228,11 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (RunPage, error) {
 
 // Events returns a run's audit trail, oldest first.
 func (c *Client) Events(ctx context.Context, runID string) ([]Event, error) {
-	return c.eng.ListEvents(ctx, runID)
+	evs, err := c.eng.ListEvents(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	return eventsFromEngine(evs), nil
 }
 
 // Pool returns the connection pool the Client uses.

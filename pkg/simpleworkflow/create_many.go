@@ -8,7 +8,7 @@ import (
 )
 
 // MaxCreateMany is the most runs one CreateMany call records.
-const MaxCreateMany = engine.MaxCreateMany
+const MaxCreateMany = 10000
 
 // NewRun is one run of a CreateMany batch: what Create takes as arguments.
 type NewRun struct {

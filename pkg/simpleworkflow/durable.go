@@ -16,17 +16,17 @@ import (
 const (
 	// MaxStepNameLength is the longest step or signal name; names use
 	// letters, digits and . _ : -.
-	MaxStepNameLength = engine.MaxStepNameLength
-	// MaxStepOutputBytes is the largest step output as JSON (a child's
-	// result included: it is journaled in its parent).
-	MaxStepOutputBytes = engine.MaxStepOutputBytes
-	// MaxSignalPayloadBytes is the largest signal payload as JSON.
-	MaxSignalPayloadBytes = engine.MaxSignalPayloadBytes
+	MaxStepNameLength = 128
+	// MaxStepOutputBytes is the largest step output as JSON, 1 MiB (a
+	// child's result included: it is journaled in its parent).
+	MaxStepOutputBytes = 1 << 20
+	// MaxSignalPayloadBytes is the largest signal payload as JSON, 256 KiB.
+	MaxSignalPayloadBytes = 256 << 10
 	// MaxJSONDepth is how deep a stored value (payload, result, step
 	// output, signal payload) may nest objects and arrays.
-	MaxJSONDepth = engine.MaxJSONDepth
+	MaxJSONDepth = 64
 	// MaxSteps is the most steps, sleeps, waits and children one run has.
-	MaxSteps = engine.MaxSteps
+	MaxSteps = 1000
 )
 
 // errNotDurable is returned by the durable methods of a Task that no Poller

@@ -21,7 +21,7 @@ const (
 	// DefaultConcurrency is how many handlers run at once.
 	DefaultConcurrency = 10
 	// DefaultRuntime is the runtime a Go worker declares.
-	DefaultRuntime = engine.RuntimeGo
+	DefaultRuntime = "go"
 	// DefaultPollInterval is the fallback poll when no notification arrives.
 	DefaultPollInterval = time.Second
 	// DefaultShutdownGracePeriod is how long in-flight handlers may finish

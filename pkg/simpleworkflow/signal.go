@@ -61,12 +61,3 @@ func (c *Client) SignalIn(ctx context.Context, db DB, runID, name string, payloa
 	}
 	return SignalResult{SignalID: res.SignalID, Duplicate: res.Duplicate, Delivered: res.Delivered}, nil
 }
-
-// JournalStep is one entry of a run's journal: a step, sleep, signal wait or
-// child run it reached.
-type JournalStep = engine.Step
-
-// Steps returns a run's journal in the order its code reached the steps.
-func (c *Client) Steps(ctx context.Context, runID string) ([]JournalStep, error) {
-	return c.eng.ListSteps(ctx, runID)
-}
