@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import psycopg
 
@@ -29,11 +30,11 @@ MAX_SIGNAL_PAYLOAD_BYTES = 262144
 #: How deep a stored value (payload, result, step output, signal payload) may
 #: nest objects and arrays; the database refuses deeper ones.
 MAX_JSON_DEPTH = 64
-#: SQLSTATEs with which the database refuses a value (invalid parameter or
-#: text, a limit reached, a check, invalid or untranslatable characters, a
-#: value nested past the server's stack): the caller's input, said as
-#: InvalidInputError.
-_REFUSED_STATES = frozenset({"22023", "22P02", "54000", "23514", "22021", "22P05", "54001"})
+#: SQLSTATEs with which the database refuses a value (invalid parameter,
+#: text or datetime, a limit reached, a check, invalid or untranslatable
+#: characters, a value nested past the server's stack): the caller's input,
+#: said as InvalidInputError (the Go SDK's ErrInvalid).
+_REFUSED_STATES = frozenset({"22023", "22P02", "22007", "22008", "54000", "23514", "22021", "22P05", "54001"})
 
 
 def _primary_message(e: psycopg.Error) -> str:
@@ -145,8 +146,8 @@ def _create_params(
         "run_at": run_at,
         "key": idempotency_key,
         "max_attempts": max_attempts,
-        "base": retry_base_delay,
-        "max": retry_max_delay,
+        "base_ms": to_millis(retry_base_delay, "retry base delay") if retry_base_delay is not None else None,
+        "max_ms": to_millis(retry_max_delay, "retry max delay") if retry_max_delay is not None else None,
         "deadline_ms": deadline_ms,
         "traceparent": traceparent,
     }
@@ -205,6 +206,29 @@ class Run:
     wait: Optional[Wait] = None
     #: The W3C traceparent stored with the run by its producer (None for none).
     traceparent: Optional[str] = None
+    #: When the first attempt started (None before).
+    started_at: Optional[datetime] = None
+    #: The run's own backoff (None: the default, attempt² minutes).
+    retry_base_delay: Optional[timedelta] = None
+    retry_max_delay: Optional[timedelta] = None
+    #: The Kubernetes WorkflowRun the run mirrors (None for runs recorded otherwise).
+    source_namespace: Optional[str] = None
+    source_name: Optional[str] = None
+    source_uid: Optional[str] = None
+    #: When the run was soft-deleted (None while it is kept).
+    deleted_at: Optional[datetime] = None
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of :meth:`Client.list`: runs oldest first, and the cursor of the next page.
+
+    ``next_cursor`` is None on the last page; otherwise pass it as ``after``.
+    It is opaque (the same text as the Go SDK's RunPage.NextCursor).
+    """
+
+    runs: List[Run]
+    next_cursor: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -251,15 +275,12 @@ class Event:
     created_at: datetime
 
 
-_INSERT = """
-insert into workflow.workflow_run (type, payload, priority, run_at, idempotency_key, max_attempts,
-                                   retry_base_delay, retry_max_delay, deadline_at, traceparent)
-values (%(type)s, %(payload)s::jsonb, coalesce(%(priority)s::integer, 100),
-        coalesce(%(run_at)s::timestamptz, workflow.now()), %(key)s, coalesce(%(max_attempts)s::integer, 3),
-        %(base)s::interval, %(max)s::interval,
-        workflow.now() + %(deadline_ms)s::bigint * interval '1 millisecond', %(traceparent)s::text)
-on conflict (idempotency_key) do nothing
-returning id::text
+#: One run, or the one holding its idempotency key, in one call (workflow.create_run).
+_CREATE = """
+select id::text, created
+from workflow.create_run(%(type)s, %(payload)s::jsonb, %(priority)s::integer, %(run_at)s::timestamptz, %(key)s::text,
+                         %(max_attempts)s::integer, %(deadline_ms)s::bigint, null::timestamptz, %(base_ms)s::bigint,
+                         %(max_ms)s::bigint, %(traceparent)s::text, null::text, null::text, null::text)
 """
 
 _CREATE_MANY = """
@@ -272,17 +293,103 @@ from workflow.create_runs(%s::text[], %s::text[], %s::integer[], %s::timestamptz
 _RUN_KEYS = frozenset({"type", "payload", "idempotency_key", "priority", "run_at", "max_attempts",
                        "retry_base_delay", "retry_max_delay", "deadline", "traceparent"})
 
-_GET = """
-select id::text, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
-       leased_by, lease_until, last_error, result, created_at, updated_at, finished_at,
-       deadline_at, parent_id::text, parent_step, wait_kind, wait_step, wait_signal, traceparent
-from workflow.workflow_run where id = %s
+#: The columns of workflow.run_view a Run is made of, in the order _run_from_row reads them.
+_RUN_COLUMNS = """
+id::text, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
+leased_by, lease_until, last_error, result, created_at, updated_at, finished_at,
+deadline_at, parent_id::text, parent_step, wait_kind, wait_step, wait_signal, traceparent,
+started_at, retry_base_ms, retry_max_ms, source_namespace, source_name, source_uid, deleted_at
 """
+
+_GET = f"select {_RUN_COLUMNS} from workflow.get_run(%s::uuid)"
+
+_LIST = (f"select {_RUN_COLUMNS} from workflow.list_runs(%s::text, %s::text[], %s::timestamptz, %s::uuid, "
+         "%s::integer)")
 
 _STEPS = """
 select name, position, kind, outcome, output, error, attempt, child_id::text, wake_at, started_at, finished_at
-from workflow.workflow_step where run_id = %s order by position
+from workflow.run_steps(%s::uuid)
 """
+
+_EVENTS = "select id, workflow_id::text, event_type, data, created_at from workflow.run_events(%s::uuid, 0)"
+
+#: The page size of Client.list when none is given, and the largest one.
+DEFAULT_LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+
+_RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CURSOR_TIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})")
+
+
+def _ms_delta(ms: Optional[int]) -> Optional[timedelta]:
+    return timedelta(milliseconds=ms) if ms is not None else None
+
+
+def _run_from_row(row: Sequence[Any]) -> "Run":
+    """A Run from the columns of _RUN_COLUMNS."""
+    (run_id, wtype, payload, status, priority, run_at, key, attempt, max_attempts, leased_by, lease_until,
+     last_error, result, created_at, updated_at, finished_at, deadline_at, parent_id, parent_step,
+     wait_kind, wait_step, wait_signal, traceparent, started_at, base_ms, max_ms,
+     source_namespace, source_name, source_uid, deleted_at) = row
+    wait = None
+    if wait_kind is not None:
+        wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
+                    until=run_at if run_at < FAR_FUTURE else None)
+    return Run(id=run_id, type=wtype, payload=payload, status=status, priority=priority, run_at=run_at,
+               idempotency_key=key, attempt=attempt, max_attempts=max_attempts, leased_by=leased_by,
+               lease_until=lease_until, last_error=last_error, result=result, created_at=created_at,
+               updated_at=updated_at, finished_at=finished_at, deadline_at=deadline_at, parent_id=parent_id,
+               parent_step=parent_step, wait=wait, traceparent=traceparent, started_at=started_at,
+               retry_base_delay=_ms_delta(base_ms), retry_max_delay=_ms_delta(max_ms),
+               source_namespace=source_namespace, source_name=source_name, source_uid=source_uid,
+               deleted_at=deleted_at)
+
+
+def _encode_cursor(created_at: datetime, run_id: str) -> str:
+    """The position after a run in creation order, written as the Go SDK writes it.
+
+    The text is base64 (URL alphabet, no padding) of the run's creation time
+    (RFC 3339 in UTC, fraction without trailing zeros) and its id, joined by
+    "|", so a cursor from one SDK continues the listing in the other. Callers
+    treat it as opaque.
+    """
+    at = created_at.astimezone(timezone.utc)
+    text = at.strftime("%Y-%m-%dT%H:%M:%S")
+    if at.microsecond:
+        text += ("." + f"{at.microsecond:06d}").rstrip("0")
+    raw = (text + "Z|" + run_id).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> Tuple[datetime, str]:
+    """Read what _encode_cursor (or the Go SDK) wrote; InvalidInputError for anything else."""
+    bad = InvalidInputError("malformed cursor")
+    if not isinstance(cursor, str) or not re.fullmatch(r"[A-Za-z0-9_-]*", cursor) or len(cursor) % 4 == 1:
+        raise bad
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise bad from None
+    text, sep, run_id = raw.partition("|")
+    m = _CURSOR_TIME.fullmatch(text)
+    if not sep or m is None or not _RUN_ID.fullmatch(run_id):
+        raise bad
+    year, month, day, hour, minute, second, fraction, zone = m.groups()
+    tz = timezone.utc
+    if zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        tz = timezone(sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+    try:
+        at = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                      int((fraction or "0").ljust(9, "0")[:6]), tzinfo=tz)
+    except ValueError:
+        raise bad from None
+    return at, run_id
+
+
+def _refused(e: psycopg.Error) -> bool:
+    return getattr(e, "sqlstate", None) in _REFUSED_STATES
 
 
 class Client:
@@ -290,6 +397,9 @@ class Client:
 
     ``conninfo`` is a libpq connection string or URL. Each call opens a short
     connection unless ``connect`` supplies them (for example from a pool).
+    Every call is one call of a function of the inbox (``workflow.create_run``,
+    ``workflow.get_run``, ``workflow.list_runs`` ...): the client reads no
+    table and holds no query of its own, as the Go client.
     """
 
     def __init__(self, conninfo: str = "", connect: Optional[Callable[[], psycopg.Connection[Any]]] = None) -> None:
@@ -297,6 +407,21 @@ class Client:
             raise InvalidInputError("a connection string (or a connect function) is required")
         self._conninfo = conninfo
         self._connect = connect or (lambda: psycopg.connect(conninfo, autocommit=True))
+
+    def close(self) -> None:
+        """Close what the client owns.
+
+        The client opens a connection per call (or takes one from ``connect``,
+        which the caller keeps owning), so there is nothing to close: this is
+        a no-op, there so that code written for the Go client's Close, or a
+        ``with Client(...) as client:`` block, works the same.
+        """
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def create(
         self,
@@ -322,20 +447,35 @@ class Client:
         client's own.
 
         With an idempotency key, a second call with the same key records nothing
-        and returns the first run's id with ``created=False``. ``retry_base_delay``
-        and ``retry_max_delay`` override the default backoff (attempt² minutes).
+        and returns the first run's id with ``created=False`` (one call of
+        ``workflow.create_run`` either way). ``retry_base_delay`` and
+        ``retry_max_delay`` override the default backoff (attempt² minutes).
         ``deadline`` (seconds or a timedelta) fails the run with "deadline
-        exceeded" that long after its creation, by the database clock, wherever
-        it is: pending, parked or running. ``traceparent`` (a W3C traceparent,
-        e.g. of the caller's current span) is stored with the run: the spans of
-        its attempts link to it, and handlers see it as ``ctx.traceparent``.
+        exceeded" that long after its creation, by the database clock (the
+        database computes the instant), wherever it is: pending, parked or
+        running. ``traceparent`` (a W3C traceparent, e.g. of the caller's
+        current span) is stored with the run: the spans of its attempts link to
+        it, and handlers see it as ``task.traceparent``.
         """
         params = _create_params(workflow_type, payload, idempotency_key, priority, run_at, max_attempts,
                                 retry_base_delay, retry_max_delay, deadline, traceparent)
         if conn is not None:
-            return self._insert(conn, params, idempotency_key)
+            return self._create(conn, params)
         with self._connect() as own:
-            return self._insert(own, params, idempotency_key)
+            return self._create(own, params)
+
+    @staticmethod
+    def _create(conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> CreateResult:
+        try:
+            row = conn.execute(_CREATE, params).fetchone()
+        except psycopg.Error as e:
+            if _refused(e):
+                raise InvalidInputError(_primary_message(e)) from None
+            raise
+        if row is None:
+            # The run holding the key was deleted between the insert and the look-up.
+            raise NotFoundError(f"run with idempotency key {params['key']!r} vanished")
+        return CreateResult(id=row[0], created=row[1])
 
     def create_many(
         self, runs: Sequence[Mapping[str, Any]], *, conn: Optional[psycopg.Connection[Any]] = None
@@ -370,12 +510,9 @@ class Client:
                                         run.get("traceparent"))
             except InvalidInputError as e:
                 raise InvalidInputError(f"create_many: row {i}: {e}") from None
-            base, top = params["base"], params["max"]
             for col, value in zip(cols, (
                 params["type"], params["payload"], params["priority"], params["run_at"], params["key"],
-                params["max_attempts"], params["deadline_ms"],
-                to_millis(base, "retry base delay") if base is not None else None,
-                to_millis(top, "retry max delay") if top is not None else None,
+                params["max_attempts"], params["deadline_ms"], params["base_ms"], params["max_ms"],
                 params["traceparent"],
             )):
                 col.append(value)
@@ -388,54 +525,70 @@ class Client:
                 with self._connect() as own:
                     row = own.execute(_CREATE_MANY, cols).fetchone()
         except psycopg.Error as e:
-            if getattr(e, "sqlstate", None) in _REFUSED_STATES:
+            if _refused(e):
                 raise InvalidInputError(_primary_message(e)) from None
             raise
         assert row is not None
         return [CreateResult(id=i, created=c) for i, c in zip(row[0], row[1])]
 
-    @staticmethod
-    def _insert(conn: psycopg.Connection[Any], params: Mapping[str, Any], idempotency_key: Optional[str]) -> CreateResult:
-        try:
-            row = conn.execute(_INSERT, params).fetchone()
-        except psycopg.Error as e:
-            if getattr(e, "sqlstate", None) in _REFUSED_STATES:
-                raise InvalidInputError(_primary_message(e)) from None
-            raise
-        if row is not None:
-            return CreateResult(id=row[0], created=True)
-        row = conn.execute(
-            "select id::text from workflow.workflow_run where idempotency_key = %s", (idempotency_key,)
-        ).fetchone()
-        if row is None:
-            raise NotFoundError(f"run with idempotency key {idempotency_key!r} vanished")
-        return CreateResult(id=row[0], created=False)
-
     def cancel(self, run_id: str) -> bool:
         """Cancel a pending or leased run; False when it had already finished."""
-        with self._connect() as conn:
-            row = conn.execute("select workflow.cancel_run(%s)", (run_id,)).fetchone()
-            return bool(row and row[0])
+        row = self._one("select workflow.cancel_run(%s::uuid)", (run_id,))
+        return bool(row and row[0])
 
     def get(self, run_id: str) -> Run:
-        """Return a run, or raise NotFoundError."""
-        with self._connect() as conn:
-            row = conn.execute(_GET, (run_id,)).fetchone()
+        """Return a run (``workflow.get_run``), or raise NotFoundError."""
+        row = self._one(_GET, (run_id,))
         if row is None:
             raise NotFoundError(f"run {run_id} not found")
-        wait_kind, wait_step, wait_signal, traceparent = row[19:23]
-        wait = None
-        if wait_kind is not None:
-            run_at = row[5]
-            wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
-                        until=run_at if run_at < FAR_FUTURE else None)
-        fields: List[Any] = [*row[:19], wait, traceparent]  # Run's fields in order
-        return Run(*fields)
+        return _run_from_row(row)
+
+    def list(
+        self,
+        type_prefix: Optional[str] = None,
+        statuses: Optional[Iterable[str]] = None,
+        after: Optional[str] = None,
+        limit: int = DEFAULT_LIST_LIMIT,
+    ) -> RunPage:
+        """Return runs oldest first, one page at a time (``workflow.list_runs``; Go: Client.List).
+
+        ``type_prefix`` keeps runs whose type starts with it (taken literally;
+        None or "" keeps every type), ``statuses`` those in one of the given
+        statuses (None or empty keeps all). ``limit`` is the page size, 1 to
+        1000. ``after`` is the ``next_cursor`` of the previous page (None for
+        the first page); deleted runs are left out. A cursor not written by
+        an SDK raises InvalidInputError.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidInputError(f"list runs: limit must be between 1 and {MAX_LIST_LIMIT}, got {limit!r}")
+        if isinstance(statuses, str):
+            statuses = [statuses]
+        wanted = [s for s in (statuses or [])]
+        if any(not isinstance(s, str) for s in wanted):
+            raise InvalidInputError(f"list runs: statuses must be strings, got {wanted!r}")
+        if type_prefix is not None and not isinstance(type_prefix, str):
+            raise InvalidInputError(f"list runs: type prefix must be a string, got {type_prefix!r}")
+        after_at: Optional[datetime] = None
+        after_id: Optional[str] = None
+        if after:
+            try:
+                after_at, after_id = _decode_cursor(after)
+            except InvalidInputError as e:
+                raise InvalidInputError(f"list runs: {e}") from None
+        with self._connect() as conn:
+            rows = self._rows(conn, _LIST, (type_prefix or None, wanted, after_at, after_id, limit + 1))
+        runs = [_run_from_row(r) for r in rows]
+        next_cursor = None
+        if len(runs) > limit:
+            runs = runs[:limit]
+            last = runs[-1]
+            next_cursor = _encode_cursor(last.created_at, last.id)
+        return RunPage(runs=runs, next_cursor=next_cursor)
 
     def steps(self, run_id: str) -> List[JournalStep]:
-        """Return a run's journal in the order its code reached the steps."""
+        """Return a run's journal in the order its code reached the steps (``workflow.run_steps``)."""
         with self._connect() as conn:
-            rows = conn.execute(_STEPS, (run_id,)).fetchall()
+            rows = self._rows(conn, _STEPS, (run_id,))
         return [JournalStep(*r) for r in rows]
 
     def signal(
@@ -476,8 +629,7 @@ class Client:
                     row = own.execute(query, (run_id, name, raw, idempotency_key)).fetchone()
         except psycopg.Error as e:
             state = getattr(e, "sqlstate", None)
-            message = e.diag.message_primary if getattr(e, "diag", None) is not None else None
-            message = message or str(e)
+            message = _primary_message(e)
             if state == "P0002":
                 raise NotFoundError(message) from None
             if state == "55000":
@@ -489,11 +641,22 @@ class Client:
         return SignalResult(signal_id=row[0], duplicate=row[1], delivered=row[2])
 
     def events(self, run_id: str) -> List[Event]:
-        """Return a run's audit trail, oldest first."""
+        """Return a run's audit trail, oldest first (``workflow.run_events``)."""
         with self._connect() as conn:
-            rows = conn.execute(
-                "select id, workflow_id::text, event_type, data, created_at from workflow.workflow_event "
-                "where workflow_id = %s order by id",
-                (run_id,),
-            ).fetchall()
+            rows = self._rows(conn, _EVENTS, (run_id,))
         return [Event(*r) for r in rows]
+
+    def _one(self, query: str, params: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
+        with self._connect() as conn:
+            rows = self._rows(conn, query, params)
+        return rows[0] if rows else None
+
+    @staticmethod
+    def _rows(conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
+        """The rows of one function call; a value the database refuses (a malformed id) is InvalidInputError."""
+        try:
+            return conn.execute(query, params).fetchall()
+        except psycopg.Error as e:
+            if _refused(e):
+                raise InvalidInputError(_primary_message(e)) from None
+            raise
