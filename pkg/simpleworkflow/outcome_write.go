@@ -2,12 +2,204 @@ package simpleworkflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
+
+// outcomeKind is what a finished handler's outcome asks to write: a
+// result (succeed), an error (fail), the run handed back (release), or
+// nothing (drop: the run parked, was cancelled, lost its lease or passed its
+// deadline, and the database already says so).
+type outcomeKind int
+
+const (
+	outcomeComplete outcomeKind = iota
+	outcomeFail
+	outcomeRelease
+	outcomeDrop
+)
+
+// outcome is what a finished handler asks to record.
+type outcome struct {
+	run       *activeRun
+	kind      outcomeKind
+	result    json.RawMessage
+	err       error
+	retryable bool
+	reason    error
+}
+
+// completeLoop writes outcomes in batches: whatever accumulated while the
+// previous batch was being written goes in the next one.
+func (s *session) completeLoop(ctx context.Context, stop chan struct{}) {
+	const maxBatch = 1000
+	for {
+		var batch []outcome
+		select {
+		case o := <-s.outcomes:
+			batch = append(batch, o)
+		case <-stop:
+			for {
+				select {
+				case o := <-s.outcomes:
+					batch = append(batch, o)
+					continue
+				default:
+				}
+				break
+			}
+			if len(batch) > 0 {
+				s.flush(ctx, batch)
+			}
+			return
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.outcomes:
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.flush(ctx, batch)
+	}
+}
+
+// flush records a batch of outcomes, one write per kind, ends the spans of
+// their attempts and frees their slots.
+func (s *session) flush(ctx context.Context, batch []outcome) {
+	var (
+		completions []engine.Completion
+		failures    []engine.Failure
+		releases    []engine.LeaseRef
+	)
+	// How each attempt ended, for its span; the default covers an outcome
+	// whose write failed.
+	ends := make(map[string]attemptEnd, len(batch))
+	for _, o := range batch {
+		ends[o.run.ref.ID] = attemptEnd{outcome: OutcomeUnrecorded, err: o.err}
+		switch o.kind {
+		case outcomeComplete:
+			completions = append(completions, engine.Completion{LeaseRef: o.run.ref, Result: o.result})
+		case outcomeFail:
+			failures = append(failures, engine.Failure{LeaseRef: o.run.ref, Error: o.err.Error(), Retryable: o.retryable})
+		case outcomeRelease:
+			releases = append(releases, o.run.ref)
+		case outcomeDrop:
+			ends[o.run.ref.ID] = attemptEnd{outcome: dropOutcome(o.reason)}
+			if errors.Is(o.reason, ErrParked) {
+				s.log.Info("Run parked", "run_id", o.run.ref.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt)
+				continue
+			}
+			s.log.Info("Run stopped", "run_id", o.run.ref.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt, "reason", o.reason)
+		}
+	}
+	byID := make(map[string]outcome, len(batch))
+	for _, o := range batch {
+		byID[o.run.ref.ID] = o
+	}
+	if len(completions) > 0 {
+		// Results the database cannot store fail their runs instead.
+		failures = append(failures, s.succeed(ctx, completions, byID, ends)...)
+	}
+	if len(failures) > 0 {
+		s.fail(ctx, failures, byID, ends)
+	}
+	if len(releases) > 0 {
+		s.release(ctx, releases, byID, ends)
+	}
+	for _, o := range batch {
+		e := ends[o.run.ref.ID]
+		endAttemptSpan(o.run.span, e.outcome, e.err, e.next)
+	}
+	s.freeSlots(batch)
+}
+
+// succeed records successful attempts and reports each, in ends and the
+// log. It returns the failures that replace results the database could not
+// store (byID and ends already say so).
+func (s *session) succeed(ctx context.Context, completions []engine.Completion, byID map[string]outcome, ends map[string]attemptEnd) []engine.Failure {
+	done, unstorable, err := s.completeRuns(ctx, completions)
+	for _, f := range unstorable {
+		o := byID[f.ID]
+		o.kind, o.err, o.retryable = outcomeFail, errors.New(f.Error), false
+		byID[f.ID] = o
+		ends[f.ID] = attemptEnd{outcome: OutcomeUnrecorded, err: o.err}
+	}
+	if err != nil {
+		s.log.Error("Recording results failed; the runs will be retried after their lease expires", "error", err, "runs", len(completions))
+	}
+	ok := make(map[string]bool, len(done))
+	for _, d := range done {
+		ok[d.ID] = true
+		o := byID[d.ID]
+		if d.Status == engine.StatusFailed {
+			// The database refused the result (too large, nested too
+			// deeply): the run failed alone, for good.
+			ends[d.ID] = attemptEnd{outcome: OutcomeFailed, err: errors.New(d.Error)}
+			s.log.Info("Run failed", "run_id", d.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt, "error", d.Error)
+			continue
+		}
+		ends[d.ID] = attemptEnd{outcome: OutcomeSucceeded}
+		s.log.Info("Run succeeded", "run_id", d.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt)
+	}
+	for _, c := range completions {
+		if !ok[c.ID] && err == nil && byID[c.ID].kind == outcomeComplete {
+			ends[c.ID] = attemptEnd{outcome: OutcomeLeaseLost}
+			s.log.Warn("Run result discarded: the lease was no longer held", "run_id", c.ID, "attempt", c.Attempt)
+		}
+	}
+	return unstorable
+}
+
+// fail records failed attempts (retried, or failed for good) and reports
+// each, in ends and the log.
+func (s *session) fail(ctx context.Context, failures []engine.Failure, byID map[string]outcome, ends map[string]attemptEnd) {
+	res, err := s.failRuns(ctx, failures)
+	if err != nil {
+		s.log.Error("Recording failures failed; the runs will be retried after their lease expires", "error", err, "runs", len(failures))
+	}
+	if err == nil {
+		// Written, but not for the runs whose lease had gone.
+		for _, f := range failures {
+			ends[f.ID] = attemptEnd{outcome: OutcomeLeaseLost}
+		}
+	}
+	for _, r := range res {
+		o := byID[r.ID]
+		if r.Status == engine.StatusPending {
+			next := r.RunAt
+			ends[r.ID] = attemptEnd{outcome: OutcomeRetrying, err: o.err, next: &next}
+			s.log.Info("Run failed; retrying", "run_id", r.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt,
+				"error", o.err.Error(), "next_attempt_at", r.RunAt)
+		} else {
+			ends[r.ID] = attemptEnd{outcome: OutcomeFailed, err: o.err}
+			s.log.Info("Run failed", "run_id", r.ID, "type", o.run.typ, "attempt", o.run.ref.Attempt, "error", o.err.Error())
+		}
+	}
+}
+
+// release hands back the runs of a worker shutting down (pending at once,
+// the attempt not counted) and reports each, in ends and the log.
+func (s *session) release(ctx context.Context, releases []engine.LeaseRef, byID map[string]outcome, ends map[string]attemptEnd) {
+	done, err := s.releaseRuns(ctx, releases)
+	if err != nil {
+		s.log.Error("Handing runs back failed; they will be retried after their lease expires", "error", err, "runs", len(releases))
+	} else {
+		for _, r := range releases { // written, but not for lost leases
+			ends[r.ID] = attemptEnd{outcome: OutcomeLeaseLost}
+		}
+	}
+	for _, id := range done {
+		ends[id] = attemptEnd{outcome: OutcomeReleased}
+		s.log.Info("Run handed back", "run_id", id, "type", byID[id].run.typ, "reason", "worker shutting down")
+	}
+}
 
 // cleanedNote marks a text that was changed so that Postgres can store it.
 const cleanedNote = " [cleaned: NUL bytes removed, invalid UTF-8 replaced]"
@@ -21,11 +213,11 @@ func cleanText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "") + cleanedNote
 }
 
-// writeCompletions records successful attempts. A batch that the database
+// completeRuns records successful attempts. A batch that the database
 // refuses as invalid (a result it cannot store, such as one holding \u0000)
 // is written row by row, so only the bad row is affected: that run fails
 // for good, saying why, instead of being executed again.
-func (s *session) writeCompletions(ctx context.Context, cs []engine.Completion) ([]engine.Completed, []engine.Failure, error) {
+func (s *session) completeRuns(ctx context.Context, cs []engine.Completion) ([]engine.Completed, []engine.Failure, error) {
 	done, err := withRetry(ctx, func(ctx context.Context) ([]engine.Completed, error) {
 		return s.eng.CompleteRuns(ctx, s.cfg.WorkerID, cs)
 	})
@@ -51,10 +243,10 @@ func (s *session) writeCompletions(ctx context.Context, cs []engine.Completion) 
 	return done, unstorable, nil
 }
 
-// writeFailures records failed attempts, row by row when the database
+// failRuns records failed attempts, row by row when the database
 // refuses the batch as invalid; a row still refused is recorded with a
 // replacement message.
-func (s *session) writeFailures(ctx context.Context, fs []engine.Failure) ([]engine.FailResult, error) {
+func (s *session) failRuns(ctx context.Context, fs []engine.Failure) ([]engine.FailResult, error) {
 	for i := range fs {
 		fs[i].Error = cleanText(fs[i].Error)
 	}
@@ -81,4 +273,12 @@ func (s *session) writeFailures(ctx context.Context, fs []engine.Failure) ([]eng
 		res = append(res, one...)
 	}
 	return res, nil
+}
+
+// releaseRuns hands runs back; it returns the ids of those whose lease was
+// still held.
+func (s *session) releaseRuns(ctx context.Context, refs []engine.LeaseRef) ([]string, error) {
+	return withRetry(ctx, func(ctx context.Context) ([]string, error) {
+		return s.eng.ReleaseRuns(ctx, s.cfg.WorkerID, refs)
+	})
 }

@@ -3,7 +3,6 @@ package simpleworkflow
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -103,11 +102,4 @@ func (s *session) recordOneByOne(ctx context.Context, batch []stepRequest) {
 		}
 		r.reply <- stepReply{res: res[0]}
 	}
-}
-
-// wakeAt wakes the claim loop when a run this worker parked is due, so that
-// a sleep ends on time without waiting for the next poll.
-func (s *session) wakeAt(at time.Time) {
-	d := time.Until(at) + 20*time.Millisecond
-	time.AfterFunc(max(d, 0), func() { signal(s.wake) })
 }

@@ -1,0 +1,144 @@
+package simpleworkflow
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// wakeFollowUp is engine.WakeFollowUp, as a variable for tests.
+var wakeFollowUp atomic.Int64
+
+func init() { wakeFollowUp.Store(int64(engine.WakeFollowUp)) }
+
+// matches reports whether a workflow type is one this worker claims.
+func (s *session) matches(workflowType string) bool {
+	if len(s.prefixes) == 0 {
+		return true
+	}
+	for _, p := range s.prefixes {
+		if strings.HasPrefix(workflowType, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// onNotify wakes the claim loop for a new run of a type this worker
+// claims, and cancels the handler of a run that was cancelled.
+func (s *session) onNotify(n engine.Notification) {
+	switch n.Channel {
+	case engine.ChannelRunCreated:
+		if s.matches(n.Payload) {
+			signal(s.wake)
+			s.followUp.Reset(time.Duration(wakeFollowUp.Load()))
+		}
+	case engine.ChannelRunCancelled:
+		s.mu.Lock()
+		a := s.active[n.Payload]
+		s.mu.Unlock()
+		if a != nil {
+			a.cancel(ErrRunCancelled)
+		}
+	}
+}
+
+// wakeAt wakes the claim loop when a run this worker parked is due, so that
+// a sleep ends on time without waiting for the next poll.
+func (s *session) wakeAt(at time.Time) {
+	d := time.Until(at) + 20*time.Millisecond
+	time.AfterFunc(max(d, 0), func() { signal(s.wake) })
+}
+
+// claimLoop claims runs into the free slots until ctx ends: at once when
+// woken, otherwise every PollInterval.
+func (s *session) claimLoop(ctx context.Context) {
+	timer := time.NewTimer(s.cfg.PollInterval)
+	defer timer.Stop()
+	wait := func(chs ...chan struct{}) {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(s.cfg.PollInterval)
+		var extra chan struct{}
+		if len(chs) > 0 {
+			extra = chs[0]
+		}
+		select {
+		case <-ctx.Done():
+		case <-s.wake:
+		case <-extra:
+		case <-timer.C:
+		}
+	}
+	batchWait := false
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		free, running := s.cfg.Concurrency-s.running, s.running
+		s.mu.Unlock()
+		if free <= 0 {
+			select {
+			case <-ctx.Done():
+			case <-s.freed:
+			}
+			continue
+		}
+		// While handlers are busy, give a few milliseconds for a worthwhile
+		// batch of slots to free up rather than claiming one run per round
+		// trip; slow handlers do not hold free slots idle for longer.
+		if running > 0 && free < s.minClaim() && !batchWait {
+			batchWait = true
+			select {
+			case <-ctx.Done():
+			case <-s.freed:
+			case <-time.After(claimBatchWait):
+			}
+			continue
+		}
+		batchWait = false
+		limit := min(free, s.cfg.ClaimBatchSize)
+		// A claim is never cut off by shutdown: once the server has leased
+		// runs, they are started (and finish within the grace period) rather
+		// than left leased until their lease expires.
+		cctx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		claimed, err := s.eng.ClaimRuns(cctx, engine.ClaimParams{
+			WorkerID: s.cfg.WorkerID, TypePrefixes: s.cfg.TypePrefixes, Runtime: s.cfg.Runtime,
+			Limit: limit, LeaseDuration: s.cfg.LeaseDuration, Types: s.types,
+		})
+		cancelClaim()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Error("Claim failed; retrying", "error", err)
+			wait()
+			continue
+		}
+		for _, c := range claimed {
+			s.start(ctx, c)
+		}
+		if len(claimed) == limit {
+			continue // there may be more runnable runs
+		}
+		wait()
+	}
+}
+
+// claimTimeout bounds one claim call.
+const claimTimeout = 30 * time.Second
+
+// claimBatchWait is how long a busy worker waits for more free slots before
+// claiming into the few it has.
+const claimBatchWait = 5 * time.Millisecond
+
+// minClaim is the fewest free slots worth a claim while handlers are busy: a
+// quarter of the claim batch size (bounded by the concurrency), at least one.
+func (s *session) minClaim() int {
+	return max(1, min(s.cfg.Concurrency, s.cfg.ClaimBatchSize)/4)
+}
