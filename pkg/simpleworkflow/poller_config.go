@@ -28,7 +28,8 @@ const (
 	// after Run's context ends, before their runs are handed back.
 	DefaultShutdownGracePeriod = 20 * time.Second
 	// DefaultReapInterval is how often a poller returns runs whose lease
-	// expired (their worker died) to the queue.
+	// expired (their worker died) to the queue and fails runs past their
+	// deadline (see PollerConfig.ReapInterval).
 	DefaultReapInterval = 5 * time.Second
 	// DefaultClaimBatchSize caps the runs one claim call takes.
 	DefaultClaimBatchSize = 100
@@ -63,7 +64,23 @@ type PollerConfig struct {
 	// ErrShuttingDown and their runs handed back. Defaults to 20s.
 	ShutdownGracePeriod time.Duration
 	// ReapInterval is how often this poller returns runs with expired leases
-	// to the queue. Defaults to 5s; negative disables reaping.
+	// to the queue (pending again, or failed when out of attempts) and fails
+	// runs past their deadline. Defaults to 5s; negative disables both.
+	//
+	// Every poller reaps, although the operator's leader does too: a run
+	// whose worker died is claimable again only once something reaps it
+	// (claims never take an expired lease), and a poller cannot know whether
+	// an operator is running. Deployments without one (Go or Python workers
+	// whose schema was installed by Client.Migrate or by hand) rely on their
+	// workers alone. Reaping twice is harmless: the database functions lock
+	// the runs they reap with FOR UPDATE SKIP LOCKED, so concurrent reapers
+	// share the expired runs and each is reaped once (they may queue briefly
+	// on the parent of an expired child run, locked in id order). The cost is two calls per poller per interval
+	// that, when nothing has expired, read an empty range of a partial index
+	// (leased runs by lease end; unfinished runs by deadline). With many
+	// workers next to an operator that is always up, a longer interval (or a
+	// negative one) cuts that load; a dead worker's runs then wait for the
+	// operator's reaping, every 5s.
 	ReapInterval time.Duration
 	// ClaimBatchSize caps the runs claimed in one call. Defaults to 100.
 	ClaimBatchSize int
