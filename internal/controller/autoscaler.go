@@ -35,10 +35,10 @@ const (
 // Worker pool condition reasons.
 const (
 	ReasonScaled        = "Scaled"
-	ReasonTargetMissing = "TargetNotFound"
-	ReasonNotScalable   = "NotScalable"
-	ReasonHPAConflict   = "HPAConflict"
-	ReasonScaling       = "Scaling"
+	ReasonTargetMissing = workflowv1alpha1.ReasonTargetNotFound
+	ReasonNotScalable   = workflowv1alpha1.ReasonNotScalable
+	ReasonHPAConflict   = workflowv1alpha1.ReasonHPAConflict
+	ReasonScaling       = workflowv1alpha1.ReasonScaling
 )
 
 // Autoscaler scales the worker pools of every WorkflowRegistry by the queue

@@ -10,7 +10,7 @@ import (
 
 // ReasonPrefixConflict: a worker pool's type prefix overlaps one owned by an
 // older WorkflowRegistry, so the pool is not scaled.
-const ReasonPrefixConflict = "PrefixConflict"
+const ReasonPrefixConflict = workflowv1alpha1.ReasonPrefixConflict
 
 // maxOwnershipMessageBytes bounds a condition message that lists conflicts,
 // so a registry with hundreds of them can still write its status.

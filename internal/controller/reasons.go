@@ -1,93 +1,95 @@
 package controller
 
+import workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+
 // Finalizer keeps an object until the inbox has been told of its deletion.
 const Finalizer = "workflow.simpleworkflow.dev/finalizer"
 
 // Condition types of WorkflowRun.
 const (
 	// ConditionAccepted: the run is recorded in the inbox.
-	ConditionAccepted = "Accepted"
+	ConditionAccepted = workflowv1alpha1.ConditionAccepted
 	// ConditionFinished: the run reached a final phase; the reason says which.
-	ConditionFinished = "Finished"
+	ConditionFinished = workflowv1alpha1.ConditionFinished
 	// ConditionBlocked: the run cannot be claimed (its type is disabled).
-	ConditionBlocked = "Blocked"
+	ConditionBlocked = workflowv1alpha1.ConditionBlocked
 	// ConditionResultTruncated: the result is too large for the status.
-	ConditionResultTruncated = "ResultTruncated"
+	ConditionResultTruncated = workflowv1alpha1.ConditionResultTruncated
 	// ConditionSignalsSent: every entry of spec.signals was sent to the run
 	// (false once one was refused; the message says which and why).
-	ConditionSignalsSent = "SignalsSent"
+	ConditionSignalsSent = workflowv1alpha1.ConditionSignalsSent
 	// ConditionUnserved: while the run waits for a worker, whether nothing
 	// declared serves its type (true: no WorkflowRegistry declares it and no
 	// worker pool covers it, or the pools covering it cannot be scaled).
-	ConditionUnserved = "Unserved"
+	ConditionUnserved = workflowv1alpha1.ConditionUnserved
 	// ConditionCancelRequested: what spec.cancel did (true: the run is
 	// cancelled; false: it had finished before, nothing was cancelled).
-	ConditionCancelRequested = "CancelRequested"
+	ConditionCancelRequested = workflowv1alpha1.ConditionCancelRequested
 )
 
 // Condition types of WorkflowRegistry.
 const (
 	// ConditionReady: every declared workflow is registered.
-	ConditionReady = "Ready"
+	ConditionReady = workflowv1alpha1.ConditionReady
 	// ConditionDefinitionsValid: the database accepted the steps of every
 	// workflow with steps (set only on registries that declare steps).
-	ConditionDefinitionsValid = "DefinitionsValid"
+	ConditionDefinitionsValid = workflowv1alpha1.ConditionDefinitionsValid
 )
 
 // Condition reasons and Event reasons.
 const (
-	ReasonMirrored          = "Mirrored"
-	ReasonInvalid           = "Invalid"
-	ReasonRunning           = "Running"
-	ReasonPending           = "Pending"
-	ReasonSucceeded         = "Succeeded"
-	ReasonFailed            = "Failed"
-	ReasonCancelled         = "Cancelled"
-	ReasonTypeDisabled      = "TypeDisabled"
-	ReasonTypeEnabled       = "TypeEnabled"
-	ReasonTooLarge          = "TooLarge"
-	ReasonAccepted          = "Accepted"
+	ReasonMirrored          = workflowv1alpha1.ReasonMirrored
+	ReasonInvalid           = workflowv1alpha1.ReasonInvalid
+	ReasonRunning           = workflowv1alpha1.ReasonRunning
+	ReasonPending           = workflowv1alpha1.ReasonPending
+	ReasonSucceeded         = workflowv1alpha1.ReasonSucceeded
+	ReasonFailed            = workflowv1alpha1.ReasonFailed
+	ReasonCancelled         = workflowv1alpha1.ReasonCancelled
+	ReasonTypeDisabled      = workflowv1alpha1.ReasonTypeDisabled
+	ReasonTypeEnabled       = workflowv1alpha1.ReasonTypeEnabled
+	ReasonTooLarge          = workflowv1alpha1.ReasonTooLarge
+	ReasonAccepted          = workflowv1alpha1.ReasonAccepted
 	ReasonStarted           = "Started"
-	ReasonRetrying          = "Retrying"
+	ReasonRetrying          = workflowv1alpha1.ReasonRetrying
 	ReasonReleased          = "Released"
-	ReasonRegistered        = "Registered"
-	ReasonConflict          = "Conflict"
+	ReasonRegistered        = workflowv1alpha1.ReasonRegistered
+	ReasonConflict          = workflowv1alpha1.ReasonConflict
 	ReasonCancelledOnDelete = "CancelledOnDelete"
-	ReasonWaiting           = "Waiting"
+	ReasonWaiting           = workflowv1alpha1.ReasonWaiting
 	ReasonWoken             = "Woken"
 	ReasonSignalReceived    = "SignalReceived"
 	ReasonSignalRejected    = "SignalRejected"
-	ReasonSent              = "Sent"
-	ReasonRunFinished       = "RunFinished"
+	ReasonSent              = workflowv1alpha1.ReasonSent
+	ReasonRunFinished       = workflowv1alpha1.ReasonRunFinished
 	// ReasonInvalidInput: the inbox refused the run's input for good.
-	ReasonInvalidInput = "InvalidInput"
+	ReasonInvalidInput = workflowv1alpha1.ReasonInvalidInput
 	// ReasonIdempotencyConflict: the run's idempotency key is held by a run
 	// of another namespace, or with another type or payload.
-	ReasonIdempotencyConflict = "IdempotencyConflict"
+	ReasonIdempotencyConflict = workflowv1alpha1.ReasonIdempotencyConflict
 	// ReasonRunIDMismatch: status.runID named a run that was not mirrored
 	// from this object; it was not used.
 	ReasonRunIDMismatch = "RunIDMismatch"
 	// ReasonAwaitingRegistration: the run's type is declared with steps by
 	// a WorkflowRegistry that is not mirrored yet; the run is recorded once
 	// it is.
-	ReasonAwaitingRegistration = "AwaitingRegistration"
+	ReasonAwaitingRegistration = workflowv1alpha1.ReasonAwaitingRegistration
 	// ReasonInvalidDefinition: the database refused a workflow's steps
 	// (a cycle, an unknown dependency, a step of a type with steps); the
 	// workflow was not registered.
-	ReasonInvalidDefinition = "InvalidDefinition"
+	ReasonInvalidDefinition = workflowv1alpha1.ReasonInvalidDefinition
 	// ReasonDeduplicated: the object shares the run another WorkflowRun of
 	// its namespace recorded with the same idempotency key.
-	ReasonDeduplicated = "Deduplicated"
+	ReasonDeduplicated = workflowv1alpha1.ReasonDeduplicated
 	// ReasonNoWorker: no WorkflowRegistry declares the run's type and no
 	// worker pool covers it (Unserved).
-	ReasonNoWorker = "NoWorker"
+	ReasonNoWorker = workflowv1alpha1.ReasonNoWorker
 	// ReasonWorkerPoolNotReady: the worker pools covering the run's type
 	// cannot be scaled (Unserved).
-	ReasonWorkerPoolNotReady = "WorkerPoolNotReady"
+	ReasonWorkerPoolNotReady = workflowv1alpha1.ReasonWorkerPoolNotReady
 	// ReasonWorkerPool: a worker pool covers the run's type (not Unserved).
-	ReasonWorkerPool = "WorkerPool"
+	ReasonWorkerPool = workflowv1alpha1.ReasonWorkerPool
 	// ReasonCancelling: spec.cancel is set and the run is being cancelled.
-	ReasonCancelling = "Cancelling"
+	ReasonCancelling = workflowv1alpha1.ReasonCancelling
 	// ReasonCancelIgnored: spec.cancel was set on a run that had already
 	// finished.
 	ReasonCancelIgnored = "CancelIgnored"
