@@ -399,7 +399,7 @@ func TestStepLimitsFromHandlers(t *testing.T) {
 	}
 }
 
-// Issue 10, item 12: a handler that succeeds just after the shutdown grace
+// A handler that succeeds just after the shutdown grace
 // period (its context already cancelled) is completed, not handed back and
 // run again.
 func TestSuccessAfterTheGracePeriodIsCompleted(t *testing.T) {
@@ -431,7 +431,7 @@ func TestSuccessAfterTheGracePeriodIsCompleted(t *testing.T) {
 	}
 }
 
-// Issue 10, item 11: a worker claims only the types it has handlers for, so
+// A worker claims only the types it has handlers for, so
 // a v2 reaching an old worker during a rolling deploy waits for a new one
 // instead of burning its attempts on "no handler".
 func TestWorkerClaimsOnlyHandledTypes(t *testing.T) {
@@ -463,7 +463,7 @@ func TestWorkerClaimsOnlyHandledTypes(t *testing.T) {
 	}
 }
 
-// Issue 10, item 8: a result Postgres cannot store (\u0000) and an error text
+// A result Postgres cannot store (\u0000) and an error text
 // with NUL bytes and invalid UTF-8 no longer fail the whole batch of
 // outcomes: the bad result fails its own run for good, saying why; the
 // error text is cleaned (and says so); the neighbours are recorded.
@@ -514,7 +514,7 @@ func TestPoisonOutcomesAffectOnlyTheirRun(t *testing.T) {
 	}
 }
 
-// Issue 10, item 12: a claim in flight when the worker is told to stop is not
+// A claim in flight when the worker is told to stop is not
 // abandoned. The server commits the claim while a proxy holds back its
 // answer; the worker is stopped, then the answer arrives: the claimed run is
 // executed (or handed back) at once, never left leased until its lease

@@ -43,7 +43,7 @@ func hostileValues() []hostileValue {
 	}
 }
 
-// Tenancy item 1 (fuzz, Go): hostile JSON through every input path of the
+// Hostile JSON through every input path of the
 // Go SDK: as a payload (Create, CreateMany), a signal payload, a step
 // output, a child's payload and a handler's result. Producers get a clear
 // error and nothing is stored; a worker fails only the run that carries the
@@ -169,7 +169,7 @@ func TestHostileJSONThroughEveryGoPath(t *testing.T) {
 	}
 }
 
-// Tenancy item 1 (both ends, Go): a run whose journal the worker cannot
+// A run whose journal the worker cannot
 // decode (a signal payload 10,001 levels deep, stored before the bound or
 // by hand) fails alone, at once and for good; the runs of its claim batch
 // succeed and the worker goes on.
@@ -252,7 +252,7 @@ func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 
-// Tenancy item 6 (deadlines, Go): a flood of runs with deadlines decades in
+// A flood of runs with deadlines decades in
 // the past is expired in batches and logged once a batch, not once a run.
 func TestDeadlineFloodLoggedPerBatch(t *testing.T) {
 	t.Parallel()
