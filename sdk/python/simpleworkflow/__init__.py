@@ -1,18 +1,20 @@
 """Python SDK of simple-workflow, the durable Postgres inbox for asynchronous work.
 
-Producers use :class:`Client` to record intents (runs), look them up and cancel
-them. Workers use :class:`IntentPoller`: it claims runs by type prefix, runs
-the handler registered for each run's type with a :class:`RunContext`,
+Producers use :class:`Client` to record intents (runs), look them up, list
+and cancel them. Workers use :class:`Poller`: it claims runs by type prefix,
+runs the handler registered for each run's type with a :class:`Task`,
 heartbeats automatically, records results and errors (retried with backoff),
-and on shutdown hands unfinished runs back.
+and on shutdown hands unfinished runs back. The names, defaults and verbs are
+the Go SDK's (docs/sdk-parity.md); ``IntentPoller`` and ``RunContext`` are the
+former names of ``Poller`` and ``Task``, kept as aliases.
 
-Handlers execute durably with the verbs of :class:`RunContext`: ``step``
+Handlers execute durably with the verbs of :class:`Task`: ``step``
 (recorded once, replayed on later attempts), ``sleep`` and ``sleep_until``
 (the run parks and frees its worker slot), ``wait_for_signal`` (signals sent
 with :meth:`Client.signal`), ``start_child`` and ``await_child``.
 
-Every transition calls one of the inbox's SQL functions, so a Python worker
-behaves exactly like a Go worker and leaves the same audit trail.
+Every read and write calls one of the inbox's SQL functions, so a Python
+worker behaves exactly like a Go worker and leaves the same audit trail.
 """
 
 # The package's version, the only place it is written (pyproject.toml reads
@@ -30,10 +32,11 @@ from .client import (
     Event,
     JournalStep,
     Run,
+    RunPage,
     SignalResult,
     Wait,
 )
-from .durable import MAX_STEPS, RunContext
+from .durable import MAX_STEPS, RunContext, Task
 from .errors import (
     ChildFailed,
     InvalidInputError,
@@ -44,7 +47,17 @@ from .errors import (
     RunFinishedError,
     StoppedError,
 )
-from .poller import IntentPoller
+from .poller import (
+    DEFAULT_CLAIM_BATCH_SIZE,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_POLL_INTERVAL_SECONDS,
+    DEFAULT_REAP_INTERVAL_SECONDS,
+    DEFAULT_SHUTDOWN_GRACE_SECONDS,
+    IntentPoller,
+    Poller,
+    PollerConfig,
+)
 
 __all__ = [
     "__version__",
@@ -54,6 +67,12 @@ __all__ = [
     "MAX_STEP_OUTPUT_BYTES",
     "MAX_SIGNAL_PAYLOAD_BYTES",
     "MAX_JSON_DEPTH",
+    "DEFAULT_CLAIM_BATCH_SIZE",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_POLL_INTERVAL_SECONDS",
+    "DEFAULT_REAP_INTERVAL_SECONDS",
+    "DEFAULT_SHUTDOWN_GRACE_SECONDS",
     "ChildFailed",
     "Client",
     "CreateResult",
@@ -65,10 +84,14 @@ __all__ = [
     "NotFoundError",
     "Parked",
     "PermanentError",
+    "Poller",
+    "PollerConfig",
     "Run",
     "RunContext",
+    "RunPage",
     "RunFinishedError",
     "SignalResult",
     "StoppedError",
+    "Task",
     "Wait",
 ]

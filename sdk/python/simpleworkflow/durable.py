@@ -1,4 +1,4 @@
-"""RunContext: one attempt of a run as a handler sees it, with the durable verbs.
+"""Task: one attempt of a run as a handler sees it, with the durable verbs.
 
 Durable execution keeps a journal per run in the database: each step's output,
 each sleep, signal wait and child run, keyed by name at the position the
@@ -29,11 +29,29 @@ from .client import (
     validate_type,
 )
 from .errors import ChildFailed, InvalidInputError, NonDeterministicError, Parked, PermanentError, StoppedError
+from .tracing import (
+    ATTR_CHILD_ID,
+    ATTR_CHILD_TYPE,
+    ATTR_PARKED,
+    ATTR_REPLAYED,
+    ATTR_SIGNAL,
+    ATTR_STEP_POS,
+    ATTR_WAKE_AT,
+    NO_SPAN,
+    Tracing,
+    format_time,
+)
+
+#: Writes a completed step and returns the database's answer for it
+#: (status, output, message), as a row of workflow.record_steps: the poller's
+#: step writer, which journals the steps of concurrent handlers together.
+#: Called with (run id, lease token, name, position, output as JSON text).
+StepRecorder = Callable[[str, int, str, int, str], Tuple[str, Any, Optional[str]]]
 
 #: The most steps, sleeps, waits and children one run has (positions 0 to 999).
 MAX_STEPS = 1000
 
-#: Why a handler was asked to stop (RunContext.reason).
+#: Why a handler was asked to stop (Task.reason).
 REASON_CANCELLED = "run cancelled"
 REASON_LEASE_LOST = "lease lost"
 REASON_SHUTDOWN = "worker shutting down"
@@ -83,10 +101,11 @@ def _encode(name: str, value: Any) -> str:
     return raw
 
 
-class RunContext:
-    """One attempt of a run, as a handler sees it.
+class Task:
+    """One attempt of a run, as a handler sees it (the Go SDK's Task; also exported as RunContext).
 
-    ``id``, ``type``, ``payload``, ``attempt``, ``max_attempts``, ``worker_id``,
+    ``id``, ``type``, ``payload`` (the run's JSON object, decoded: Go's
+    Task.Decode), ``attempt``, ``max_attempts``, ``worker_id``,
     ``lease_token`` (the fence of this attempt's writes), ``deadline_at``
     (when the run fails with "deadline exceeded"; None for none) and
     ``traceparent`` (the W3C traceparent its producer stored, e.g. to link or
@@ -122,6 +141,9 @@ class RunContext:
         journal: Optional[List[Mapping[str, Any]]] = None,
         connect: Optional[Callable[[], psycopg.Connection[Any]]] = None,
         on_park: Optional[Callable[[Optional[datetime]], None]] = None,
+        record_step: Optional[StepRecorder] = None,
+        tracing: Optional[Tracing] = None,
+        span: Any = None,
     ) -> None:
         self.id = run_id
         self.type = workflow_type
@@ -139,6 +161,10 @@ class RunContext:
         # and what the attempt decided about itself.
         self._connect = connect
         self._on_park = on_park
+        self._record_step = record_step
+        self._tracing = tracing
+        #: The attempt's span (None when nothing is traced).
+        self._span = span
         self._mu = threading.Lock()
         self._by_pos: Dict[int, _Entry] = {}
         self._by_name: Dict[str, _Entry] = {}
@@ -202,16 +228,22 @@ class RunContext:
         Steps run one after another: do not call durable verbs inside ``fn`` or
         from several threads.
         """
-        with self._durable_call():
+        with self._durable_call(), self._step_span(KIND_STEP, name) as span:
             pos, entry = self._reach(name, KIND_STEP)
+            span.set(ATTR_STEP_POS, pos)
+            span.set(ATTR_REPLAYED, entry is not None)
             if entry is not None:
                 return entry.output
             raw = _encode(name, fn())
-            row = self._sql(
-                "select status, output, message from workflow.record_steps("
-                "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])",
-                (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw]))
-            status, output, message = row
+            if self._record_step is not None:
+                # With the steps of the worker's other handlers, in one call.
+                assert self.lease_token is not None
+                status, output, message = self._record_step(self.id, self.lease_token, name, pos, raw)
+            else:
+                status, output, message = self._sql(
+                    "select status, output, message from workflow.record_steps("
+                    "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])",
+                    (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw]))
             if status == "recorded":
                 value = json.loads(raw)
                 self._remember(_Entry(name=name, position=pos, kind=KIND_STEP, outcome="ok", output=value))
@@ -223,7 +255,7 @@ class RunContext:
                 self._cancel(REASON_LEASE_LOST)
                 raise StoppedError(f'record step "{name}": {REASON_LEASE_LOST}', REASON_LEASE_LOST)
             if status == "nondeterministic":
-                raise self._fail(message)
+                raise self._fail(message or "non-deterministic")
             raise PermanentError(f'record step "{name}": invalid input: {message}')
 
     def sleep(self, name: str, seconds: Duration) -> None:
@@ -235,18 +267,18 @@ class RunContext:
         journal, and this call returns at once. ``name`` identifies the sleep
         in the journal like a step's.
         """
-        with self._durable_call():
+        with self._durable_call(), self._step_span(KIND_SLEEP, name) as span:
             delay_ms = self._millis(seconds, "sleep")
-            self._wait(name, KIND_SLEEP, None, None, delay_ms)
+            self._wait(span, name, KIND_SLEEP, None, None, delay_ms)
 
     def sleep_until(self, name: str, when: datetime) -> None:
         """:meth:`sleep` until an instant (a naive datetime is taken as local time)."""
-        with self._durable_call():
+        with self._durable_call(), self._step_span(KIND_SLEEP, name) as span:
             if not isinstance(when, datetime):
                 raise PermanentError(f'sleep "{name}": invalid input: sleep_until needs a datetime, got {when!r}')
             if when.tzinfo is None:
                 when = when.astimezone()
-            self._wait(name, KIND_SLEEP, None, when, None)
+            self._wait(span, name, KIND_SLEEP, None, when, None)
 
     def wait_for_signal(self, name: str, timeout: Optional[Duration] = None) -> Tuple[Any, bool]:
         """Return ``(payload, True)`` for the oldest signal ``name`` the run received and no earlier wait took.
@@ -268,7 +300,10 @@ class RunContext:
                 delay_ms = self._millis(timeout, "signal timeout")
                 if delay_ms <= 0:
                     delay_ms = None
-            entry = self._wait(self._signal_step(name), KIND_SIGNAL, name, None, delay_ms)
+            step = self._signal_step(name)
+            with self._step_span(KIND_SIGNAL, step) as span:
+                span.set(ATTR_SIGNAL, name)
+                entry = self._wait(span, step, KIND_SIGNAL, name, None, delay_ms)
             if entry.outcome == "timeout":
                 return None, False
             return entry.output, True
@@ -293,9 +328,14 @@ class RunContext:
         Cancelling or failing the parent cancels its unfinished children.
         Await its end with :meth:`await_child`.
         """
-        with self._durable_call():
+        with self._durable_call(), self._step_span(KIND_CHILD, name) as span:
+            span.set(ATTR_CHILD_TYPE, workflow_type)
             pos, entry = self._reach(name, KIND_CHILD)
+            span.set(ATTR_STEP_POS, pos)
+            span.set(ATTR_REPLAYED, entry is not None)
             if entry is not None:
+                if entry.child_id is not None:
+                    span.set(ATTR_CHILD_ID, entry.child_id)
                 return entry.child_id  # type: ignore[return-value]
             try:
                 validate_type(workflow_type)
@@ -322,6 +362,7 @@ class RunContext:
                 raise PermanentError(f'start child "{name}": invalid input: {e}') from None
             status, child_id, outcome, output, error, message = row
             if status in ("started", "duplicate"):
+                span.set(ATTR_CHILD_ID, str(child_id))
                 self._remember(_Entry(name=name, position=pos, kind=KIND_CHILD, outcome=outcome, output=output,
                                       error=error, child_id=child_id))
                 return str(child_id)
@@ -340,7 +381,7 @@ class RunContext:
         :meth:`sleep`); the child's end wakes it. Takes no position of its own:
         it reads the child's entry.
         """
-        with self._durable_call():
+        with self._durable_call(), self._step_span("await_child", name) as span:
             with self._mu:
                 stopped = self._stopped_locked()
                 entry = self._by_name.get(name)
@@ -348,8 +389,12 @@ class RunContext:
                 raise stopped
             if entry is None or entry.kind != KIND_CHILD:
                 raise PermanentError(f'await child: invalid input: no child run was started at step "{name}"')
+            span.set(ATTR_STEP_POS, entry.position)
+            span.set(ATTR_REPLAYED, entry.done)
+            if entry.child_id is not None:
+                span.set(ATTR_CHILD_ID, entry.child_id)
             if not entry.done:
-                entry = self._park(KIND_CHILD, name, entry.position, None, None, None)
+                entry = self._park(span, KIND_CHILD, name, entry.position, None, None, None)
             if entry.outcome == "ok":
                 return entry.output
             raise ChildFailed(step=name, child_id=entry.child_id, message=entry.error)
@@ -359,7 +404,7 @@ class RunContext:
     @contextmanager
     def _durable_call(self) -> Iterator[None]:
         if self._connect is None or self.lease_token is None:
-            raise RuntimeError("durable calls need a RunContext handed out by an IntentPoller")
+            raise RuntimeError("durable calls need a Task handed out by a Poller")
         with self._mu:
             if self._busy:
                 raise PermanentError("durable calls of a run must be made one after another: "
@@ -444,15 +489,26 @@ class RunContext:
         assert row is not None
         return row
 
-    def _wait(self, step: str, kind: str, signal: Optional[str], at: Optional[datetime],
+    @contextmanager
+    def _step_span(self, kind: str, name: str) -> Iterator[Any]:
+        """The span of a durable call (a no-op when nothing is traced)."""
+        if self._tracing is None or self._span is None:
+            yield NO_SPAN
+            return
+        with self._tracing.step(self._span, kind, name, self.id, self.attempt) as span:
+            yield span
+
+    def _wait(self, span: Any, step: str, kind: str, signal: Optional[str], at: Optional[datetime],
               delay_ms: Optional[int]) -> _Entry:
         """Reach a sleep or a signal wait: replayed when the journal has it done, else resolved or parked."""
         pos, entry = self._reach(step, kind)
+        span.set(ATTR_STEP_POS, pos)
+        span.set(ATTR_REPLAYED, entry is not None and entry.done)
         if entry is not None and entry.done:
             return entry
-        return self._park(kind, step, pos, at, delay_ms, signal)
+        return self._park(span, kind, step, pos, at, delay_ms, signal)
 
-    def _park(self, kind: str, step: str, pos: int, at: Optional[datetime], delay_ms: Optional[int],
+    def _park(self, span: Any, kind: str, step: str, pos: int, at: Optional[datetime], delay_ms: Optional[int],
               signal: Optional[str]) -> _Entry:
         """Ask the database to resolve or park a wait."""
         status, outcome, output, error, wake_at, message = self._sql(
@@ -467,6 +523,9 @@ class RunContext:
             self._remember(entry)
             return entry
         if status == "parked":
+            span.set(ATTR_PARKED, True)
+            if wake_at is not None:
+                span.set(ATTR_WAKE_AT, format_time(wake_at))
             with self._mu:
                 self._parked = True
             self._cancel(REASON_PARKED)
@@ -480,3 +539,6 @@ class RunContext:
             raise self._fail(message)
         raise PermanentError(f'{kind} "{step}": invalid input: {message}')
 
+
+#: The name the handler context had before it took the Go SDK's: the same class.
+RunContext = Task

@@ -16,7 +16,7 @@ import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from simpleworkflow import Client, IntentPoller  # noqa: E402
+from simpleworkflow import Client, Poller  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _server = {}
@@ -89,7 +89,7 @@ class InboxTest(unittest.TestCase):
 
     def start_poller(self, **kw):
         kw.setdefault("poll_interval", 0.2)
-        poller = IntentPoller(self.url, **kw)
+        poller = Poller(self.url, **kw)
         thread = threading.Thread(target=poller.run, kwargs={"install_signal_handlers": False}, daemon=True)
         thread.start()
 
