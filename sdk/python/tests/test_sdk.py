@@ -115,6 +115,65 @@ class ClientTest(InboxTest):
         with self.assertRaises(NotFoundError):
             self.client.get(rolled[0].id)
 
+    def test_list_pages_in_creation_order(self):
+        import base64
+        a = [self.client.create("pylist.a.v1", {"n": i}).id for i in range(5)]
+        b = [self.client.create("pylist.b_x.v1", {}).id for _ in range(2)]
+        other = self.client.create("pylistx.a.v1", {}).id
+        self.client.cancel(a[1])
+        pages, cursor = [], None
+        while True:
+            page = self.client.list(type_prefix="pylist.a.", limit=2, after=cursor)
+            pages.append([r.id for r in page.runs])
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        self.assertEqual(pages, [a[0:2], a[2:4], a[4:5]])
+        # The cursor has the Go SDK's shape: base64url (no padding) of the
+        # last run's creation time (RFC 3339, UTC) and its id.
+        first = self.client.list(type_prefix="pylist.a.", limit=2)
+        raw = base64.urlsafe_b64decode(first.next_cursor + "=" * (-len(first.next_cursor) % 4)).decode()
+        at, _, last_id = raw.partition("|")
+        self.assertEqual(last_id, a[1])
+        self.assertRegex(at, r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
+        self.assertNotIn("=", first.next_cursor)
+        self.assertEqual(datetime.fromisoformat(at.replace("Z", "+00:00")), self.client.get(a[1]).created_at)
+        # Filters: a literal prefix ('_' is no wildcard), statuses, every type.
+        self.assertEqual([r.id for r in self.client.list(type_prefix="pylist.b_").runs], b)
+        self.assertEqual([r.id for r in self.client.list(type_prefix="pylist._").runs], [])
+        self.assertEqual([r.id for r in self.client.list(statuses=["cancelled"]).runs], [a[1]])
+        self.assertEqual([r.id for r in self.client.list(statuses="cancelled").runs], [a[1]])
+        self.assertEqual([r.id for r in self.client.list(type_prefix="pylist.a.", statuses=["pending"]).runs],
+                         [a[0], *a[2:]])
+        everything = self.client.list()
+        self.assertEqual([r.id for r in everything.runs], a + b + [other])
+        self.assertIsNone(everything.next_cursor)
+        self.assertEqual(everything.runs[0].payload, {"n": 0})
+        self.assertEqual(everything.runs[0], self.client.get(a[0]))
+        # Deleted runs are left out.
+        self.sql("update workflow.workflow_run set deleted_at = now() where id = %s", (other,))
+        self.assertNotIn(other, [r.id for r in self.client.list().runs])
+        for bad in [{"limit": 0}, {"limit": 1001}, {"after": "not a cursor"}, {"after": "%%%"},
+                    {"after": base64.urlsafe_b64encode(b"2024-01-01T00:00:00Z|nope").decode().rstrip("=")}]:
+            with self.assertRaises(InvalidInputError, msg=str(bad)):
+                self.client.list(**bad)
+
+    def test_get_reads_the_run_view(self):
+        res = self.client.create("pyget.job.v1", {"a": 1}, retry_base_delay=timedelta(seconds=2),
+                                 retry_max_delay=timedelta(minutes=1), idempotency_key="g1", priority=7)
+        run = self.client.get(res.id)
+        self.assertEqual((run.type, run.payload, run.priority, run.idempotency_key, run.status),
+                         ("pyget.job.v1", {"a": 1}, 7, "g1", "pending"))
+        self.assertEqual((run.retry_base_delay, run.retry_max_delay), (timedelta(seconds=2), timedelta(minutes=1)))
+        self.assertIsNone(run.started_at)
+        self.assertIsNone(run.deleted_at)
+        with self.assertRaises(InvalidInputError):
+            self.client.get("not-a-uuid")
+        self.assertEqual(self.client.steps(res.id), [])
+        self.assertEqual([e.type for e in self.client.events(res.id)], ["created"])
+        self.client.close()  # owns nothing: a no-op
+        self.assertEqual(self.client.get(res.id).id, res.id)
+
     def test_poller_claims_again_after_a_notification(self):
         # A producer that commits while another transaction announces the same
         # type sends no notification of its own; the poller claims once more
@@ -150,6 +209,34 @@ class ClientTest(InboxTest):
             conn.commit()
         keys = self.sql("select idempotency_key from workflow.workflow_signal where run_id = %s", (run.id,))
         self.assertEqual(keys, [("committed",)])
+
+
+class PollerConfigTest(unittest.TestCase):
+    def test_names_defaults_and_config(self):
+        import simpleworkflow as sw
+        self.assertIs(sw.IntentPoller, sw.Poller)
+        self.assertIs(sw.RunContext, sw.Task)
+        cfg = sw.Poller("postgres://unused").config()
+        self.assertEqual((cfg.lease_duration, cfg.concurrency, cfg.poll_interval, cfg.claim_batch_size,
+                          cfg.shutdown_grace_period, cfg.reap_interval, cfg.heartbeat_interval, cfg.runtime),
+                         (30, 10, 1, 100, 20, 5, 10, "python"))
+        self.assertEqual((sw.DEFAULT_LEASE_SECONDS, sw.DEFAULT_CONCURRENCY, sw.DEFAULT_POLL_INTERVAL_SECONDS,
+                          sw.DEFAULT_CLAIM_BATCH_SIZE, sw.DEFAULT_SHUTDOWN_GRACE_SECONDS,
+                          sw.DEFAULT_REAP_INTERVAL_SECONDS), (30, 10, 1, 100, 20, 5))
+        cfg = sw.Poller("postgres://unused", ["a."], lease_duration=6, worker_id="w", concurrency=3,
+                        claim_batch_size=7, heartbeat_interval=1.5).config()
+        self.assertEqual(cfg, sw.PollerConfig(type_prefixes=("a.",), lease_duration=6, worker_id="w",
+                                              runtime="python", concurrency=3, heartbeat_interval=1.5,
+                                              poll_interval=1, shutdown_grace_period=20, reap_interval=5,
+                                              claim_batch_size=7))
+        for bad in [{"lease_duration": 0.5}, {"concurrency": 0}, {"claim_batch_size": 0},
+                    {"claim_batch_size": 1001}, {"heartbeat_interval": 30}, {"runtime": "ruby"},
+                    {"type_prefixes": ["%"]}, {"type_prefixes": [""]}, {"worker_id": "w" * 201},
+                    {"poll_interval": -1}]:
+            with self.assertRaises(InvalidInputError, msg=str(bad)):
+                sw.Poller("postgres://unused", **bad)
+        with self.assertRaises(InvalidInputError):
+            sw.Poller()
 
 
 class PollerTest(InboxTest):
