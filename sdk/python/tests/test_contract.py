@@ -1,0 +1,267 @@
+"""The client contract (testdata/contract/*.json) against the Python SDK and a real database.
+
+The Go SDK reads the same files (pkg/simpleworkflow/contract_test.go); both must give the same
+answer for every case. Every file of the directory is read: a file this test does not know fails it.
+"""
+
+import inspect
+import json
+import logging
+import os
+import sys
+import threading
+import unittest
+from collections import defaultdict
+from datetime import timedelta
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import simpleworkflow  # noqa: E402
+from simpleworkflow import Client, InvalidInputError, Poller, Task  # noqa: E402
+from tests import support  # noqa: E402
+from tests.support import InboxTest  # noqa: E402
+
+logging.basicConfig(level=logging.WARNING)
+
+CONTRACT = os.path.join(support.ROOT, "testdata", "contract")
+#: The files this test checks, each by the test of the same name.
+FILES = {"types.json", "names.json", "traceparents.json", "payloads.json", "defaults.json", "replay.json",
+         "parity.json"}
+
+
+def load(name):
+    with open(os.path.join(CONTRACT, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def tearDownModule():
+    support.stop_server()
+
+
+def nested(levels):
+    """An object nested ``levels`` levels below the top object: {"a": {"a": ... {} ...}}."""
+    value = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def of_bytes(n):
+    """An object whose JSON text (as the SDK sends it and as the database measures it) is n bytes."""
+    value = {"s": "x" * (n - len('{"s": ""}'))}
+    assert len(json.dumps(value).encode()) == n
+    return value
+
+
+def payload_of(case):
+    """The payload a payloads.json case describes."""
+    if "json" in case:
+        return json.loads(case["json"])
+    if "nested" in case:
+        return nested(case["nested"])
+    if "bytes" in case:
+        return of_bytes(case["bytes"])
+    raise AssertionError(f"payloads.json: a case without json, nested or bytes: {case}")
+
+
+class ContractFilesTest(unittest.TestCase):
+    def test_every_file_is_checked(self):
+        present = {n for n in os.listdir(CONTRACT) if n.endswith(".json")}
+        self.assertEqual(present - FILES, set(), "contract files this test does not check")
+        self.assertEqual(FILES - present, set(), "contract files missing")
+
+
+class ContractTest(InboxTest):
+    def runs(self):
+        return self.sql("select count(*) from workflow.workflow_run")[0][0]
+
+    def assertRefused(self, call, what):
+        before = self.runs()
+        with self.assertRaises(InvalidInputError, msg=what):
+            call()
+        self.assertEqual(self.runs(), before, f"{what}: something was recorded")
+
+    def test_types(self):
+        cases = load("types.json")
+        for t in cases["valid"]:
+            with self.subTest(type=t):
+                res = self.client.create(t, {})
+                self.assertTrue(res.created)
+                self.assertEqual(self.client.get(res.id).type, t)
+                (many,) = self.client.create_many([{"type": t}])
+                self.assertEqual(self.client.get(many.id).type, t)
+        for case in cases["invalid"]:
+            with self.subTest(type=case["why"]):
+                self.assertRefused(lambda: self.client.create(case["value"], {}), case["why"])
+                self.assertRefused(lambda: self.client.create_many([{"type": case["value"]}]), case["why"])
+
+    def test_traceparents(self):
+        cases = load("traceparents.json")
+        for tp in cases["valid"]:
+            with self.subTest(traceparent=tp):
+                res = self.client.create("contract.trace.v1", {}, traceparent=tp)
+                self.assertEqual(self.client.get(res.id).traceparent, tp)
+                (many,) = self.client.create_many([{"type": "contract.trace.v1", "traceparent": tp}])
+                self.assertEqual(self.client.get(many.id).traceparent, tp)
+        for case in cases["invalid"]:
+            with self.subTest(traceparent=case["why"]):
+                self.assertRefused(lambda: self.client.create("contract.trace.v1", {}, traceparent=case["value"]),
+                                   case["why"])
+                self.assertRefused(lambda: self.client.create_many(
+                    [{"type": "contract.trace.v1", "traceparent": case["value"]}]), case["why"])
+
+    def test_names(self):
+        cases = load("names.json")
+        run = self.client.create("contract.names.v1", {})
+
+        def signals():
+            return self.sql("select count(*) from workflow.workflow_signal")[0][0]
+
+        for name in cases["valid"]:
+            with self.subTest(name=name):
+                sent = self.client.signal(run.id, name, {"name": name})
+                self.assertFalse(sent.duplicate)
+                self.assertEqual(self.sql("select name from workflow.workflow_signal where id = %s",
+                                          (sent.signal_id,)), [(name,)])
+        self.assertEqual(signals(), len(cases["valid"]))
+        for case in cases["invalid"]:
+            with self.subTest(name=case["why"]):
+                with self.assertRaises(InvalidInputError):
+                    self.client.signal(run.id, case["value"])
+                self.assertEqual(signals(), len(cases["valid"]), f"{case['why']}: a signal was recorded")
+
+    def test_payloads(self):
+        cases = load("payloads.json")
+        for case in cases["recorded"]:
+            with self.subTest(payload=case["why"]):
+                res = self.client.create("contract.payload.v1", payload_of(case))
+                run = self.client.get(res.id)
+                if "stored" in case:
+                    self.assertEqual(run.payload, case["stored"])
+                if "nested" in case:
+                    self.assertEqual(run.payload, nested(case["nested"]))
+        for case in cases["refused"]:
+            with self.subTest(payload=case["why"]):
+                self.assertRefused(lambda: self.client.create("contract.payload.v1", payload_of(case)), case["why"])
+
+    def test_defaults(self):
+        defaults = load("defaults.json")
+        self.assertEqual(set(defaults), {"run", "worker"})
+        run = self.client.get(self.client.create("contract.defaults.v1").id)
+        for key, want in defaults["run"].items():
+            with self.subTest(run=key):
+                self.assertTrue(hasattr(run, key), f"Run has no {key}")
+                self.assertEqual(getattr(run, key), want)
+        # The contract's keys, and the Poller's settings and constants they are.
+        worker = {
+            "lease_seconds": ("lease_duration", simpleworkflow.DEFAULT_LEASE_SECONDS),
+            "concurrency": ("concurrency", simpleworkflow.DEFAULT_CONCURRENCY),
+            "poll_interval_seconds": ("poll_interval", simpleworkflow.DEFAULT_POLL_INTERVAL_SECONDS),
+            "claim_batch_size": ("claim_batch_size", simpleworkflow.DEFAULT_CLAIM_BATCH_SIZE),
+            "shutdown_grace_seconds": ("shutdown_grace_period", simpleworkflow.DEFAULT_SHUTDOWN_GRACE_SECONDS),
+            "reap_interval_seconds": ("reap_interval", simpleworkflow.DEFAULT_REAP_INTERVAL_SECONDS),
+        }
+        self.assertEqual(set(defaults["worker"]) - set(worker), set(), "worker defaults this test does not know")
+        config = Poller(self.url).config()
+        for key, want in defaults["worker"].items():
+            with self.subTest(worker=key):
+                field, constant = worker[key]
+                self.assertEqual(getattr(config, field), want)
+                self.assertEqual(constant, want)
+
+    def test_replay(self):
+        scenarios = load("replay.json")
+        ran = defaultdict(list)
+        lock = threading.Lock()
+
+        def handler_of(scenario):
+            def handler(task):
+                names = scenario["first"] if task.attempt == 1 else scenario["second"]
+                for name in names:
+                    def body(name=name):
+                        with lock:
+                            ran[(task.id, task.attempt)].append(name)
+                        return name
+
+                    self.assertEqual(task.step(name, body), name)
+                if task.attempt == 1:
+                    raise RuntimeError("first attempt fails after its steps")
+                return {"ok": True}
+
+            return handler
+
+        poller, _, _ = self.start_poller(type_prefixes=["contract.replay"])
+        runs = []
+        for i, scenario in enumerate(scenarios):
+            wtype = f"contract.replay{i}.v1"
+            poller.handle(wtype, handler_of(scenario))
+            runs.append(self.client.create(wtype, {}, max_attempts=5, retry_base_delay=timedelta(milliseconds=100)).id)
+        for run_id, scenario in zip(runs, scenarios):
+            with self.subTest(scenario=scenario["name"]):
+                if scenario["expect"] == "succeeded":
+                    run = self.wait_status(run_id, "succeeded", timeout=30)
+                    self.assertEqual(run.attempt, 2)
+                    with lock:
+                        self.assertEqual(ran[(run_id, 2)], scenario["ran_again"])
+                elif scenario["expect"] == "nondeterministic":
+                    run = self.wait_status(run_id, "failed", timeout=30)
+                    self.assertEqual(run.attempt, 2, "failed for good at the replay, not for lack of attempts")
+                    self.assertEqual(run.last_error, scenario["message"])
+                else:
+                    self.fail(f"replay.json: unknown expectation {scenario['expect']!r}")
+                with lock:
+                    self.assertEqual(ran[(run_id, 1)], scenario["first"], "the first attempt ran its steps")
+
+
+class ParityTest(unittest.TestCase):
+    """Every Python name of parity.json exists, and every public method of Client, Poller and Task is in it."""
+
+    CLASSES = {"Client": Client, "Poller": Poller, "Task": Task}
+
+    def instance(self, name):
+        if name == "Client":
+            return Client("postgres://unused")
+        if name == "Poller":
+            return Poller("postgres://unused")
+        return Task("00000000-0000-0000-0000-000000000000", "contract.parity.v1", {}, 1, 3, "worker")
+
+    def python_names(self):
+        parity = load("parity.json")
+        self.assertEqual(set(parity), {"verbs", "only"})
+        names = [v["python"] for v in parity["verbs"]]
+        names += [o["python"] for o in parity["only"] if "python" in o]
+        return names
+
+    def test_every_python_name_exists(self):
+        missing = []
+        for name in self.python_names():
+            cls_name, _, member = name.partition(".")
+            cls = self.CLASSES.get(cls_name)
+            if cls is None or not member:
+                missing.append(f"{name} (no class {cls_name!r} among {sorted(self.CLASSES)})")
+                continue
+            if not (hasattr(cls, member) or hasattr(self.instance(cls_name), member)):
+                missing.append(name)
+        self.assertEqual(missing, [], "names of parity.json the Python SDK lacks")
+
+    def test_every_public_method_is_in_parity(self):
+        listed = set(self.python_names())
+        missing = []
+        for cls_name, cls in self.CLASSES.items():
+            for klass in cls.__mro__:
+                if klass is object:
+                    continue
+                for attr, member in vars(klass).items():
+                    if attr.startswith("_"):
+                        continue
+                    if isinstance(member, (staticmethod, classmethod)):
+                        member = member.__func__
+                    if not (inspect.isfunction(member) or isinstance(member, property)):
+                        continue
+                    if f"{cls_name}.{attr}" not in listed:
+                        missing.append(f"{cls_name}.{attr}")
+        self.assertEqual(sorted(set(missing)), [], "public methods of the Python SDK that parity.json does not list")
+
+
+if __name__ == "__main__":
+    unittest.main()
