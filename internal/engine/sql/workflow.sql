@@ -3036,6 +3036,396 @@ as $$
     order by g.workflow_name
 $$;
 
+-- The console's reads. Each takes the bounds of what its page shows: how
+-- many rows, and how many characters of a JSON value or an error (cut
+-- here, so that a page of hundreds of them stays small). The reads of a
+-- viewer allowed only some namespaces take those (p_namespaces, as the
+-- console's gate decided them).
+
+-- list_runs_newest: a page of the console's list of runs, newest first
+-- (created_at, then id, descending), at most p_limit: runs of a literal
+-- type prefix (null or '': every type), of one status (null: every
+-- status), of one namespace (null: any), created in [p_from, p_to) (null
+-- bounds: none), before a cursor (the last row's created_at and id; null
+-- for the first page). p_namespaces, when not null, are the only
+-- namespaces whose runs are listed (a run with no Kubernetes source is of
+-- none); null lists every run. Soft-deleted runs are listed (deleted_at
+-- set); last_error is cut to 200 characters.
+-- Each form is one static statement planned for the call's values (a
+-- custom plan, in which a filter that is not set drops out), so that each
+-- keeps its index. A namespace, or a status other than succeeded, without
+-- a prefix reads an index in the list's order or one that narrows it to a
+-- few rows: idx_workflow_run_namespace_created, idx_workflow_run_ended_badly
+-- (failed or cancelled) and the queue's own indexes (pending or leased; a
+-- pending or leased run is never soft-deleted, and saying so lets those
+-- partial indexes serve). Otherwise the page merges newest-first reads,
+-- each bounded by p_limit: the finished runs of each type under the prefix
+-- from idx_workflow_run_type_created, the types found one index probe each
+-- (a skip scan); the pending runs of each type and priority from the claim
+-- index, found the same way; and the leased runs, as many as workers hold.
+create or replace function workflow.list_runs_newest(
+    p_type_prefix text,
+    p_status text,
+    p_namespace text,
+    p_namespaces text[],
+    p_from timestamptz,
+    p_to timestamptz,
+    p_before_created_at timestamptz,
+    p_before_id uuid,
+    p_limit integer
+) returns table (id uuid, type text, status text, attempt integer, max_attempts integer, source_namespace text,
+                 source_name text, created_at timestamptz, finished_at timestamptz, wait_kind text,
+                 deleted_at timestamptz, last_error text)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_custom_plan
+as $$
+#variable_conflict use_column
+declare
+    -- Types hold only a-z, 0-9, '_' and '.': every type under the prefix
+    -- sorts (collation C) between it and it followed by DEL.
+    v_lo text := coalesce(p_type_prefix, '');
+    v_hi text := coalesce(p_type_prefix, '') || chr(127);
+begin
+    if p_status <> all ('{pending,leased,succeeded,failed,cancelled}') then
+        raise exception 'list_runs_newest: % is not a status', p_status using errcode = '22023';
+    end if;
+    if v_lo = '' and (p_namespace is not null or p_status in ('pending', 'leased', 'failed', 'cancelled')) then
+        return query
+        select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+               r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+        from workflow.workflow_run r
+        where (p_status is null or r.status = p_status)
+          and (p_status is null or p_status in ('succeeded', 'failed', 'cancelled') or r.deleted_at is null)
+          and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+          and (p_namespace is null or r.source_namespace = p_namespace)
+          and (p_from is null or r.created_at >= p_from)
+          and (p_to is null or r.created_at < p_to)
+          and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+        order by r.created_at desc, r.id desc
+        limit p_limit;
+    elsif p_status is null then
+        return query
+        with recursive fin as (
+            (select r.type collate "C" as type from workflow.workflow_run r
+             where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" >= v_lo
+               and r.type collate "C" < v_hi
+             order by 1 limit 1)
+            union all
+            select (select r.type collate "C" from workflow.workflow_run r
+                    where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" > fin.type
+                      and r.type collate "C" < v_hi
+                    order by 1 limit 1)
+            from fin where fin.type is not null
+        ), pend as (
+            -- The claim index's own predicate, so that it serves.
+            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+             where coalesce(r.status, '') = 'pending' and r.deleted_at is null and r.type collate "C" >= v_lo
+               and r.type collate "C" < v_hi
+             order by 1, 2 limit 1)
+            union all
+            select x.type, x.priority from pend cross join lateral (
+                select r.type collate "C" as type, r.priority from workflow.workflow_run r
+                where coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
+                order by 1, 2 limit 1) x
+        )
+        select * from (
+            select r.* from fin cross join lateral (
+                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+                from workflow.workflow_run r
+                where r.type collate "C" = fin.type and r.status in ('succeeded', 'failed', 'cancelled')
+                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+                  and (p_namespace is null or r.source_namespace = p_namespace)
+                  and (p_from is null or r.created_at >= p_from)
+                  and (p_to is null or r.created_at < p_to)
+                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+                order by r.created_at desc, r.id desc
+                limit p_limit
+            ) r where fin.type is not null
+            union all
+            select r.* from pend cross join lateral (
+                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+                from workflow.workflow_run r
+                where r.type collate "C" = pend.type and r.priority = pend.priority
+                  and coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+                  and (p_namespace is null or r.source_namespace = p_namespace)
+                  and (p_from is null or r.created_at >= p_from)
+                  and (p_to is null or r.created_at < p_to)
+                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+                order by r.created_at desc, r.id desc
+                limit p_limit
+            ) r
+            union all
+            (select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+                    r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+             from workflow.workflow_run r
+             where r.status = 'leased' and r.deleted_at is null
+               and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+               and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+               and (p_namespace is null or r.source_namespace = p_namespace)
+               and (p_from is null or r.created_at >= p_from)
+               and (p_to is null or r.created_at < p_to)
+               and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+             order by r.created_at desc, r.id desc
+             limit p_limit)
+        ) u
+        order by 8 desc, 1 desc
+        limit p_limit;
+    elsif p_status in ('succeeded', 'failed', 'cancelled') then
+        return query
+        with recursive fin as (
+            (select r.type collate "C" as type from workflow.workflow_run r
+             where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" >= v_lo
+               and r.type collate "C" < v_hi
+             order by 1 limit 1)
+            union all
+            select (select r.type collate "C" from workflow.workflow_run r
+                    where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" > fin.type
+                      and r.type collate "C" < v_hi
+                    order by 1 limit 1)
+            from fin where fin.type is not null
+        )
+        select * from (
+            select r.* from fin cross join lateral (
+                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+                from workflow.workflow_run r
+                where r.type collate "C" = fin.type and r.status in ('succeeded', 'failed', 'cancelled')
+                  and r.status = p_status
+                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+                  and (p_namespace is null or r.source_namespace = p_namespace)
+                  and (p_from is null or r.created_at >= p_from)
+                  and (p_to is null or r.created_at < p_to)
+                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+                order by r.created_at desc, r.id desc
+                limit p_limit
+            ) r where fin.type is not null
+        ) u
+        order by 8 desc, 1 desc
+        limit p_limit;
+    elsif p_status = 'pending' then
+        return query
+        with recursive pend as (
+            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+             where coalesce(r.status, '') = 'pending' and r.deleted_at is null and r.type collate "C" >= v_lo
+               and r.type collate "C" < v_hi
+             order by 1, 2 limit 1)
+            union all
+            select x.type, x.priority from pend cross join lateral (
+                select r.type collate "C" as type, r.priority from workflow.workflow_run r
+                where coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
+                order by 1, 2 limit 1) x
+        )
+        select * from (
+            select r.* from pend cross join lateral (
+                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+                from workflow.workflow_run r
+                where r.type collate "C" = pend.type and r.priority = pend.priority
+                  and coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+                  and (p_namespace is null or r.source_namespace = p_namespace)
+                  and (p_from is null or r.created_at >= p_from)
+                  and (p_to is null or r.created_at < p_to)
+                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+                order by r.created_at desc, r.id desc
+                limit p_limit
+            ) r
+        ) u
+        order by 8 desc, 1 desc
+        limit p_limit;
+    else
+        return query
+        select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+               r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+        from workflow.workflow_run r
+        where r.status = 'leased' and r.deleted_at is null
+          and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+          and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+          and (p_namespace is null or r.source_namespace = p_namespace)
+          and (p_from is null or r.created_at >= p_from)
+          and (p_to is null or r.created_at < p_to)
+          and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+        order by r.created_at desc, r.id desc
+        limit p_limit;
+    end if;
+end
+$$;
+
+-- run_namespace: the namespace a run belongs to: that of its Kubernetes
+-- source, or for a child with none that of its nearest ancestor that has
+-- one, looking at most p_max_hops parents up; null when there is none (a
+-- plain SQL or SDK producer's run) and when the run does not exist.
+create or replace function workflow.run_namespace(p_id uuid, p_max_hops integer) returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    with recursive up as (
+        select r.parent_id, r.source_namespace, 0 as hops from workflow.workflow_run r where r.id = p_id
+        union all
+        select p.parent_id, p.source_namespace, up.hops + 1
+        from up join workflow.workflow_run p on p.id = up.parent_id
+        where up.source_namespace is null and up.hops < p_max_hops
+    )
+    select up.source_namespace from up where up.source_namespace is not null limit 1
+$$;
+
+-- run_namespaces: the namespaces that have runs, in order, one index probe
+-- each (a skip scan of idx_workflow_run_namespace_created).
+create or replace function workflow.run_namespaces() returns setof text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    with recursive ns as (
+        (select r.source_namespace as n from workflow.workflow_run r
+         where r.source_namespace is not null order by 1 limit 1)
+        union all
+        select (select r.source_namespace from workflow.workflow_run r
+                where r.source_namespace is not null and r.source_namespace > ns.n order by 1 limit 1)
+        from ns where ns.n is not null
+    )
+    select ns.n from ns where ns.n is not null
+$$;
+
+-- namespace_type_depths: type_depths of the runs of some namespaces only:
+-- each type with unfinished runs there, its runnable, leased and parked
+-- runs, and when its oldest runnable run became due.
+create or replace function workflow.namespace_type_depths(p_namespaces text[])
+returns table (type text, runnable bigint, leased bigint, parked bigint, oldest_due timestamptz)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select r.type,
+           count(*) filter (where r.status = 'pending' and r.run_at <= now()),
+           count(*) filter (where r.status = 'leased'),
+           count(*) filter (where r.status = 'pending' and r.run_at > now()),
+           min(r.run_at) filter (where r.status = 'pending' and r.run_at <= now())
+    from workflow.workflow_run r
+    where r.source_namespace = any (p_namespaces) and r.status in ('pending', 'leased') and r.deleted_at is null
+    group by 1
+$$;
+
+-- finished_last_hour: the runs that finished in the last hour, by type and
+-- five-minute bucket counted back from now (0: the latest five minutes, up
+-- to 11), those that succeeded and those that ended otherwise. Read from
+-- idx_workflow_run_finished_at: the cost follows the runs of that hour.
+create or replace function workflow.finished_last_hour()
+returns table (type text, bucket integer, succeeded bigint, ended_otherwise bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
+           count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
+    from workflow.workflow_run r
+    where r.finished_at > now() - interval '1 hour'
+    group by 1, 2
+$$;
+
+-- namespace_finished_last_hour: finished_last_hour of the runs of some
+-- namespaces only.
+create or replace function workflow.namespace_finished_last_hour(p_namespaces text[])
+returns table (type text, bucket integer, succeeded bigint, ended_otherwise bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
+           count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
+    from workflow.workflow_run r
+    where r.finished_at > now() - interval '1 hour' and r.source_namespace = any (p_namespaces)
+    group by 1, 2
+$$;
+
+-- run_versions: for each run of p_ids that exists, a text that changes
+-- whenever its page would show something new: its status, attempt and
+-- update time, its latest audit event, the number of its journal entries,
+-- and the count and latest update of its first p_children child runs (in
+-- creation order, as its page lists them).
+create or replace function workflow.run_versions(p_ids uuid[], p_children integer)
+returns table (id uuid, version text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select r.id,
+           r.status || '/' || r.attempt || '/' || extract(epoch from r.updated_at)::text || '/' ||
+           coalesce((select max(e.id) from workflow.workflow_event e where e.workflow_id = r.id), 0) || '/' ||
+           (select count(*) from workflow.workflow_step st where st.run_id = r.id) || '/' ||
+           coalesce((select count(*) || '@' || extract(epoch from max(c.updated_at))::text
+                     from (select c.updated_at from workflow.workflow_run c where c.parent_id = r.id
+                           order by c.created_at, c.id limit p_children) c), '')
+    from workflow.workflow_run r
+    where r.id = any (p_ids)
+$$;
+
+-- run_latest_events: a run's latest p_limit audit events, newest first,
+-- each event's data as JSON text cut to p_data_chars characters.
+create or replace function workflow.run_latest_events(p_id uuid, p_limit integer, p_data_chars integer)
+returns table (id bigint, event_type text, data text, created_at timestamptz)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select e.id, e.event_type, left(e.data::text, p_data_chars), e.created_at
+    from workflow.workflow_event e
+    where e.workflow_id = p_id
+    order by e.id desc
+    limit p_limit
+$$;
+
+-- run_attempt_events: the first p_limit events of a run's audit trail that
+-- name an attempt (leased, started, and how an attempt ended; not
+-- heartbeats), oldest first: the attempt, the worker (null when the event
+-- names none) and the error cut to p_error_chars characters (null when
+-- none).
+create or replace function workflow.run_attempt_events(p_id uuid, p_limit integer, p_error_chars integer)
+returns table (event_type text, attempt integer, worker_id text, error text, created_at timestamptz)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select e.event_type, (e.data->>'attempt')::int, e.data->>'worker_id', left(e.data->>'error', p_error_chars),
+           e.created_at
+    from workflow.workflow_event e
+    where e.workflow_id = p_id
+      and e.event_type in ('leased', 'started', 'succeeded', 'failed', 'retried', 'cancelled')
+      and e.data->>'attempt' ~ '^[0-9]{1,6}$'
+    order by e.id
+    limit p_limit
+$$;
+
+-- run_first_steps: the first p_limit entries of a run's journal in position
+-- order, each output as JSON text cut to p_output_chars characters.
+create or replace function workflow.run_first_steps(p_id uuid, p_limit integer, p_output_chars integer)
+returns table (name text, "position" integer, kind text, outcome text, error text, attempt integer, child_id uuid,
+               wake_at timestamptz, started_at timestamptz, finished_at timestamptz, output text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select st.name, st.position, st.kind, st.outcome, st.error, st.attempt, st.child_id, st.wake_at,
+           st.started_at, st.finished_at, left(st.output::text, p_output_chars)
+    from workflow.workflow_step st
+    where st.run_id = p_id
+    order by st.position
+    limit p_limit
+$$;
+
+-- run_latest_signals: a run's latest p_limit signals, newest first, each
+-- payload as JSON text cut to p_payload_chars characters.
+create or replace function workflow.run_latest_signals(p_id uuid, p_limit integer, p_payload_chars integer)
+returns table (id bigint, name text, created_at timestamptz, consumed_at timestamptz, consumed_by text,
+               payload text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select sg.id, sg.name, sg.created_at, sg.consumed_at, sg.consumed_by, left(sg.payload::text, p_payload_chars)
+    from workflow.workflow_signal sg
+    where sg.run_id = p_id
+    order by sg.id desc
+    limit p_limit
+$$;
+
 
 -- ===========================================================================
 -- 8. ROLES
