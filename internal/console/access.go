@@ -218,16 +218,7 @@ func (s *Server) knownNamespaces(ctx context.Context) ([]string, error) {
 	if !c.at.IsZero() && time.Since(c.at) < namespaceFresh {
 		return c.list, nil
 	}
-	rows, err := s.db.Query(ctx, `
-with recursive ns as (
-    (select r.source_namespace as n from workflow.workflow_run r
-     where r.source_namespace is not null order by 1 limit 1)
-    union all
-    select (select r.source_namespace from workflow.workflow_run r
-            where r.source_namespace is not null and r.source_namespace > ns.n order by 1 limit 1)
-    from ns where ns.n is not null
-)
-select n from ns where n is not null`)
+	rows, err := s.db.Query(ctx, `select n from workflow.run_namespaces() n`)
 	if err != nil {
 		return nil, fmt.Errorf("namespaces with runs: %w", err)
 	}

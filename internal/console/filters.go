@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,6 +21,9 @@ const pageSize = 50
 func statusNames() []string {
 	return []string{"pending", "leased", "succeeded", "failed", "cancelled"}
 }
+
+// validStatus reports whether s is a status a list can be filtered by.
+func validStatus(s string) bool { return slices.Contains(statusNames(), s) }
 
 var (
 	prefixForm    = regexp.MustCompile(`^[a-z0-9_.]*$`)
@@ -65,7 +69,7 @@ func parseRunFilter(q url.Values) (runFilter, error) {
 		return f, errors.New("type prefix may hold only a-z, 0-9, '_' and '.' (at most 253 characters)")
 	}
 	f.Status = q.Get("status")
-	if _, ok := statusCondition(f.Status); f.Status != "" && !ok {
+	if f.Status != "" && !validStatus(f.Status) {
 		return f, fmt.Errorf("status must be one of %s", strings.Join(statusNames(), ", "))
 	}
 	f.Namespace = strings.TrimSpace(q.Get("namespace"))

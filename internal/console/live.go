@@ -277,18 +277,10 @@ func (s *Server) look(ctx context.Context, marker *string) error {
 // would show something new: its status, attempt, update time, and its
 // latest audit event, the number of its journal entries, and the latest
 // change of its first children (a DAG's steps, durable child runs; at most
-// 200 of them are looked at, as its page lists).
+// maxChildren of them are looked at, as its page lists).
 func (s *Server) runVersions(ctx context.Context, ids []string) (map[string]string, error) {
-	rows, err := s.db.Query(ctx, `
-select r.id::text,
-       r.status || '/' || r.attempt || '/' || extract(epoch from r.updated_at)::text || '/' ||
-       coalesce((select max(e.id) from workflow.workflow_event e where e.workflow_id = r.id), 0) || '/' ||
-       (select count(*) from workflow.workflow_step st where st.run_id = r.id) || '/' ||
-       coalesce((select count(*) || '@' || extract(epoch from max(c.updated_at))::text
-                 from (select c.updated_at from workflow.workflow_run c where c.parent_id = r.id
-                       order by c.created_at, c.id limit 200) c), '')
-from workflow.workflow_run r
-where r.id = any($1::uuid[])`, ids)
+	rows, err := s.db.Query(ctx, `select id::text, version from workflow.run_versions($1::uuid[], $2::integer)`,
+		ids, maxChildren)
 	if err != nil {
 		return nil, fmt.Errorf("run versions: %w", err)
 	}

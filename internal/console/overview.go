@@ -105,11 +105,7 @@ func (s *Server) loadOverview(ctx context.Context) (overview, error) {
 
 	types, more, err := s.readTypes(ctx,
 		`select type, runnable, leased, parked, oldest_due from workflow.type_depths()`,
-		`select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
-       count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
-from workflow.workflow_run r
-where r.finished_at > now() - interval '1 hour'
-group by 1, 2`)
+		`select type, bucket, succeeded, ended_otherwise from workflow.finished_last_hour()`)
 	if err != nil {
 		return ov, err
 	}

@@ -29,6 +29,8 @@ const (
 	// database, so a page of hundreds of them stays small).
 	maxJSON      = 64 << 10
 	maxSmallJSON = 4 << 10
+	// maxAttemptError bounds the error shown for an attempt (in characters).
+	maxAttemptError = 2000
 )
 
 // stepRow is one entry of a run's journal.
@@ -111,11 +113,8 @@ func (s *Server) loadRun(ctx context.Context, id string) (runPage, error) {
 	p.Payload, p.Result = showJSON(run.Payload), showJSON(run.Result)
 
 	rows, err := s.db.Query(ctx, `
-select e.id, e.event_type, left(e.data::text, $3), e.created_at
-from workflow.workflow_event e
-where e.workflow_id = $1
-order by e.id desc
-limit $2`, id, maxEvents+1, maxSmallJSON)
+select id, event_type, data, created_at
+from workflow.run_latest_events($1::uuid, $2::integer, $3::integer)`, id, maxEvents+1, maxSmallJSON)
 	if err != nil {
 		return p, fmt.Errorf("run %s: events: %w", id, err)
 	}
@@ -159,14 +158,8 @@ limit $2`, id, maxEvents+1, maxSmallJSON)
 // lifecycle events that name an attempt (not heartbeats), grouped by it.
 func (s *Server) loadAttempts(ctx context.Context, p *runPage) error {
 	rows, err := s.db.Query(ctx, `
-select e.event_type, (e.data->>'attempt')::int, coalesce(e.data->>'worker_id', ''),
-       coalesce(left(e.data->>'error', 2000), ''), e.created_at
-from workflow.workflow_event e
-where e.workflow_id = $1
-  and e.event_type in ('leased', 'started', 'succeeded', 'failed', 'retried', 'cancelled')
-  and e.data->>'attempt' ~ '^[0-9]{1,6}$'
-order by e.id
-limit $2`, p.Run.ID, 3*maxAttempts)
+select event_type, attempt, coalesce(worker_id, ''), coalesce(error, ''), created_at
+from workflow.run_attempt_events($1::uuid, $2::integer, $3::integer)`, p.Run.ID, 3*maxAttempts, maxAttemptError)
 	if err != nil {
 		return fmt.Errorf("run %s: attempts: %w", p.Run.ID, err)
 	}
@@ -212,13 +205,9 @@ limit $2`, p.Run.ID, 3*maxAttempts)
 func (s *Server) loadJournal(ctx context.Context, p *runPage) error {
 	id := p.Run.ID
 	rows, err := s.db.Query(ctx, `
-select st.name, st.position, st.kind, coalesce(st.outcome, ''), coalesce(st.error, ''), st.attempt,
-       coalesce(st.child_id::text, ''), st.wake_at, st.started_at, st.finished_at,
-       coalesce(left(st.output::text, $2), '')
-from workflow.workflow_step st
-where st.run_id = $1
-order by st.position
-limit $3`, id, maxSmallJSON, maxSteps+1)
+select name, position, kind, coalesce(outcome, ''), coalesce(error, ''), attempt, coalesce(child_id::text, ''),
+       wake_at, started_at, finished_at, coalesce(output, '')
+from workflow.run_first_steps($1::uuid, $2::integer, $3::integer)`, id, maxSteps+1, maxSmallJSON)
 	if err != nil {
 		return fmt.Errorf("run %s: journal: %w", id, err)
 	}
@@ -238,12 +227,8 @@ limit $3`, id, maxSmallJSON, maxSteps+1)
 	}
 
 	rows, err = s.db.Query(ctx, `
-select sg.id, sg.name, sg.created_at, sg.consumed_at, coalesce(sg.consumed_by, ''),
-       coalesce(left(sg.payload::text, $2), '')
-from workflow.workflow_signal sg
-where sg.run_id = $1
-order by sg.id desc
-limit $3`, id, maxSmallJSON, maxSignals+1)
+select id, name, created_at, consumed_at, coalesce(consumed_by, ''), coalesce(payload, '')
+from workflow.run_latest_signals($1::uuid, $2::integer, $3::integer)`, id, maxSignals+1, maxSmallJSON)
 	if err != nil {
 		return fmt.Errorf("run %s: signals: %w", id, err)
 	}

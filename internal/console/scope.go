@@ -2,13 +2,10 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // maxParentHops bounds the walk from a child run up to the run that came
@@ -24,23 +21,12 @@ func (s *Server) mayReadRun(ctx context.Context, a access, id string) (bool, err
 	if a.all {
 		return true, nil
 	}
-	var ns string
-	err := s.db.QueryRow(ctx, `
-with recursive up as (
-    select r.parent_id, r.source_namespace, 0 as hops from workflow.workflow_run r where r.id = $1
-    union all
-    select p.parent_id, p.source_namespace, up.hops + 1
-    from up join workflow.workflow_run p on p.id = up.parent_id
-    where up.source_namespace is null and up.hops < $2
-)
-select source_namespace from up where source_namespace is not null limit 1`, id, maxParentHops).Scan(&ns)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
+	var ns *string
+	err := s.db.QueryRow(ctx, `select workflow.run_namespace($1::uuid, $2::integer)`, id, maxParentHops).Scan(&ns)
 	if err != nil {
 		return false, fmt.Errorf("the run's namespace: %w", err)
 	}
-	return a.may(ns), nil
+	return ns != nil && a.may(*ns), nil
 }
 
 // overviewFor returns the overview a viewer may see: the whole inbox's with
@@ -109,20 +95,10 @@ func (s *Server) loadScopedOverview(ctx context.Context, a access, readable []st
 	if len(readable) == 0 {
 		return ov, nil
 	}
-	types, more, err := s.readTypes(ctx, `
-select r.type,
-       count(*) filter (where r.status = 'pending' and r.run_at <= now()),
-       count(*) filter (where r.status = 'leased'),
-       count(*) filter (where r.status = 'pending' and r.run_at > now()),
-       min(r.run_at) filter (where r.status = 'pending' and r.run_at <= now())
-from workflow.workflow_run r
-where r.source_namespace = any($1::text[]) and r.status in ('pending', 'leased') and r.deleted_at is null
-group by 1`, `
-select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
-       count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
-from workflow.workflow_run r
-where r.finished_at > now() - interval '1 hour' and r.source_namespace = any($1::text[])
-group by 1, 2`, readable)
+	types, more, err := s.readTypes(ctx,
+		`select type, runnable, leased, parked, oldest_due from workflow.namespace_type_depths($1::text[])`,
+		`select type, bucket, succeeded, ended_otherwise from workflow.namespace_finished_last_hour($1::text[])`,
+		readable)
 	if err != nil {
 		return ov, err
 	}
