@@ -27,7 +27,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import psycopg  # noqa: E402
 
-from simpleworkflow import IntentPoller, PermanentError, RunContext  # noqa: E402
+from simpleworkflow import (  # noqa: E402
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_SHUTDOWN_GRACE_SECONDS,
+    PermanentError,
+    Poller,
+    Task,
+)
 
 log = logging.getLogger("example-worker")
 
@@ -36,11 +43,11 @@ COUNTER_DDL = """create table if not exists public.demo_step_counter (
     run_id uuid not null, step text not null, n integer not null, primary key (run_id, step))"""
 
 
-def echo(run: RunContext) -> Dict[str, Any]:
+def echo(run: Task) -> Dict[str, Any]:
     return dict(run.payload)
 
 
-def sleep(run: RunContext) -> Dict[str, Any]:
+def sleep(run: Task) -> Dict[str, Any]:
     seconds = run.payload.get("seconds", 0)
     if not isinstance(seconds, (int, float)) or not 0 <= seconds <= 86400:
         raise PermanentError(f"seconds must be between 0 and 86400, got {seconds!r}")
@@ -49,7 +56,7 @@ def sleep(run: RunContext) -> Dict[str, Any]:
     return {"sleptSeconds": seconds}
 
 
-def fail_times(run: RunContext) -> Dict[str, Any]:
+def fail_times(run: Task) -> Dict[str, Any]:
     n = run.payload.get("failTimes", 0)
     if run.attempt <= n:
         raise RuntimeError(f"planned failure {run.attempt} of {n}")
@@ -108,14 +115,14 @@ def _number(payload: Any, key: str) -> float:
     return float(v)
 
 
-def order_handler(counters: Counters) -> Callable[[RunContext], Any]:
+def order_handler(counters: Counters) -> Callable[[Task], Any]:
     """demo.order.v1: reserve, charge, a durable sleep, a wait for the approve signal, ship.
 
     Each step's output lands in the journal, so a retried or resumed run skips
     what it already did, whichever runtime (Go or Python) resumes it.
     """
 
-    def order(run: RunContext) -> Dict[str, Any]:
+    def order(run: Task) -> Dict[str, Any]:
         p = run.payload
         order_id = p.get("orderId", "")
         amount = p.get("amount", 0)
@@ -159,14 +166,17 @@ def main() -> None:
     p.add_argument("--type-prefixes", default=env("TYPE_PREFIXES", "demo."), help="comma-separated (env TYPE_PREFIXES)")
     p.add_argument("--runtime", default=env("RUNTIME", "python"), help="runtime declared (env RUNTIME)")
     p.add_argument("--worker-id", default=env("WORKER_ID", socket.gethostname()), help="env WORKER_ID")
-    p.add_argument("--concurrency", type=int, default=int(env("CONCURRENCY", "4")), help="env CONCURRENCY")
-    p.add_argument("--lease-duration", type=float, default=float(env("LEASE_DURATION", "30")), help="seconds (env LEASE_DURATION)")
-    p.add_argument("--shutdown-grace-period", type=float, default=float(env("SHUTDOWN_GRACE_PERIOD", "20")), help="seconds")
+    p.add_argument("--concurrency", type=int, default=int(env("CONCURRENCY", str(DEFAULT_CONCURRENCY))),
+                   help="env CONCURRENCY")
+    p.add_argument("--lease-duration", type=float, default=float(env("LEASE_DURATION", str(DEFAULT_LEASE_SECONDS))),
+                   help="seconds (env LEASE_DURATION)")
+    p.add_argument("--shutdown-grace-period", type=float,
+                   default=float(env("SHUTDOWN_GRACE_PERIOD", str(DEFAULT_SHUTDOWN_GRACE_SECONDS))), help="seconds")
     args = p.parse_args()
     if not args.database_url:
         p.error("--database-url (or DATABASE_URL) is required")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    poller = IntentPoller(
+    poller = Poller(
         args.database_url,
         type_prefixes=[s.strip() for s in args.type_prefixes.split(",") if s.strip()],
         lease_duration=args.lease_duration,
