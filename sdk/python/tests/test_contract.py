@@ -244,6 +244,18 @@ class ParityTest(unittest.TestCase):
                 missing.append(name)
         self.assertEqual(missing, [], "names of parity.json the Python SDK lacks")
 
+    def test_the_parity_page_shows_the_file(self):
+        """docs/sdk-parity.md has a row for every verb and every one-sided name of parity.json."""
+        with open(os.path.join(support.ROOT, "docs", "sdk-parity.md"), encoding="utf-8") as f:
+            page = f.read()
+        parity = load("parity.json")
+        rows = [f"| `{v['go']}` | `{v['python']}` | {v.get('note', '')} |" for v in parity["verbs"]]
+        for o in parity["only"]:
+            go = f"`{o['go']}`" if "go" in o else ""
+            py = f"`{o['python']}`" if "python" in o else ""
+            rows.append(f"| {go} | {py} | {o['why']} |")
+        self.assertEqual([r for r in rows if r not in page], [], "rows of parity.json missing from docs/sdk-parity.md")
+
     def test_every_public_method_is_in_parity(self):
         listed = set(self.python_names())
         missing = []
