@@ -75,7 +75,10 @@
 --
 -- Every transition writes its row of workflow_event (the audit trail) in
 -- the same transaction, by the function that makes it or by the trigger
--- named above. The functions that change a status set the transaction-local
+-- named above. Every trigger on workflow_run serves a plain-SQL path too
+-- (an INSERT, an UPDATE of status or deleted_at, a DELETE), so a transition
+-- a trigger makes stays in the trigger, and each function's header names
+-- the triggers its writes fire. What only functions do is in the functions. The functions that change a status set the transaction-local
 -- setting workflow.via_function while they run, so that the plain-SQL audit
 -- trigger does not write a second event; it is an audit hint, not a guard.
 --
@@ -150,6 +153,15 @@ comment on function workflow.new_run_id() is
 create or replace function workflow.json_too_deep(p_value jsonb) returns boolean
 language sql immutable parallel safe
 return jsonb_path_exists(p_value, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")');
+
+-- What is wrong with a value stored for a client to decode (over 1 MiB as
+-- JSON text, or nested too deep), named by what it is, or null.
+create or replace function workflow.stored_value_problem(p_value jsonb, p_what text) returns text
+language sql stable parallel safe
+return case when p_value is not null and octet_length(p_value::text) > 1048576
+            then format('%s is %s bytes; the limit is 1048576 (1 MiB)', p_what, octet_length(p_value::text))
+            when workflow.json_too_deep(p_value)
+            then p_what || ' nests deeper than 64 levels (objects and arrays), the most a stored value may' end;
 
 -- Whether a text is a W3C traceparent (version 00, neither id all zeros);
 -- null is valid (no trace).
@@ -1229,15 +1241,30 @@ begin
 end
 $$;
 
+-- lock_parents locks the workflows (DAG runs, durable parents) of the given
+-- runs, in id order: rule 1 of the lock order, taken first by every path
+-- that ends runs, as ending a parent does (the parent, then its children).
+-- The parents are looked up by primary key: as a join under enable_nestloop
+-- off, they were found by reading the whole table.
+create or replace function workflow.lock_parents(p_ids uuid[]) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform 1 from workflow.workflow_run p
+    where p.id = any (array(select c.parent_id from workflow.workflow_run c
+                            where c.id = any (p_ids) and c.parent_id is not null))
+    order by p.id
+    for update of p;
+end
+$$;
+
 -- result_problem names what is wrong with a run's result (over 1 MiB or
 -- nested too deep), or null: the same bounds as a step output, so a
 -- child's result always fits in its parent's journal.
 create or replace function workflow.result_problem(p_result jsonb) returns text
 language sql stable parallel safe
-return case when p_result is not null and octet_length(p_result::text) > 1048576
-            then format('result is %s bytes; the limit is 1048576 (1 MiB)', octet_length(p_result::text))
-            when workflow.json_too_deep(p_result)
-            then 'result nests deeper than 64 levels (objects and arrays), the most a stored value may' end;
+return workflow.stored_value_problem(p_result, 'result');
 
 -- complete_runs records the results of runs a worker holds (by worker id
 -- and token; a run it no longer holds is left alone and not returned). A
@@ -1263,16 +1290,7 @@ declare
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
-    -- The workflows (DAG runs, durable parents) of the runs finishing here,
-    -- locked first and in id order: ending a workflow locks it before its
-    -- steps, so a step's end must not lock them the other way round.
-    -- Looked up by primary key: as a join (enable_nestloop is off here) the
-    -- parents were found by reading the whole table.
-    perform 1 from workflow.workflow_run p
-    where p.id = any (array(select c.parent_id from workflow.workflow_run c
-                            where c.id = any (p_ids) and c.parent_id is not null))
-    order by p.id
-    for update of p;
+    perform workflow.lock_parents(p_ids);
     return query
     with req as (
         select t.id, t.token, t.result, workflow.result_problem(t.result) as problem
@@ -1355,14 +1373,7 @@ declare
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
-    -- The workflows (DAG runs, durable parents) of the runs finishing here,
-    -- locked first and in id order: ending a workflow locks it before its
-    -- steps, so a step's end must not lock them the other way round.
-    perform 1 from workflow.workflow_run p
-    where p.id in (select c.parent_id from workflow.workflow_run c
-                   where c.id = any (p_ids) and c.parent_id is not null)
-    order by p.id
-    for update of p;
+    perform workflow.lock_parents(p_ids);
     return query
     with req as (
         select * from unnest(p_ids, p_tokens, p_errors, p_retryable)
@@ -1492,10 +1503,7 @@ $_$;
 -- null.
 create or replace function workflow.output_problem(p_output jsonb) returns text
 language sql stable parallel safe
-return case when p_output is not null and octet_length(p_output::text) > 1048576
-            then format('output is %s bytes; the limit is 1048576 (1 MiB)', octet_length(p_output::text))
-            when workflow.json_too_deep(p_output)
-            then 'output nests deeper than 64 levels (objects and arrays), the most a stored value may' end;
+return workflow.stored_value_problem(p_output, 'output');
 
 -- The message of a replay that met another step than the journal holds.
 create or replace function workflow.nondeterminism_message(
@@ -1554,6 +1562,7 @@ as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := workflow.now();
+    v_problems text[];
     v_owned boolean[];
     v_inserted boolean[];
     v_unresolved uuid[];
@@ -1588,13 +1597,14 @@ begin
         on conflict do nothing
         returning run_id, name
     )
-    select array_agg(o.id is not null order by req.idx),
+    select array_agg(req.problem order by req.idx),
+           array_agg(o.id is not null order by req.idx),
            array_agg(i.run_id is not null order by req.idx),
            -- Runs whose journal must be read to answer: the usual batch,
            -- every step new, reads none.
            coalesce(array_agg(req.id) filter (where o.id is not null and i.run_id is null
                                                  and req.problem is null), '{}')
-    into v_owned, v_inserted, v_unresolved
+    into v_problems, v_owned, v_inserted, v_unresolved
     from req
     left join (select distinct on (o.id, o.token) o.id, o.token from owned o) o
       on o.id = req.id and o.token = req.token
@@ -1603,11 +1613,7 @@ begin
     -- A new statement sees what concurrent writers committed meanwhile.
     return query
     with req as (
-        select t.*, coalesce(workflow.step_name_problem(t.name),
-                             case when t.position is null or t.position not between 0 and 999
-                                  then format('a run has at most 1000 steps (positions 0 to 999), got position %s',
-                                              coalesce(t.position::text, 'null')) end,
-                             workflow.output_problem(t.output)) as problem
+        select t.*, v_problems[t.idx::integer] as problem
         from unnest(p_ids, p_names, p_positions, p_outputs)
             with ordinality as t(id, name, position, output, idx)
     ), mine as (
@@ -1899,6 +1905,23 @@ $$;
 -- 5. CHILDREN AND DAGS
 -- ===========================================================================
 
+-- resolve_child_entry writes a finished child's end into its parent's
+-- journal entry, unless the entry is already resolved: ok with the child's
+-- result, or error with why it failed or that it was cancelled.
+create or replace function workflow.resolve_child_entry(p_child workflow.workflow_run) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    update workflow.workflow_step s
+    set outcome     = case p_child.status when 'succeeded' then 'ok' else 'error' end,
+        output      = case when p_child.status = 'succeeded' then p_child.result end,
+        error       = case p_child.status
+                          when 'failed' then left(coalesce(p_child.last_error, 'child run failed'), 8192)
+                          when 'cancelled' then 'child run cancelled' end,
+        finished_at = workflow.now()
+    where s.run_id = p_child.parent_id and s.name = p_child.parent_step and s.finished_at is null
+$$;
+
 -- start_child records a child run at a parent's step (once: a replay gets
 -- the same child, 'duplicate'), with the parent's priority and deadline
 -- (or the earlier of it and the child's own), and journals a 'child' entry;
@@ -1980,15 +2003,9 @@ begin
     values (p_id, p_step, p_position, 'child', v_run.attempt, v_child);
     -- A child that already ended (it existed before its journal entry) is
     -- written in at once.
-    update workflow.workflow_step s
-    set outcome     = case c.status when 'succeeded' then 'ok' else 'error' end,
-        output      = case when c.status = 'succeeded' then c.result end,
-        error       = case c.status when 'failed' then left(coalesce(c.last_error, 'child run failed'), 8192)
-                                    when 'cancelled' then 'child run cancelled' end,
-        finished_at = workflow.now()
+    perform workflow.resolve_child_entry(c)
     from workflow.workflow_run c
-    where c.id = v_child and c.status in ('succeeded', 'failed', 'cancelled')
-      and s.run_id = p_id and s.name = p_step;
+    where c.id = v_child and c.status in ('succeeded', 'failed', 'cancelled');
     select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step;
     return query select 'started', v_child, v_step.outcome, v_step.output, v_step.error, null::text;
 end
@@ -2010,13 +2027,7 @@ begin
         return null;
     end if;
 
-    update workflow.workflow_step s
-    set outcome     = case new.status when 'succeeded' then 'ok' else 'error' end,
-        output      = case when new.status = 'succeeded' then new.result end,
-        error       = case new.status when 'failed' then left(coalesce(new.last_error, 'child run failed'), 8192)
-                                      when 'cancelled' then 'child run cancelled' end,
-        finished_at = workflow.now()
-    where s.run_id = new.parent_id and s.name = new.parent_step and s.finished_at is null;
+    perform workflow.resolve_child_entry(new);
 
     update workflow.workflow_run p
     set run_at = workflow.now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = workflow.now()
@@ -2454,15 +2465,11 @@ declare
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
 begin
     perform set_config('workflow.via_function', 'on', true);
-    -- The workflows of the runs about to be reaped, locked first and in id
-    -- order, as a worker's completions do.
-    perform 1 from workflow.workflow_run p
-    where p.id in (select r.parent_id from workflow.workflow_run r
-                   where r.status = 'leased' and r.lease_until < v_now and r.parent_id is not null
-                   order by r.lease_until
-                   limit p_limit)
-    order by p.id
-    for update of p;
+    perform workflow.lock_parents(array(
+        select r.id from workflow.workflow_run r
+        where r.status = 'leased' and r.lease_until < v_now and r.parent_id is not null
+        order by r.lease_until
+        limit p_limit));
     return query
     with expired as (
         select r.id, r.leased_by, r.lease_until
@@ -2535,13 +2542,7 @@ begin
         perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
-    -- The workflows of the runs about to expire, locked first and in id
-    -- order, as a worker's completions do.
-    perform 1 from workflow.workflow_run p
-    where p.id in (select r.parent_id from workflow.workflow_run r
-                   where r.id = any (v_ids) and r.parent_id is not null)
-    order by p.id
-    for update of p;
+    perform workflow.lock_parents(v_ids);
     return query
     with doomed as (
         select r.id, r.status, r.leased_by, r.wait_kind
@@ -3301,10 +3302,10 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     select r.type,
-           count(*) filter (where r.status = 'pending' and r.run_at <= now()),
+           count(*) filter (where r.status = 'pending' and r.run_at <= workflow.now()),
            count(*) filter (where r.status = 'leased'),
-           count(*) filter (where r.status = 'pending' and r.run_at > now()),
-           min(r.run_at) filter (where r.status = 'pending' and r.run_at <= now())
+           count(*) filter (where r.status = 'pending' and r.run_at > workflow.now()),
+           min(r.run_at) filter (where r.status = 'pending' and r.run_at <= workflow.now())
     from workflow.workflow_run r
     where r.source_namespace = any (p_namespaces) and r.status in ('pending', 'leased') and r.deleted_at is null
     group by 1
@@ -3319,10 +3320,10 @@ returns table (type text, bucket integer, succeeded bigint, ended_otherwise bigi
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
+    select r.type, least(floor(extract(epoch from (workflow.now() - r.finished_at)) / 300)::int, 11),
            count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
     from workflow.workflow_run r
-    where r.finished_at > now() - interval '1 hour'
+    where r.finished_at > workflow.now() - interval '1 hour'
     group by 1, 2
 $$;
 
@@ -3333,10 +3334,10 @@ returns table (type text, bucket integer, succeeded bigint, ended_otherwise bigi
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select r.type, least(floor(extract(epoch from (now() - r.finished_at)) / 300)::int, 11),
+    select r.type, least(floor(extract(epoch from (workflow.now() - r.finished_at)) / 300)::int, 11),
            count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
     from workflow.workflow_run r
-    where r.finished_at > now() - interval '1 hour' and r.source_namespace = any (p_namespaces)
+    where r.finished_at > workflow.now() - interval '1 hour' and r.source_namespace = any (p_namespaces)
     group by 1, 2
 $$;
 
@@ -3447,6 +3448,7 @@ revoke all on function
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
     workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
     workflow.inbox_version(),
+    workflow.lock_parents(uuid[]),
     workflow.on_child_finished(),
     workflow.on_child_inserting(),
     workflow.on_parent_ended(),
@@ -3459,6 +3461,7 @@ revoke all on function
     workflow.park_run(text, uuid, bigint, text, text, integer, timestamptz, bigint, text),
     workflow.queue_depth(text[], text, bigint),
     workflow.reap_expired_leases(integer),
+    workflow.resolve_child_entry(workflow.workflow_run),
     workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[]),
     workflow.release_runs(text, uuid[], bigint[]),
     workflow.send_signal(uuid, text, jsonb, text),
