@@ -556,7 +556,9 @@ class Poller:
                 self._outcomes.put(outcome)
                 return
             except StoppedError:
+                # The writers have ended: the lease runs out and the run is retried.
                 self._active.pop(task.id, None)
+        self._tracing.end_attempt(task._span, OUTCOME_UNRECORDED, outcome.error)
         self._wake.set()
 
     def _outcome(self, task: Task, raw: Optional[str], error: Optional[BaseException]) -> _Outcome:
