@@ -39,7 +39,7 @@ class HostileValuesTest(InboxTest):
         return wait_for(row, timeout=30, what=f"run {run_id} to finish")
 
     def test_undecodable_runs_fail_alone_in_a_claimed_batch(self):
-        # Tenancy item 1: a payload or journal the worker cannot decode
+        # A payload or journal the worker cannot decode
         # (nested 5,000 levels; an integer of 5,000 digits, which Python's
         # int() refuses) failed the whole claim, leaving the neighbours
         # leased; each now fails alone, at once, and the rest run.
@@ -189,7 +189,7 @@ __all__ = ["HostileValuesTest", "PermanentError"]
 
 class DeadlineFloodTest(InboxTest):
     def test_a_flood_of_overdue_runs_is_logged_per_batch(self):
-        # Tenancy item 6: runs with deadlines decades in the past are expired
+        # Runs with deadlines decades in the past are expired
         # in batches, one log line a batch, not one a run.
         self.sql("insert into workflow.workflow_run (type, payload, deadline_at) "
                  "select 'pyflood.other.v1', '{}', now() - interval '30 years' from generate_series(1, 1200)")

@@ -250,7 +250,7 @@ class PollerTest(InboxTest):
         self.assertEqual(self.trail(res.id), ["created", "started", "succeeded"])
 
     def test_claims_only_the_types_it_has_handlers_for(self):
-        # Issue 10, item 11: a v2 run reaching an old worker is not claimed.
+        # A v2 run reaching an old worker is not claimed.
         poller, _, _ = self.start_poller(type_prefixes=["pyroll."], worker_id="py-roll")
         poller.handle("pyroll.job.v1", lambda run: None)
         v2 = self.client.create("pyroll.job.v2", {})
@@ -321,7 +321,7 @@ class PollerTest(InboxTest):
         self.assertEqual(self.client.events(res.id)[-1].data.get("reason"), "released")
 
     def test_success_after_the_grace_period_is_completed(self):
-        # Issue 10, item 12: finished work is recorded, not handed back and redone.
+        # Finished work is recorded, not handed back and redone.
         poller, thread, stop = self.start_poller(type_prefixes=["py."], shutdown_grace_period=0.2)
         started = threading.Event()
         calls = []
@@ -341,7 +341,7 @@ class PollerTest(InboxTest):
         self.assertEqual((run.status, run.result, calls), ("succeeded", {"done": True}, [1]))
 
     def test_poison_outcomes_affect_only_their_run(self):
-        # Issue 10, item 8: a result Postgres cannot store fails its run for
+        # A result Postgres cannot store fails its run for
         # good; an error text with NUL is cleaned and says so.
         poller, _, _ = self.start_poller(type_prefixes=["pypoison."])
         poller.handle("pypoison.result.v1", lambda run: {"s": "a\u0000b"})
