@@ -94,7 +94,7 @@ class HostileValuesTest(InboxTest):
         self.assertTrue(thread.is_alive())
 
     def test_producers_get_a_clear_error_and_store_nothing(self):
-        # Tenancy item 1, the producers' paths: create, create_many, signal.
+        # Hostile JSON through the producers' paths: create, create_many, signal.
         target = self.client.create("pyhostile.target.v1", {}).id
         too_deep = {"v": deep_list(MAX_JSON_DEPTH)}
         python_cannot = {"v": deep_list(5000)}
@@ -118,7 +118,7 @@ class HostileValuesTest(InboxTest):
         self.assertEqual(self.sql("select payload->>'k' from workflow.workflow_run where payload ? 'k'"), [("2",)])
 
     def test_worker_paths_fail_only_their_run(self):
-        # Tenancy item 1, the worker's paths: a result, a step output and a
+        # Hostile JSON through the worker's paths: a result, a step output and a
         # child's payload that the database refuses (too deep, NUL) or that
         # Python cannot encode fail their own run for good; the bystanders
         # of the same batches succeed.
