@@ -1035,12 +1035,15 @@ set enable_mergejoin = off
 as $$
 #variable_conflict use_column
 declare
-    v_now timestamptz := workflow.now();
+    v_now timestamptz;
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_patterns text[];
     v_types text[];
-    v_journal_cap bigint := (select st.max_journal_bytes from workflow.workflow_settings st);
+    v_journal_cap bigint;
 begin
+    -- workflow.now() and the journal's cap, in one read of the owner's settings.
+    select pg_catalog.now() + st.clock_offset, st.max_journal_bytes into v_now, v_journal_cap
+    from workflow.workflow_settings st;
     perform set_config('workflow.via_function', 'on', true);
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
         raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
