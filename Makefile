@@ -189,6 +189,14 @@ demo-env: envtest ## Only Postgres and the control plane, for development. Ctrl-
 	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
 	$(LOCALBIN)/demo -env-only
 
+.PHONY: localnode-up
+localnode-up: envtest ## A real single-node Kubernetes here (kubelet on containerd, kube-proxy, CNI bridge); prints its KUBECONFIG.
+	hack/localnode.sh up
+
+.PHONY: localnode-down
+localnode-down: ## Stop the local node and remove everything it made.
+	hack/localnode.sh down
+
 ##@ Tools
 
 $(LOCALBIN):
