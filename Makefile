@@ -193,6 +193,10 @@ demo-env: envtest ## Only Postgres and the control plane, for development. Ctrl-
 localnode-up: envtest ## A real single-node Kubernetes here (kubelet on containerd, kube-proxy, CNI bridge); prints its KUBECONFIG.
 	hack/localnode.sh up
 
+.PHONY: test-localnode
+test-localnode: envtest ## The user's path on a real node: make image, helm install, runs scale the worker from zero (root; starts and stops the node).
+	$(GO) test -count=1 -tags localnode -timeout 30m -v ./test/localnode/
+
 .PHONY: localnode-down
 localnode-down: ## Stop the local node and remove everything it made.
 	hack/localnode.sh down

@@ -305,6 +305,7 @@ up() {
     --authorization-mode Node,RBAC --client-ca-file "$DIR/pki/ca.crt" \
     --tls-cert-file "$DIR/pki/apiserver.crt" --tls-private-key-file "$DIR/pki/apiserver.key" \
     --kubelet-client-certificate "$DIR/pki/admin.crt" --kubelet-client-key "$DIR/pki/admin.key" \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --requestheader-client-ca-file "$DIR/pki/front-proxy-ca.crt" \
