@@ -136,11 +136,56 @@ func setUp(t *testing.T) *env {
 	return e
 }
 
+// runEvents counts a run's audit events by type, read from the inbox.
+func (e *env) runEvents(t *testing.T, wfr string) map[string]int {
+	t.Helper()
+	out := e.run(t, "psql", e.dbURL, "-Atc", fmt.Sprintf(`select e.event_type || ' ' || count(*)
+		from workflow.workflow_run r join workflow.workflow_event e on e.workflow_id = r.id
+		where r.source_namespace = 'default' and r.source_name = '%s' group by e.event_type`, wfr))
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var kind string
+		var n int
+		if _, err := fmt.Sscanf(line, "%s %d", &kind, &n); err == nil {
+			counts[kind] = n
+		}
+	}
+	return counts
+}
+
+func (e *env) phase(wfr string) string {
+	out, _ := e.try(e.kubectl, "get", "wfr", "-n", "default", wfr, "-o", "jsonpath={.status.phase}")
+	return strings.TrimSpace(out)
+}
+
+func (e *env) apply(t *testing.T, manifest string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.k(t, "apply", "-f", path)
+}
+
+func wfr(name, typ, payload string) string {
+	return fmt.Sprintf("---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
+		"metadata: {name: %s, namespace: default}\nspec: {type: %s, payload: %s}\n", name, typ, payload)
+}
+
+// The README's path, then what goes wrong in clusters, on one install.
+func TestOnARealNode(t *testing.T) {
+	e := setUp(t)
+	t.Run("the user's path", func(t *testing.T) { userPath(t, e) })
+	t.Run("a worker pod killed mid-run", func(t *testing.T) { workerKilled(t, e) })
+	t.Run("the leader deleted with two replicas", func(t *testing.T) { leaderDeleted(t, e) })
+	t.Run("the database lost under the readiness probe", func(t *testing.T) { databaseLost(t, e) })
+	t.Run("uninstall", func(t *testing.T) { uninstall(t, e) })
+}
+
 // The README's path: helm install with a Secret and the example worker; runs
 // applied with kubectl scale the worker from zero, succeed, and the worker
 // goes back to zero.
-func TestUserPathOnARealNode(t *testing.T) {
-	e := setUp(t)
+func userPath(t *testing.T, e *env) {
 	port := e.dbURL[strings.LastIndex(e.dbURL, ":")+1:]
 	port = port[:strings.Index(port, "/")]
 
@@ -220,9 +265,150 @@ func TestUserPathOnARealNode(t *testing.T) {
 		installed.Round(time.Millisecond), podReady.Round(time.Millisecond), first.Round(time.Millisecond),
 		all.Round(time.Millisecond), zero.Round(time.Millisecond))
 
-	// The manager removes the finalizers of WorkflowRuns and WorkflowRegistries:
-	// they go while it runs, before the chart does (docs/localnode.md).
+}
+
+// workerPod is the name of a Ready example-worker pod, or "".
+func (e *env) workerPods() string {
+	out, _ := e.try(e.kubectl, "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/component=example-worker",
+		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
+	return strings.TrimSpace(out)
+}
+
+// A worker pod killed (no grace) while it holds a run: the run's lease
+// expires, the manager reaps it, another pod claims it and it succeeds once.
+func workerKilled(t *testing.T, e *env) {
+	e.apply(t, wfr("long", "demo.sleep.v1", "{seconds: 6}"))
+	eventually(t, time.Minute, "the long run Running", func() bool { return e.phase("long") == "Running" })
+	holder := strings.TrimSpace(e.run(t, "psql", e.dbURL, "-Atc",
+		"select leased_by from workflow.workflow_run where source_name = 'long' and status = 'leased'"))
+	pods := strings.Fields(e.workerPods())
+	var victim string
+	for _, p := range pods {
+		if strings.Contains(holder, p) {
+			victim = p
+		}
+	}
+	if victim == "" {
+		t.Fatalf("no running pod holds the run (holder %q, pods %v)", holder, pods)
+	}
+	killed := time.Now()
+	e.k(t, "-n", namespace, "delete", "pod", victim, "--grace-period=0", "--force")
+	eventually(t, 3*time.Minute, "the long run Succeeded", func() bool { return e.phase("long") == "Succeeded" })
+	ev := e.runEvents(t, "long")
+	if ev["started"] != 2 || ev["succeeded"] != 1 || ev["retried"] != 1 {
+		t.Fatalf("events of the long run: %v, want two attempts started, one retried (lease expired), one success", ev)
+	}
+	reason := strings.TrimSpace(e.run(t, "psql", e.dbURL, "-Atc", `select e.data->>'reason' from workflow.workflow_event e
+		join workflow.workflow_run r on r.id = e.workflow_id where r.source_name = 'long' and e.event_type = 'retried'`))
+	if reason != "lease_expired" {
+		t.Fatalf("the run came back with reason %q, want lease_expired", reason)
+	}
+	t.Logf("killed pod %s; the run succeeded on another attempt %s later", victim, time.Since(killed).Round(time.Millisecond))
+}
+
+// The leader deleted while another replica stands by: the other leads, and
+// runs applied meanwhile are mirrored and finish once.
+func leaderDeleted(t *testing.T, e *env) {
+	e.run(t, e.helm, "upgrade", release, "charts/simple-workflow", "-n", namespace, "--reuse-values",
+		"--set", "replicaCount=2", "--wait", "--timeout", "3m")
+	holder := func() string {
+		out, _ := e.try(e.kubectl, "-n", namespace, "get", "leases", "-o", "jsonpath={.items[*].spec.holderIdentity}")
+		return out
+	}
+	managers := func() []string {
+		out, _ := e.try(e.kubectl, "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/component=manager",
+			"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
+		return strings.Fields(out)
+	}
+	eventually(t, time.Minute, "two managers running", func() bool { return len(managers()) == 2 })
+	var leader, standby string
+	for _, p := range managers() {
+		if strings.Contains(holder(), p) {
+			leader = p
+		} else {
+			standby = p
+		}
+	}
+	if leader == "" || standby == "" {
+		t.Fatalf("leader %q, standby %q (lease holder %q)", leader, standby, holder())
+	}
+	t.Logf("leader %s, standby %s", leader, standby)
+	deleted := time.Now()
+	e.k(t, "-n", namespace, "delete", "pod", leader, "--wait=false")
+	for i := range 3 {
+		e.apply(t, wfr(fmt.Sprintf("failover-%d", i), "demo.echo.v1", fmt.Sprintf("{n: %d}", i)))
+	}
+	// The standby, or the replacement the ReplicaSet starts, whichever takes
+	// the Lease first.
+	took := eventually(t, 2*time.Minute, "another manager leads", func() bool {
+		h := holder()
+		return h != "" && !strings.Contains(h, leader)
+	})
+	for i := range 3 {
+		name := fmt.Sprintf("failover-%d", i)
+		eventually(t, 2*time.Minute, name+" Succeeded", func() bool { return e.phase(name) == "Succeeded" })
+		if ev := e.runEvents(t, name); ev["created"] != 1 || ev["succeeded"] != 1 || ev["started"] != 1 {
+			t.Fatalf("%s: events %v, want each once", name, ev)
+		}
+	}
+	t.Logf("%s led %s after the leader was deleted; the runs applied meanwhile finished once (%s in all)",
+		holder(), took.Round(time.Millisecond), time.Since(deleted).Round(time.Millisecond))
+}
+
+// Postgres frozen: the manager's readiness goes false, it is not restarted,
+// and it is Ready again once Postgres answers.
+func databaseLost(t *testing.T, e *env) {
+	ready := func(want string) func() bool {
+		return func() bool {
+			out, _ := e.try(e.kubectl, "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/component=manager",
+				"-o", "jsonpath={.items[*].status.conditions[?(@.type==\"Ready\")].status}")
+			f := strings.Fields(out)
+			if len(f) == 0 {
+				return false
+			}
+			for _, s := range f {
+				if s != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	restarts := func() string {
+		out, _ := e.try(e.kubectl, "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/component=manager",
+			"-o", "jsonpath={.items[*].status.containerStatuses[*].restartCount}")
+		return strings.TrimSpace(out)
+	}
+	before := restarts()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.try("hack/pg.sh", "pause", e.pgDir, "45")
+		done <- err
+	}()
+	eventually(t, 40*time.Second, "the managers not Ready while Postgres is frozen", ready("False"))
+	if err := <-done; err != nil {
+		t.Fatalf("hack/pg.sh pause: %v", err)
+	}
+	eventually(t, 90*time.Second, "the managers Ready again", ready("True"))
+	if after := restarts(); after != before {
+		t.Fatalf("restart counts went from %q to %q: the liveness probe killed a manager that only lost its database", before, after)
+	}
+}
+
+// Uninstall: the runs and registries go first, while the manager removes
+// their finalizers (docs/localnode.md); then nothing of the release is left
+// but the CRDs (helm never deletes them) and the database's schema.
+func uninstall(t *testing.T, e *env) {
 	e.k(t, "delete", "wfr", "-n", "default", "--all", "--wait", "--timeout=60s")
 	e.k(t, "delete", "workflowregistries", "-A", "--all", "--wait", "--timeout=60s")
 	e.run(t, e.helm, "uninstall", release, "-n", namespace, "--wait", "--timeout", "2m")
+	// helm waits for what it deleted; their pods end after their grace period.
+	e.k(t, "-n", namespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/instance="+release, "--timeout=90s")
+	if left := strings.TrimSpace(e.k(t, "-n", namespace, "get", "all,leases,roles,rolebindings,serviceaccounts,configmaps",
+		"-l", "app.kubernetes.io/instance="+release, "-o", "name")); left != "" {
+		t.Fatalf("left after uninstall: %s", left)
+	}
+	if crds := e.k(t, "get", "crd", "-o", "name"); !strings.Contains(crds, "workflowruns.workflow.simpleworkflow.dev") {
+		t.Fatalf("the CRDs are gone: %s", crds)
+	}
 }
