@@ -179,6 +179,8 @@ func TestOnARealNode(t *testing.T) {
 	t.Run("a worker pod killed mid-run", func(t *testing.T) { workerKilled(t, e) })
 	t.Run("the leader deleted with two replicas", func(t *testing.T) { leaderDeleted(t, e) })
 	t.Run("the database lost under the readiness probe", func(t *testing.T) { databaseLost(t, e) })
+	t.Run("helm upgrade to a new image while runs are in flight", func(t *testing.T) { upgrade(t, e) })
+	t.Run("the console through kubectl port-forward", func(t *testing.T) { console(t, e) })
 	t.Run("uninstall", func(t *testing.T) { uninstall(t, e) })
 }
 
@@ -393,6 +395,75 @@ func databaseLost(t *testing.T, e *env) {
 	if after := restarts(); after != before {
 		t.Fatalf("restart counts went from %q to %q: the liveness probe killed a manager that only lost its database", before, after)
 	}
+}
+
+// helm upgrade to a newly built image tag, with the README's CRD step,
+// while runs are in flight: every run succeeds once; a run a stopping
+// worker was running is handed back (reason released) and run again, never
+// lost to a lease.
+func upgrade(t *testing.T, e *env) {
+	const n = 8
+	tag := "v0.0.0-upgrade"
+	cmd := exec.Command("hack/image.sh")
+	cmd.Dir, cmd.Env = e.root, append(os.Environ(), "VERSION="+tag)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/image.sh with VERSION=%s: %v\n%s", tag, err, out)
+	}
+	e.run(t, "hack/localnode.sh", "import",
+		"ghcr.io/simple-workflow/manager:"+tag, "ghcr.io/simple-workflow/example-worker:"+tag)
+	var manifest strings.Builder
+	for i := range n {
+		manifest.WriteString(wfr(fmt.Sprintf("inflight-%d", i), "demo.sleep.v1", "{seconds: 3}"))
+	}
+	e.apply(t, manifest.String())
+	eventually(t, time.Minute, "runs in flight", func() bool { return e.phase("inflight-0") == "Running" })
+	e.k(t, "apply", "--server-side", "-f", "charts/simple-workflow/crds/")
+	e.run(t, e.helm, "upgrade", release, "charts/simple-workflow", "-n", namespace, "--reuse-values",
+		"--set", "image.tag="+tag, "--set", "exampleWorker.image.tag="+tag, "--wait", "--timeout", "3m")
+	images := e.k(t, "-n", namespace, "get", "deploy", "-o", "jsonpath={.items[*].spec.template.spec.containers[*].image}")
+	if strings.Count(images, ":"+tag) != 2 {
+		t.Fatalf("after the upgrade the Deployments run %s", images)
+	}
+	handedBack := 0
+	for i := range n {
+		name := fmt.Sprintf("inflight-%d", i)
+		eventually(t, 3*time.Minute, name+" Succeeded", func() bool { return e.phase(name) == "Succeeded" })
+		ev := e.runEvents(t, name)
+		if ev["succeeded"] != 1 || ev["failed"] != 0 || ev["started"] != 1+ev["retried"] {
+			t.Fatalf("%s: events %v", name, ev)
+		}
+		if ev["retried"] > 0 {
+			handedBack++
+			reasons := e.run(t, "psql", e.dbURL, "-Atc", fmt.Sprintf(`select string_agg(e.data->>'reason', ',')
+				from workflow.workflow_event e join workflow.workflow_run r on r.id = e.workflow_id
+				where r.source_name = '%s' and e.event_type = 'retried'`, name))
+			if strings.Trim(strings.TrimSpace(reasons), "released,") != "" {
+				t.Fatalf("%s came back by %q, want only released (a stopping worker's hand-back)", name, reasons)
+			}
+		}
+	}
+	t.Logf("%d runs in flight across the upgrade; %d handed back by a stopping worker and run again, none lost or doubled",
+		n, handedBack)
+}
+
+// The console, turned on with the chart's defaults, answers through
+// kubectl port-forward of its Service.
+func console(t *testing.T, e *env) {
+	e.run(t, e.helm, "upgrade", release, "charts/simple-workflow", "-n", namespace, "--reuse-values",
+		"--set", "console.enabled=true", "--wait", "--timeout", "3m")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pf := exec.CommandContext(ctx, e.kubectl, "-n", namespace, "port-forward",
+		"svc/"+release+"-simple-workflow-console", "18082:8082")
+	pf.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = pf.Wait() }()
+	eventually(t, time.Minute, "the console's login page through the port-forward", func() bool {
+		out, err := e.try("curl", "-fsS", "http://127.0.0.1:18082/login")
+		return err == nil && strings.Contains(strings.ToLower(out), "token")
+	})
 }
 
 // Uninstall: the runs and registries go first, while the manager removes
