@@ -181,6 +181,7 @@ func TestOnARealNode(t *testing.T) {
 	t.Run("the database lost under the readiness probe", func(t *testing.T) { databaseLost(t, e) })
 	t.Run("helm upgrade to a new image while runs are in flight", func(t *testing.T) { upgrade(t, e) })
 	t.Run("the console through kubectl port-forward", func(t *testing.T) { console(t, e) })
+	t.Run("ten thousand WorkflowRuns within the manager memory limit", func(t *testing.T) { load(t, e) })
 	t.Run("uninstall", func(t *testing.T) { uninstall(t, e) })
 }
 
@@ -464,6 +465,61 @@ func console(t *testing.T, e *env) {
 		out, err := e.try("curl", "-fsS", "http://127.0.0.1:18082/login")
 		return err == nil && strings.Contains(strings.ToLower(out), "token")
 	})
+}
+
+// 10,000 WorkflowRuns applied at once (make bench-operator's load): every
+// run succeeds and no manager is killed for memory (its limit is the one the
+// install set, 384Mi).
+func load(t *testing.T, e *env) {
+	const total, chunk = 10000, 1000
+	e.k(t, "create", "namespace", "load")
+	start := time.Now()
+	for c := 0; c < total; c += chunk {
+		var manifest strings.Builder
+		for i := c; i < c+chunk; i++ {
+			fmt.Fprintf(&manifest, "---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
+				"metadata: {name: load-%05d, namespace: load}\nspec: {type: demo.echo.v1, payload: {n: %d}}\n", i, i)
+		}
+		path := filepath.Join(t.TempDir(), "load.yaml")
+		if err := os.WriteFile(path, []byte(manifest.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.k(t, "create", "-f", path) // one POST per object, no client-side apply
+	}
+	applied := time.Since(start)
+	succeeded := func() bool {
+		out, _ := e.try("psql", e.dbURL, "-Atc",
+			"select count(*) from workflow.workflow_run where source_namespace = 'load' and status = 'succeeded'")
+		return strings.TrimSpace(out) == fmt.Sprint(total)
+	}
+	eventually(t, 10*time.Minute, "every run succeeded in the inbox", succeeded)
+	inbox := time.Since(start)
+	eventually(t, 10*time.Minute, "every WorkflowRun shows Succeeded", func() bool {
+		out, _ := e.try(e.kubectl, "get", "wfr", "-n", "load", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
+		return strings.Count(out, "Succeeded") == total
+	})
+	statuses := time.Since(start)
+	out := e.k(t, "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/component=manager", "-o",
+		"jsonpath={range .items[*]}{.metadata.uid} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].lastState.terminated.reason}{\"\\n\"}{end}")
+	var peaks []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] != "0" {
+			t.Fatalf("a manager restarted under load: %q", line)
+		}
+		// The pod's peak memory, from its cgroup (v1), when the path is there.
+		for _, qos := range []string{"burstable", "guaranteed", "besteffort"} {
+			if b, err := os.ReadFile("/sys/fs/cgroup/memory/kubepods/" + qos + "/pod" + f[0] + "/memory.max_usage_in_bytes"); err == nil {
+				var n int64
+				fmt.Sscan(strings.TrimSpace(string(b)), &n)
+				peaks = append(peaks, fmt.Sprintf("%d MiB", n>>20))
+			}
+		}
+	}
+	t.Logf("%d WorkflowRuns applied in %s; all succeeded in the inbox %s after the first apply, all shown Succeeded %s after; "+
+		"managers not restarted, peak memory per manager pod %v (limit 384Mi)", total, applied.Round(time.Millisecond),
+		inbox.Round(time.Millisecond), statuses.Round(time.Millisecond), peaks)
+	e.k(t, "delete", "namespace", "load", "--wait", "--timeout=5m")
 }
 
 // Uninstall: the runs and registries go first, while the manager removes
