@@ -414,7 +414,9 @@ func upgrade(t *testing.T, e *env) {
 		"ghcr.io/simple-workflow/manager:"+tag, "ghcr.io/simple-workflow/example-worker:"+tag)
 	var manifest strings.Builder
 	for i := range n {
-		manifest.WriteString(wfr(fmt.Sprintf("inflight-%d", i), "demo.sleep.v1", "{seconds: 3}"))
+		// Longer than the worker's shutdown grace period (20 s): the runs a
+		// replaced worker holds are handed back and run again.
+		manifest.WriteString(wfr(fmt.Sprintf("inflight-%d", i), "demo.sleep.v1", "{seconds: 25}"))
 	}
 	e.apply(t, manifest.String())
 	eventually(t, time.Minute, "runs in flight", func() bool { return e.phase("inflight-0") == "Running" })
@@ -442,6 +444,9 @@ func upgrade(t *testing.T, e *env) {
 				t.Fatalf("%s came back by %q, want only released (a stopping worker's hand-back)", name, reasons)
 			}
 		}
+	}
+	if handedBack == 0 {
+		t.Fatalf("no run was in flight when its worker was replaced; the case did not happen")
 	}
 	t.Logf("%d runs in flight across the upgrade; %d handed back by a stopping worker and run again, none lost or doubled",
 		n, handedBack)
