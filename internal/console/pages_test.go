@@ -338,3 +338,39 @@ from generate_series(0, 399) i`, id); err != nil {
 		t.Fatalf("run_at infinity: %v", err)
 	}
 }
+
+// The largest and deepest values the inbox keeps (a payload near 1 MiB, one
+// nested 63 levels, a 256 KiB signal payload) are shown on their run's page,
+// cut to the page's bounds, and a bystander's run of another namespace is
+// listed and shown as before, also after a burst of refused filters.
+func TestConsoleShowsTheLargestValuesBesideABystander(t *testing.T) {
+	e := setup(t)
+	bystander := e.create(t, engine.CreateParams{Type: "team_b.job.v1", Payload: json.RawMessage(`{"mine": true}`),
+		Source: &engine.Source{Namespace: "team-b", Name: "keep", UID: "uid-b"}})
+	big := e.create(t, engine.CreateParams{Type: "team_a.big.v1",
+		Payload: json.RawMessage(`{"s": "` + strings.Repeat("x", 1_000_000) + `"}`)})
+	deep := e.create(t, engine.CreateParams{Type: "team_a.deep.v1",
+		Payload: json.RawMessage(strings.Repeat(`{"a":`, 63) + "{}" + strings.Repeat("}", 63))})
+	if _, err := e.eng.SendSignal(e.ctx, engine.SignalParams{RunID: deep, Name: "bulky",
+		Payload: json.RawMessage(`{"s": "` + strings.Repeat("y", 262_000) + `"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{big, deep} {
+		code, body := e.get(t, "/runs/"+id)
+		if code != http.StatusOK || len(body) > 512<<10 {
+			t.Fatalf("run %s: status %d, %d bytes of page", id, code, len(body))
+		}
+	}
+	for _, bad := range []string{"/runs?prefix=" + strings.Repeat("a", 600), "/runs?status=bogus", "/runs?namespace=Team_A"} {
+		if code, _ := e.get(t, bad); code != http.StatusBadRequest {
+			t.Fatalf("%s: status %d, want 400", bad, code)
+		}
+	}
+	code, body := e.get(t, "/runs?namespace=team-b")
+	if code != http.StatusOK || !strings.Contains(body, bystander) {
+		t.Fatalf("the bystander's run is not listed in its namespace (status %d)", code)
+	}
+	if code, body := e.get(t, "/runs/"+bystander); code != http.StatusOK || !strings.Contains(body, "mine") {
+		t.Fatalf("the bystander's run page: status %d", code)
+	}
+}
