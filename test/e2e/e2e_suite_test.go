@@ -211,6 +211,27 @@ func superviseManager() (restarts func() int) {
 	}
 }
 
+// waitWorkflowRunsAdmitted waits until the API server admits a new
+// WorkflowRun. An Established CRD is not yet enough: the API server's
+// mutating admission policies learn the new kind's schema a moment later and
+// refuse creates with ServiceUnavailable until then (failurePolicy Ignore
+// does not cover it), so the first spec to apply one could fail.
+func waitWorkflowRunsAdmitted() {
+	probe := writeManifest("admission-probe.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowRun
+metadata: {name: admission-probe, namespace: default}
+spec: {type: probe.v1}
+`)
+	EventuallyWithOffset(1, func() error {
+		out, err := kubectl("create", "--dry-run=server", "-f", probe)
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}).WithTimeout(60 * time.Second).Should(Succeed())
+}
+
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
 	DeferCleanup(cancel)
@@ -272,6 +293,7 @@ var _ = BeforeSuite(func() {
 	Expect(helm("status", releaseName, "--namespace", chartNamespace)).To(ContainSubstring("STATUS: deployed"))
 	mustKubectl("wait", "--for=condition=Established", "crd/workflowruns.workflow.simpleworkflow.dev",
 		"crd/workflowregistries.workflow.simpleworkflow.dev", "--timeout=60s")
+	waitWorkflowRunsAdmitted()
 	// No kubelet runs the chart's Deployment here; its objects are what the
 	// manager process below is configured from.
 	mustKubectl("get", "deployment", releaseName+"-simple-workflow", "-n", chartNamespace)

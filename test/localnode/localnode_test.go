@@ -206,6 +206,16 @@ func userPath(t *testing.T, e *env) {
 		"--set", "manager.createDatabaseRoles=true",
 		"--set", "exampleWorker.scaleDownDelay=10s")
 	installed := time.Since(t0)
+	// The API server's admission policies learn the new kind a moment after
+	// the CRD is Established; until then a create is refused (503).
+	probe := filepath.Join(t.TempDir(), "probe.yaml")
+	if err := os.WriteFile(probe, []byte(wfr("admission-probe", "probe.v1", "{}")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the API server admits a WorkflowRun", func() bool {
+		_, err := e.try(e.kubectl, "create", "--dry-run=server", "-f", probe)
+		return err == nil
+	})
 
 	// The manager is Ready, leads, installed the schema and created the roles.
 	manager := "deploy/" + release + "-simple-workflow"
