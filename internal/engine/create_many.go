@@ -47,6 +47,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		baseMS      = make([]*int64, n)
 		maxMS       = make([]*int64, n)
 		traces      = make([]*string, n)
+		flowKeys    = make([]*string, n)
 	)
 	for i, p := range ps {
 		if err := p.Validate(); err != nil {
@@ -69,6 +70,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		}
 		runAts[i] = p.RunAt
 		traces[i] = nullIfEmpty(p.TraceParent)
+		flowKeys[i] = nullIfEmpty(p.ConcurrencyKey)
 		keys[i] = nullIfEmpty(p.IdempotencyKey)
 		if p.MaxAttempts > 0 {
 			v := int32(p.MaxAttempts)
@@ -85,6 +87,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		"types": types, "payloads": payloads, "priorities": priorities, "run_ats": runAts,
 		"idempotency_keys": keys, "max_attempts": maxAttempts, "deadline_ms": deadlineMS,
 		"retry_base_ms": baseMS, "retry_max_ms": maxMS, "traceparents": traces,
+		"concurrency_keys": flowKeys,
 	}).Scan(&ids, &created)
 	if err != nil {
 		return nil, translate("create runs", err)

@@ -28,8 +28,11 @@ type RegistryEntry struct {
 	// Definition, when set, makes the type a DAG workflow orchestrated by
 	// the database (see DAGDefinition); Runtime is then empty.
 	Definition *DAGDefinition
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// Flow limits what the claim lets start (see FlowLimits); the zero
+	// value sets none.
+	Flow      FlowLimits
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // ErrOwnedElsewhere is returned when a registry entry belongs to another owner.
@@ -48,6 +51,12 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 	if r.Definition != nil && r.Runtime != "" {
 		return fmt.Errorf("register workflow %s: %w: a workflow with steps has no runtime of its own (its steps' types have theirs)", r.WorkflowName, ErrInvalid)
 	}
+	if err := r.Flow.Validate(); err != nil {
+		return fmt.Errorf("register workflow %s: %w", r.WorkflowName, err)
+	}
+	if r.Definition != nil && r.Flow.Limited() {
+		return fmt.Errorf("register workflow %s: %w: flow limits apply to types that workers run, not to a workflow with steps (limit its steps' types)", r.WorkflowName, ErrInvalid)
+	}
 	var def []byte
 	if r.Definition != nil {
 		var err error
@@ -60,6 +69,8 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 		"workflow_name": r.WorkflowName, "runtime": nullIfEmpty(r.Runtime), "is_enabled": r.Enabled,
 		"description": r.Description, "owner_namespace": nullIfEmpty(r.OwnerNamespace),
 		"owner_name": nullIfEmpty(r.OwnerName), "definition": def,
+		"max_leased": r.Flow.MaxLeased, "max_leased_per_key": r.Flow.MaxLeasedPerKey,
+		"rate_limit": r.Flow.RateLimit, "rate_period_ms": ratePeriodMs(r.Flow), "rate_per_key": r.Flow.RatePerKey,
 	}).Scan(&name)
 	if err == nil && name == nil {
 		return fmt.Errorf("register workflow %s: %w", r.WorkflowName, ErrOwnedElsewhere)
@@ -71,8 +82,13 @@ func scanRegistryEntry(row pgx.Row) (RegistryEntry, error) {
 	var r RegistryEntry
 	var ns, owner, runtime *string
 	var def []byte
-	err := row.Scan(&r.WorkflowName, &runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt, &def)
+	var periodMs *int64
+	err := row.Scan(&r.WorkflowName, &runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt, &def,
+		&r.Flow.MaxLeased, &r.Flow.MaxLeasedPerKey, &r.Flow.RateLimit, &periodMs, &r.Flow.RatePerKey)
 	r.OwnerNamespace, r.OwnerName, r.Runtime = deref(ns), deref(owner), deref(runtime)
+	if periodMs != nil {
+		r.Flow.RatePeriod = time.Duration(*periodMs) * time.Millisecond
+	}
 	if err == nil && def != nil {
 		r.Definition = new(DAGDefinition)
 		if err := json.Unmarshal(def, r.Definition); err != nil {

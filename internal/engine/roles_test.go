@@ -164,7 +164,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
 		"on_run_inserted": true, "on_run_cancelled": true, "on_run_soft_deleted": true,
 		"on_child_finished": true, "on_parent_ended": true, "on_runs_deleted": true,
-		"on_status_changed_by_sql": true, "on_child_inserting": true,
+		"on_status_changed_by_sql": true, "on_child_inserting": true, "on_flow_slot_freed": true,
 	}
 	rows, err := b.pool.Query(b.ctx, `
 select p.proname, p.oid::regprocedure::text, p.prosecdef, coalesce(p.proconfig, '{}'),

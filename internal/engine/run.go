@@ -76,6 +76,8 @@ type Run struct {
 	Wait *Wait
 	// TraceParent is the W3C traceparent stored with the run ("" when none).
 	TraceParent string
+	// ConcurrencyKey groups runs for their type's per-key flow limits ("" when none).
+	ConcurrencyKey string
 }
 
 // Wait is what a parked run waits for. The run is pending, with run_at at
@@ -114,6 +116,9 @@ type CreateParams struct {
 	// (00-<trace id>-<parent id>-<flags>, lowercase hex); empty records
 	// none. The spans of the run's attempts link to it.
 	TraceParent string
+	// ConcurrencyKey groups runs for their type's per-key flow limits
+	// (a customer, a tenant; 1 to 255 characters); empty sets none.
+	ConcurrencyKey string
 }
 
 // CreateResult says which run holds the intent and whether this call created it.
@@ -174,6 +179,7 @@ func (e *Engine) CreateRunIn(ctx context.Context, db Querier, p CreateParams) (C
 		"deadline_at":     p.DeadlineAt,
 		"deadline_ms":     millisOrNil(p.Deadline),
 		"traceparent":     nullIfEmpty(p.TraceParent),
+		"concurrency_key": nullIfEmpty(p.ConcurrencyKey),
 	}
 	if p.MaxAttempts > 0 {
 		args["max_attempts"] = p.MaxAttempts
@@ -210,16 +216,17 @@ func scanRun(row pgx.Row) (Run, error) {
 		token                       *int64
 		parentID, parentStep        *string
 		waitKind, waitStep, waitSig *string
-		traceParent                 *string
+		traceParent, flowKey        *string
 	)
 	err := row.Scan(&r.ID, &r.Type, &payload, &status, &r.Priority, &r.RunAt, &idem, &r.Attempt,
 		&r.MaxAttempts, &leasedBy, &r.LeaseUntil, &lastError, &result, &baseMS, &maxMS,
 		&srcNS, &srcName, &srcUID, &r.StartedAt, &r.FinishedAt, &r.CreatedAt, &r.UpdatedAt, &r.DeletedAt,
-		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig, &traceParent)
+		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig, &traceParent, &flowKey)
 	if err != nil {
 		return Run{}, err
 	}
 	r.TraceParent = deref(traceParent)
+	r.ConcurrencyKey = deref(flowKey)
 	if token != nil {
 		r.LeaseToken = *token
 	}

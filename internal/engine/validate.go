@@ -71,6 +71,9 @@ func (p CreateParams) Validate() error {
 	if k := p.IdempotencyKey; strings.ContainsRune(k, 0) || !utf8.ValidString(k) {
 		return fmt.Errorf("%w: idempotency key must be UTF-8 text without NUL characters", ErrInvalid)
 	}
+	if err := ValidateConcurrencyKey(p.ConcurrencyKey); err != nil {
+		return err
+	}
 	if rp := p.RetryPolicy; rp != nil {
 		if rp.BaseDelay < 0 || rp.MaxDelay < 0 {
 			return fmt.Errorf("%w: retry delays must not be negative", ErrInvalid)
@@ -104,6 +107,22 @@ func ValidateStepName(name string) error {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
 			return fmt.Errorf("%w: step name %q may contain only letters, digits and . _ : -", ErrInvalid, name)
 		}
+	}
+	return nil
+}
+
+// MaxConcurrencyKeyLength is the most characters a concurrency key may have.
+const MaxConcurrencyKeyLength = 255
+
+// ValidateConcurrencyKey reports whether k is empty (no key) or a key the
+// database accepts: 1 to 255 characters of UTF-8 text without NUL.
+func ValidateConcurrencyKey(k string) error {
+	if utf8.RuneCountInString(k) > MaxConcurrencyKeyLength {
+		return fmt.Errorf("%w: concurrency key is %d characters, at most %d are allowed",
+			ErrInvalid, utf8.RuneCountInString(k), MaxConcurrencyKeyLength)
+	}
+	if strings.ContainsRune(k, 0) || !utf8.ValidString(k) {
+		return fmt.Errorf("%w: concurrency key must be UTF-8 text without NUL characters", ErrInvalid)
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
 -- name: RegistryUpsert
 select workflow.put_registry(@workflow_name, @runtime, @is_enabled, @description, @owner_namespace,
-                             @owner_name, @definition);
+                             @owner_name, @definition, @max_leased, @max_leased_per_key, @rate_limit,
+                             @rate_period_ms, @rate_per_key);
 
 -- name: RegistryGet
 select workflow_name, runtime, is_enabled, description, owner_namespace, owner_name,
-       created_at, updated_at, definition
+       created_at, updated_at, definition, max_leased, max_leased_per_key, rate_limit, rate_period_ms,
+       rate_per_key
 from workflow.registry_entries(@workflow_name, null, null);
 
 -- name: RegistryDelete
@@ -12,7 +14,8 @@ select workflow.delete_registry(@workflow_name, @owner_namespace, @owner_name);
 
 -- name: RegistryListByOwner
 select workflow_name, runtime, is_enabled, description, owner_namespace, owner_name,
-       created_at, updated_at, definition
+       created_at, updated_at, definition, max_leased, max_leased_per_key, rate_limit, rate_period_ms,
+       rate_per_key
 from workflow.registry_entries(null, @owner_namespace, @owner_name);
 
 -- name: DAGSteps

@@ -4,7 +4,7 @@ select id, created
 from workflow.create_run(@type, @payload, @priority::integer, @run_at::timestamptz, @idempotency_key,
                          @max_attempts::integer, @deadline_ms::bigint, @deadline_at::timestamptz,
                          @retry_base_ms::bigint, @retry_max_ms::bigint, @traceparent::text,
-                         @source_namespace, @source_name, @source_uid);
+                         @source_namespace, @source_name, @source_uid, @concurrency_key::text);
 
 -- name: RunIDByIdempotencyKey
 select id from workflow.run_by_key(@idempotency_key) id where id is not null;
@@ -14,7 +14,8 @@ select id, type, payload, status, priority, run_at, idempotency_key, attempt, ma
        leased_by, lease_until, last_error, result, retry_base_ms, retry_max_ms,
        source_namespace, source_name, source_uid,
        started_at, finished_at, created_at, updated_at, deleted_at,
-       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent
+       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent,
+       concurrency_key
 from workflow.get_run(@id);
 
 -- name: RunList
@@ -24,7 +25,8 @@ select id, type, payload, status, priority, run_at, idempotency_key, attempt, ma
        leased_by, lease_until, last_error, result, retry_base_ms, retry_max_ms,
        source_namespace, source_name, source_uid,
        started_at, finished_at, created_at, updated_at, deleted_at,
-       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent
+       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent,
+       concurrency_key
 from workflow.list_runs(@type_prefix::text, @statuses::text[], @after_created_at::timestamptz, @after_id::uuid,
                         @limit);
 

@@ -101,7 +101,7 @@ grant select on workflow.workflow_settings to workflow_worker, workflow_producer
 -- granted only because the Go client's insert names them (as null); the
 -- row-level security below keeps them null for producers.
 grant insert (type, payload, priority, run_at, idempotency_key, max_attempts,
-              retry_base_delay, retry_max_delay, deadline_at, traceparent,
+              retry_base_delay, retry_max_delay, deadline_at, traceparent, concurrency_key,
               source_namespace, source_name, source_uid)
     on workflow.workflow_run to workflow_producer;
 grant update (status, updated_at, deleted_at) on workflow.workflow_run to workflow_producer;
@@ -111,7 +111,8 @@ grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflo
 grant execute on function
     workflow.cancel_run(uuid),
     workflow.send_signal(uuid, text, jsonb, text),
-    workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[], text[])
+    workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[], text[],
+                         text[])
 to workflow_producer;
 
 -- A console reads everything.

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 2
+-- schema version: 3
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -26,7 +26,9 @@
 --   statuses of workflow.workflow_run.status
 --     pending    waits for a worker: runnable once run_at <= workflow.now(); a
 --                "parked" run is pending with wait_kind set (sleep, signal,
---                child, dag) and run_at at its timer (far_future() if none)
+--                child, dag, limit) and run_at at its timer (far_future()
+--                if none); 'limit' is a run its type's flow limits hold
+--                back (see FLOW LIMITS in section 3)
 --     leased     a worker holds it until lease_until; every write the
 --                holder makes names lease_token, drawn anew by each claim
 --     succeeded, failed, cancelled
@@ -50,6 +52,12 @@
 --   leased -> pending | failed     reap_expired_leases                 worker, manager
 --   pending|leased -> failed       expire_deadlines (deadline_at),     worker, manager
 --                                  also from heartbeat_runs
+--   pending -> parked on limit     flow_admit, from claim_runs (its    worker
+--                                  key is full or out of starts)
+--   parked on limit -> runnable    trigger workflow_run_flow_slot_freed -
+--                                  (a run of its key stopped being
+--                                  leased), flow_admit (its rate window
+--                                  ended), flow_recheck
 --   parked -> runnable             claim_runs (its timer is due),      -
 --                                  send_signal (the awaited signal),
 --                                  trigger workflow_child_finished
@@ -216,17 +224,38 @@ create table if not exists workflow.workflow_registry (
     created_at timestamptz not null default now(),
     updated_at timestamptz not null default now(),
     definition jsonb,
+    max_leased integer,                             -- runs of the type leased at once
+    max_leased_per_key integer,                     -- runs of one concurrency key leased at once
+    rate_limit integer,                             -- starts per rate_period
+    rate_period interval,
+    rate_per_key boolean not null default false,    -- the rate is per concurrency key
     constraint workflow_registry_pkey primary key (workflow_name),
     constraint workflow_registry_name_format
         check (char_length(workflow_name) <= 253 and workflow_name ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'),
     constraint workflow_registry_runtime_or_steps check ((runtime is null) <> (definition is null)),
     constraint workflow_registry_runtime_valid check (runtime in ('go', 'python')),
     constraint workflow_registry_definition_size
-        check (definition is null or octet_length(definition::text) <= 262144)
+        check (definition is null or octet_length(definition::text) <= 262144),
+    constraint workflow_registry_flow_limits_valid
+        check (max_leased between 1 and 100000 and max_leased_per_key between 1 and 100000
+               and rate_limit between 1 and 1000000
+               and rate_period between interval '1 millisecond' and interval '1 day'),
+    constraint workflow_registry_rate_complete
+        check ((rate_limit is null) = (rate_period is null) and (rate_limit is not null or not rate_per_key)),
+    -- Workers lease runs of a runtime's types; a DAG's own run is never leased.
+    constraint workflow_registry_flow_limits_need_runtime
+        check (runtime is not null
+               or (max_leased is null and max_leased_per_key is null and rate_limit is null))
 ) with (autovacuum_analyze_threshold = 0, autovacuum_analyze_scale_factor = 0);
 comment on table workflow.workflow_registry is 'Which runtime executes a workflow type, and whether it may run at all.';
 comment on column workflow.workflow_registry.definition is
     'A DAG workflow''s steps ({"steps": [...]}); runtime is null then: the database runs it.';
+comment on column workflow.workflow_registry.max_leased is
+    'At most this many runs of the type leased at once, across all workers (null: no cap).';
+comment on column workflow.workflow_registry.max_leased_per_key is
+    'At most this many runs of one concurrency key of the type leased at once (null: no cap).';
+comment on column workflow.workflow_registry.rate_limit is
+    'At most this many runs of the type (of one key, with rate_per_key) start in each window of rate_period; windows are aligned to the epoch.';
 create index if not exists idx_workflow_registry_owner on workflow.workflow_registry (owner_namespace, owner_name);
 
 
@@ -269,10 +298,13 @@ create table if not exists workflow.workflow_run (
     wait_signal text,
     dag jsonb,
     traceparent text,
+    concurrency_key text,                           -- the flow limits' key (a customer, a tenant)
     constraint workflow_run_pkey primary key (id),
     constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
     constraint workflow_run_idempotency_key_length
         check (char_length(idempotency_key) >= 1 and char_length(idempotency_key) <= 512),
+    constraint workflow_run_concurrency_key_length
+        check (char_length(concurrency_key) >= 1 and char_length(concurrency_key) <= 255),
     constraint workflow_run_lease_held
         check (status <> 'leased' or (leased_by is not null and lease_until is not null)),
     constraint workflow_run_max_attempts_range check (max_attempts >= 1 and max_attempts <= 1000),
@@ -284,7 +316,7 @@ create table if not exists workflow.workflow_run (
     constraint workflow_run_status_valid check (status = any ('{pending,leased,succeeded,failed,cancelled}')),
     constraint workflow_run_type_format
         check (char_length(type) <= 253 and type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'),
-    constraint workflow_run_wait_kind_valid check (wait_kind = any ('{sleep,signal,child,dag}')),
+    constraint workflow_run_wait_kind_valid check (wait_kind = any ('{sleep,signal,child,dag,limit}')),
     constraint workflow_run_wait_not_leased check (wait_kind is null or status <> 'leased'),
     -- A DAG step's key names its DAG run and step; nobody else may take one.
     constraint workflow_run_dag_key
@@ -314,6 +346,8 @@ comment on column workflow.workflow_run.lease_token is
     'Drawn from workflow.lease_token_seq by every claim; guards every write of the lease holder.';
 comment on column workflow.workflow_run.dag is
     'The definition a DAG run started with (a snapshot: editing the registry changes new runs only).';
+comment on column workflow.workflow_run.concurrency_key is
+    'Runs sharing a key count together against their type''s max_leased_per_key and per-key rate (null: no key).';
 comment on column workflow.workflow_run.traceparent is
     'W3C traceparent of the context that recorded the run (a child''s is its parent''s); null when none was given.';
 
@@ -322,9 +356,11 @@ comment on column workflow.workflow_run.traceparent is
 -- index serves the autoscaler's counts; the others serve the reaper,
 -- deadlines, retention, children, the console's lists and the wake-ups.
 create index if not exists idx_workflow_run_claim_type on workflow.workflow_run
-    (type collate "C", priority, created_at) where coalesce(status, '') = 'pending' and deleted_at is null;
+    (type collate "C", priority, created_at)
+    where coalesce(status, '') = 'pending' and deleted_at is null and wait_kind is distinct from 'limit';
 create index if not exists idx_workflow_run_claim on workflow.workflow_run
-    (priority, created_at, run_at) where status = 'pending' and deleted_at is null;
+    (priority, created_at, run_at)
+    where status = 'pending' and deleted_at is null and wait_kind is distinct from 'limit';
 create index if not exists idx_workflow_run_depth on workflow.workflow_run
     (type collate "C", status, run_at) where status in ('pending', 'leased') and deleted_at is null;
 create unique index if not exists idx_workflow_run_idempotency on workflow.workflow_run (idempotency_key);
@@ -351,6 +387,17 @@ create index if not exists idx_workflow_run_type_created on workflow.workflow_ru
     (type collate "C", created_at, id) where status in ('succeeded', 'failed', 'cancelled');
 create index if not exists idx_workflow_run_ended_badly on workflow.workflow_run (created_at, id)
     where status in ('failed', 'cancelled');
+-- Flow limits: the pending and leased runs of a key (a claim counts those
+-- leased, and parks those pending when the key is full), and the runs
+-- a limit holds back ("parked on limit", outside the claim's indexes), by
+-- key in claim order and by when a rate window lets them go.
+create index if not exists idx_workflow_run_flow_key on workflow.workflow_run
+    (type collate "C", concurrency_key, status)
+    where concurrency_key is not null and status in ('pending', 'leased') and deleted_at is null;
+create index if not exists idx_workflow_run_flow_parked on workflow.workflow_run
+    (type collate "C", concurrency_key, priority, created_at) where wait_kind = 'limit';
+create index if not exists idx_workflow_run_flow_due on workflow.workflow_run
+    (type collate "C", run_at) where wait_kind = 'limit';
 
 
 -- The audit trail: one row per transition, written in the transaction that
@@ -437,6 +484,21 @@ create unique index if not exists idx_workflow_signal_key on workflow.workflow_s
     where idempotency_key is not null;
 create index if not exists idx_workflow_signal_pending on workflow.workflow_signal (run_id, name, id)
     where consumed_at is null;
+
+-- Rate windows: how many runs of a type (key '') or of one concurrency key
+-- started in the current window of the type's rate_period. Written only by
+-- claims, under the type's or the key's flow lock; rows of idle keys are
+-- deleted by flow_recheck.
+create table if not exists workflow.workflow_flow_window (
+    type text not null,
+    concurrency_key text not null,      -- '' for the type's own window
+    window_start timestamptz not null,
+    starts integer not null default 0,
+    constraint workflow_flow_window_pkey primary key (type, concurrency_key),
+    constraint workflow_flow_window_starts_valid check (starts >= 0)
+);
+comment on table workflow.workflow_flow_window is
+    'Starts counted in the current rate window, per type (concurrency_key '''') or per key.';
 
 
 -- Rules that hold for every writer, plain SQL included.
@@ -680,7 +742,8 @@ create or replace function workflow.create_runs(
     p_deadline_ms bigint[] default null,
     p_retry_base_ms bigint[] default null,
     p_retry_max_ms bigint[] default null,
-    p_traceparents text[] default null
+    p_traceparents text[] default null,
+    p_concurrency_keys text[] default null
 ) returns table (ord integer, id uuid, created boolean)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -706,7 +769,8 @@ begin
                  ('run_ats', cardinality(p_run_ats)), ('idempotency_keys', cardinality(p_idempotency_keys)),
                  ('max_attempts', cardinality(p_max_attempts)), ('deadline_ms', cardinality(p_deadline_ms)),
                  ('retry_base_ms', cardinality(p_retry_base_ms)), ('retry_max_ms', cardinality(p_retry_max_ms)),
-                 ('traceparents', cardinality(p_traceparents))) a(name, len)
+                 ('traceparents', cardinality(p_traceparents)),
+                 ('concurrency_keys', cardinality(p_concurrency_keys))) a(name, len)
     where a.len is not null and a.len <> n
     limit 1;
     if found then
@@ -714,12 +778,13 @@ begin
     end if;
 
     -- Types, keys and numbers, row by row (the first bad row is named).
-    select t.ord, t.type, t.key, t.max_attempts, t.deadline_ms, t.base_ms, t.max_ms, t.traceparent into v_bad
+    select t.ord, t.type, t.key, t.max_attempts, t.deadline_ms, t.base_ms, t.max_ms, t.traceparent, t.ckey into v_bad
     from unnest(p_types, p_idempotency_keys, p_max_attempts, p_deadline_ms, p_retry_base_ms, p_retry_max_ms,
-                p_traceparents)
-         with ordinality t(type, key, max_attempts, deadline_ms, base_ms, max_ms, traceparent, ord)
+                p_traceparents, p_concurrency_keys)
+         with ordinality t(type, key, max_attempts, deadline_ms, base_ms, max_ms, traceparent, ckey, ord)
     where t.type is null or char_length(t.type) > 253 or t.type !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'
        or char_length(t.key) > 512 or starts_with(t.key, 'k8s:') or starts_with(t.key, 'k8s-uid:')
+       or char_length(t.ckey) not between 1 and 255
        or t.max_attempts < 1 or t.max_attempts > 1000
        or t.deadline_ms < 1 or t.base_ms < 1 or t.max_ms < 1 or t.max_ms < t.base_ms
        or not workflow.traceparent_valid(t.traceparent)
@@ -734,6 +799,9 @@ begin
                                 left(v_bad.type, 300))
                 when char_length(v_bad.key) > 512
                     then format('idempotency key is %s characters, at most 512 are allowed', char_length(v_bad.key))
+                when char_length(v_bad.ckey) not between 1 and 255
+                    then format('concurrency key is %s characters; a key is 1 to 255 characters (or none)',
+                                char_length(v_bad.ckey))
                 when starts_with(v_bad.key, 'k8s:') or starts_with(v_bad.key, 'k8s-uid:')
                     then 'idempotency keys starting with k8s: or k8s-uid: are reserved for runs mirrored from Kubernetes'
                 when v_bad.max_attempts < 1 or v_bad.max_attempts > 1000
@@ -772,15 +840,16 @@ begin
     if p_idempotency_keys is null or not exists (select 1 from unnest(p_idempotency_keys) k where k <> '') then
         -- No keys: every row is a new run.
         insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
-                                           retry_base_delay, retry_max_delay, deadline_at, traceparent)
+                                           retry_base_delay, retry_max_delay, deadline_at, traceparent,
+                                           concurrency_key)
         select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()),
                coalesce(t.max_attempts, 3),
                t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-               workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent
+               workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
-                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents)
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents, p_concurrency_keys)
              with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
-                               traceparent, ord)
+                               traceparent, ckey, ord)
         order by t.ord;
         return query select u.o::integer, u.id, true from unnest(v_ids) with ordinality u(id, o);
         return;
@@ -791,17 +860,17 @@ begin
     -- The first row of each key (a later row with the same key gets its
     -- run); a key already taken records nothing.
     insert into workflow.workflow_run (id, type, payload, priority, run_at, idempotency_key, max_attempts,
-                                       retry_base_delay, retry_max_delay, deadline_at, traceparent)
+                                       retry_base_delay, retry_max_delay, deadline_at, traceparent, concurrency_key)
     select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()), t.key,
            coalesce(t.max_attempts, 3),
            t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-           workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent
+           workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey
     from (
         select u.*, row_number() over (partition by u.key order by u.ord) as nth
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, v_keys, p_max_attempts,
-                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents)
+                    p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents, p_concurrency_keys)
              with ordinality u(id, type, payload, priority, run_at, key, max_attempts, base_ms, max_ms, deadline_ms,
-                               traceparent, ord)
+                               traceparent, ckey, ord)
     ) t
     where t.key is null or t.nth = 1
     -- In key order: two batches sharing keys wait for each other's keys in
@@ -821,7 +890,7 @@ begin
 end
 $_$;
 comment on function workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[],
-                                         bigint[], bigint[], text[]) is
+                                         bigint[], bigint[], text[], text[]) is
     'Records many runs in one call; idempotency keys and traceparents per row; returns (ord, id, created) per input row.';
 
 -- cancel_run cancels one unfinished run; false when it had finished (or
@@ -992,6 +1061,302 @@ end
 $$;
 comment on function workflow.active_types(text[]) is 'Types of pending or leased runs under literal type prefixes.';
 
+-- FLOW LIMITS. A type's registry entry may cap how many of its runs are
+-- leased at once (max_leased), how many of one concurrency key
+-- (max_leased_per_key), and how many start per window of rate_period
+-- (rate_limit, for the type or, with rate_per_key, for each key). The
+-- claim keeps them: claim_runs hands each limited type to flow_admit,
+-- which decides, under a flow lock, which runnable runs may start.
+--
+--   * Flow locks are transaction-level advisory locks, one per type
+--     (hashtext('workflow_flow:' || type), 0) and one per key of a type
+--     (same first half, hashtext(key)), taken only with
+--     pg_try_advisory_xact_lock: a claim that cannot have one leaves that
+--     type or key to the next claim and never waits, so claims cannot
+--     deadlock on them. Counting after the lock is taken (a new statement,
+--     so a new snapshot) sees every claim of that type or key that
+--     committed before: a limit is never exceeded.
+--   * A run held back by a key's limit is parked on 'limit' (pending,
+--     wait_kind 'limit'): out of the claim's indexes, so ten thousand runs
+--     waiting on one customer do not slow the claims of any other. It
+--     spends no attempt and writes no event. Held back by the key's
+--     concurrency, its run_at is far_future(); a run of the key that stops
+--     being leased lets the oldest parked one go (trigger
+--     workflow_run_flow_slot_freed). Held back by the key's rate, its
+--     run_at is the end of the window, when a claim of the type lets it go.
+--   * A type at its cap or out of its window's starts is simply not
+--     claimed: its runs stay runnable, and queue_depth counts only as many
+--     as the limits let start, so the autoscaler does not scale for them.
+--   * flow_recheck (from reap_expired_leases, so workers and the manager
+--     run it every few seconds) lets parked runs go wherever a slot is
+--     free: the one case the trigger cannot see is a claim that counted a
+--     key full just before a run of it finished, and parked the key's runs
+--     after the trigger had looked. It also ends rate windows of idle keys.
+
+-- flow_admit picks which runnable runs of one limited type this claim may
+-- lease (at most p_limit), and returns them, locked by this transaction:
+-- claim_runs leases them. It parks the runs of keys it finds full and
+-- counts the starts against the rate windows.
+-- Fires: workflow_source_run_changed (a mirrored run parked or let go).
+-- Locks: the type's flow lock (with max_leased or a type-wide rate), its
+-- rate window row (skip if locked), candidate runs (skip locked), the flow
+-- locks of their keys (try only), then runs of full keys (skip locked).
+create or replace function workflow.flow_admit(p_type text, p_limit integer, p_now timestamptz)
+returns uuid[]
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    g record;
+    v_room integer := p_limit;
+    v_period double precision;
+    v_window timestamptz;
+    v_starts integer;
+    v_by_key boolean;
+    v_ids uuid[];
+    v_keys text[];
+    v_locked text[];
+    v_room_keys text[];
+    v_room_sizes integer[];
+    v_room_until timestamptz[];
+    v_admitted uuid[];
+    v_adm_keys text[];
+    v_pass integer;
+    v_parked bigint;
+begin
+    select * into g from workflow.workflow_registry r where r.workflow_name = p_type;
+    if not found then
+        return '{}';
+    end if;
+    v_by_key := g.max_leased_per_key is not null or g.rate_per_key;
+    if g.rate_limit is not null then
+        v_period := extract(epoch from g.rate_period);
+        v_window := to_timestamp(floor(extract(epoch from p_now) / v_period) * v_period);
+    end if;
+    if g.rate_per_key then
+        -- Runs held back by their key's rate whose window has ended.
+        update workflow.workflow_run r
+        set wait_kind = null, run_at = p_now, updated_at = p_now
+        where r.id in (select x.id from workflow.workflow_run x
+                       where x.type collate "C" = p_type and x.wait_kind = 'limit' and x.run_at <= p_now
+                       order by x.type collate "C", x.run_at
+                       limit 1000
+                       for update skip locked);
+    end if;
+    if g.max_leased is not null or (g.rate_limit is not null and not g.rate_per_key) then
+        if not pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_type), 0) then
+            return '{}';
+        end if;
+    end if;
+    if g.max_leased is not null then
+        v_room := least(v_room, g.max_leased - (
+            select count(*) from (
+                select 1 from workflow.workflow_run r
+                where r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
+                limit g.max_leased) x)::integer);
+    end if;
+    if g.rate_limit is not null and not g.rate_per_key then
+        insert into workflow.workflow_flow_window (type, concurrency_key, window_start)
+        values (p_type, '', v_window) on conflict do nothing;
+        select case when w.window_start = v_window then w.starts else 0 end into v_starts
+        from workflow.workflow_flow_window w
+        where w.type = p_type and w.concurrency_key = '';
+        v_room := least(v_room, g.rate_limit - v_starts);
+    end if;
+    if v_room <= 0 then
+        return '{}';
+    end if;
+
+    -- Candidates in claim order. With limits per key, twice as many, so
+    -- that runs of full keys do not leave the claim short; and when a pass
+    -- parked runs of a full key, up to two more passes read past them.
+    v_admitted := '{}';
+    v_adm_keys := '{}';
+    for v_pass in 1 .. case when v_by_key then 3 else 1 end loop
+        select array_agg(c.id order by c.priority, c.created_at),
+               array_agg(c.concurrency_key order by c.priority, c.created_at)
+        into v_ids, v_keys
+        from (select r.id, r.concurrency_key, r.priority, r.created_at
+              from workflow.workflow_run r
+              where r.type collate "C" = p_type
+                and coalesce(r.status, '') = 'pending'
+                and r.deleted_at is null
+                and r.wait_kind is distinct from 'limit'
+                and r.run_at <= p_now
+                and (r.deadline_at is null or r.deadline_at > p_now)
+                and r.id <> all (v_admitted)
+              order by r.priority, r.created_at
+              limit case when v_by_key then least((v_room - cardinality(v_admitted)) * 2, 10000)
+                         else v_room end
+              for update of r skip locked) c;
+        exit when v_ids is null;
+        if not v_by_key then
+            v_admitted := v_ids;
+            exit;
+        end if;
+        -- The flow locks of the candidates' keys (held already: taken
+        -- again at no cost); a key another claim holds now is left for the
+        -- next claim.
+        select array_agg(d.k) into v_locked
+        from (select distinct k from unnest(v_keys) k where k is not null) d
+        where pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_type), hashtext(d.k));
+        -- A new statement: its snapshot sees every claim of those keys
+        -- that committed before their locks were taken. Each locked key's
+        -- room: free slots and starts left in its window (less what this
+        -- claim took already), whichever is fewer, and until when a run
+        -- held back by it waits.
+        select array_agg(k.key), array_agg(least(k.conc, k.rate) - k.mine),
+               array_agg(case when k.conc <= k.rate then workflow.far_future() else v_window + g.rate_period end)
+        into v_room_keys, v_room_sizes, v_room_until
+        from (select l.key,
+                     (select count(*) from unnest(v_adm_keys) a where a = l.key)::integer as mine,
+                     coalesce(g.max_leased_per_key - (
+                         select count(*) from workflow.workflow_run r
+                         where r.type collate "C" = p_type and r.concurrency_key = l.key
+                           and r.status = 'leased' and r.deleted_at is null)::integer, 2147483647) as conc,
+                     case when g.rate_per_key
+                          then g.rate_limit - coalesce((select w.starts from workflow.workflow_flow_window w
+                                                        where w.type = p_type and w.concurrency_key = l.key
+                                                          and w.window_start = v_window), 0)
+                          else 2147483647 end as rate
+              from unnest(v_locked) l(key)) k;
+        select coalesce(array_agg(c.id order by c.ord), '{}'), coalesce(array_agg(c.key order by c.ord), '{}')
+        into v_ids, v_keys
+        from (select c.id, c.key, c.ord
+              from (select c.id, c.key, c.ord, row_number() over (partition by c.key order by c.ord) as nth
+                    from unnest(v_ids, v_keys) with ordinality c(id, key, ord)) c
+              left join unnest(v_room_keys, v_room_sizes) f(key, room) on f.key = c.key
+              where c.key is null or c.nth <= f.room
+              order by c.ord
+              limit v_room - cardinality(v_admitted)) c;
+        v_admitted := v_admitted || v_ids;
+        v_adm_keys := v_adm_keys || v_keys;
+        -- Keys now full (this claim took their last room): their other
+        -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
+        -- a later claim parks the rest).
+        with parked as (
+            update workflow.workflow_run r
+            set wait_kind = 'limit', run_at = p.until, updated_at = p_now
+            from (select x.id, f.until
+                  from unnest(v_room_keys, v_room_sizes, v_room_until) f(key, room, until)
+                  cross join lateral (
+                      select x.id from workflow.workflow_run x
+                      where x.type collate "C" = p_type and x.concurrency_key = f.key
+                        and x.status = 'pending' and x.deleted_at is null
+                        and x.wait_kind is null and x.run_at <= p_now
+                        and x.id <> all (v_admitted)
+                      for update skip locked) x
+                  where f.room <= (select count(*) from unnest(v_keys) a where a = f.key)
+                  limit 10000) p
+            where r.id = p.id
+            returning 1)
+        select count(*) into v_parked from parked;
+        exit when v_parked = 0 or cardinality(v_admitted) >= v_room;
+    end loop;
+    if v_by_key and g.rate_per_key and cardinality(v_admitted) > 0 then
+        insert into workflow.workflow_flow_window as w (type, concurrency_key, window_start, starts)
+        select p_type, a.key, v_window, count(*)
+        from unnest(v_adm_keys) a(key)
+        where a.key is not null
+        group by a.key
+        on conflict (type, concurrency_key) do update
+        set starts = case when w.window_start = excluded.window_start then w.starts else 0 end + excluded.starts,
+            window_start = excluded.window_start;
+    end if;
+    if g.rate_limit is not null and not g.rate_per_key and cardinality(v_admitted) > 0 then
+        update workflow.workflow_flow_window w
+        set starts = case when w.window_start = v_window then w.starts else 0 end + cardinality(v_admitted),
+            window_start = v_window
+        where w.type = p_type and w.concurrency_key = '';
+    end if;
+    return v_admitted;
+end
+$$;
+
+-- A leased run with a concurrency key that stops being leased (finished,
+-- retried, released, parked, reaped) frees a slot of its key: the oldest
+-- run parked on that key's limit may go.
+-- Locks: that parked run (skip locked).
+create or replace function workflow.on_flow_slot_freed() returns trigger
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if exists (select 1 from workflow.workflow_registry g
+               where g.workflow_name = old.type and g.max_leased_per_key is not null) then
+        update workflow.workflow_run r
+        set wait_kind = null, run_at = workflow.now(), updated_at = workflow.now()
+        where r.id = (select x.id from workflow.workflow_run x
+                      where x.type collate "C" = old.type and x.concurrency_key = old.concurrency_key
+                        and x.wait_kind = 'limit' and x.run_at = workflow.far_future()
+                      order by x.priority, x.created_at
+                      limit 1
+                      for update skip locked);
+    end if;
+    return null;
+end
+$$;
+create or replace trigger workflow_run_flow_slot_freed
+    after update of status on workflow.workflow_run
+    for each row when (old.status = 'leased' and new.status <> 'leased' and old.concurrency_key is not null)
+    execute function workflow.on_flow_slot_freed();
+
+-- flow_recheck lets parked runs go wherever their key has a free slot (or
+-- their type no longer has a limit), at most p_limit runs, and deletes the
+-- rate windows that ended. Returns how many runs it let go.
+-- Locks: the parked runs it lets go (skip locked); window rows of ended
+-- windows (skip locked).
+create or replace function workflow.flow_recheck(p_limit integer default 1000) returns integer
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_now timestamptz := workflow.now();
+    v_freed integer;
+begin
+    with keys as (
+        select distinct x.type, x.concurrency_key
+        from workflow.workflow_run x
+        where x.wait_kind = 'limit' and (x.run_at = workflow.far_future() or x.run_at <= v_now)
+        limit p_limit
+    ), free as (
+        select k.type, k.concurrency_key,
+               case when g.max_leased_per_key is null then p_limit
+                    else g.max_leased_per_key - (
+                        select count(*) from workflow.workflow_run r
+                        where r.type collate "C" = k.type and r.concurrency_key = k.concurrency_key
+                          and r.status = 'leased' and r.deleted_at is null)::integer end as slots
+        from keys k
+        left join workflow.workflow_registry g on g.workflow_name = k.type
+    ), go as (
+        select x.id
+        from free f
+        cross join lateral (
+            select x.id from workflow.workflow_run x
+            where x.type collate "C" = f.type and x.concurrency_key is not distinct from f.concurrency_key
+              and x.wait_kind = 'limit' and (x.run_at = workflow.far_future() or x.run_at <= v_now)
+            order by x.priority, x.created_at
+            limit greatest(f.slots, 0)
+            for update skip locked) x
+        limit p_limit
+    ), freed as (
+        update workflow.workflow_run r
+        set wait_kind = null, run_at = v_now, updated_at = v_now
+        from go where r.id = go.id
+        returning 1
+    )
+    select count(*) into v_freed from freed;
+    delete from workflow.workflow_flow_window w
+    where (w.type, w.concurrency_key) in (
+        select o.type, o.concurrency_key from workflow.workflow_flow_window o
+        left join workflow.workflow_registry g on g.workflow_name = o.type
+        where g.rate_period is null or o.window_start + g.rate_period < v_now
+        limit p_limit
+        for update of o skip locked);
+    return v_freed;
+end
+$$;
+
 -- claim_runs leases up to p_limit runnable runs of a worker's types (its
 -- prefixes, or the exact p_types), skipping types disabled in the registry
 -- or of another runtime, best priority first, then oldest. Each run comes
@@ -1002,10 +1367,11 @@ comment on function workflow.active_types(text[]) is 'Types of pending or leased
 -- so: the worker fails that run alone.
 -- A parked run whose timer is due is woken here: its wait entry is
 -- resolved (a sleep 'ok', any other wait 'timeout') and a 'woken' event
--- precedes 'started'.
--- Fires: workflow_source_run_changed (mirrored runs).
--- Locks: the claimed runs, type by type, skipping locked rows (never
--- waits on another claim); then their open wait entries.
+-- precedes 'started'. Types with flow limits go through flow_admit.
+-- Fires: workflow_source_run_changed (mirrored runs); what flow_admit fires.
+-- Locks: what flow_admit locks, type by type in name order; the claimed
+-- runs, type by type, skipping locked rows (never waits on another claim);
+-- then their open wait entries.
 create or replace function workflow.claim_runs(
     p_worker_id text,
     p_type_prefixes text[],
@@ -1040,6 +1406,9 @@ declare
     v_patterns text[];
     v_types text[];
     v_journal_cap bigint;
+    v_limited text[];
+    v_admitted uuid[] := '{}';
+    v_type text;
 begin
     -- workflow.now() and the journal's cap, in one read of the owner's settings.
     select pg_catalog.now() + st.clock_offset, st.max_journal_bytes into v_now, v_journal_cap
@@ -1075,6 +1444,22 @@ begin
             where g.workflow_name = c.t
               and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
     end if;
+    -- Types with flow limits: flow_admit picks their runs; the others are
+    -- read below, straight from the claim index.
+    select array_agg(g.workflow_name order by g.workflow_name) into v_limited
+    from workflow.workflow_registry g
+    where (g.max_leased is not null or g.max_leased_per_key is not null or g.rate_limit is not null)
+      and g.is_enabled and (p_runtime is null or g.runtime = p_runtime)
+      and (v_types is null or g.workflow_name = any (v_types));
+    if v_limited is not null then
+        foreach v_type in array v_limited loop
+            v_admitted := v_admitted || workflow.flow_admit(v_type, p_limit - cardinality(v_admitted), v_now);
+            exit when cardinality(v_admitted) >= p_limit;
+        end loop;
+        if v_types is not null then
+            v_types := array(select t from unnest(v_types) t where t <> all (v_limited));
+        end if;
+    end if;
 
     return query
     with candidates as (
@@ -1088,6 +1473,7 @@ begin
                 where r.type collate "C" = t.type
                   and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
                   and r.deleted_at is null
+                  and r.wait_kind is distinct from 'limit'
                   and r.run_at <= v_now
                   and (r.deadline_at is null or r.deadline_at > v_now)
                 order by r.priority, r.created_at
@@ -1102,16 +1488,23 @@ begin
                 where v_types is null
                   and r.status = 'pending'
                   and r.deleted_at is null
+                  and r.wait_kind is distinct from 'limit'
                   and r.run_at <= v_now
                   and (r.deadline_at is null or r.deadline_at > v_now)
                   and not exists (
                       select 1 from workflow.workflow_registry g
                       where g.workflow_name = r.type
-                        and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)))
+                        and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)
+                             or g.workflow_name = any (v_limited)))
                 order by r.priority, r.created_at
                 limit p_limit
                 for update of r skip locked
             ) a
+            union all
+            -- Runs flow_admit let start (it locked them).
+            select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
+            from workflow.workflow_run r
+            where r.id = any (v_admitted)
         ) c
         order by c.priority, c.created_at
         limit p_limit
@@ -2454,10 +2847,11 @@ create or replace trigger workflow_dag_step_changed
 -- reap_expired_leases ends leases whose holder stopped heartbeating: the
 -- run is pending again (its attempt spent) or failed when it has none left,
 -- with reason lease_expired. Called by the manager's leader and by workers.
+-- Then flow_recheck lets go runs parked on a limit whose key has room.
 -- Fires: workflow_child_finished, workflow_parent_ended (runs that failed),
--- workflow_source_run_changed.
+-- workflow_run_flow_slot_freed, workflow_source_run_changed.
 -- Locks: the parents of the runs it reaps in id order, then the runs
--- (skipping locked ones), oldest lease first.
+-- (skipping locked ones), oldest lease first; then what flow_recheck locks.
 create or replace function workflow.reap_expired_leases(p_limit integer) returns table (id uuid, status text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -2503,6 +2897,8 @@ begin
         from reaped x
     )
     select x.id, x.status from reaped x;
+    -- Parked runs whose key has room again (see FLOW LIMITS).
+    perform workflow.flow_recheck(p_limit);
     perform set_config('workflow.via_function', v_via, true);
 end
 $$;
@@ -2614,7 +3010,8 @@ $$;
 -- queue_depth counts the runnable and leased runs of a worker pool (its
 -- type prefixes and runtime), each up to p_cap (null: exactly), type by
 -- type from idx_workflow_run_depth alone: the numbers the autoscaler
--- scales by. Reads only.
+-- scales by. A type with flow limits counts only the runnable runs its
+-- limits let start now. Reads only.
 create or replace function workflow.queue_depth(
     p_type_prefixes text[],
     p_runtime text default null,
@@ -2632,6 +3029,8 @@ declare
     v_runnable bigint;
     v_leased bigint;
     v_type text;
+    v_n bigint;
+    v_flow record;
 begin
     if p_cap is not null and p_cap < 1 then
         raise exception 'queue_depth: the cap must be at least 1 (or null for an exact count), got %', p_cap
@@ -2657,13 +3056,27 @@ begin
     v_leased := 0;
     foreach v_type in array coalesce(v_claimable, '{}') loop
         exit when v_runnable >= p_cap;
-        v_runnable := v_runnable + (
-            select count(*) from (
-                select 1 from workflow.workflow_run r
-                where r.type collate "C" = v_type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at <= workflow.now()
-                order by r.type collate "C", r.status, r.run_at
-                limit p_cap - v_runnable) x);
+        v_n := (select count(*) from (
+                    select 1 from workflow.workflow_run r
+                    where r.type collate "C" = v_type and r.status = 'pending'
+                      and r.deleted_at is null and r.run_at <= workflow.now()
+                    order by r.type collate "C", r.status, r.run_at
+                    limit p_cap - v_runnable) x);
+        -- Only as many as the type's flow limits let start (runs parked on
+        -- a key's limit are not runnable: their run_at is ahead).
+        select g.max_leased, g.rate_limit, g.rate_per_key into v_flow
+        from workflow.workflow_registry g where g.workflow_name = v_type;
+        if v_flow.max_leased is not null then
+            v_n := least(v_n, greatest(v_flow.max_leased - (
+                select count(*) from (
+                    select 1 from workflow.workflow_run r
+                    where r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
+                    limit v_flow.max_leased) x), 0));
+        end if;
+        if v_flow.rate_limit is not null and not v_flow.rate_per_key then
+            v_n := least(v_n, v_flow.rate_limit);
+        end if;
+        v_runnable := v_runnable + v_n;
     end loop;
     foreach v_type in array v_types loop
         exit when v_leased >= p_cap;
@@ -2757,7 +3170,8 @@ create or replace function workflow.create_run(
     p_traceparent text default null,
     p_source_namespace text default null,
     p_source_name text default null,
-    p_source_uid text default null
+    p_source_uid text default null,
+    p_concurrency_key text default null
 ) returns table (id uuid, created boolean)
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -2768,13 +3182,14 @@ declare
 begin
     insert into workflow.workflow_run (
         type, payload, priority, run_at, idempotency_key, max_attempts, retry_base_delay, retry_max_delay,
-        source_namespace, source_name, source_uid, deadline_at, traceparent)
+        source_namespace, source_name, source_uid, deadline_at, traceparent, concurrency_key)
     values (
         p_type, coalesce(p_payload, '{}'), coalesce(p_priority, 100), coalesce(p_run_at, workflow.now()),
         p_idempotency_key, coalesce(p_max_attempts, 3),
         p_retry_base_ms * interval '1 millisecond', p_retry_max_ms * interval '1 millisecond',
         p_source_namespace, p_source_name, p_source_uid,
-        coalesce(p_deadline_at, workflow.now() + p_deadline_ms * interval '1 millisecond'), p_traceparent)
+        coalesce(p_deadline_at, workflow.now() + p_deadline_ms * interval '1 millisecond'), p_traceparent,
+        p_concurrency_key)
     on conflict (idempotency_key) do nothing
     returning workflow_run.id into v_id;
     if v_id is not null then
@@ -2796,7 +3211,7 @@ create or replace view workflow.run_view as
            r.source_namespace, r.source_name, r.source_uid,
            r.started_at, r.finished_at, r.created_at, r.updated_at, r.deleted_at,
            r.lease_token, r.parent_id, r.parent_step, r.deadline_at, r.wait_kind, r.wait_step, r.wait_signal,
-           r.traceparent
+           r.traceparent, r.concurrency_key
     from workflow.workflow_run r;
 
 -- get_run: one run (deleted ones too); no row when there is none.
@@ -2992,19 +3407,30 @@ $$;
 -- Fires: workflow_registry_written (the definition's checks).
 create or replace function workflow.put_registry(
     p_workflow_name text, p_runtime text, p_is_enabled boolean, p_description text,
-    p_owner_namespace text, p_owner_name text, p_definition jsonb
+    p_owner_namespace text, p_owner_name text, p_definition jsonb,
+    p_max_leased integer default null, p_max_leased_per_key integer default null,
+    p_rate_limit integer default null, p_rate_period_ms bigint default null,
+    p_rate_per_key boolean default false
 ) returns text
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
     insert into workflow.workflow_registry (
-        workflow_name, runtime, is_enabled, description, owner_namespace, owner_name, definition)
-    values (p_workflow_name, p_runtime, p_is_enabled, p_description, p_owner_namespace, p_owner_name, p_definition)
+        workflow_name, runtime, is_enabled, description, owner_namespace, owner_name, definition,
+        max_leased, max_leased_per_key, rate_limit, rate_period, rate_per_key)
+    values (p_workflow_name, p_runtime, p_is_enabled, p_description, p_owner_namespace, p_owner_name, p_definition,
+            p_max_leased, p_max_leased_per_key, p_rate_limit, p_rate_period_ms * interval '1 millisecond',
+            coalesce(p_rate_per_key, false))
     on conflict (workflow_name) do update
     set runtime     = excluded.runtime,
         is_enabled  = excluded.is_enabled,
         description = excluded.description,
         definition  = excluded.definition,
+        max_leased  = excluded.max_leased,
+        max_leased_per_key = excluded.max_leased_per_key,
+        rate_limit  = excluded.rate_limit,
+        rate_period = excluded.rate_period,
+        rate_per_key = excluded.rate_per_key,
         updated_at  = now()
     where workflow.workflow_registry.owner_namespace is not distinct from excluded.owner_namespace
       and workflow.workflow_registry.owner_name is not distinct from excluded.owner_name
@@ -3028,12 +3454,15 @@ $$;
 -- registry_entries: one entry (p_workflow_name), or those one object owns.
 create or replace function workflow.registry_entries(p_workflow_name text, p_owner_namespace text, p_owner_name text)
 returns table (workflow_name text, runtime text, is_enabled boolean, description text, owner_namespace text,
-               owner_name text, created_at timestamptz, updated_at timestamptz, definition jsonb)
+               owner_name text, created_at timestamptz, updated_at timestamptz, definition jsonb,
+               max_leased integer, max_leased_per_key integer, rate_limit integer, rate_period_ms bigint,
+               rate_per_key boolean)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     select g.workflow_name, g.runtime, g.is_enabled, g.description, g.owner_namespace, g.owner_name,
-           g.created_at, g.updated_at, g.definition
+           g.created_at, g.updated_at, g.definition, g.max_leased, g.max_leased_per_key, g.rate_limit,
+           (extract(epoch from g.rate_period) * 1000)::bigint, g.rate_per_key
     from workflow.workflow_registry g
     where (p_workflow_name is null or g.workflow_name = p_workflow_name)
       and (p_owner_namespace is null or (g.owner_namespace = p_owner_namespace and g.owner_name = p_owner_name))
@@ -3444,16 +3873,19 @@ revoke all on function
     workflow.claim_runs(text, text[], text, integer, bigint, text[]),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
-                         text[]),
+                         text[], text[]),
     workflow.dag_advance(uuid),
     workflow.dag_end(workflow.workflow_run, text, jsonb, text, jsonb),
     workflow.expire_deadlines(uuid[], integer),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
+    workflow.flow_admit(text, integer, timestamptz),
+    workflow.flow_recheck(integer),
     workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
     workflow.inbox_version(),
     workflow.lock_parents(uuid[]),
     workflow.on_child_finished(),
     workflow.on_child_inserting(),
+    workflow.on_flow_slot_freed(),
     workflow.on_parent_ended(),
     workflow.on_run_cancelled(),
     workflow.on_run_history_rewritten(),
