@@ -26,6 +26,7 @@ const (
 // with steps); a refused definition is reported on the registry's status
 // (condition DefinitionsValid, reason InvalidDefinition) and not registered.
 // +kubebuilder:validation:XValidation:rule="has(self.runtime) != has(self.steps)",message="a workflow has either a runtime (its workers run it) or steps (the database runs them), not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.steps) || (!has(self.concurrency) && !has(self.rateLimit))",message="concurrency and rateLimit apply to types that workers run; set them on the types of the steps"
 type WorkflowDefinition struct {
 	// Name is the workflow type, such as billing.invoice.v1.
 	// +kubebuilder:validation:MinLength=3
@@ -55,6 +56,50 @@ type WorkflowDefinition struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=100
 	Steps []WorkflowStep `json:"steps,omitempty"`
+	// Concurrency caps how many runs of this type workers hold at once,
+	// across every worker: in all, and per concurrency key (a run's
+	// spec.concurrencyKey). A run held back waits, spending no attempt.
+	// +optional
+	Concurrency *ConcurrencyLimit `json:"concurrency,omitempty"`
+	// RateLimit caps how many runs of this type start per period, for the
+	// whole type or for each concurrency key.
+	// +optional
+	RateLimit *RateLimit `json:"rateLimit,omitempty"`
+}
+
+// ConcurrencyLimit caps the runs of a type leased at once.
+// +kubebuilder:validation:XValidation:rule="has(self.maxRuns) || has(self.maxRunsPerKey)",message="concurrency sets maxRuns, maxRunsPerKey or both"
+type ConcurrencyLimit struct {
+	// MaxRuns is the most runs of the type leased at once.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MaxRuns *int32 `json:"maxRuns,omitempty"`
+	// MaxRunsPerKey is the most runs of one concurrency key leased at once
+	// (runs without a key are not limited by it).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MaxRunsPerKey *int32 `json:"maxRunsPerKey,omitempty"`
+}
+
+// RateLimit caps how many runs start per period. Periods are windows
+// aligned to the Unix epoch (a 1m period is each clock minute): at most
+// Starts runs start within each.
+type RateLimit struct {
+	// Starts is the most runs that start per period.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	Starts int32 `json:"starts"`
+	// Period is the window, between 1ms and 24h, such as 1s or 1m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]*)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="rateLimit.period must be between 1ms and 24h"
+	Period metav1.Duration `json:"period"`
+	// PerKey applies the limit to each concurrency key instead of the type.
+	// +optional
+	PerKey bool `json:"perKey,omitempty"`
 }
 
 // ScaleTargetRef names the scalable object of a worker pool, in the

@@ -17,6 +17,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.cancel) && oldSelf.cancel) || (has(self.cancel) && self.cancel)",message="spec.cancel can only change from false to true"
 // +kubebuilder:validation:XValidation:rule="has(self.deadline) == has(oldSelf.deadline) && (!has(self.deadline) || self.deadline == oldSelf.deadline || (self.deadline.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self.deadline) == duration(oldSelf.deadline)))",message="spec.deadline is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.signals) || size(oldSelf.signals) == 0 || has(self.signals)",message="spec.signals is append-only: entries cannot be removed"
+// +kubebuilder:validation:XValidation:rule="has(self.concurrencyKey) == has(oldSelf.concurrencyKey) && (!has(self.concurrencyKey) || self.concurrencyKey == oldSelf.concurrencyKey)",message="spec.concurrencyKey is immutable"
 type WorkflowRunSpec struct {
 	// Type is the versioned workflow type, dot-separated lowercase segments
 	// ending in a version, such as content.thumbnail.v1. Workers claim runs
@@ -52,6 +53,16 @@ type WorkflowRunSpec struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="spec.idempotencyKey must not contain the NUL character (\\u0000)"
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+
+	// ConcurrencyKey groups runs for the flow limits of their type (its
+	// registry's concurrency.maxRunsPerKey and a rate limit per key): a
+	// customer, a tenant, an external account. A run held back by a limit
+	// waits (phase Waiting, for "limit") and spends no attempt.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="spec.concurrencyKey must not contain the NUL character (\\u0000)"
+	ConcurrencyKey string `json:"concurrencyKey,omitempty"`
 
 	// MaxAttempts bounds the attempts, 1 to 1000. Defaults to 3.
 	// +optional
@@ -252,8 +263,9 @@ type WorkflowRunStatus struct {
 
 // WaitingFor is what a parked run waits for.
 type WaitingFor struct {
-	// Kind is sleep, signal or child.
-	// +kubebuilder:validation:Enum=sleep;signal;child
+	// Kind is sleep, signal or child; or limit, a run its type's flow
+	// limits hold back (registry concurrency or rateLimit), with no step.
+	// +kubebuilder:validation:Enum=sleep;signal;child;limit
 	Kind string `json:"kind"`
 	// Step is the journal entry the wait fills in.
 	// +optional

@@ -22,8 +22,22 @@ func registryEntry(reg *workflowv1alpha1.WorkflowRegistry, wf workflowv1alpha1.W
 	return engine.RegistryEntry{
 		WorkflowName: wf.Name, Runtime: string(wf.Runtime), Enabled: wf.Enabled == nil || *wf.Enabled,
 		Description: wf.Description, OwnerNamespace: reg.Namespace, OwnerName: reg.Name,
-		Definition: definitionOf(wf),
+		Definition: definitionOf(wf), Flow: flowLimitsOf(wf),
 	}
+}
+
+// flowLimitsOf converts a workflow's concurrency and rate limits into the
+// registry's flow limits.
+func flowLimitsOf(wf workflowv1alpha1.WorkflowDefinition) engine.FlowLimits {
+	var f engine.FlowLimits
+	if c := wf.Concurrency; c != nil {
+		f.MaxLeased, f.MaxLeasedPerKey = c.MaxRuns, c.MaxRunsPerKey
+	}
+	if r := wf.RateLimit; r != nil {
+		starts := r.Starts
+		f.RateLimit, f.RatePeriod, f.RatePerKey = &starts, r.Period.Duration, r.PerKey
+	}
+	return f
 }
 
 // definitionOf converts a workflow's steps into the definition the database

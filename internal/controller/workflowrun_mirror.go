@@ -83,6 +83,7 @@ func createParams(wfr *workflowv1alpha1.WorkflowRun) engine.CreateParams {
 	p := engine.CreateParams{
 		Type:           wfr.Spec.Type,
 		IdempotencyKey: idempotencyKey(wfr),
+		ConcurrencyKey: wfr.Spec.ConcurrencyKey,
 		Source:         &engine.Source{Namespace: wfr.Namespace, Name: wfr.Name, UID: string(wfr.UID)},
 	}
 	if wfr.Spec.Payload != nil {

@@ -198,6 +198,8 @@ func describeWait(w *engine.Wait) string {
 		msg = fmt.Sprintf("waiting for signal %s at step %s", w.Signal, w.Step)
 	case engine.StepKindChild:
 		msg = "waiting for the child run of step " + w.Step
+	case engine.WaitKindLimit:
+		msg = "held back by its type's flow limits (concurrency or rate)"
 	default:
 		msg = fmt.Sprintf("waiting (%s) at step %s", w.Kind, w.Step)
 	}

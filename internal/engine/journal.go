@@ -21,6 +21,10 @@ const (
 	StepKindChild  StepKind = "child"
 )
 
+// WaitKindLimit is the wait of a run its type's flow limits hold back
+// (Run.Wait.Kind; never a journal entry's kind).
+const WaitKindLimit StepKind = "limit"
+
 // StepOutcome is how a journaled step ended; empty while a wait is open.
 type StepOutcome string
 

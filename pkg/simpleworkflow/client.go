@@ -85,6 +85,11 @@ type CreateOptions struct {
 	// its attempts link to it. Empty takes the span context of the ctx
 	// given to Create (none when ctx carries no span).
 	TraceParent string
+	// ConcurrencyKey groups runs for the flow limits of their type (at most
+	// MaxLeasedPerKey of one key leased at once, a rate per key): a
+	// customer, a tenant, an external account. 1 to 255 characters; empty
+	// sets none.
+	ConcurrencyKey string
 }
 
 // RetryPolicy is a run's own backoff: the delay before attempt n+1 is
@@ -144,6 +149,7 @@ func createParams(callerTrace, workflowType string, payload json.RawMessage, opt
 	}
 	if opts != nil {
 		p.IdempotencyKey = opts.IdempotencyKey
+		p.ConcurrencyKey = opts.ConcurrencyKey
 		p.Priority = opts.Priority
 		p.MaxAttempts = opts.MaxAttempts
 		p.Deadline = opts.Deadline

@@ -33,6 +33,7 @@ func TestPublicConstantsMatchEngine(t *testing.T) {
 		{string(StepKindSleep), string(engine.StepKindSleep)},
 		{string(StepKindSignal), string(engine.StepKindSignal)},
 		{string(StepKindChild), string(engine.StepKindChild)},
+		{string(WaitKindLimit), string(engine.WaitKindLimit)},
 		{string(StepOutcomeOK), string(engine.OutcomeOK)},
 		{string(StepOutcomeError), string(engine.OutcomeError)},
 		{string(StepOutcomeTimeout), string(engine.OutcomeTimeout)},

@@ -23,6 +23,10 @@ const (
 	StepKindChild StepKind = "child"
 )
 
+// WaitKindLimit is the Wait.Kind of a run its type's flow limits hold back
+// (a full concurrency key, a rate window used up); never a journal entry's.
+const WaitKindLimit StepKind = "limit"
+
 // StepOutcome is how a journal entry ended; empty while a wait is open or a
 // child runs. The values are the strings stored in the journal.
 type StepOutcome string

@@ -80,6 +80,9 @@ type Run struct {
 	Wait *Wait
 	// TraceParent is the W3C traceparent stored with the run ("" for none).
 	TraceParent string
+	// ConcurrencyKey groups the run for its type's per-key flow limits
+	// ("" for none).
+	ConcurrencyKey string
 }
 
 // Wait is what a parked run waits for: a sleep, a signal or a child run.
