@@ -65,6 +65,7 @@ type config struct {
 	rounds      int
 	river       bool
 	depthRuns   int
+	flowRuns    int
 	pgStats     bool
 	// the second burn-down: the same queue claimed by several pollers
 	spreadPollers, spreadConcurrency int
@@ -101,6 +102,7 @@ func run() error {
 	flag.IntVar(&cfg.dagRuns, "dag-runs", 300, "runs of the 10-step DAG chain (a tenth as many 100-step fan-outs)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "runs of each burn-down and pickup measurement (the median is printed)")
 	flag.BoolVar(&cfg.river, "river", true, "measure River side by side (hack/riverbench)")
+	flag.IntVar(&cfg.flowRuns, "flow-runs", 20000, "runs of each type of the flow-limit claim measurement, per round (0 skips it)")
 	flag.IntVar(&cfg.depthRuns, "depth-runs", 1000000, "pending runs behind the depth and claim measurements (0 skips them)")
 	flag.BoolVar(&cfg.pgStats, "pg-stats", false, "print the statements each engine burn-down spent its time in (pg_stat_statements; preloaded in the throwaway server)")
 	flag.IntVar(&cfg.producers, "producers", 8, "clients of the single-row insert measurement")
@@ -251,6 +253,9 @@ func run() error {
 		return err
 	}
 	if err := createManyBench(ctx, pool, cfg); err != nil {
+		return err
+	}
+	if err := flowBench(ctx, pool, cfg); err != nil {
 		return err
 	}
 	return depthBench(ctx, pool, cfg)

@@ -487,7 +487,7 @@ create index if not exists idx_workflow_signal_pending on workflow.workflow_sign
 
 -- Rate windows: how many runs of a type (key '') or of one concurrency key
 -- started in the current window of the type's rate_period. Written only by
--- claims, under the type's or the key's flow lock; rows of idle keys are
+-- claims, under the type's flow lock; rows of ended windows are
 -- deleted by flow_recheck.
 create table if not exists workflow.workflow_flow_window (
     type text not null,
@@ -1068,14 +1068,15 @@ comment on function workflow.active_types(text[]) is 'Types of pending or leased
 -- claim keeps them: claim_runs hands each limited type to flow_admit,
 -- which decides, under a flow lock, which runnable runs may start.
 --
---   * Flow locks are transaction-level advisory locks, one per type
---     (hashtext('workflow_flow:' || type), 0) and one per key of a type
---     (same first half, hashtext(key)), taken only with
---     pg_try_advisory_xact_lock: a claim that cannot have one leaves that
---     type or key to the next claim and never waits, so claims cannot
---     deadlock on them. Counting after the lock is taken (a new statement,
---     so a new snapshot) sees every claim of that type or key that
---     committed before: a limit is never exceeded.
+--   * A type's flow lock is a transaction-level advisory lock
+--     (hashtext('workflow_flow:' || type), 0), taken only with
+--     pg_try_advisory_xact_lock: one claim of a limited type at a time;
+--     another claim leaves the type to the next and never waits, so claims
+--     cannot deadlock on it. Counting after the lock is taken (a new
+--     statement, so a new snapshot) sees every claim of the type that
+--     committed before: a limit is never exceeded. (One lock per type, not
+--     per key: a claim over a thousand keys would otherwise fill the
+--     server's lock table.)
 --   * A run held back by a key's limit is parked on 'limit' (pending,
 --     wait_kind 'limit'): out of the claim's indexes, so ten thousand runs
 --     waiting on one customer do not slow the claims of any other. It
@@ -1098,9 +1099,8 @@ comment on function workflow.active_types(text[]) is 'Types of pending or leased
 -- claim_runs leases them. It parks the runs of keys it finds full and
 -- counts the starts against the rate windows.
 -- Fires: workflow_source_run_changed (a mirrored run parked or let go).
--- Locks: the type's flow lock (with max_leased or a type-wide rate), its
--- rate window row (skip if locked), candidate runs (skip locked), the flow
--- locks of their keys (try only), then runs of full keys (skip locked).
+-- Locks: the type's flow lock (try only), its rate window rows, candidate
+-- runs (skip locked), then runs of full keys (skip locked).
 create or replace function workflow.flow_admit(p_type text, p_limit integer, p_now timestamptz)
 returns uuid[]
 language plpgsql
@@ -1116,13 +1116,18 @@ declare
     v_ids uuid[];
     v_keys text[];
     v_locked text[];
-    v_room_keys text[];
-    v_room_sizes integer[];
-    v_room_until timestamptz[];
+    v_leased_map jsonb;
+    v_window_map jsonb;
+    v_mine_map jsonb;
+    v_room_map jsonb;
+    v_rate_map jsonb;
+    v_full text[];
+    v_full_until timestamptz[];
     v_admitted uuid[];
     v_adm_keys text[];
     v_pass integer;
     v_parked bigint;
+    v_fetched integer;
 begin
     select * into g from workflow.workflow_registry r where r.workflow_name = p_type;
     if not found then
@@ -1143,10 +1148,10 @@ begin
                        limit 1000
                        for update skip locked);
     end if;
-    if g.max_leased is not null or (g.rate_limit is not null and not g.rate_per_key) then
-        if not pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_type), 0) then
-            return '{}';
-        end if;
+    -- One claim of a limited type at a time: the others leave it to the
+    -- next claim and take other types.
+    if not pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_type), 0) then
+        return '{}';
     end if;
     if g.max_leased is not null then
         v_room := least(v_room, g.max_leased - (
@@ -1167,9 +1172,9 @@ begin
         return '{}';
     end if;
 
-    -- Candidates in claim order. With limits per key, twice as many, so
-    -- that runs of full keys do not leave the claim short; and when a pass
-    -- parked runs of a full key, up to two more passes read past them.
+    -- Candidates in claim order. With limits per key, when a pass held
+    -- runs of full keys back (and parked their keys' other runs), up to two
+    -- more passes read past them, so that the claim is not left short.
     v_admitted := '{}';
     v_adm_keys := '{}';
     for v_pass in 1 .. case when v_by_key then 3 else 1 end loop
@@ -1186,38 +1191,42 @@ begin
                 and (r.deadline_at is null or r.deadline_at > p_now)
                 and r.id <> all (v_admitted)
               order by r.priority, r.created_at
-              limit case when v_by_key then least((v_room - cardinality(v_admitted)) * 2, 10000)
-                         else v_room end
+              limit v_room - cardinality(v_admitted)
               for update of r skip locked) c;
         exit when v_ids is null;
         if not v_by_key then
             v_admitted := v_ids;
             exit;
         end if;
-        -- The flow locks of the candidates' keys (held already: taken
-        -- again at no cost); a key another claim holds now is left for the
-        -- next claim.
-        select array_agg(d.k) into v_locked
-        from (select distinct k from unnest(v_keys) k where k is not null) d
-        where pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_type), hashtext(d.k));
-        -- A new statement: its snapshot sees every claim of those keys
-        -- that committed before their locks were taken. Each locked key's
+        v_fetched := cardinality(v_ids);
+        select array_agg(distinct k) into v_locked from unnest(v_keys) k where k is not null;
+        -- Statements after the type's flow lock was taken see every claim
+        -- of the type that committed before. Each candidate key's
         -- room: free slots and starts left in its window (less what this
-        -- claim took already), whichever is fewer, and until when a run
-        -- held back by it waits.
-        select array_agg(k.key), array_agg(least(k.conc, k.rate) - k.mine),
-               array_agg(case when k.conc <= k.rate then workflow.far_future() else v_window + g.rate_period end)
-        into v_room_keys, v_room_sizes, v_room_until
+        -- claim took already), whichever is fewer; and whether a run held
+        -- back by it waits for the window's end (the rate binds) or for a
+        -- slot. Keys are looked up in jsonb maps, set-based, never joined
+        -- row by row.
+        select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_leased_map
+        from (select r.concurrency_key as key, count(*) as n
+              from workflow.workflow_run r
+              where r.type collate "C" = p_type and r.concurrency_key = any (v_locked)
+                and r.status = 'leased' and r.deleted_at is null
+              group by r.concurrency_key) x;
+        select coalesce(jsonb_object_agg(w.concurrency_key, w.starts), '{}') into v_window_map
+        from workflow.workflow_flow_window w
+        where g.rate_per_key and w.type = p_type and w.concurrency_key = any (v_locked)
+          and w.window_start = v_window;
+        select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
+        from (select a as key, count(*) as n from unnest(v_adm_keys) a where a is not null group by a) x;
+        select coalesce(jsonb_object_agg(k.key, least(k.conc, k.rate) - k.mine), '{}'),
+               coalesce(jsonb_object_agg(k.key, k.rate < k.conc), '{}')
+        into v_room_map, v_rate_map
         from (select l.key,
-                     (select count(*) from unnest(v_adm_keys) a where a = l.key)::integer as mine,
-                     coalesce(g.max_leased_per_key - (
-                         select count(*) from workflow.workflow_run r
-                         where r.type collate "C" = p_type and r.concurrency_key = l.key
-                           and r.status = 'leased' and r.deleted_at is null)::integer, 2147483647) as conc,
+                     coalesce((v_mine_map->>l.key)::integer, 0) as mine,
+                     coalesce(g.max_leased_per_key - coalesce((v_leased_map->>l.key)::integer, 0), 2147483647) as conc,
                      case when g.rate_per_key
-                          then g.rate_limit - coalesce((select w.starts from workflow.workflow_flow_window w
-                                                        where w.type = p_type and w.concurrency_key = l.key
-                                                          and w.window_start = v_window), 0)
+                          then g.rate_limit - coalesce((v_window_map->>l.key)::integer, 0)
                           else 2147483647 end as rate
               from unnest(v_locked) l(key)) k;
         select coalesce(array_agg(c.id order by c.ord), '{}'), coalesce(array_agg(c.key order by c.ord), '{}')
@@ -1225,20 +1234,26 @@ begin
         from (select c.id, c.key, c.ord
               from (select c.id, c.key, c.ord, row_number() over (partition by c.key order by c.ord) as nth
                     from unnest(v_ids, v_keys) with ordinality c(id, key, ord)) c
-              left join unnest(v_room_keys, v_room_sizes) f(key, room) on f.key = c.key
-              where c.key is null or c.nth <= f.room
+              where c.key is null or c.nth <= (v_room_map->>c.key)::integer
               order by c.ord
               limit v_room - cardinality(v_admitted)) c;
         v_admitted := v_admitted || v_ids;
         v_adm_keys := v_adm_keys || v_keys;
-        -- Keys now full (this claim took their last room): their other
+        -- Keys now full (this pass took their last room): their other
         -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
         -- a later claim parks the rest).
+        select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
+        from (select a as key, count(*) as n from unnest(v_keys) a where a is not null group by a) x;
+        select array_agg(e.key), array_agg(case when (v_rate_map->>e.key)::boolean
+                                                then v_window + g.rate_period else workflow.far_future() end)
+        into v_full, v_full_until
+        from jsonb_each_text(v_room_map) e(key, room)
+        where e.room::integer <= coalesce((v_mine_map->>e.key)::integer, 0);
         with parked as (
             update workflow.workflow_run r
             set wait_kind = 'limit', run_at = p.until, updated_at = p_now
             from (select x.id, f.until
-                  from unnest(v_room_keys, v_room_sizes, v_room_until) f(key, room, until)
+                  from unnest(v_full, v_full_until) f(key, until)
                   cross join lateral (
                       select x.id from workflow.workflow_run x
                       where x.type collate "C" = p_type and x.concurrency_key = f.key
@@ -1246,12 +1261,12 @@ begin
                         and x.wait_kind is null and x.run_at <= p_now
                         and x.id <> all (v_admitted)
                       for update skip locked) x
-                  where f.room <= (select count(*) from unnest(v_keys) a where a = f.key)
                   limit 10000) p
             where r.id = p.id
             returning 1)
         select count(*) into v_parked from parked;
-        exit when v_parked = 0 or cardinality(v_admitted) >= v_room;
+        -- Done when this pass held nothing back, or the room is used up.
+        exit when cardinality(v_ids) = v_fetched or cardinality(v_admitted) >= v_room;
     end loop;
     if v_by_key and g.rate_per_key and cardinality(v_admitted) > 0 then
         insert into workflow.workflow_flow_window as w (type, concurrency_key, window_start, starts)

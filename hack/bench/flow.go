@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// Shape of the flow-limit benchmark.
+const (
+	flowKeys      = 1000 // concurrency keys of the limited type's runs
+	flowClaim     = 500  // runs per claim
+	flowHotParked = 100000
+)
+
+// flowBench measures what flow limits cost a claim, side by side with the
+// plain claim in the same run. It prints
+//
+//	flow limits: claim of 500 plain X ms, with limits Y ms (per type, per key over 1000 keys, a rate per key; none binding) = R x; claims of other keys behind 100000 runs parked on one key Z ms (without them W ms) = S x
+//
+// Each round records cfg.flowRuns runs of a plain type and as many of a
+// type with every limit set (generous enough that none holds a run back,
+// so both claims lease the same runs: the difference is the limits' own
+// work), then claims and completes them 500 at a time, alternating the two
+// types claim by claim; the median claim time of each is printed, and
+// their ratio. Then one key gets flowHotParked runs, parked by its limit of
+// one, and claims of other keys are timed with and without them.
+func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
+	if cfg.flowRuns <= 0 {
+		return nil
+	}
+	db, cleanup, err := benchDatabase(ctx, pool, "flow")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	eng, err := engine.New(db)
+	if err != nil {
+		return err
+	}
+	big := func(v int32) *int32 { return &v }
+	const plain, limited, hot = "bench.flow.plain.v1", "bench.flow.limited.v1", "bench.flow.hot.v1"
+	for name, flow := range map[string]engine.FlowLimits{
+		plain: {},
+		limited: {MaxLeased: big(100000), MaxLeasedPerKey: big(100000), RateLimit: big(1000000),
+			RatePeriod: time.Second, RatePerKey: true},
+		hot: {MaxLeasedPerKey: big(1)},
+	} {
+		if err := eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{
+			WorkflowName: name, Runtime: engine.RuntimeGo, Enabled: true, Flow: flow,
+		}); err != nil {
+			return err
+		}
+	}
+	var plainMs, limitedMs []float64
+	for range cfg.rounds {
+		for _, typ := range []string{plain, limited} {
+			if err := createKeyed(ctx, eng, typ, cfg.flowRuns, func(i int) string {
+				if typ == plain {
+					return ""
+				}
+				return fmt.Sprintf("customer-%d", i%flowKeys)
+			}); err != nil {
+				return err
+			}
+		}
+		for left := cfg.flowRuns; left > 0; left -= flowClaim {
+			for _, typ := range []string{plain, limited} {
+				d, n, err := timedClaim(ctx, eng, typ)
+				if err != nil {
+					return err
+				}
+				if n != min(flowClaim, left) {
+					return fmt.Errorf("flow bench: a claim of %s took %d runs, want %d (a limit held runs back)", typ, n, min(flowClaim, left))
+				}
+				ms := float64(d.Microseconds()) / 1000
+				if typ == plain {
+					plainMs = append(plainMs, ms)
+				} else {
+					limitedMs = append(limitedMs, ms)
+				}
+			}
+		}
+	}
+	p, l := medianMs(plainMs), medianMs(limitedMs)
+	fmt.Fprintf(os.Stderr, "flow: %d claims of each type\n", len(plainMs))
+
+	// Other keys behind one hot key's parked runs.
+	otherKeys := func(i int) string { return fmt.Sprintf("cold-%d", i) }
+	coldClaims := func() (float64, error) {
+		var ms []float64
+		for range 20 {
+			if err := createKeyed(ctx, eng, hot, 20, otherKeys); err != nil {
+				return 0, err
+			}
+			d, n, err := timedClaim(ctx, eng, hot)
+			if err != nil {
+				return 0, err
+			}
+			if n < 20 {
+				return 0, fmt.Errorf("flow bench: a claim of the cold keys took %d runs, want 20", n)
+			}
+			ms = append(ms, float64(d.Microseconds())/1000)
+		}
+		return medianMs(ms), nil
+	}
+	without, err := coldClaims()
+	if err != nil {
+		return err
+	}
+	if err := createKeyed(ctx, eng, hot, flowHotParked, func(int) string { return "hot" }); err != nil {
+		return err
+	}
+	// The first claims park the hot key's runs, 10,000 per pass.
+	for range flowHotParked/10000 + 1 {
+		if _, _, err := timedClaim(ctx, eng, hot); err != nil {
+			return err
+		}
+	}
+	with, err := coldClaims()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("flow limits: claim of %d plain %.2f ms, with limits %.2f ms (per type, per key over %d keys, a rate per key; none binding) = %.2fx; "+
+		"claims of other keys behind %d runs parked on one key %.2f ms (without them %.2f ms) = %.2fx\n",
+		flowClaim, p, l, flowKeys, l/p, flowHotParked, with, without, with/without)
+	return nil
+}
+
+// createKeyed records n runs of typ, run i with the concurrency key key(i).
+func createKeyed(ctx context.Context, eng *engine.Engine, typ string, n int, key func(int) string) error {
+	for start := 0; start < n; start += 5000 {
+		ps := make([]engine.CreateParams, min(5000, n-start))
+		for i := range ps {
+			ps[i] = engine.CreateParams{Type: typ, ConcurrencyKey: key(start + i)}
+		}
+		if _, err := eng.CreateRuns(ctx, ps); err != nil {
+			return fmt.Errorf("flow bench: record runs of %s: %w", typ, err)
+		}
+	}
+	return nil
+}
+
+// timedClaim claims up to flowClaim runs of typ, times the claim, and
+// completes what it took.
+func timedClaim(ctx context.Context, eng *engine.Engine, typ string) (time.Duration, int, error) {
+	start := time.Now()
+	runs, err := eng.ClaimRuns(ctx, engine.ClaimParams{
+		WorkerID: "flow-bench", Types: []string{typ}, Runtime: engine.RuntimeGo, Limit: flowClaim,
+		LeaseDuration: time.Minute,
+	})
+	d := time.Since(start)
+	if err != nil {
+		return 0, 0, err
+	}
+	cs := make([]engine.Completion, len(runs))
+	for i, r := range runs {
+		cs[i] = engine.Completion{LeaseRef: engine.LeaseRef{ID: r.ID, Token: r.LeaseToken, Attempt: r.Attempt}}
+	}
+	if _, err := eng.CompleteRuns(ctx, "flow-bench", cs); err != nil {
+		return 0, 0, err
+	}
+	return d, len(runs), nil
+}
+
+// medianMs is the median of xs (xs is not changed).
+func medianMs(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
