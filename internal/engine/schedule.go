@@ -1,0 +1,330 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ConcurrencyPolicy says what a schedule's tick does while a run the
+// schedule recorded earlier has not finished (is pending or leased), as in
+// a Kubernetes CronJob.
+type ConcurrencyPolicy string
+
+// The concurrency policies of a schedule.
+const (
+	// ConcurrencyAllow records the tick's run anyway.
+	ConcurrencyAllow ConcurrencyPolicy = "Allow"
+	// ConcurrencyForbid skips the tick (FiringSkippedForbid).
+	ConcurrencyForbid ConcurrencyPolicy = "Forbid"
+	// ConcurrencyReplace cancels the unfinished runs and records the tick's
+	// run (FiringReplaced).
+	ConcurrencyReplace ConcurrencyPolicy = "Replace"
+)
+
+// FiringOutcome is what became of one tick of a schedule.
+type FiringOutcome string
+
+// The outcomes of a tick.
+const (
+	// FiringFired: the tick's run was recorded (or already existed under
+	// the tick's idempotency key).
+	FiringFired FiringOutcome = "fired"
+	// FiringReplaced: the schedule's unfinished runs were cancelled and the
+	// tick's run recorded.
+	FiringReplaced FiringOutcome = "replaced"
+	// FiringSkippedForbid: a run of the schedule was unfinished, so the
+	// tick recorded none.
+	FiringSkippedForbid FiringOutcome = "skipped_forbid"
+	// FiringMissed: the tick was not started: a newer tick was due as well
+	// (only the most recent due tick starts), or it was older than the
+	// schedule's starting deadline.
+	FiringMissed FiringOutcome = "missed"
+	// FiringFailed: recording the run failed (the schedule's LastError says
+	// why); the tick is not retried.
+	FiringFailed FiringOutcome = "failed"
+)
+
+// ScheduleSpec describes a cron schedule: at every tick of Cron in
+// TimeZone, one run of Type with Payload is recorded. A schedule is named
+// by Namespace and Name: a schedule mirrored from a Kubernetes
+// WorkflowSchedule has the object's namespace, name and UID; one made
+// directly has no namespace (and no UID).
+type ScheduleSpec struct {
+	// Name is lowercase letters, digits, '.', '_' and '-' (at most 253
+	// characters), unique within the namespace.
+	Name string
+	// Namespace and UID name the WorkflowSchedule the schedule mirrors;
+	// both empty otherwise. Only the schema's owner writes such a schedule.
+	Namespace string
+	UID       string
+	// Cron is a five-field cron expression (minute hour day-of-month month
+	// day-of-week) or a macro such as @daily.
+	Cron string
+	// TimeZone is a name of the time zone database, such as Europe/Berlin;
+	// empty means UTC. Ticks are wall-clock times of the zone.
+	TimeZone string
+	// Type, Payload, Priority and MaxAttempts are those of each run; zero
+	// values take the defaults of a run (payload {}, priority 100, three
+	// attempts).
+	Type        string
+	Payload     json.RawMessage
+	Priority    *int
+	MaxAttempts int
+	// Deadline, when positive, fails each run that long after it is
+	// recorded, as CreateParams.Deadline does.
+	Deadline time.Duration
+	// ConcurrencyPolicy is Allow when empty.
+	ConcurrencyPolicy ConcurrencyPolicy
+	// StartingDeadline, when set, is how late (in whole seconds) a tick may
+	// still start; an older one is missed.
+	StartingDeadline *time.Duration
+	// Suspend stops the schedule from firing; resuming it counts ticks from
+	// the moment it resumes.
+	Suspend bool
+}
+
+// Schedule is a stored schedule with what its firing did so far.
+type Schedule struct {
+	ScheduleSpec
+	ID string
+	// NextTickAt is the next tick to fire (stale while suspended).
+	NextTickAt time.Time
+	// LastTickAt is the last tick dealt with, LastOutcome what became of
+	// it and LastError, for FiringFailed, why.
+	LastTickAt  *time.Time
+	LastOutcome FiringOutcome
+	LastError   string
+	// LastFiredRun is the run of the last tick that recorded one ("" when none).
+	LastFiredRun string
+	// UnfinishedRuns counts the schedule's runs that are pending or leased.
+	UnfinishedRuns int64
+	// CreatedBy is the database user that created the schedule.
+	CreatedBy string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ScheduleFiring is one tick dealt with by FireDueSchedules.
+type ScheduleFiring struct {
+	ScheduleID string
+	Tick       time.Time
+	// RunID is the tick's run, for FiringFired and FiringReplaced.
+	RunID   string
+	Outcome FiringOutcome
+}
+
+// ScheduleFilter selects schedules to list. The zero value lists them all.
+type ScheduleFilter struct {
+	// Namespace lists one namespace's schedules.
+	Namespace string
+	// Direct lists only the schedules with no namespace (made directly,
+	// not mirrored from Kubernetes); Namespace must be empty then.
+	Direct bool
+	// Name lists only the schedule of that name.
+	Name string
+	// Namespaces, when not nil, are the only namespaces listed (a schedule
+	// with no namespace is of none).
+	Namespaces []string
+}
+
+// The schedule functions' calls.
+const (
+	qSchedulePut = `select id::text from workflow.put_schedule(
+		p_name => @name, p_cron => @cron, p_type => @type, p_payload => @payload, p_time_zone => @time_zone,
+		p_priority => @priority, p_max_attempts => @max_attempts,
+		p_deadline => @deadline_us::bigint * interval '1 microsecond',
+		p_concurrency_policy => @concurrency_policy, p_starting_deadline_seconds => @starting_deadline_seconds,
+		p_suspend => @suspend, p_source_namespace => @namespace, p_source_uid => @uid)`
+	qScheduleDelete = `select workflow.delete_schedule(@name, @namespace)`
+	qScheduleFire   = `select schedule_id::text, tick, run_id::text, outcome from workflow.fire_due_schedules(@limit)`
+	qScheduleList   = `select id::text, name, source_namespace, source_uid, cron, time_zone, type, payload, priority,
+		max_attempts, (extract(epoch from deadline) * 1000000)::bigint, concurrency_policy, starting_deadline_seconds,
+		suspend, next_tick_at, last_tick_at, last_outcome, last_error, last_fired_run::text, unfinished_runs,
+		created_by, created_at, updated_at
+		from workflow.list_schedules(@namespace, @name, @namespaces)`
+)
+
+// validText refuses text the database cannot store (NUL, invalid UTF-8),
+// naming the field.
+func validText(field, s string) error {
+	if strings.ContainsRune(s, 0) || !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s must be UTF-8 text without NUL characters", ErrInvalid, field)
+	}
+	return nil
+}
+
+// PutSchedule creates the schedule named by spec's Namespace and Name, or
+// updates it, and returns it as stored. The database checks every field and
+// names the one it refuses (an error wrapping ErrInvalid). The next tick is
+// computed from the database clock when the schedule is new, its cron
+// expression or time zone changed, or it is resumed.
+func (e *Engine) PutSchedule(ctx context.Context, spec ScheduleSpec) (Schedule, error) {
+	op := "put schedule " + spec.Name
+	if spec.Namespace != "" {
+		op = "put schedule " + spec.Namespace + "/" + spec.Name
+	}
+	for _, f := range []struct{ name, value string }{
+		{"name", spec.Name}, {"namespace", spec.Namespace}, {"uid", spec.UID}, {"cron expression", spec.Cron},
+		{"time zone", spec.TimeZone}, {"type", spec.Type},
+	} {
+		if err := validText(f.name, f.value); err != nil {
+			return Schedule{}, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	if err := ValidatePayload(spec.Payload); err != nil {
+		return Schedule{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if spec.Deadline < 0 {
+		return Schedule{}, fmt.Errorf("%s: %w: deadline must not be negative", op, ErrInvalid)
+	}
+	payload := spec.Payload
+	if len(strings.TrimSpace(string(payload))) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	zone := spec.TimeZone
+	if zone == "" {
+		zone = "UTC"
+	}
+	priority := DefaultPriority
+	if spec.Priority != nil {
+		priority = *spec.Priority
+	}
+	attempts := spec.MaxAttempts
+	if attempts == 0 {
+		attempts = DefaultMaxAttempts
+	}
+	policy := spec.ConcurrencyPolicy
+	if policy == "" {
+		policy = ConcurrencyAllow
+	}
+	var deadline *int64
+	if spec.Deadline > 0 {
+		us := spec.Deadline.Microseconds()
+		deadline = &us
+	}
+	var starting *int64
+	if spec.StartingDeadline != nil {
+		s := int64(*spec.StartingDeadline / time.Second)
+		starting = &s
+	}
+	var id string
+	err := e.pool.QueryRow(ctx, qSchedulePut, pgx.NamedArgs{
+		"name": spec.Name, "cron": spec.Cron, "type": spec.Type, "payload": string(payload), "time_zone": zone,
+		"priority": priority, "max_attempts": attempts, "deadline_us": deadline,
+		"concurrency_policy": string(policy), "starting_deadline_seconds": starting, "suspend": spec.Suspend,
+		"namespace": nullIfEmpty(spec.Namespace), "uid": nullIfEmpty(spec.UID),
+	}).Scan(&id)
+	if err != nil {
+		return Schedule{}, translate(op, err)
+	}
+	return e.GetSchedule(ctx, spec.Namespace, spec.Name)
+}
+
+// GetSchedule returns the schedule of a namespace ("" for one made
+// directly) and name, or an error wrapping ErrNotFound.
+func (e *Engine) GetSchedule(ctx context.Context, namespace, name string) (Schedule, error) {
+	got, err := e.ListSchedules(ctx, ScheduleFilter{Namespace: namespace, Direct: namespace == "", Name: name})
+	if err != nil {
+		return Schedule{}, err
+	}
+	if len(got) == 0 {
+		return Schedule{}, fmt.Errorf("schedule %s: %w", name, ErrNotFound)
+	}
+	return got[0], nil
+}
+
+// DeleteSchedule deletes the schedule of a namespace ("" for one made
+// directly) and name, and reports whether there was one. Its runs stay.
+func (e *Engine) DeleteSchedule(ctx context.Context, namespace, name string) (bool, error) {
+	var deleted bool
+	err := e.pool.QueryRow(ctx, qScheduleDelete, pgx.NamedArgs{
+		"name": name, "namespace": nullIfEmpty(namespace),
+	}).Scan(&deleted)
+	if err != nil {
+		return false, translate("delete schedule "+name, err)
+	}
+	return deleted, nil
+}
+
+// FireDueSchedules fires up to limit due schedules (1 to 10000) and returns
+// every tick it dealt with. Each tick of a schedule records at most one run
+// whoever calls this and however many call it at once; a caller that fails
+// before committing leaves its ticks due for the next call.
+func (e *Engine) FireDueSchedules(ctx context.Context, limit int) ([]ScheduleFiring, error) {
+	rows, err := e.pool.Query(ctx, qScheduleFire, pgx.NamedArgs{"limit": limit})
+	if err != nil {
+		return nil, translate("fire due schedules", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ScheduleFiring, error) {
+		var f ScheduleFiring
+		var run *string
+		var outcome string
+		err := row.Scan(&f.ScheduleID, &f.Tick, &run, &outcome)
+		f.RunID, f.Outcome = deref(run), FiringOutcome(outcome)
+		return f, err
+	})
+	if err != nil {
+		return nil, translate("fire due schedules", err)
+	}
+	return out, nil
+}
+
+// ListSchedules returns the schedules f selects, by namespace then name,
+// each with its unfinished runs counted.
+func (e *Engine) ListSchedules(ctx context.Context, f ScheduleFilter) ([]Schedule, error) {
+	if f.Direct && f.Namespace != "" {
+		return nil, fmt.Errorf("list schedules: %w: a namespace was given with Direct", ErrInvalid)
+	}
+	var ns *string
+	switch {
+	case f.Direct:
+		empty := ""
+		ns = &empty
+	case f.Namespace != "":
+		ns = &f.Namespace
+	}
+	rows, err := e.pool.Query(ctx, qScheduleList, pgx.NamedArgs{
+		"namespace": ns, "name": nullIfEmpty(f.Name), "namespaces": f.Namespaces,
+	})
+	if err != nil {
+		return nil, translate("list schedules", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Schedule, error) { return scanSchedule(row) })
+	if err != nil {
+		return nil, translate("list schedules", err)
+	}
+	return out, nil
+}
+
+func scanSchedule(row pgx.Row) (Schedule, error) {
+	var s Schedule
+	var ns, uid, outcome, lastErr, lastRun *string
+	var deadlineUS, starting *int64
+	var policy string
+	err := row.Scan(&s.ID, &s.Name, &ns, &uid, &s.Cron, &s.TimeZone, &s.Type, &s.Payload, &s.Priority,
+		&s.MaxAttempts, &deadlineUS, &policy, &starting, &s.Suspend, &s.NextTickAt, &s.LastTickAt, &outcome,
+		&lastErr, &lastRun, &s.UnfinishedRuns, &s.CreatedBy, &s.CreatedAt, &s.UpdatedAt)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s, err
+		}
+		return s, fmt.Errorf("read schedule: %w", err)
+	}
+	s.Namespace, s.UID, s.LastOutcome, s.LastError, s.LastFiredRun = deref(ns), deref(uid), FiringOutcome(deref(outcome)), deref(lastErr), deref(lastRun)
+	s.ConcurrencyPolicy = ConcurrencyPolicy(policy)
+	if deadlineUS != nil {
+		s.Deadline = time.Duration(*deadlineUS) * time.Microsecond
+	}
+	if starting != nil {
+		d := time.Duration(*starting) * time.Second
+		s.StartingDeadline = &d
+	}
+	return s, nil
+}
