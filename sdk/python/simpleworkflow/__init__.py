@@ -22,11 +22,13 @@ worker behaves exactly like a Go worker and leaves the same audit trail.
 __version__ = "0.1.0"
 
 from .client import (
+    MAX_CONCURRENCY_KEY_LENGTH,
     MAX_CREATE_MANY,
     MAX_JSON_DEPTH,
     MAX_SIGNAL_PAYLOAD_BYTES,
     MAX_STEP_NAME_LENGTH,
     MAX_STEP_OUTPUT_BYTES,
+    WAIT_KIND_LIMIT,
     Client,
     CreateResult,
     Event,
@@ -61,6 +63,7 @@ from .poller import (
 
 __all__ = [
     "__version__",
+    "MAX_CONCURRENCY_KEY_LENGTH",
     "MAX_CREATE_MANY",
     "MAX_STEPS",
     "MAX_STEP_NAME_LENGTH",
@@ -94,4 +97,5 @@ __all__ = [
     "StoppedError",
     "Task",
     "Wait",
+    "WAIT_KIND_LIMIT",
 ]

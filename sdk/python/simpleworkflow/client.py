@@ -17,6 +17,10 @@ from .errors import InvalidInputError, NotFoundError, RunFinishedError
 TYPE_PATTERN = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$")
 MAX_TYPE_LENGTH = 253
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
+#: The most characters a concurrency key may have (workflow_run_concurrency_key_length).
+MAX_CONCURRENCY_KEY_LENGTH = 255
+#: The Wait.kind of a run its type's flow limits hold back (Go: WaitKindLimit).
+WAIT_KIND_LIMIT = "limit"
 #: The most runs one create_many call records (workflow.create_runs).
 MAX_CREATE_MANY = 10000
 #: Step and signal names: 1 to 128 characters of letters, digits and . _ : -.
@@ -99,6 +103,28 @@ def traceparent_problem(traceparent: Any) -> Optional[str]:
     return None
 
 
+def concurrency_key_problem(key: Any) -> Optional[str]:
+    """Why a concurrency key would be refused (None when it is None, empty or valid).
+
+    The rule of the Go SDK (engine.ValidateConcurrencyKey): 1 to 255
+    characters of UTF-8 text without NUL; empty means none.
+    """
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        return f"concurrency key must be a string, got {type(key).__name__}"
+    if len(key) > MAX_CONCURRENCY_KEY_LENGTH:
+        return (f"concurrency key is {len(key)} characters, at most {MAX_CONCURRENCY_KEY_LENGTH} "
+                "are allowed")
+    if "\x00" in key:
+        return "concurrency key must be UTF-8 text without NUL characters"
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return "concurrency key must be UTF-8 text without NUL characters"
+    return None
+
+
 def _create_params(
     workflow_type: Any,
     payload: Any,
@@ -110,6 +136,7 @@ def _create_params(
     retry_max_delay: Optional[timedelta],
     deadline: Optional[Duration],
     traceparent: Optional[str] = None,
+    concurrency_key: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The checked parameters of one run to create (InvalidInputError when one is bad)."""
     if not isinstance(workflow_type, str):
@@ -139,6 +166,11 @@ def _create_params(
     problem = traceparent_problem(traceparent)
     if problem is not None:
         raise InvalidInputError(problem)
+    problem = concurrency_key_problem(concurrency_key)
+    if problem is not None:
+        raise InvalidInputError(problem)
+    if concurrency_key == "":
+        concurrency_key = None  # no key, as in the Go client
     return {
         "type": workflow_type,
         "payload": raw,
@@ -150,6 +182,7 @@ def _create_params(
         "max_ms": to_millis(retry_max_delay, "retry max delay") if retry_max_delay is not None else None,
         "deadline_ms": deadline_ms,
         "traceparent": traceparent,
+        "concurrency_key": concurrency_key,
     }
 
 
@@ -163,12 +196,13 @@ class CreateResult:
 
 @dataclass(frozen=True)
 class Wait:
-    """What a parked run waits for: a sleep, a signal or a child run."""
+    """What a parked run waits for: a sleep, a signal, a child run, or its type's flow limits."""
 
-    #: sleep, signal or child.
+    #: sleep, signal, child, dag or limit (held back by its type's flow
+    #: limits: a full concurrency key or a rate window used up).
     kind: str
-    #: The journal entry the wait will fill in.
-    step: str
+    #: The journal entry the wait will fill in (None for limit and dag).
+    step: Optional[str]
     #: The signal waited for (kind signal).
     signal: Optional[str]
     #: When the wait ends by itself; None for an open wait.
@@ -217,6 +251,8 @@ class Run:
     source_uid: Optional[str] = None
     #: When the run was soft-deleted (None while it is kept).
     deleted_at: Optional[datetime] = None
+    #: The key that groups the run for its type's per-key flow limits (None for none).
+    concurrency_key: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -280,25 +316,28 @@ _CREATE = """
 select id::text, created
 from workflow.create_run(%(type)s, %(payload)s::jsonb, %(priority)s::integer, %(run_at)s::timestamptz, %(key)s::text,
                          %(max_attempts)s::integer, %(deadline_ms)s::bigint, null::timestamptz, %(base_ms)s::bigint,
-                         %(max_ms)s::bigint, %(traceparent)s::text, null::text, null::text, null::text)
+                         %(max_ms)s::bigint, %(traceparent)s::text, null::text, null::text, null::text,
+                         %(concurrency_key)s::text)
 """
 
 _CREATE_MANY = """
 select coalesce(array_agg(c.id::text order by c.ord), '{}'), coalesce(array_agg(c.created order by c.ord), '{}')
 from workflow.create_runs(%s::text[], %s::text[], %s::integer[], %s::timestamptz[], %s::text[], %s::integer[],
-                          %s::bigint[], %s::bigint[], %s::bigint[], %s::text[]) c
+                          %s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[]) c
 """
 
 #: The keys a create_many run may have: create's arguments.
 _RUN_KEYS = frozenset({"type", "payload", "idempotency_key", "priority", "run_at", "max_attempts",
-                       "retry_base_delay", "retry_max_delay", "deadline", "traceparent"})
+                       "retry_base_delay", "retry_max_delay", "deadline", "traceparent",
+                       "concurrency_key"})
 
 #: The columns of workflow.run_view a Run is made of, in the order _run_from_row reads them.
 _RUN_COLUMNS = """
 id::text, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
 leased_by, lease_until, last_error, result, created_at, updated_at, finished_at,
 deadline_at, parent_id::text, parent_step, wait_kind, wait_step, wait_signal, traceparent,
-started_at, retry_base_ms, retry_max_ms, source_namespace, source_name, source_uid, deleted_at
+started_at, retry_base_ms, retry_max_ms, source_namespace, source_name, source_uid, deleted_at,
+concurrency_key
 """
 
 _GET = f"select {_RUN_COLUMNS} from workflow.get_run(%s::uuid)"
@@ -331,7 +370,7 @@ def _run_from_row(row: Sequence[Any]) -> "Run":
     (run_id, wtype, payload, status, priority, run_at, key, attempt, max_attempts, leased_by, lease_until,
      last_error, result, created_at, updated_at, finished_at, deadline_at, parent_id, parent_step,
      wait_kind, wait_step, wait_signal, traceparent, started_at, base_ms, max_ms,
-     source_namespace, source_name, source_uid, deleted_at) = row
+     source_namespace, source_name, source_uid, deleted_at, concurrency_key) = row
     wait = None
     if wait_kind is not None:
         wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
@@ -343,7 +382,7 @@ def _run_from_row(row: Sequence[Any]) -> "Run":
                parent_step=parent_step, wait=wait, traceparent=traceparent, started_at=started_at,
                retry_base_delay=_ms_delta(base_ms), retry_max_delay=_ms_delta(max_ms),
                source_namespace=source_namespace, source_name=source_name, source_uid=source_uid,
-               deleted_at=deleted_at)
+               deleted_at=deleted_at, concurrency_key=concurrency_key)
 
 
 def _encode_cursor(created_at: datetime, run_id: str) -> str:
@@ -436,6 +475,7 @@ class Client:
         retry_max_delay: Optional[timedelta] = None,
         deadline: Optional[Duration] = None,
         traceparent: Optional[str] = None,
+        concurrency_key: Optional[str] = None,
         conn: Optional[psycopg.Connection[Any]] = None,
     ) -> CreateResult:
         """Record an intent. When this returns, the run is durable and will run eventually.
@@ -456,9 +496,16 @@ class Client:
         running. ``traceparent`` (a W3C traceparent, e.g. of the caller's
         current span) is stored with the run: the spans of its attempts link to
         it, and handlers see it as ``task.traceparent``.
+
+        ``concurrency_key`` (Go: CreateOptions.ConcurrencyKey) groups the run
+        for the flow limits of its type, set in the registry (a
+        WorkflowRegistry's ``concurrency`` and ``rateLimit``): for example at
+        most one run of a customer leased at once. 1 to 255 characters of
+        text without NUL; None or "" sets none. A run its type's limits hold
+        back stays pending, with ``wait.kind == "limit"``.
         """
         params = _create_params(workflow_type, payload, idempotency_key, priority, run_at, max_attempts,
-                                retry_base_delay, retry_max_delay, deadline, traceparent)
+                                retry_base_delay, retry_max_delay, deadline, traceparent, concurrency_key)
         if conn is not None:
             return self._create(conn, params)
         with self._connect() as own:
@@ -485,7 +532,8 @@ class Client:
         Each run is a mapping with ``type`` and, optionally, the keyword
         arguments of :meth:`create` (``payload``, ``idempotency_key``,
         ``priority``, ``run_at``, ``max_attempts``, ``retry_base_delay``,
-        ``retry_max_delay``, ``deadline``, ``traceparent``). Returns one CreateResult per run,
+        ``retry_max_delay``, ``deadline``, ``traceparent``,
+        ``concurrency_key``). Returns one CreateResult per run,
         in order. Idempotency keys work per run as in create: a key already
         taken, or used by an earlier run of the same batch, records nothing
         for that run and returns the run that holds it with ``created=False``.
@@ -496,7 +544,7 @@ class Client:
         """
         if len(runs) > MAX_CREATE_MANY:
             raise InvalidInputError(f"create_many: at most {MAX_CREATE_MANY} runs per call, got {len(runs)}")
-        cols: List[List[Any]] = [[] for _ in range(10)]
+        cols: List[List[Any]] = [[] for _ in range(11)]
         for i, run in enumerate(runs, start=1):
             if not isinstance(run, Mapping):
                 raise InvalidInputError(f"create_many: row {i}: a run is a mapping with a type, got {type(run).__name__}")
@@ -507,13 +555,13 @@ class Client:
                 params = _create_params(run.get("type"), run.get("payload"), run.get("idempotency_key"),
                                         run.get("priority"), run.get("run_at"), run.get("max_attempts"),
                                         run.get("retry_base_delay"), run.get("retry_max_delay"), run.get("deadline"),
-                                        run.get("traceparent"))
+                                        run.get("traceparent"), run.get("concurrency_key"))
             except InvalidInputError as e:
                 raise InvalidInputError(f"create_many: row {i}: {e}") from None
             for col, value in zip(cols, (
                 params["type"], params["payload"], params["priority"], params["run_at"], params["key"],
                 params["max_attempts"], params["deadline_ms"], params["base_ms"], params["max_ms"],
-                params["traceparent"],
+                params["traceparent"], params["concurrency_key"],
             )):
                 col.append(value)
         if not runs:
