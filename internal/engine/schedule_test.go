@@ -791,6 +791,8 @@ func TestScheduleRefusesBadInput(t *testing.T) {
 		{"NUL in cron", with(func(s *engine.ScheduleSpec) { s.Cron = "* * * * *\x00" }), "cron expression must be UTF-8 text without NUL"},
 		{"zone path", with(func(s *engine.ScheduleSpec) { s.TimeZone = "../../etc/passwd" }), "unknown time zone ../../etc/passwd"},
 		{"zone unknown", with(func(s *engine.ScheduleSpec) { s.TimeZone = "Mars/Base" }), "unknown time zone Mars/Base"},
+		{"zone as a POSIX rule", with(func(s *engine.ScheduleSpec) { s.TimeZone = "FOO3" }), "unknown time zone FOO3"},
+		{"zone abbreviation", with(func(s *engine.ScheduleSpec) { s.TimeZone = "PST" }), "unknown time zone PST"},
 		{"zone long", with(func(s *engine.ScheduleSpec) { s.TimeZone = strings.Repeat("Z", 10000) }), "unknown time zone ZZZZ"},
 		{"payload too deep", with(func(s *engine.ScheduleSpec) { s.Payload = json.RawMessage(deep) }), "nests deeper than 64 levels"},
 		{"payload too big", with(func(s *engine.ScheduleSpec) { s.Payload = json.RawMessage(big) }), "the limit is 1048576 (workflow_settings.max_payload_bytes)"},
