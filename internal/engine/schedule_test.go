@@ -551,6 +551,38 @@ func TestScheduleMissedTicks(t *testing.T) {
 	}
 }
 
+// At the walk's bound: with 101 ticks due, 100 are missed and the 101st
+// fires; with 102, the 101st is passed over unlisted and the 102nd fires.
+func TestScheduleMissedAtTheBound(t *testing.T) {
+	for _, due := range []int{100, 101, 102, 103} {
+		t.Run(fmt.Sprint(due), func(t *testing.T) {
+			b := setupSchedules(t)
+			s := b.putSchedule(t, engine.ScheduleSpec{Name: "minutely", Cron: "* * * * *", Type: "sched.bound.v1"})
+			latest := s.NextTickAt.Add(time.Duration(due-1) * time.Minute)
+			b.clockTo(t, latest.Add(time.Second))
+			got := b.fire(t)
+			wantMissed := min(due-1, 100)
+			if len(got) != wantMissed+1 {
+				t.Fatalf("%d rows, want %d", len(got), wantMissed+1)
+			}
+			for i, f := range got[:wantMissed] {
+				if f.Outcome != engine.FiringMissed || !f.Tick.Equal(s.NextTickAt.Add(time.Duration(i)*time.Minute)) {
+					t.Errorf("row %d: %+v", i, f)
+				}
+			}
+			if last := got[wantMissed]; last.Outcome != engine.FiringFired || !last.Tick.Equal(latest) {
+				t.Errorf("last row %+v, want fired at %s", last, latest)
+			}
+			if after := b.getSchedule(t, "", "minutely"); !after.NextTickAt.Equal(latest.Add(time.Minute)) {
+				t.Errorf("next tick %s, want %s", after.NextTickAt, latest.Add(time.Minute))
+			}
+			if runs := b.keyedRuns(t, "schedule:"+s.ID+":"); len(runs) != 1 {
+				t.Errorf("runs %v", runs)
+			}
+		})
+	}
+}
+
 // Forbid skips a tick while a run of the schedule is pending or leased,
 // and fires again once it finished.
 func TestScheduleForbid(t *testing.T) {
@@ -1027,4 +1059,15 @@ func containsTime(ts []time.Time, at time.Time) bool {
 		}
 	}
 	return false
+}
+
+// The section runs again over itself, with schedules stored, and changes
+// nothing.
+func TestScheduleFileRunsAgain(t *testing.T) {
+	b := setupSchedules(t)
+	s := b.putSchedule(t, engine.ScheduleSpec{Name: "kept", Cron: "@hourly", Type: "sched.kept.v1"})
+	loadSchedules(t, b)
+	if again := b.getSchedule(t, "", "kept"); again.ID != s.ID || !again.NextTickAt.Equal(s.NextTickAt) {
+		t.Errorf("after running the file again: %+v, was %+v", again, s)
+	}
 }

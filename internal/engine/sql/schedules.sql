@@ -953,15 +953,16 @@ begin
             if v_spec.problem is not null then
                 raise exception 'invalid cron expression %: %', left(s.cron, 100), v_spec.problem using errcode = '22023';
             end if;
-            -- The most recent due tick: walk, then bisect if many are due.
-            for i in 1 .. c_walk loop
-                v_next := workflow.cron_tick(v_spec, s.time_zone, v_tick);
-                exit when v_next > v_now;
+            -- The most recent due tick: walk (v_tick is due, v_next the
+            -- tick after it), then bisect if more are due.
+            v_next := workflow.cron_tick(v_spec, s.time_zone, v_tick);
+            while v_next <= v_now and cardinality(v_missed) < c_walk loop
                 v_missed := v_missed || v_tick;
                 v_tick := v_next;
+                v_next := workflow.cron_tick(v_spec, s.time_zone, v_tick);
             end loop;
             if v_next <= v_now then
-                -- cron_next(v_lo) <= now < cron_next(v_hi) throughout.
+                -- cron_tick(v_lo) <= now < cron_tick(v_hi) throughout.
                 v_lo := v_tick;
                 v_hi := v_now;
                 for i in 1 .. 100 loop
