@@ -314,7 +314,12 @@ func TestFlowParkedRunsGoWhenASlotFrees(t *testing.T) {
 	b := setup(t)
 	const typ = "flow.slot.v1"
 	b.registerFlow(t, typ, engine.FlowLimits{MaxLeasedPerKey: i32(1)})
-	ids := b.createKeyed(t, typ, "k", 4)
+	// One by one, so that "oldest" is well defined (a batch's runs share
+	// their creation time).
+	var ids []string
+	for range 4 {
+		ids = append(ids, b.create(t, engine.CreateParams{Type: typ, ConcurrencyKey: "k"}))
+	}
 
 	first := b.claim(t, "w", []string{"flow.slot."}, 10)
 	if len(first) != 1 || first[0].ID != ids[0] {

@@ -594,7 +594,8 @@ create or replace trigger workflow_runs_deleted
 -- Every insert, from create_runs or plain SQL, passes here once per
 -- statement: payloads over workflow_settings.max_payload_bytes or nested
 -- too deep are refused (the whole statement fails with the reason), each
--- new run gets its 'created' event, and a run whose type has steps (a DAG,
+-- new run gets its 'created' event, a run of a key at its type's limit is
+-- parked on 'limit', and a run whose type has steps (a DAG,
 -- from the registry or its own dag column) is parked on 'dag' with a
 -- 'waiting' event and its first steps inserted by dag_advance (which fires
 -- this trigger again for them). A DAG step whose own type has steps fails.
@@ -628,6 +629,36 @@ begin
                'parent_id', n.parent_id, 'parent_step', n.parent_step, 'deadline_at', n.deadline_at))
     from new_runs n
     order by n.created_at;
+
+    -- New runs of a key already at its type's max_leased_per_key (its
+    -- leased and runnable runs) wait from the start, parked on 'limit'
+    -- (see FLOW LIMITS): a burst of one customer's runs never crowds the
+    -- claim index. Runs due later are left alone (their run_at is kept).
+    if exists (select 1 from workflow.workflow_registry g where g.max_leased_per_key is not null) then
+        with fresh as materialized (
+            select n.id, n.type, n.concurrency_key as key, g.max_leased_per_key as lim,
+                   row_number() over (partition by n.type, n.concurrency_key
+                                      order by n.priority, n.created_at, n.id) as nth,
+                   count(*) over (partition by n.type, n.concurrency_key) as news
+            from new_runs n
+            join workflow.workflow_registry g on g.workflow_name = n.type and g.max_leased_per_key is not null
+            where n.concurrency_key is not null and n.status = 'pending' and n.wait_kind is null
+              and n.run_at <= workflow.now()
+        ), held as materialized (
+            -- Once per key, not per new run.
+            select k.type, k.key,
+                   (select count(*) from workflow.workflow_run x
+                    where x.type collate "C" = k.type and x.concurrency_key = k.key and x.deleted_at is null
+                      and x.status in ('pending', 'leased') and x.wait_kind is null
+                      and x.run_at <= workflow.now()) as n
+            from (select distinct f.type, f.key from fresh f) k
+        )
+        update workflow.workflow_run r
+        set wait_kind = 'limit', run_at = workflow.far_future()
+        from fresh f
+        join held h on h.type = f.type and h.key = f.key
+        where r.id = f.id and h.n - f.news + f.nth > f.lim;
+    end if;
 
     if exists (select 1 from new_runs n where n.dag is not null)
        or exists (select 1 from workflow.workflow_registry g where g.definition is not null) then
@@ -1105,6 +1136,10 @@ create or replace function workflow.flow_admit(p_type text, p_limit integer, p_n
 returns uuid[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
+-- Index scans, not bitmap scans: an index scan skips (and marks) entries of
+-- row versions that parking left dead; a bitmap scan visits them all until
+-- vacuum.
+set enable_bitmapscan = off
 as $$
 declare
     g record;
