@@ -392,7 +392,7 @@ create index if not exists idx_workflow_run_ended_badly on workflow.workflow_run
 -- a limit holds back ("parked on limit", outside the claim's indexes), by
 -- key in claim order and by when a rate window lets them go.
 create index if not exists idx_workflow_run_flow_key on workflow.workflow_run
-    (type collate "C", concurrency_key, status)
+    (type collate "C", concurrency_key, status, run_at)
     where concurrency_key is not null and status in ('pending', 'leased') and deleted_at is null;
 create index if not exists idx_workflow_run_flow_parked on workflow.workflow_run
     (type collate "C", concurrency_key, priority, created_at) where wait_kind = 'limit';
@@ -1150,8 +1150,6 @@ declare
     v_by_key boolean;
     v_ids uuid[];
     v_keys text[];
-    v_locked text[];
-    v_leased_map jsonb;
     v_window_map jsonb;
     v_mine_map jsonb;
     v_room_map jsonb;
@@ -1234,7 +1232,6 @@ begin
             exit;
         end if;
         v_fetched := cardinality(v_ids);
-        select array_agg(distinct k) into v_locked from unnest(v_keys) k where k is not null;
         -- Statements after the type's flow lock was taken see every claim
         -- of the type that committed before. Each candidate key's
         -- room: free slots and starts left in its window (less what this
@@ -1242,28 +1239,31 @@ begin
         -- back by it waits for the window's end (the rate binds) or for a
         -- slot. Keys are looked up in jsonb maps, set-based, never joined
         -- row by row.
-        select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_leased_map
-        from (select r.concurrency_key as key, count(*) as n
-              from workflow.workflow_run r
-              where r.type collate "C" = p_type and r.concurrency_key = any (v_locked)
-                and r.status = 'leased' and r.deleted_at is null
-              group by r.concurrency_key) x;
-        select coalesce(jsonb_object_agg(w.concurrency_key, w.starts), '{}') into v_window_map
-        from workflow.workflow_flow_window w
-        where g.rate_per_key and w.type = p_type and w.concurrency_key = any (v_locked)
-          and w.window_start = v_window;
-        select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
-        from (select a as key, count(*) as n from unnest(v_adm_keys) a where a is not null group by a) x;
+        v_window_map := '{}';
+        if g.rate_per_key then
+            select coalesce(jsonb_object_agg(w.concurrency_key, w.starts), '{}') into v_window_map
+            from workflow.workflow_flow_window w
+            where w.type = p_type and w.concurrency_key = any (v_keys) and w.window_start = v_window;
+        end if;
+        v_mine_map := '{}';
+        if v_pass > 1 then
+            select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
+            from (select a as key, count(*) as n from unnest(v_adm_keys) a where a is not null group by a) x;
+        end if;
         select coalesce(jsonb_object_agg(k.key, least(k.conc, k.rate) - k.mine), '{}'),
                coalesce(jsonb_object_agg(k.key, k.rate < k.conc), '{}')
         into v_room_map, v_rate_map
         from (select l.key,
                      coalesce((v_mine_map->>l.key)::integer, 0) as mine,
-                     coalesce(g.max_leased_per_key - coalesce((v_leased_map->>l.key)::integer, 0), 2147483647) as conc,
+                     coalesce(g.max_leased_per_key - (
+                         select count(*) from workflow.workflow_run r
+                         where r.type collate "C" = p_type and r.concurrency_key = l.key
+                           and r.status = 'leased' and r.deleted_at is null)::integer, 2147483647) as conc,
                      case when g.rate_per_key
                           then g.rate_limit - coalesce((v_window_map->>l.key)::integer, 0)
                           else 2147483647 end as rate
-              from unnest(v_locked) l(key)) k;
+              from (select distinct k as key from unnest(v_keys) k where k is not null) l
+              offset 0) k;
         select coalesce(array_agg(c.id order by c.ord), '{}'), coalesce(array_agg(c.key order by c.ord), '{}')
         into v_ids, v_keys
         from (select c.id, c.key, c.ord
@@ -1274,6 +1274,10 @@ begin
               limit v_room - cardinality(v_admitted)) c;
         v_admitted := v_admitted || v_ids;
         v_adm_keys := v_adm_keys || v_keys;
+        -- Done when this pass held nothing back (a key it filled parks its
+        -- other runs at the next claim that meets them), or the room is
+        -- used up.
+        exit when cardinality(v_ids) = v_fetched or cardinality(v_admitted) >= v_room;
         -- Keys now full (this pass took their last room): their other
         -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
         -- a later claim parks the rest).
@@ -1300,8 +1304,6 @@ begin
             where r.id = p.id
             returning 1)
         select count(*) into v_parked from parked;
-        -- Done when this pass held nothing back, or the room is used up.
-        exit when cardinality(v_ids) = v_fetched or cardinality(v_admitted) >= v_room;
     end loop;
     if v_by_key and g.rate_per_key and cardinality(v_admitted) > 0 then
         insert into workflow.workflow_flow_window as w (type, concurrency_key, window_start, starts)
