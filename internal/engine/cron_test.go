@@ -47,7 +47,6 @@ func (b *bundle) cronTicks(t *testing.T, expr, zone string, from, to time.Time) 
 
 func TestCronNext(t *testing.T) {
 	b := setup(t)
-	loadSchedules(t, b)
 	for _, c := range []struct {
 		expr, zone, after, want string
 	}{
@@ -120,7 +119,6 @@ func TestCronNext(t *testing.T) {
 
 func TestCronProblem(t *testing.T) {
 	b := setup(t)
-	loadSchedules(t, b)
 	problem := func(expr, zone string) string {
 		t.Helper()
 		var p *string
@@ -200,7 +198,6 @@ func TestCronProblem(t *testing.T) {
 // exists twice fires once, at its first occurrence.
 func TestCronDaylightSaving(t *testing.T) {
 	b := setup(t)
-	loadSchedules(t, b)
 	check := func(name, expr, zone, from, to string, want ...string) {
 		t.Helper()
 		got := b.cronTicks(t, expr, zone, utc(from), utc(to))
@@ -279,7 +276,6 @@ func TestCronDaylightSaving(t *testing.T) {
 // whose next tick is months away stay cheap.
 func TestCronNextCost(t *testing.T) {
 	b := setup(t)
-	loadSchedules(t, b)
 	for _, expr := range []string{"0 0 29 2 1", "0 0 29 2 *", "*/5 * * * *"} {
 		start := time.Now()
 		var n int

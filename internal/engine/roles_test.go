@@ -165,6 +165,9 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"on_run_inserted": true, "on_run_cancelled": true, "on_run_soft_deleted": true,
 		"on_child_finished": true, "on_parent_ended": true, "on_runs_deleted": true,
 		"on_status_changed_by_sql": true, "on_child_inserting": true, "on_flow_slot_freed": true,
+		// schedules: producers keep their own, readers list them
+		"put_schedule": true, "delete_schedule": true, "list_schedules": true, "fire_due_schedules": true,
+		"cron_next": true, "cron_problem": true, "on_schedule_written": true,
 	}
 	rows, err := b.pool.Query(b.ctx, `
 select p.proname, p.oid::regprocedure::text, p.prosecdef, coalesce(p.proconfig, '{}'),

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,30 +18,12 @@ import (
 	_ "time/tzdata" // the zones of the daylight-saving tests, whatever the machine has
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
-	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 )
 
-// loadSchedules installs internal/engine/sql/schedules.sql in the test's
-// database (it is not part of the migrated schema yet).
-func loadSchedules(t *testing.T, b *bundle) {
-	t.Helper()
-	path, err := pgtest.RepoFile("internal/engine/sql/schedules.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.pool.Exec(b.ctx, string(text)); err != nil {
-		t.Fatalf("install schedules.sql: %v", err)
-	}
-}
-
+// setupSchedules is setup, for the schedule tests.
 func setupSchedules(t *testing.T) *bundle {
 	t.Helper()
 	b := setup(t)
-	loadSchedules(t, b)
 	return b
 }
 
@@ -903,7 +884,6 @@ func TestScheduleRefusesBadInput(t *testing.T) {
 // and not the operator's mirrored ones.
 func TestScheduleWriters(t *testing.T) {
 	b := setupRoles(t)
-	loadSchedules(t, b)
 	if _, err := b.pool.Exec(b.ctx, `grant execute on function
 		workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text),
 		workflow.delete_schedule(text, text), workflow.list_schedules(text, text, text[])
@@ -1066,7 +1046,6 @@ func containsTime(ts []time.Time, at time.Time) bool {
 func TestScheduleFileRunsAgain(t *testing.T) {
 	b := setupSchedules(t)
 	s := b.putSchedule(t, engine.ScheduleSpec{Name: "kept", Cron: "@hourly", Type: "sched.kept.v1"})
-	loadSchedules(t, b)
 	if again := b.getSchedule(t, "", "kept"); again.ID != s.ID || !again.NextTickAt.Equal(s.NextTickAt) {
 		t.Errorf("after running the file again: %+v, was %+v", again, s)
 	}

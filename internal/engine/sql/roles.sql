@@ -11,7 +11,10 @@
 --                      journals and signals.
 --   workflow_reader    reads every table, workflow.queue_depth,
 --                      workflow.type_depths and workflow.inbox_version (a console,
---                      a dashboard, KEDA's PostgreSQL scaler).
+--                      a dashboard, KEDA's PostgreSQL scaler), and lists
+--                      schedules.
+--   (producers also keep their own cron schedules: put_schedule,
+--   delete_schedule.)
 --
 -- The roles are NOLOGIN: grant them to login users, e.g.
 --   create role app_worker login password '...';
@@ -125,6 +128,19 @@ grant execute on function workflow.queue_depth(text[], text, bigint) to workflow
 grant execute on function workflow.type_depths() to workflow_reader;
 -- ... and when to look at it again.
 grant execute on function workflow.inbox_version() to workflow_reader;
+
+-- Schedules (workflow.sql section 8): producers keep their own SQL
+-- schedules (the functions refuse anyone else's, and every mirrored one);
+-- everyone may list them and check a cron expression.
+grant execute on function
+    workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text),
+    workflow.delete_schedule(text, text)
+to workflow_producer;
+grant execute on function
+    workflow.list_schedules(text, text, text[]),
+    workflow.cron_next(text, text, timestamptz),
+    workflow.cron_problem(text, text)
+to workflow_producer, workflow_reader;
 
 -- What a producer's own statements may leave behind, enforced by row-level
 -- security. Every role sees and writes every row (the first policy), so
