@@ -75,6 +75,41 @@ func (b *bundle) leasedByKey(t *testing.T, typ string) map[string]int {
 	return out
 }
 
+// maxLeasedFromAuditTrail walks the audit trail of a type's runs in the
+// order its events were numbered and returns, per concurrency key, the most
+// runs held at once ('started' takes a run, its end or hand-back returns
+// it). A claim that counted a key's runs after another's release numbers its
+// 'started' after that release's event, so the walk never shows more than
+// were really leased: a count above the limit proves it was exceeded.
+func (b *bundle) maxLeasedFromAuditTrail(t *testing.T, typ string) map[string]int {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `select coalesce(r.concurrency_key, ''), e.event_type
+		from workflow.workflow_event e join workflow.workflow_run r on r.id = e.workflow_id
+		where r.type = $1 and e.event_type in ('started', 'succeeded', 'failed', 'retried', 'released', 'cancelled')
+		order by e.id`, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	now, most := map[string]int{}, map[string]int{}
+	for rows.Next() {
+		var key, ev string
+		if err := rows.Scan(&key, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev == "started" {
+			now[key]++
+			most[key] = max(most[key], now[key])
+		} else {
+			now[key]--
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return most
+}
+
 // Concurrent workers race for runs of three customers, at most two of each
 // leased at once: no snapshot of the inbox and no worker's own view ever
 // shows a third, every run succeeds on its first attempt, and a run held
@@ -178,6 +213,11 @@ func TestFlowLimitPerKeyHoldsUnderConcurrentWorkers(t *testing.T) {
 	if sampled.Load() == 0 {
 		t.Fatal("the sampler never looked")
 	}
+	for k, n := range b.maxLeasedFromAuditTrail(t, typ) {
+		if n > perKey {
+			t.Errorf("the audit trail shows %d runs of %s held at once (limit %d)", n, k, perKey)
+		}
+	}
 	for _, id := range ids {
 		r := b.get(t, id)
 		if r.Status != engine.StatusSucceeded || r.Attempt != 1 {
@@ -240,6 +280,9 @@ func TestFlowLimitPerTypeCapsLeasedRuns(t *testing.T) {
 		if r := b.get(t, id); r.Status != engine.StatusSucceeded || r.Attempt != 1 {
 			t.Errorf("run %s: %s on attempt %d", id, r.Status, r.Attempt)
 		}
+	}
+	if n := b.maxLeasedFromAuditTrail(t, typ)[""]; n != 3 {
+		t.Errorf("the audit trail shows at most %d runs held at once, want exactly the cap of 3", n)
 	}
 }
 
