@@ -328,3 +328,42 @@ func scanSchedule(row pgx.Row) (Schedule, error) {
 	}
 	return s, nil
 }
+
+// ScheduleRun is one of a schedule's runs, as ScheduleLatestRuns lists
+// them: its idempotency key names the tick it was recorded for.
+type ScheduleRun struct {
+	ID             string
+	Status         Status
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+	IdempotencyKey string
+}
+
+// ScheduleLatestRuns returns the latest runs (at most limit, 1 to 1000) of
+// the schedule of a namespace ("" for one made directly) and name, newest
+// first, through workflow.schedule_latest_runs (whose header says which
+// runs it finds and how); none when there is no such schedule.
+func (e *Engine) ScheduleLatestRuns(ctx context.Context, namespace, name string, limit int) ([]ScheduleRun, error) {
+	if limit < 1 || limit > 1000 {
+		return nil, fmt.Errorf("schedule runs: %w: the limit must be between 1 and 1000, got %d", ErrInvalid, limit)
+	}
+	for _, f := range []struct{ name, value string }{{"name", name}, {"namespace", namespace}} {
+		if err := validText(f.name, f.value); err != nil {
+			return nil, fmt.Errorf("schedule runs: %w", err)
+		}
+	}
+	rows, err := e.pool.Query(ctx, `select id::text, status, created_at, finished_at, idempotency_key
+		from workflow.schedule_latest_runs($1::text, $2::text, $3::integer)`, nullIfEmpty(namespace), name, limit)
+	if err != nil {
+		return nil, translate("schedule runs", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ScheduleRun, error) {
+		var r ScheduleRun
+		err := row.Scan(&r.ID, &r.Status, &r.CreatedAt, &r.FinishedAt, &r.IdempotencyKey)
+		return r, err
+	})
+	if err != nil {
+		return nil, translate("schedule runs", err)
+	}
+	return out, nil
+}

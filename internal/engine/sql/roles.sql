@@ -141,6 +141,8 @@ grant execute on function
     workflow.cron_next(text, text, timestamptz),
     workflow.cron_problem(text, text)
 to workflow_producer, workflow_reader;
+-- ... and the console reads a schedule's latest runs.
+grant execute on function workflow.schedule_latest_runs(text, text, integer) to workflow_reader;
 
 -- What a producer's own statements may leave behind, enforced by row-level
 -- security. Every role sees and writes every row (the first policy), so

@@ -4998,6 +4998,66 @@ as $$
 $$;
 
 
+-- schedule_latest_runs lists the latest p_limit runs of the schedule
+-- (p_namespace, p_name), p_namespace null for a SQL schedule, newest first
+-- (by creation, then id), whatever their status: the runs whose
+-- idempotency key lies in the schedule's key range (schedule_key_range;
+-- the key names the tick, see the section's header). Nothing when there is
+-- no such schedule. For the console's schedule page (workflow_reader may
+-- call it).
+--   A mirrored schedule's runs all carry its namespace (a k8s: key is held
+--   only by a run of that namespace: workflow_run_reserved_key), so its
+--   namespace's runs are read newest first on
+--   idx_workflow_run_namespace_created until p_limit of them are the
+--   schedule's: every run, read further the busier the namespace is with
+--   other runs between the schedule's.
+--   A SQL schedule's runs carry no source: its unfinished runs are read by
+--   key on idx_workflow_run_schedule_key, its finished ones among the
+--   finished runs of its type, newest first, on
+--   idx_workflow_run_type_created. A finished run of another type (one the
+--   schedule recorded before its type was changed, or another writer's
+--   under its key) is not listed.
+-- Reads only; no locks.
+create or replace function workflow.schedule_latest_runs(p_namespace text, p_name text, p_limit integer)
+returns table (id uuid, status text, created_at timestamptz, finished_at timestamptz, idempotency_key text)
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select r.id, r.status, r.created_at, r.finished_at, r.idempotency_key
+    from workflow.workflow_schedule sc
+    cross join lateral workflow.schedule_key_range(sc.id, sc.source_namespace, sc.name) k
+    cross join lateral (
+        (select n.id, n.status, n.created_at, n.finished_at, n.idempotency_key
+         from workflow.workflow_run n
+         where sc.source_namespace is not null and n.source_namespace = sc.source_namespace
+           and n.idempotency_key collate "C" >= k.lo and n.idempotency_key collate "C" < k.hi
+         order by n.created_at desc, n.id desc
+         limit p_limit)
+        union all
+        (select u.id, u.status, u.created_at, u.finished_at, u.idempotency_key
+         from workflow.workflow_run u
+         where sc.source_namespace is null
+           and u.idempotency_key collate "C" >= k.lo and u.idempotency_key collate "C" < k.hi
+           and u.status in ('pending', 'leased')
+           and (starts_with(u.idempotency_key, 'schedule:')
+                or (starts_with(u.idempotency_key, 'k8s:') and strpos(u.idempotency_key, ':schedule/') > 0))
+         order by u.created_at desc, u.id desc
+         limit p_limit)
+        union all
+        (select f.id, f.status, f.created_at, f.finished_at, f.idempotency_key
+         from workflow.workflow_run f
+         where sc.source_namespace is null and f.type collate "C" = sc.type
+           and f.status in ('succeeded', 'failed', 'cancelled')
+           and f.idempotency_key collate "C" >= k.lo and f.idempotency_key collate "C" < k.hi
+         order by f.created_at desc, f.id desc
+         limit p_limit)
+    ) r
+    where coalesce(sc.source_namespace, '') = coalesce(p_namespace, '') and sc.name = p_name
+    order by r.created_at desc, r.id desc
+    limit p_limit
+$$;
+
+
 -- Nothing here is callable by PUBLIC; see the list at the top for who
 -- should be granted what.
 revoke all on function
@@ -5016,7 +5076,8 @@ revoke all on function
     workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text),
     workflow.delete_schedule(text, text),
     workflow.fire_due_schedules(integer),
-    workflow.list_schedules(text, text, text[])
+    workflow.list_schedules(text, text, text[]),
+    workflow.schedule_latest_runs(text, text, integer)
 from public;
 
 
