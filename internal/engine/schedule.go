@@ -80,6 +80,10 @@ type ScheduleSpec struct {
 	// Deadline, when positive, fails each run that long after it is
 	// recorded, as CreateParams.Deadline does.
 	Deadline time.Duration
+	// RetryPolicy and ConcurrencyKey are each run's, as in CreateParams
+	// (nil and empty: none). Delays are kept to the millisecond.
+	RetryPolicy    *RetryPolicy
+	ConcurrencyKey string
 	// ConcurrencyPolicy is Allow when empty.
 	ConcurrencyPolicy ConcurrencyPolicy
 	// StartingDeadline, when set, is how late (in whole seconds) a tick may
@@ -141,13 +145,17 @@ const (
 		p_priority => @priority, p_max_attempts => @max_attempts,
 		p_deadline => @deadline_us::bigint * interval '1 microsecond',
 		p_concurrency_policy => @concurrency_policy, p_starting_deadline_seconds => @starting_deadline_seconds,
-		p_suspend => @suspend, p_source_namespace => @namespace, p_source_uid => @uid)`
+		p_suspend => @suspend, p_source_namespace => @namespace, p_source_uid => @uid,
+		p_retry_base_delay => @retry_base_ms::bigint * interval '1 millisecond',
+		p_retry_max_delay => @retry_max_ms::bigint * interval '1 millisecond',
+		p_concurrency_key => @concurrency_key)`
 	qScheduleDelete = `select workflow.delete_schedule(@name, @namespace)`
 	qScheduleFire   = `select schedule_id::text, tick, run_id::text, outcome from workflow.fire_due_schedules(@limit)`
 	qScheduleList   = `select id::text, name, source_namespace, source_uid, cron, time_zone, type, payload, priority,
 		max_attempts, (extract(epoch from deadline) * 1000000)::bigint, concurrency_policy, starting_deadline_seconds,
 		suspend, next_tick_at, last_tick_at, last_outcome, last_error, last_fired_run::text, unfinished_runs,
-		created_by, created_at, updated_at
+		created_by, created_at, updated_at, (extract(epoch from retry_base_delay) * 1000)::bigint,
+		(extract(epoch from retry_max_delay) * 1000)::bigint, concurrency_key
 		from workflow.list_schedules(@namespace, @name, @namespaces)`
 )
 
@@ -180,6 +188,16 @@ func (e *Engine) PutSchedule(ctx context.Context, spec ScheduleSpec) (Schedule, 
 	}
 	if err := ValidatePayload(spec.Payload); err != nil {
 		return Schedule{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := ValidateConcurrencyKey(spec.ConcurrencyKey); err != nil {
+		return Schedule{}, fmt.Errorf("%s: %w", op, err)
+	}
+	var retryBase, retryMax *int64
+	if rp := spec.RetryPolicy; rp != nil {
+		if rp.BaseDelay < 0 || rp.MaxDelay < 0 {
+			return Schedule{}, fmt.Errorf("%s: %w: retry delays must not be negative", op, ErrInvalid)
+		}
+		retryBase, retryMax = millisOrNil(rp.BaseDelay), millisOrNil(rp.MaxDelay)
 	}
 	if spec.Deadline < 0 {
 		return Schedule{}, fmt.Errorf("%s: %w: deadline must not be negative", op, ErrInvalid)
@@ -220,6 +238,7 @@ func (e *Engine) PutSchedule(ctx context.Context, spec ScheduleSpec) (Schedule, 
 		"priority": priority, "max_attempts": attempts, "deadline_us": deadline,
 		"concurrency_policy": string(policy), "starting_deadline_seconds": starting, "suspend": spec.Suspend,
 		"namespace": nullIfEmpty(spec.Namespace), "uid": nullIfEmpty(spec.UID),
+		"retry_base_ms": retryBase, "retry_max_ms": retryMax, "concurrency_key": nullIfEmpty(spec.ConcurrencyKey),
 	}).Scan(&id)
 	if err != nil {
 		return Schedule{}, translate(op, err)
@@ -305,12 +324,12 @@ func (e *Engine) ListSchedules(ctx context.Context, f ScheduleFilter) ([]Schedul
 
 func scanSchedule(row pgx.Row) (Schedule, error) {
 	var s Schedule
-	var ns, uid, outcome, lastErr, lastRun *string
-	var deadlineUS, starting *int64
+	var ns, uid, outcome, lastErr, lastRun, flowKey *string
+	var deadlineUS, starting, retryBase, retryMax *int64
 	var policy string
 	err := row.Scan(&s.ID, &s.Name, &ns, &uid, &s.Cron, &s.TimeZone, &s.Type, &s.Payload, &s.Priority,
 		&s.MaxAttempts, &deadlineUS, &policy, &starting, &s.Suspend, &s.NextTickAt, &s.LastTickAt, &outcome,
-		&lastErr, &lastRun, &s.UnfinishedRuns, &s.CreatedBy, &s.CreatedAt, &s.UpdatedAt)
+		&lastErr, &lastRun, &s.UnfinishedRuns, &s.CreatedBy, &s.CreatedAt, &s.UpdatedAt, &retryBase, &retryMax, &flowKey)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s, err
@@ -326,6 +345,16 @@ func scanSchedule(row pgx.Row) (Schedule, error) {
 		d := time.Duration(*starting) * time.Second
 		s.StartingDeadline = &d
 	}
+	if retryBase != nil || retryMax != nil {
+		s.RetryPolicy = &RetryPolicy{}
+		if retryBase != nil {
+			s.RetryPolicy.BaseDelay = time.Duration(*retryBase) * time.Millisecond
+		}
+		if retryMax != nil {
+			s.RetryPolicy.MaxDelay = time.Duration(*retryMax) * time.Millisecond
+		}
+	}
+	s.ConcurrencyKey = deref(flowKey)
 	return s, nil
 }
 

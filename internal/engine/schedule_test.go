@@ -885,7 +885,8 @@ func TestScheduleRefusesBadInput(t *testing.T) {
 func TestScheduleWriters(t *testing.T) {
 	b := setupRoles(t)
 	if _, err := b.pool.Exec(b.ctx, `grant execute on function
-		workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text),
+		workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text,
+			interval, interval, text),
 		workflow.delete_schedule(text, text), workflow.list_schedules(text, text, text[])
 		to workflow_producer`); err != nil {
 		t.Fatal(err)

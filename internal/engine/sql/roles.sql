@@ -133,7 +133,8 @@ grant execute on function workflow.inbox_version() to workflow_reader;
 -- schedules (the functions refuse anyone else's, and every mirrored one);
 -- everyone may list them and check a cron expression.
 grant execute on function
-    workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text),
+    workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text,
+                          interval, interval, text),
     workflow.delete_schedule(text, text)
 to workflow_producer;
 grant execute on function

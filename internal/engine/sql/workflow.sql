@@ -4445,11 +4445,13 @@ return coalesce((workflow.cron_fields(p_expr)).problem, workflow.time_zone_probl
 -- namespace, name and UID; one made with SQL has no namespace (its name is
 -- unique among those). The run it records: type, payload, priority,
 -- max_attempts, deadline (the run's deadline_at is the firing time plus
--- this). next_tick_at is the next tick to fire (stale while suspended:
--- resuming recomputes it); last_tick_at the last tick dealt with, and
--- last_outcome what became of it; last_fired_run the run of the last tick
--- that recorded one. Written by the functions below; the checks and the
--- trigger hold for plain SQL too.
+-- this), retry_base_delay and retry_max_delay (its retry policy),
+-- concurrency_key (its key for the flow limits of its type). next_tick_at
+-- is the next tick to fire (stale while suspended: resuming recomputes
+-- it); last_tick_at the last tick dealt with, and last_outcome what became
+-- of it; last_fired_run the run of the last tick that recorded one. Written
+-- by the functions below; the checks and the trigger hold for plain SQL
+-- too.
 create table if not exists workflow.workflow_schedule (
     id uuid not null default gen_random_uuid(),
     name text not null,
@@ -4462,6 +4464,9 @@ create table if not exists workflow.workflow_schedule (
     priority integer not null default 100,
     max_attempts integer not null default 3,
     deadline interval,                              -- null: none
+    retry_base_delay interval,                      -- null: the run's default (one minute)
+    retry_max_delay interval,                       -- null: no cap
+    concurrency_key text,                           -- the flow limits' key of each run; null: none
     concurrency_policy text not null default 'Allow',
     starting_deadline_seconds integer,              -- null: no deadline
     suspend boolean not null default false,
@@ -4490,6 +4495,10 @@ create table if not exists workflow.workflow_schedule (
     constraint workflow_schedule_priority_range check (priority >= 0 and priority <= 1000000),
     constraint workflow_schedule_max_attempts_range check (max_attempts >= 1 and max_attempts <= 1000),
     constraint workflow_schedule_deadline_range check (deadline > '0' and deadline <= '100 years'),
+    constraint workflow_schedule_retry_range
+        check (retry_base_delay > '0' and retry_max_delay > '0' and retry_max_delay >= retry_base_delay),
+    constraint workflow_schedule_concurrency_key_length
+        check (char_length(concurrency_key) >= 1 and char_length(concurrency_key) <= 255),
     constraint workflow_schedule_concurrency_policy_valid check (concurrency_policy in ('Allow', 'Forbid', 'Replace')),
     constraint workflow_schedule_starting_deadline_range check (starting_deadline_seconds >= 0),
     constraint workflow_schedule_last_outcome_valid
@@ -4619,7 +4628,9 @@ return pg_has_role(session_user,
 -- nothing writes nothing. Returns the schedule's id and next tick.
 -- A schedule with p_source_namespace mirrors a Kubernetes WorkflowSchedule
 -- (p_source_uid its UID) and is written by the owner only; a SQL schedule
--- by the database user that created it, or the owner.
+-- by the database user that created it, or the owner. p_retry_base_delay,
+-- p_retry_max_delay and p_concurrency_key are given to each run as
+-- create_run's retry policy and concurrency key (null: none).
 -- Fires: workflow_schedule_inserted, workflow_schedule_changed (zone,
 -- payload limits).
 -- Locks: the schedule row.
@@ -4636,7 +4647,10 @@ create or replace function workflow.put_schedule(
     p_starting_deadline_seconds integer default null,
     p_suspend boolean default false,
     p_source_namespace text default null,
-    p_source_uid text default null
+    p_source_uid text default null,
+    p_retry_base_delay interval default null,
+    p_retry_max_delay interval default null,
+    p_concurrency_key text default null
 ) returns table (id uuid, next_tick_at timestamptz)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -4698,6 +4712,14 @@ begin
             then format('starting deadline seconds must be at least 0, got %s', p_starting_deadline_seconds)
         when p_suspend is null
             then 'suspend must be true or false'
+        when p_retry_base_delay <= '0'
+            then format('retry base delay must be positive, got %s', p_retry_base_delay)
+        when p_retry_max_delay <= '0'
+            then format('retry max delay must be positive, got %s', p_retry_max_delay)
+        when p_retry_max_delay < p_retry_base_delay
+            then format('retry max delay %s is below the retry base delay %s', p_retry_max_delay, p_retry_base_delay)
+        when char_length(p_concurrency_key) not between 1 and 255
+            then format('concurrency key must be 1 to 255 characters, got %s', char_length(p_concurrency_key))
     end;
     if v_problem is not null then
         raise exception 'schedule %: %', v_label, v_problem using errcode = '22023';
@@ -4718,23 +4740,29 @@ begin
                            else v_old.next_tick_at end;
             update workflow.workflow_schedule sc
             set cron = p_cron, time_zone = p_time_zone, type = p_type, payload = p_payload, priority = p_priority,
-                max_attempts = p_max_attempts, deadline = p_deadline, concurrency_policy = p_concurrency_policy,
+                max_attempts = p_max_attempts, deadline = p_deadline, retry_base_delay = p_retry_base_delay,
+                retry_max_delay = p_retry_max_delay, concurrency_key = p_concurrency_key,
+                concurrency_policy = p_concurrency_policy,
                 starting_deadline_seconds = p_starting_deadline_seconds, suspend = p_suspend,
                 source_uid = p_source_uid, next_tick_at = v_next, updated_at = now()
             where sc.id = v_old.id
               and (sc.cron, sc.time_zone, sc.type, sc.payload, sc.priority, sc.max_attempts, sc.deadline,
+                   sc.retry_base_delay, sc.retry_max_delay, sc.concurrency_key,
                    sc.concurrency_policy, sc.starting_deadline_seconds, sc.suspend, sc.source_uid, sc.next_tick_at)
                   is distinct from
                   (p_cron, p_time_zone, p_type, p_payload, p_priority, p_max_attempts, p_deadline,
+                   p_retry_base_delay, p_retry_max_delay, p_concurrency_key,
                    p_concurrency_policy, p_starting_deadline_seconds, p_suspend, p_source_uid, v_next);
             return query select v_old.id, v_next;
             return;
         end if;
         insert into workflow.workflow_schedule as sc (
             name, source_namespace, source_uid, cron, time_zone, type, payload, priority, max_attempts, deadline,
+            retry_base_delay, retry_max_delay, concurrency_key,
             concurrency_policy, starting_deadline_seconds, suspend, next_tick_at)
         values (p_name, p_source_namespace, p_source_uid, p_cron, p_time_zone, p_type, p_payload, p_priority,
-                p_max_attempts, p_deadline, p_concurrency_policy, p_starting_deadline_seconds, p_suspend,
+                p_max_attempts, p_deadline, p_retry_base_delay, p_retry_max_delay, p_concurrency_key,
+                p_concurrency_policy, p_starting_deadline_seconds, p_suspend,
                 workflow.cron_next(p_cron, p_time_zone, v_now))
         on conflict ((coalesce(source_namespace, '')), name) do nothing
         returning sc.id, sc.next_tick_at into v_id, v_next;
@@ -4928,7 +4956,10 @@ begin
                     p_type => s.type, p_payload => s.payload, p_priority => s.priority,
                     p_idempotency_key => workflow.schedule_key(s.id, s.source_namespace, s.name, v_tick),
                     p_max_attempts => s.max_attempts, p_deadline_at => v_now + s.deadline,
-                    p_source_namespace => s.source_namespace, p_source_uid => s.source_uid) c;
+                    p_retry_base_ms => (extract(epoch from s.retry_base_delay) * 1000)::bigint,
+                    p_retry_max_ms => (extract(epoch from s.retry_max_delay) * 1000)::bigint,
+                    p_source_namespace => s.source_namespace, p_source_uid => s.source_uid,
+                    p_concurrency_key => s.concurrency_key) c;
                 v_outcome := coalesce(v_outcome, 'fired');
             end if;
         exception when others then
@@ -4975,7 +5006,8 @@ create or replace function workflow.list_schedules(
     payload jsonb, priority integer, max_attempts integer, deadline interval, concurrency_policy text,
     starting_deadline_seconds integer, suspend boolean, next_tick_at timestamptz, last_tick_at timestamptz,
     last_outcome text, last_error text, last_fired_run uuid, unfinished_runs bigint, created_by text,
-    created_at timestamptz, updated_at timestamptz
+    created_at timestamptz, updated_at timestamptz, retry_base_delay interval, retry_max_delay interval,
+    concurrency_key text
 )
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
@@ -4988,7 +5020,7 @@ as $$
               and r.status in ('pending', 'leased')
               and (starts_with(r.idempotency_key, 'schedule:')
                    or (starts_with(r.idempotency_key, 'k8s:') and strpos(r.idempotency_key, ':schedule/') > 0))),
-           sc.created_by, sc.created_at, sc.updated_at
+           sc.created_by, sc.created_at, sc.updated_at, sc.retry_base_delay, sc.retry_max_delay, sc.concurrency_key
     from workflow.workflow_schedule sc
     cross join lateral workflow.schedule_key_range(sc.id, sc.source_namespace, sc.name) k
     where (p_source_namespace is null or coalesce(sc.source_namespace, '') = p_source_namespace)
@@ -5073,7 +5105,8 @@ revoke all on function
     workflow.schedule_key(uuid, text, text, timestamptz),
     workflow.schedule_key_range(uuid, text, text),
     workflow.schedule_caller_is_owner(),
-    workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text),
+    workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text,
+                          interval, interval, text),
     workflow.delete_schedule(text, text),
     workflow.fire_due_schedules(integer),
     workflow.list_schedules(text, text, text[]),
