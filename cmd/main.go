@@ -264,8 +264,15 @@ func run() error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowRegistry controller: %w", err)
 	}
+	schedules := &controller.WorkflowScheduleReconciler{
+		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowschedule-controller"),
+		DeletionGracePeriod: o.deletionGracePeriod,
+	}
+	if err := schedules.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up WorkflowSchedule controller: %w", err)
+	}
 	if err := mgr.Add(&controller.Maintenance{
-		Engine: eng, Log: ctrl.Log.WithName("maintenance"), Metrics: m, Retention: o.retention,
+		Engine: eng, Log: ctrl.Log.WithName("maintenance"), Metrics: m, Retention: o.retention, Schedules: schedules,
 	}); err != nil {
 		return err
 	}

@@ -218,3 +218,22 @@ const (
 // ReasonInboxUnreachable: the inbox failed while the deletion was handled;
 // the deletion is retried (ConditionDeleting).
 const ReasonInboxUnreachable = "InboxUnreachable"
+
+// Conditions of a WorkflowSchedule. ConditionAccepted, on a
+// WorkflowSchedule: whether the database holds the schedule as the spec
+// says.
+//   - True, ReasonMirrored: it does; it fires as status.nextScheduleTime
+//     says (unless suspended).
+//   - False, ReasonInvalidSchedule: the database refused the spec (an
+//     unknown time zone, an expression that never fires); the message is
+//     the database's. A schedule accepted before keeps firing as it was
+//     last accepted.
+const (
+	// ReasonInvalidSchedule: the database refused the schedule
+	// (ConditionAccepted of a WorkflowSchedule).
+	ReasonInvalidSchedule = "InvalidSchedule"
+)
+
+// LabelSchedule is the label on each WorkflowRun a WorkflowSchedule made:
+// the schedule's name.
+const LabelSchedule = "workflow.simpleworkflow.dev/schedule"

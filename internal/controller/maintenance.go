@@ -11,8 +11,8 @@ import (
 
 // Maintenance is the leader's housekeeping: it reclaims expired leases,
 // deletes finished runs past their retention (their events go with them, see
-// retainLoop) and refreshes the inbox metrics. It is a manager Runnable
-// (leader only).
+// retainLoop), fires the cron schedules that are due (scheduleLoop) and
+// refreshes the inbox metrics. It is a manager Runnable (leader only).
 type Maintenance struct {
 	Engine *engine.Engine
 	Log    logr.Logger
@@ -26,6 +26,11 @@ type Maintenance struct {
 	RetentionInterval time.Duration
 	// MetricsInterval defaults to 10s.
 	MetricsInterval time.Duration
+	// ScheduleInterval is how often due schedules are fired; defaults to 1s.
+	ScheduleInterval time.Duration
+	// Schedules is told of every tick fired (the WorkflowSchedule
+	// controller makes the WorkflowRuns); optional.
+	Schedules FiringHandler
 }
 
 // Start runs the loops until ctx ends.
@@ -49,6 +54,14 @@ func (m *Maintenance) Start(ctx context.Context) error {
 		m.retainLoop(rctx)
 	}()
 	defer func() { stopRetention(); <-retained }()
+	// Schedules in a loop of their own too: a tick fires within
+	// ScheduleInterval of being due, whatever the other loops are doing.
+	fired := make(chan struct{})
+	go func() {
+		defer close(fired)
+		m.scheduleLoop(rctx)
+	}()
+	defer func() { stopRetention(); <-fired }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -83,6 +96,57 @@ func (m *Maintenance) Start(ctx context.Context) error {
 				continue
 			}
 			lastEventID, finishedSince = m.refreshMetrics(ctx, lastEventID, finishedSince)
+		}
+	}
+}
+
+// scheduleBatch is how many due schedules one call fires (the default of
+// workflow.fire_due_schedules).
+const scheduleBatch = 100
+
+// scheduleLoop fires the due schedules every ScheduleInterval until ctx
+// ends, and hands what it fired to Schedules. Each tick of a schedule
+// records one run however many managers fire at once (the database locks
+// and moves the schedule in the transaction that records the run).
+func (m *Maintenance) scheduleLoop(ctx context.Context) {
+	t := time.NewTicker(orDefault(m.ScheduleInterval, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.fireDueSchedules(ctx)
+		}
+	}
+}
+
+// fireDueSchedules fires until fewer than a batch were due.
+func (m *Maintenance) fireDueSchedules(ctx context.Context) {
+	for {
+		firings, err := m.Engine.FireDueSchedules(ctx, scheduleBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.Log.Error(err, "Firing due schedules failed")
+			}
+			return
+		}
+		schedules := map[string]bool{}
+		for _, f := range firings {
+			schedules[f.ScheduleID] = true
+			switch f.Outcome {
+			case engine.FiringFailed:
+				m.Log.Info("Schedule tick failed; see the schedule's last error", "scheduleID", f.ScheduleID, "tick", f.Tick)
+			case engine.FiringFired, engine.FiringReplaced:
+				m.Log.V(1).Info("Schedule fired", "scheduleID", f.ScheduleID, "tick", f.Tick, "runID", f.RunID,
+					"outcome", f.Outcome)
+			}
+		}
+		if m.Schedules != nil && len(firings) > 0 {
+			m.Schedules.Fired(ctx, firings)
+		}
+		if len(schedules) < scheduleBatch {
+			return
 		}
 	}
 }

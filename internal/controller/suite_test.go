@@ -46,6 +46,8 @@ var (
 	pool      *pgxpool.Pool
 	eng       *engine.Engine
 	sdk       *simpleworkflow.Client
+	// schedules is the manager's WorkflowSchedule controller.
+	schedules *controller.WorkflowScheduleReconciler
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -115,7 +117,14 @@ func startManager(ctx context.Context) {
 	Expect((&controller.WorkflowRegistryReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowregistry-controller"),
 	}).SetupWithManager(mgr)).To(Succeed())
-	Expect(mgr.Add(&controller.Maintenance{Engine: eng, Log: ctrl.Log.WithName("maintenance"), ReapInterval: time.Second})).To(Succeed())
+	schedules = &controller.WorkflowScheduleReconciler{
+		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowschedule-controller"),
+		ResyncPeriod: 2 * time.Second,
+	}
+	Expect(schedules.SetupWithManager(mgr)).To(Succeed())
+	Expect(mgr.Add(&controller.Maintenance{
+		Engine: eng, Log: ctrl.Log.WithName("maintenance"), ReapInterval: time.Second, Schedules: schedules,
+	})).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())
