@@ -523,4 +523,3 @@ func (h recordingHandler) Fired(ctx context.Context, fs []engine.ScheduleFiring)
 	h.record(fs)
 	h.next.Fired(ctx, fs)
 }
-
