@@ -25,7 +25,18 @@ import (
 // look. The database clock is moved forward instead of waiting for ticks.
 var _ = Describe("WorkflowSchedule", func() {
 	var ns string
-	BeforeEach(func() { ns = newNamespace() })
+	BeforeEach(func() {
+		ns = newNamespace()
+		// The specs move the database clock forward; the other specs of
+		// the suite compare it with this machine's, so it is put back once
+		// the spec's schedules are gone (this cleanup runs last).
+		var offset string
+		Expect(pool.QueryRow(ctx, "select clock_offset::text from workflow.workflow_settings").Scan(&offset)).To(Succeed())
+		DeferCleanup(func() {
+			_, err := pool.Exec(ctx, "update workflow.workflow_settings set clock_offset = $1::interval", offset)
+			Expect(err).NotTo(HaveOccurred())
+		})
+	})
 
 	newSchedule := func(name, cron, typ string, p any) *workflowv1alpha1.WorkflowSchedule {
 		ws := &workflowv1alpha1.WorkflowSchedule{
@@ -300,6 +311,8 @@ var _ = Describe("WorkflowSchedule", func() {
 			run, err := eng.GetRun(ctx, s.LastFiredRun)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(run.ConcurrencyKey).To(Equal("tenant-a"))
+			// Named after its WorkflowRun, so that its changes notify it.
+			Expect(run.Source.Name).To(Equal(name))
 			Expect(run.RetryPolicy).NotTo(BeNil())
 			Expect(run.RetryPolicy.BaseDelay).To(Equal(2 * time.Second))
 			Expect(run.Priority).To(Equal(7))
@@ -488,6 +501,12 @@ var _ = Describe("WorkflowSchedule", func() {
 		s := fired(ws.Name, nextTick(ws.Name))
 		Expect(s.LastOutcome).To(Equal(engine.FiringReplaced))
 		Eventually(phase(ns, runName(ws.Name, first))).Should(Equal(workflowv1alpha1.PhaseCancelled))
+		Eventually(func() string {
+			if c := condition(getRun(ns, runName(ws.Name, first))().Status.Conditions, controller.ConditionFinished); c != nil {
+				return c.Message
+			}
+			return ""
+		}).Should(ContainSubstring("cancelled by schedule " + ns + "/" + ws.Name))
 		second := runName(ws.Name, *s.LastTickAt)
 		Eventually(getRun(ns, second)).ShouldNot(BeNil())
 		Eventually(func(g Gomega) {

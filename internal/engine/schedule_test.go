@@ -704,7 +704,7 @@ func TestScheduleKubernetesKey(t *testing.T) {
 	run := b.get(t, got[0].RunID)
 	key := fmt.Sprintf("k8s:shop:schedule/nightly/%d", s.NextTickAt.Unix())
 	if run.IdempotencyKey != key || run.Source == nil || run.Source.Namespace != "shop" || run.Source.UID != "0c9e-uid" ||
-		run.Source.Name != "" {
+		run.Source.Name != fmt.Sprintf("nightly-%d", s.NextTickAt.Unix()) {
 		t.Fatalf("run %+v, source %+v, want key %s", run, run.Source, key)
 	}
 	// What the operator records for a WorkflowRun shop/nightly-<unix> with

@@ -3945,10 +3945,11 @@ $$;
 --       a schedule mirrored from the WorkflowSchedule <namespace>/<name>,
 --       e.g. k8s:shop:schedule/nightly/1710054000: the key the operator
 --       gives a WorkflowRun with spec.idempotencyKey schedule/<name>/<unix>,
---       which therefore adopts the run. Such a run carries source_namespace
---       and source_uid (the WorkflowSchedule's UID, as workflow_run's
---       reserved-key rule asks) and no source_name: no WorkflowRun of that
---       name exists when it is recorded.
+--       which therefore adopts the run. Such a run carries source_namespace,
+--       source_uid (the WorkflowSchedule's UID, as workflow_run's
+--       reserved-key rule asks) and source_name <name>-<tick in unix
+--       seconds>, the name the operator gives that WorkflowRun, so that the
+--       run's changes notify it (workflow_run_changed) once it exists.
 -- A schedule's runs are found by these key prefixes alone (workflow_run has
 -- no column naming the schedule), through idx_workflow_run_schedule_key,
 -- the one object of this section on workflow_run. A run another writer
@@ -4959,6 +4960,8 @@ begin
                     p_retry_base_ms => (extract(epoch from s.retry_base_delay) * 1000)::bigint,
                     p_retry_max_ms => (extract(epoch from s.retry_max_delay) * 1000)::bigint,
                     p_source_namespace => s.source_namespace, p_source_uid => s.source_uid,
+                    p_source_name => case when s.source_namespace is not null and char_length(s.name) <= 242
+                                          then s.name || '-' || floor(extract(epoch from v_tick))::bigint::text end,
                     p_concurrency_key => s.concurrency_key) c;
                 v_outcome := coalesce(v_outcome, 'fired');
             end if;
