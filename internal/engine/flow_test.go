@@ -373,6 +373,17 @@ func TestFlowParkedRunsGoWhenASlotFrees(t *testing.T) {
 			t.Fatalf("run %s: wait %+v, want parked on limit with no timer", id, w)
 		}
 	}
+	// Outside the claim index, still listed with the pending runs.
+	for _, status := range []any{"pending", nil} {
+		var listed int
+		if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.list_runs_newest('flow.slot.', $1, null, null,
+			null, null, null, null, 100) where wait_kind = 'limit'`, status).Scan(&listed); err != nil {
+			t.Fatal(err)
+		}
+		if listed != 3 {
+			t.Errorf("the console's list (status %v) shows %d runs held back, want 3", status, listed)
+		}
+	}
 	if _, err := b.eng.CancelRun(b.ctx, ids[3]); err != nil {
 		t.Fatal(err)
 	}

@@ -167,7 +167,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"on_status_changed_by_sql": true, "on_child_inserting": true, "on_flow_slot_freed": true,
 		// schedules: producers keep their own, readers list them
 		"put_schedule": true, "delete_schedule": true, "list_schedules": true, "fire_due_schedules": true,
-		"cron_next": true, "cron_problem": true, "on_schedule_written": true,
+		"cron_next": true, "cron_problem": true, "on_schedule_written": true, "schedule_latest_runs": true,
 	}
 	rows, err := b.pool.Query(b.ctx, `
 select p.proname, p.oid::regprocedure::text, p.prosecdef, coalesce(p.proconfig, '{}'),

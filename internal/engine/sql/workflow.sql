@@ -393,7 +393,8 @@ create index if not exists idx_workflow_run_ended_badly on workflow.workflow_run
 -- Flow limits: the pending and leased runs of a key (a claim counts those
 -- leased, and parks those pending when the key is full), and the runs
 -- a limit holds back ("parked on limit", outside the claim's indexes), by
--- key in claim order and by when a rate window lets them go.
+-- key in claim order, by when a rate window lets them go, and by type in
+-- claim order (the console's lists).
 create index if not exists idx_workflow_run_flow_key on workflow.workflow_run
     (type collate "C", concurrency_key, status, run_at)
     where concurrency_key is not null and status in ('pending', 'leased') and deleted_at is null;
@@ -401,6 +402,8 @@ create index if not exists idx_workflow_run_flow_parked on workflow.workflow_run
     (type collate "C", concurrency_key, priority, created_at) where wait_kind = 'limit';
 create index if not exists idx_workflow_run_flow_due on workflow.workflow_run
     (type collate "C", run_at) where wait_kind = 'limit';
+create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
+    (type collate "C", priority, created_at) where wait_kind = 'limit';
 
 
 -- The audit trail: one row per transition, written in the transaction that
@@ -3608,14 +3611,28 @@ begin
         ), pend as (
             -- The claim index's own predicate, so that it serves.
             (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where coalesce(r.status, '') = 'pending' and r.deleted_at is null and r.type collate "C" >= v_lo
+             where coalesce(r.status, '') = 'pending' and r.deleted_at is null
+               and r.wait_kind is distinct from 'limit' and r.type collate "C" >= v_lo
                and r.type collate "C" < v_hi
              order by 1, 2 limit 1)
             union all
             select x.type, x.priority from pend cross join lateral (
                 select r.type collate "C" as type, r.priority from workflow.workflow_run r
                 where coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and r.wait_kind is distinct from 'limit'
                   and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
+                order by 1, 2 limit 1) x
+        ), held as (
+            -- Pending runs a flow limit holds back are outside the claim
+            -- index: the same skip scan over idx_workflow_run_flow_list.
+            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+             where r.wait_kind = 'limit' and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+             order by 1, 2 limit 1)
+            union all
+            select x.type, x.priority from held cross join lateral (
+                select r.type collate "C" as type, r.priority from workflow.workflow_run r
+                where r.wait_kind = 'limit'
+                  and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
                 order by 1, 2 limit 1) x
         )
         select * from (
@@ -3639,6 +3656,21 @@ begin
                 from workflow.workflow_run r
                 where r.type collate "C" = pend.type and r.priority = pend.priority
                   and coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and r.wait_kind is distinct from 'limit'
+                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+                  and (p_namespace is null or r.source_namespace = p_namespace)
+                  and (p_from is null or r.created_at >= p_from)
+                  and (p_to is null or r.created_at < p_to)
+                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+                order by r.created_at desc, r.id desc
+                limit p_limit
+            ) r
+            union all
+            select r.* from held cross join lateral (
+                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+                from workflow.workflow_run r
+                where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
                   and (p_namespaces is null or r.source_namespace = any (p_namespaces))
                   and (p_namespace is null or r.source_namespace = p_namespace)
                   and (p_from is null or r.created_at >= p_from)
@@ -3699,14 +3731,28 @@ begin
         return query
         with recursive pend as (
             (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where coalesce(r.status, '') = 'pending' and r.deleted_at is null and r.type collate "C" >= v_lo
+             where coalesce(r.status, '') = 'pending' and r.deleted_at is null
+               and r.wait_kind is distinct from 'limit' and r.type collate "C" >= v_lo
                and r.type collate "C" < v_hi
              order by 1, 2 limit 1)
             union all
             select x.type, x.priority from pend cross join lateral (
                 select r.type collate "C" as type, r.priority from workflow.workflow_run r
                 where coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and r.wait_kind is distinct from 'limit'
                   and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
+                order by 1, 2 limit 1) x
+        ), held as (
+            -- Pending runs a flow limit holds back are outside the claim
+            -- index: the same skip scan over idx_workflow_run_flow_list.
+            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+             where r.wait_kind = 'limit' and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+             order by 1, 2 limit 1)
+            union all
+            select x.type, x.priority from held cross join lateral (
+                select r.type collate "C" as type, r.priority from workflow.workflow_run r
+                where r.wait_kind = 'limit'
+                  and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
                 order by 1, 2 limit 1) x
         )
         select * from (
@@ -3716,6 +3762,21 @@ begin
                 from workflow.workflow_run r
                 where r.type collate "C" = pend.type and r.priority = pend.priority
                   and coalesce(r.status, '') = 'pending' and r.deleted_at is null
+                  and r.wait_kind is distinct from 'limit'
+                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+                  and (p_namespace is null or r.source_namespace = p_namespace)
+                  and (p_from is null or r.created_at >= p_from)
+                  and (p_to is null or r.created_at < p_to)
+                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+                order by r.created_at desc, r.id desc
+                limit p_limit
+            ) r
+            union all
+            select r.* from held cross join lateral (
+                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+                from workflow.workflow_run r
+                where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
                   and (p_namespaces is null or r.source_namespace = any (p_namespaces))
                   and (p_namespace is null or r.source_namespace = p_namespace)
                   and (p_from is null or r.created_at >= p_from)
