@@ -57,6 +57,7 @@ type WorkflowScheduleSpec struct {
 	// Suspend stops the schedule from firing. Ticks that pass while it is
 	// suspended are not made up on resume.
 	// +optional
+	// +kubebuilder:default=false
 	Suspend bool `json:"suspend,omitempty"`
 
 	// ConcurrencyPolicy is what a tick does while a run the schedule made
@@ -184,7 +185,7 @@ type WorkflowScheduleStatus struct {
 	Active []ScheduledRunReference `json:"active,omitempty"`
 	// ActiveCount counts the unfinished WorkflowRuns the schedule made.
 	// +optional
-	ActiveCount int32 `json:"activeCount,omitempty"`
+	ActiveCount int32 `json:"activeCount"`
 	// ObservedGeneration is the generation last mirrored.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -158,7 +158,7 @@ var _ = Describe("WorkflowSchedule", func() {
 		return out
 	}
 	// consistent checks that the schedule's WorkflowRuns are exactly the
-	// runs in the inbox, each adopting its run, and that no WorkflowRun
+	// runs in the inbox (its history limits must keep them all), each adopting its run, and that no WorkflowRun
 	// recorded a run of its own.
 	consistent := func(ws *workflowv1alpha1.WorkflowSchedule) map[string]string {
 		want := inboxRuns(ws.Name)
@@ -330,10 +330,16 @@ var _ = Describe("WorkflowSchedule", func() {
 			g.Expect(st.NextScheduleTime).NotTo(BeNil())
 		}).Should(Succeed())
 		Eventually(func() []string { return eventReasons(ns, ws.Name) }).Should(ContainElement(controller.ReasonScheduled))
+
+		out, err := kubectl("get", "wfs", ws.Name, "-n", ns)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+SCHEDULE\s+TIMEZONE\s+SUSPEND\s+ACTIVE\s+LAST SCHEDULE\s+NEXT SCHEDULE\s+AGE$`))
+		Expect(out).To(MatchRegexp(`(?m)^minutely\s+\* \* \* \* \*\s+UTC\s+false\s+0\s+\S+\s+\d{4}-\d\d-\d\dT\d\d:\d\d:00Z\s+\S+$`))
 	})
 
 	It("gives one run and one WorkflowRun per tick while several managers and callers fire at once", func() {
 		ws := newSchedule("raced", "* * * * *", "test.echo.v1", map[string]any{"race": true})
+		ws.Spec.SuccessfulRunsHistoryLimit = int32p(100)
 		create(ws)
 		Eventually(accepted(ws.Name)).Should(Equal(metav1.ConditionTrue))
 		id := stored(ws.Name).ID
@@ -394,6 +400,7 @@ var _ = Describe("WorkflowSchedule", func() {
 
 	It("makes the WorkflowRun of a run fired while none could be made", func() {
 		ws := newSchedule("catch-up", "* * * * *", "test.echo.v1", nil)
+		ws.Spec.SuccessfulRunsHistoryLimit = int32p(100)
 		create(ws)
 		Eventually(accepted(ws.Name)).Should(Equal(metav1.ConditionTrue))
 		id := stored(ws.Name).ID
