@@ -402,8 +402,10 @@ create index if not exists idx_workflow_run_flow_parked on workflow.workflow_run
     (type collate "C", concurrency_key, priority, created_at) where wait_kind = 'limit';
 create index if not exists idx_workflow_run_flow_due on workflow.workflow_run
     (type collate "C", run_at) where wait_kind = 'limit';
+-- (The list's predicate names deleted_at, which a run parked on a limit
+-- never has, so that only the console's lists, which say so, read it.)
 create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
-    (type collate "C", priority, created_at) where wait_kind = 'limit';
+    (type collate "C", priority, created_at) where wait_kind = 'limit' and deleted_at is null;
 
 
 -- The audit trail: one row per transition, written in the transaction that
@@ -1344,10 +1346,13 @@ begin
                where g.workflow_name = old.type and g.max_leased_per_key is not null) then
         update workflow.workflow_run r
         set wait_kind = null, run_at = workflow.now(), updated_at = workflow.now()
+        -- The key's oldest parked run, from idx_workflow_run_flow_parked
+        -- (one held back by the key's rate too: the next claim parks it
+        -- again if its window is still used up).
         where r.id = (select x.id from workflow.workflow_run x
                       where x.type collate "C" = old.type and x.concurrency_key = old.concurrency_key
-                        and x.wait_kind = 'limit' and x.run_at = workflow.far_future()
-                      order by x.priority, x.created_at
+                        and x.wait_kind = 'limit'
+                      order by x.type collate "C", x.concurrency_key, x.priority, x.created_at
                       limit 1
                       for update skip locked);
     end if;
@@ -3626,12 +3631,13 @@ begin
             -- Pending runs a flow limit holds back are outside the claim
             -- index: the same skip scan over idx_workflow_run_flow_list.
             (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where r.wait_kind = 'limit' and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+             where r.wait_kind = 'limit' and r.deleted_at is null
+               and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
              order by 1, 2 limit 1)
             union all
             select x.type, x.priority from held cross join lateral (
                 select r.type collate "C" as type, r.priority from workflow.workflow_run r
-                where r.wait_kind = 'limit'
+                where r.wait_kind = 'limit' and r.deleted_at is null
                   and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
                 order by 1, 2 limit 1) x
         )
@@ -3671,6 +3677,7 @@ begin
                        r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
                 from workflow.workflow_run r
                 where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
+                  and r.deleted_at is null
                   and (p_namespaces is null or r.source_namespace = any (p_namespaces))
                   and (p_namespace is null or r.source_namespace = p_namespace)
                   and (p_from is null or r.created_at >= p_from)
@@ -3746,12 +3753,13 @@ begin
             -- Pending runs a flow limit holds back are outside the claim
             -- index: the same skip scan over idx_workflow_run_flow_list.
             (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where r.wait_kind = 'limit' and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+             where r.wait_kind = 'limit' and r.deleted_at is null
+               and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
              order by 1, 2 limit 1)
             union all
             select x.type, x.priority from held cross join lateral (
                 select r.type collate "C" as type, r.priority from workflow.workflow_run r
-                where r.wait_kind = 'limit'
+                where r.wait_kind = 'limit' and r.deleted_at is null
                   and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
                 order by 1, 2 limit 1) x
         )
@@ -3777,6 +3785,7 @@ begin
                        r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
                 from workflow.workflow_run r
                 where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
+                  and r.deleted_at is null
                   and (p_namespaces is null or r.source_namespace = any (p_namespaces))
                   and (p_namespace is null or r.source_namespace = p_namespace)
                   and (p_from is null or r.created_at >= p_from)
