@@ -65,12 +65,8 @@ func (r *WorkflowRegistryReconciler) reconcileRequest(ctx context.Context, req c
 	if !reg.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, &reg)
 	}
-	if !controllerutil.ContainsFinalizer(&reg, Finalizer) {
-		patch := client.MergeFrom(reg.DeepCopy())
-		controllerutil.AddFinalizer(&reg, Finalizer)
-		if err := r.Patch(ctx, &reg, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
-		}
+	if err := ensureFinalizer(ctx, r.Client, &reg); err != nil {
+		return ctrl.Result{}, err
 	}
 	res, err := r.reconcile(ctx, &reg)
 	if apierrors.IsConflict(err) {
@@ -213,13 +209,7 @@ func (r *WorkflowRegistryReconciler) finalize(ctx context.Context, reg *workflow
 			return r.inboxUnreachable(ctx, reg, fmt.Errorf("unregister %s: %w", e.WorkflowName, err))
 		}
 	}
-	return ctrl.Result{}, r.removeFinalizer(ctx, reg)
-}
-
-func (r *WorkflowRegistryReconciler) removeFinalizer(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) error {
-	patch := client.MergeFrom(reg.DeepCopy())
-	controllerutil.RemoveFinalizer(reg, Finalizer)
-	return client.IgnoreNotFound(r.Patch(ctx, reg, patch))
+	return ctrl.Result{}, dropFinalizer(ctx, r.Client, reg)
 }
 
 func (r *WorkflowRegistryReconciler) now() time.Time {
@@ -240,7 +230,7 @@ func (r *WorkflowRegistryReconciler) inboxUnreachable(ctx context.Context, reg *
 		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
 			"The inbox was unreachable for the deletion grace period; the finalizer was removed without unregistering the workflows (their registry rows stay in the inbox, owned by this deleted object, until a WorkflowRegistry of the same namespace and name is created again or they are deleted by hand): %v",
 			cause)
-		return ctrl.Result{}, r.removeFinalizer(ctx, reg)
+		return ctrl.Result{}, dropFinalizer(ctx, r.Client, reg)
 	}
 	log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", cause.Error())
 	before := reg.DeepCopy()

@@ -87,12 +87,8 @@ func (r *WorkflowScheduleReconciler) reconcileRequest(ctx context.Context, req c
 	if !ws.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, &ws)
 	}
-	if !controllerutil.ContainsFinalizer(&ws, Finalizer) {
-		patch := client.MergeFrom(ws.DeepCopy())
-		controllerutil.AddFinalizer(&ws, Finalizer)
-		if err := r.Patch(ctx, &ws, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
-		}
+	if err := ensureFinalizer(ctx, r.Client, &ws); err != nil {
+		return ctrl.Result{}, err
 	}
 	res, err := r.reconcile(ctx, &ws)
 	if apierrors.IsConflict(err) {
@@ -222,7 +218,7 @@ func (r *WorkflowScheduleReconciler) finalize(ctx context.Context, ws *workflowv
 			r.Recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
 				"The inbox was unreachable for the deletion grace period; the finalizer was removed without deleting the schedule from the inbox (it keeps firing until it is deleted there, or a WorkflowSchedule of the same namespace and name takes it over): %v",
 				cause)
-			return ctrl.Result{}, r.removeFinalizer(ctx, ws)
+			return ctrl.Result{}, dropFinalizer(ctx, r.Client, ws)
 		}
 		log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", cause.Error())
 		before := ws.DeepCopy()
@@ -235,13 +231,7 @@ func (r *WorkflowScheduleReconciler) finalize(ctx context.Context, ws *workflowv
 		}
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
-	return ctrl.Result{}, r.removeFinalizer(ctx, ws)
-}
-
-func (r *WorkflowScheduleReconciler) removeFinalizer(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) error {
-	patch := client.MergeFrom(ws.DeepCopy())
-	controllerutil.RemoveFinalizer(ws, Finalizer)
-	return client.IgnoreNotFound(r.Patch(ctx, ws, patch))
+	return ctrl.Result{}, dropFinalizer(ctx, r.Client, ws)
 }
 
 func (r *WorkflowScheduleReconciler) now() time.Time {
