@@ -1473,8 +1473,14 @@ declare
     v_admitted uuid[] := '{}';
     v_type text;
 begin
-    -- workflow.now() and the journal's cap, in one read of the owner's settings.
-    select pg_catalog.now() + st.clock_offset, st.max_journal_bytes into v_now, v_journal_cap
+    -- workflow.now(), the journal's cap and the types with flow limits (for
+    -- this worker's runtime), in one statement.
+    select pg_catalog.now() + st.clock_offset, st.max_journal_bytes,
+           (select array_agg(g.workflow_name order by g.workflow_name)
+            from workflow.workflow_registry g
+            where (g.max_leased is not null or g.max_leased_per_key is not null or g.rate_limit is not null)
+              and g.is_enabled and (p_runtime is null or g.runtime = p_runtime))
+    into v_now, v_journal_cap, v_limited
     from workflow.workflow_settings st;
     perform set_config('workflow.via_function', 'on', true);
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
@@ -1509,11 +1515,9 @@ begin
     end if;
     -- Types with flow limits: flow_admit picks their runs; the others are
     -- read below, straight from the claim index.
-    select array_agg(g.workflow_name order by g.workflow_name) into v_limited
-    from workflow.workflow_registry g
-    where (g.max_leased is not null or g.max_leased_per_key is not null or g.rate_limit is not null)
-      and g.is_enabled and (p_runtime is null or g.runtime = p_runtime)
-      and (v_types is null or g.workflow_name = any (v_types));
+    if v_limited is not null and v_types is not null then
+        v_limited := nullif(array(select t from unnest(v_limited) t where t = any (v_types)), '{}');
+    end if;
     if v_limited is not null then
         foreach v_type in array v_limited loop
             v_admitted := v_admitted || workflow.flow_admit(v_type, p_limit - cardinality(v_admitted), v_now);
