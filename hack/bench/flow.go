@@ -22,14 +22,17 @@ const (
 // flowBench measures what flow limits cost a claim, side by side with the
 // plain claim in the same run. It prints
 //
-//	flow limits: claim of 500 plain X ms, with limits Y ms (per type, per key over 1000 keys, a rate per key; none binding) = R x; claims of other keys behind 100000 runs parked on one key Z ms (without them W ms) = S x
+//	flow limits: claim of 500 runs, none held back: plain X ms; plain with keys Y ms = R x; a cap per type ...; a cap per key ... = R x the plain claim with keys (S x without); every limit ...
+//	flow limits: claims of 20 runs of other keys behind 100000 runs parked on one key Z ms (without them W ms) = S x
 //
-// Each round records cfg.flowRuns runs of a plain type and as many of a
-// type with every limit set (generous enough that none holds a run back,
-// so both claims lease the same runs: the difference is the limits' own
-// work), then claims and completes them 500 at a time, alternating the two
-// types claim by claim; the median claim time of each is printed, and
-// their ratio. Then one key gets flowHotParked runs, parked by its limit of
+// Each round records cfg.flowRuns runs of each of five types: plain
+// without and with concurrency keys, a cap per type, a cap per key, and
+// every limit at once (all generous enough that none holds a run back, so
+// every claim leases the same runs: the difference is the limits' own
+// work), then claims and completes them 500 at a time, the types in turn
+// claim by claim; the median claim time of each is printed, with the ratio
+// of each limited claim to the plain claim of the same runs (with keys for
+// the limits by key, and without). Then one key gets flowHotParked runs, parked by its limit of
 // one, and claims of other keys are timed with and without them.
 func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	if cfg.flowRuns <= 0 {
@@ -54,6 +57,7 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		keyed       bool
 	}{
 		{"bench.flow.plain.v1", "plain", engine.FlowLimits{}, false},
+		{"bench.flow.keyed.v1", fmt.Sprintf("plain with keys (%d keys, no limit)", flowKeys), engine.FlowLimits{}, true},
 		{"bench.flow.type.v1", "a cap per type", engine.FlowLimits{MaxLeased: big(100000)}, false},
 		{"bench.flow.key.v1", fmt.Sprintf("a cap per key over %d keys", flowKeys), engine.FlowLimits{MaxLeasedPerKey: big(100000)}, true},
 		{"bench.flow.all.v1", "every limit (per type, per key, a rate per key)", engine.FlowLimits{
@@ -99,11 +103,20 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "flow: %d claims of each type\n", len(ms[0]))
-	plainMs := medianMs(ms[0])
-	line := fmt.Sprintf("flow limits: claim of %d runs, none held back: plain %.2f ms", flowClaim, plainMs)
-	for i, k := range kinds[1:] {
-		m := medianMs(ms[i+1])
-		line += fmt.Sprintf("; %s %.2f ms = %.2fx", k.label, m, m/plainMs)
+	// Each limited claim against the plain claim of the same runs: runs
+	// without keys for the cap per type, runs with keys for the limits by
+	// key (a run's key costs its index entries whether or not a limit
+	// reads it); and against the plain claim without keys.
+	plainMs, keyedMs := medianMs(ms[0]), medianMs(ms[1])
+	line := fmt.Sprintf("flow limits: claim of %d runs, none held back: plain %.2f ms; %s %.2f ms = %.2fx",
+		flowClaim, plainMs, kinds[1].label, keyedMs, keyedMs/plainMs)
+	for i, k := range kinds[2:] {
+		m := medianMs(ms[i+2])
+		if k.keyed {
+			line += fmt.Sprintf("; %s %.2f ms = %.2fx the plain claim with keys (%.2fx without)", k.label, m, m/keyedMs, m/plainMs)
+		} else {
+			line += fmt.Sprintf("; %s %.2f ms = %.2fx", k.label, m, m/plainMs)
+		}
 	}
 	fmt.Println(line)
 

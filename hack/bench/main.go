@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,17 @@ type config struct {
 	producerSeconds int
 	createManyRuns  int
 	createManyBatch int
+
+	// only names the measurement groups to run (empty: all of them).
+	only map[string]bool
+}
+
+// groups are the measurement groups -only may name, in the order they run.
+var groups = []string{"burn", "steps", "dag", "pickup", "producers", "create-many", "flow", "depth"}
+
+// measures reports whether the group named name is to run.
+func (c config) measures(name string) bool {
+	return len(c.only) == 0 || c.only[name]
 }
 
 // spreadLabel names the engine in the lines of a burn-down by several
@@ -109,7 +121,17 @@ func run() error {
 	flag.IntVar(&cfg.producerSeconds, "producer-seconds", 10, "seconds of single-row inserts per wake-up mode (0 skips them)")
 	flag.IntVar(&cfg.createManyRuns, "create-many-runs", 200000, "runs recorded with CreateMany (0 skips them)")
 	flag.IntVar(&cfg.createManyBatch, "create-many-batch", 5000, "runs per CreateMany call")
+	only := flag.String("only", "", "comma-separated measurement groups to run, of "+strings.Join(groups, ",")+" (empty: all)")
 	flag.Parse()
+	if *only != "" {
+		cfg.only = map[string]bool{}
+		for _, g := range strings.Split(*only, ",") {
+			if !slices.Contains(groups, g) {
+				return fmt.Errorf("-only: unknown group %q (groups: %s)", g, strings.Join(groups, ","))
+			}
+			cfg.only[g] = true
+		}
+	}
 	if cfg.rounds < 1 {
 		return fmt.Errorf("-rounds must be at least 1")
 	}
@@ -158,7 +180,7 @@ func run() error {
 		}
 	}
 	var peer *river
-	if cfg.river {
+	if cfg.river && (cfg.measures("burn") || cfg.measures("pickup")) {
 		if peer, err = newRiver(ctx, url); err != nil {
 			return err
 		}
@@ -169,6 +191,9 @@ func run() error {
 	spread.pollers, spread.concurrency = cfg.spreadPollers, cfg.spreadConcurrency
 	conns := int(pcfg.MaxConns) // River's pool is the size of the engine's
 	for i := range cfg.rounds {
+		if !cfg.measures("burn") {
+			break
+		}
 		if peer != nil {
 			r, err := peer.burnDown(ctx, cfg.runs, cfg.pollers, cfg.concurrency, conns)
 			if err != nil {
@@ -200,24 +225,33 @@ func run() error {
 			spreadBurn = append(spreadBurn, r)
 		}
 	}
-	if peer != nil {
+	if peer != nil && len(riverBurn) > 0 {
 		fmt.Println(medianBurn(riverBurn).line("river", "jobs"))
 	}
-	fmt.Println(medianBurn(engineBurn).line("engine", "runs"))
+	if len(engineBurn) > 0 {
+		fmt.Println(medianBurn(engineBurn).line("engine", "runs"))
+	}
 	if len(riverSpreadBurn) > 0 {
 		fmt.Println(medianBurn(riverSpreadBurn).line(spread.riverSpreadLabel(), "jobs"))
 	}
 	if len(spreadBurn) > 0 {
 		fmt.Println(medianBurn(spreadBurn).line(spread.spreadLabel(), "runs"))
 	}
-	if err := stepThroughput(ctx, pool, client, cfg); err != nil {
-		return err
+	if cfg.measures("steps") {
+		if err := stepThroughput(ctx, pool, client, cfg); err != nil {
+			return err
+		}
 	}
-	if err := dagThroughput(ctx, pool, client, cfg); err != nil {
-		return err
+	if cfg.measures("dag") {
+		if err := dagThroughput(ctx, pool, client, cfg); err != nil {
+			return err
+		}
 	}
 	var riverPickup, enginePickup []pickupResult
 	for i := range cfg.rounds {
+		if !cfg.measures("pickup") {
+			break
+		}
 		if peer != nil {
 			r, err := peer.pickup(ctx, cfg.latencyN)
 			if err != nil {
@@ -233,12 +267,14 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("engine"))
 		enginePickup = append(enginePickup, r)
 	}
-	if peer != nil {
-		fmt.Println(medianPickup(riverPickup).line("river"))
+	if len(enginePickup) > 0 {
+		if peer != nil {
+			fmt.Println(medianPickup(riverPickup).line("river"))
+		}
+		fmt.Println(medianPickup(enginePickup).line("engine"))
 	}
-	ep := medianPickup(enginePickup)
-	fmt.Println(ep.line("engine"))
-	if peer != nil {
+	if peer != nil && len(engineBurn) > 0 && len(enginePickup) > 0 {
+		ep := medianPickup(enginePickup)
 		rb, eb, rp := medianBurn(riverBurn), medianBurn(engineBurn), medianPickup(riverPickup)
 		fmt.Printf("engine/river: burn-down %.2fx, pickup p50 %.2fx\n",
 			eb.perSecond()/rb.perSecond(), ep.p50.Seconds()/rp.p50.Seconds())
@@ -249,14 +285,23 @@ func run() error {
 		fmt.Printf("WAL per burnt-down run: engine %d bytes, river %d bytes\n",
 			eb.walPerRun(), rb.walPerRun())
 	}
-	if err := producerBench(ctx, pool, cfg); err != nil {
-		return err
+	if cfg.measures("producers") {
+		if err := producerBench(ctx, pool, cfg); err != nil {
+			return err
+		}
 	}
-	if err := createManyBench(ctx, pool, cfg); err != nil {
-		return err
+	if cfg.measures("create-many") {
+		if err := createManyBench(ctx, pool, cfg); err != nil {
+			return err
+		}
 	}
-	if err := flowBench(ctx, pool, cfg); err != nil {
-		return err
+	if cfg.measures("flow") {
+		if err := flowBench(ctx, pool, cfg); err != nil {
+			return err
+		}
+	}
+	if !cfg.measures("depth") {
+		return nil
 	}
 	return depthBench(ctx, pool, cfg)
 }

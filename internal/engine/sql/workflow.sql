@@ -505,6 +505,9 @@ create table if not exists workflow.workflow_flow_window (
     constraint workflow_flow_window_pkey primary key (type, concurrency_key),
     constraint workflow_flow_window_starts_valid check (starts >= 0)
 );
+-- A claim moves each of its keys' rows to the current window: room left in
+-- the page keeps those updates HOT (no index entry, no lock record).
+alter table workflow.workflow_flow_window set (fillfactor = 50);
 comment on table workflow.workflow_flow_window is
     'Starts counted in the current rate window, per type (concurrency_key '''') or per key.';
 
@@ -1148,6 +1151,7 @@ set search_path = pg_catalog, pg_temp
 -- row versions that parking left dead; a bitmap scan visits them all until
 -- vacuum.
 set enable_bitmapscan = off
+set enable_hashjoin = on
 as $$
 declare
     g record;
@@ -1158,10 +1162,6 @@ declare
     v_by_key boolean;
     v_ids uuid[];
     v_keys text[];
-    v_window_map jsonb;
-    v_mine_map jsonb;
-    v_room_map jsonb;
-    v_rate_map jsonb;
     v_full text[];
     v_full_until timestamptz[];
     v_admitted uuid[];
@@ -1219,67 +1219,98 @@ begin
     v_admitted := '{}';
     v_adm_keys := '{}';
     for v_pass in 1 .. case when v_by_key then 3 else 1 end loop
-        select array_agg(c.id order by c.priority, c.created_at),
-               array_agg(c.concurrency_key order by c.priority, c.created_at)
-        into v_ids, v_keys
-        from (select r.id, r.concurrency_key, r.priority, r.created_at
-              from workflow.workflow_run r
-              where r.type collate "C" = p_type
-                and coalesce(r.status, '') = 'pending'
-                and r.deleted_at is null
-                and r.wait_kind is distinct from 'limit'
-                and r.run_at <= p_now
-                and (r.deadline_at is null or r.deadline_at > p_now)
-                and r.id <> all (v_admitted)
-              order by r.priority, r.created_at
-              limit v_room - cardinality(v_admitted)
-              for update of r skip locked) c;
-        exit when v_ids is null;
         if not v_by_key then
-            v_admitted := v_ids;
+            select coalesce(array_agg(c.id order by c.priority, c.created_at), '{}')
+            into v_admitted
+            from (select r.id, r.priority, r.created_at
+                  from workflow.workflow_run r
+                  where r.type collate "C" = p_type
+                    and coalesce(r.status, '') = 'pending'
+                    and r.deleted_at is null
+                    and r.wait_kind is distinct from 'limit'
+                    and r.run_at <= p_now
+                    and (r.deadline_at is null or r.deadline_at > p_now)
+                  order by r.priority, r.created_at
+                  limit v_room
+                  for update of r skip locked) c;
             exit;
         end if;
-        v_fetched := cardinality(v_ids);
-        -- Statements after the type's flow lock was taken see every claim
-        -- of the type that committed before. Each candidate key's
-        -- room: free slots and starts left in its window (less what this
-        -- claim took already), whichever is fewer; and whether a run held
-        -- back by it waits for the window's end (the rate binds) or for a
-        -- slot. Keys are looked up in jsonb maps, set-based, never joined
-        -- row by row.
-        v_window_map := '{}';
-        if g.rate_per_key then
-            select coalesce(jsonb_object_agg(w.concurrency_key, w.starts), '{}') into v_window_map
+        -- One statement per pass, after the type's flow lock was taken, so
+        -- it sees every claim of the type that committed before. The
+        -- candidates in claim order (locked); how many runs of their keys
+        -- are leased (one scan for all keys) and started in the current
+        -- window; what earlier passes took. A key's room is its free slots
+        -- or its window's starts left, whichever is fewer, less what this
+        -- claim took already; a candidate is admitted when it is among the
+        -- first `room` of its key. A key is full when its candidates reach
+        -- its room; its held-back runs wait for the window's end when the
+        -- rate binds, else for a slot. (Hash joins, set above: the claim
+        -- runs with them off.)
+        with cand as materialized (
+            select c.id, c.concurrency_key as key,
+                   row_number() over (order by c.priority, c.created_at) as ord
+            from (select r.id, r.concurrency_key, r.priority, r.created_at
+                  from workflow.workflow_run r
+                  where r.type collate "C" = p_type
+                    and coalesce(r.status, '') = 'pending'
+                    and r.deleted_at is null
+                    and r.wait_kind is distinct from 'limit'
+                    and r.run_at <= p_now
+                    and (r.deadline_at is null or r.deadline_at > p_now)
+                    and r.id <> all (v_admitted)
+                  order by r.priority, r.created_at
+                  limit v_room - cardinality(v_admitted)
+                  for update of r skip locked) c
+        ),
+        leased as materialized (
+            select r.concurrency_key as key, count(*)::integer as n
+            from workflow.workflow_run r
+            where g.max_leased_per_key is not null
+              and r.type collate "C" = p_type
+              and r.concurrency_key = any (array(select distinct c.key from cand c where c.key is not null))
+              and r.status = 'leased' and r.deleted_at is null
+            group by r.concurrency_key
+        ),
+        started as materialized (
+            select w.concurrency_key as key, w.starts as n
             from workflow.workflow_flow_window w
-            where w.type = p_type and w.concurrency_key = any (v_keys) and w.window_start = v_window;
-        end if;
-        v_mine_map := '{}';
-        if v_pass > 1 then
-            select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
-            from (select a as key, count(*) as n from unnest(v_adm_keys) a where a is not null group by a) x;
-        end if;
-        select coalesce(jsonb_object_agg(k.key, least(k.conc, k.rate) - k.mine), '{}'),
-               coalesce(jsonb_object_agg(k.key, k.rate < k.conc), '{}')
-        into v_room_map, v_rate_map
-        from (select l.key,
-                     coalesce((v_mine_map->>l.key)::integer, 0) as mine,
-                     coalesce(g.max_leased_per_key - (
-                         select count(*) from workflow.workflow_run r
-                         where r.type collate "C" = p_type and r.concurrency_key = l.key
-                           and r.status = 'leased' and r.deleted_at is null)::integer, 2147483647) as conc,
-                     case when g.rate_per_key
-                          then g.rate_limit - coalesce((v_window_map->>l.key)::integer, 0)
-                          else 2147483647 end as rate
-              from (select distinct k as key from unnest(v_keys) k where k is not null) l
-              offset 0) k;
-        select coalesce(array_agg(c.id order by c.ord), '{}'), coalesce(array_agg(c.key order by c.ord), '{}')
-        into v_ids, v_keys
-        from (select c.id, c.key, c.ord
-              from (select c.id, c.key, c.ord, row_number() over (partition by c.key order by c.ord) as nth
-                    from unnest(v_ids, v_keys) with ordinality c(id, key, ord)) c
-              where c.key is null or c.nth <= (v_room_map->>c.key)::integer
-              order by c.ord
-              limit v_room - cardinality(v_admitted)) c;
+            where g.rate_per_key and w.type = p_type
+              and w.concurrency_key = any (array(select distinct c.key from cand c where c.key is not null))
+              and w.window_start = v_window
+        ),
+        mine as materialized (
+            select a.key, count(*)::integer as n
+            from unnest(v_adm_keys) a(key)
+            where a.key is not null
+            group by a.key
+        ),
+        ranked as materialized (
+            select c.id, c.key, c.ord,
+                   row_number() over (partition by c.key order by c.ord) as nth,
+                   least(coalesce(g.max_leased_per_key - coalesce(l.n, 0), 2147483647),
+                         case when g.rate_per_key then g.rate_limit - coalesce(s.n, 0) else 2147483647 end)
+                     - coalesce(m.n, 0) as room,
+                   g.rate_per_key and g.rate_limit - coalesce(s.n, 0)
+                     < coalesce(g.max_leased_per_key - coalesce(l.n, 0), 2147483647) as by_rate
+            from cand c
+            left join leased l on l.key = c.key
+            left join started s on s.key = c.key
+            left join mine m on m.key = c.key
+        ),
+        full_keys as materialized (
+            select r.key, bool_and(r.by_rate) as by_rate
+            from ranked r
+            where r.key is not null
+            group by r.key
+            having max(r.nth) >= min(r.room)
+        )
+        select coalesce((select array_agg(r.id order by r.ord) from ranked r where r.key is null or r.nth <= r.room), '{}'),
+               coalesce((select array_agg(r.key order by r.ord) from ranked r where r.key is null or r.nth <= r.room), '{}'),
+               (select count(*) from cand),
+               (select array_agg(f.key) from full_keys f),
+               (select array_agg(case when f.by_rate then v_window + g.rate_period else workflow.far_future() end) from full_keys f)
+        into v_ids, v_keys, v_fetched, v_full, v_full_until;
+        exit when v_fetched = 0;
         v_admitted := v_admitted || v_ids;
         v_adm_keys := v_adm_keys || v_keys;
         -- Done when this pass held nothing back (a key it filled parks its
@@ -1289,13 +1320,6 @@ begin
         -- Keys now full (this pass took their last room): their other
         -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
         -- a later claim parks the rest).
-        select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
-        from (select a as key, count(*) as n from unnest(v_keys) a where a is not null group by a) x;
-        select array_agg(e.key), array_agg(case when (v_rate_map->>e.key)::boolean
-                                                then v_window + g.rate_period else workflow.far_future() end)
-        into v_full, v_full_until
-        from jsonb_each_text(v_room_map) e(key, room)
-        where e.room::integer <= coalesce((v_mine_map->>e.key)::integer, 0);
         with parked as (
             update workflow.workflow_run r
             set wait_kind = 'limit', run_at = p.until, updated_at = p_now
@@ -1314,14 +1338,27 @@ begin
         select count(*) into v_parked from parked;
     end loop;
     if v_by_key and g.rate_per_key and cardinality(v_admitted) > 0 then
-        insert into workflow.workflow_flow_window as w (type, concurrency_key, window_start, starts)
-        select p_type, a.key, v_window, count(*)
-        from unnest(v_adm_keys) a(key)
-        where a.key is not null
-        group by a.key
-        on conflict (type, concurrency_key) do update
-        set starts = case when w.window_start = excluded.window_start then w.starts else 0 end + excluded.starts,
-            window_start = excluded.window_start;
+        -- Keys seen before: their row is moved to this window (an update,
+        -- HOT in the table's free space, not an upsert's lock and write);
+        -- keys new to the type get a row.
+        with counted as materialized (
+            select a.key, count(*)::integer as n
+            from unnest(v_adm_keys) a(key)
+            where a.key is not null
+            group by a.key
+        ), moved as (
+            update workflow.workflow_flow_window w
+            set starts = case when w.window_start = v_window then w.starts else 0 end + c.n,
+                window_start = v_window
+            from counted c
+            where w.type = p_type and w.concurrency_key = c.key
+            returning w.concurrency_key
+        )
+        insert into workflow.workflow_flow_window (type, concurrency_key, window_start, starts)
+        select p_type, c.key, v_window, c.n
+        from counted c
+        where c.key not in (select m.concurrency_key from moved m)
+        on conflict do nothing;
     end if;
     if g.rate_limit is not null and not g.rate_per_key and cardinality(v_admitted) > 0 then
         update workflow.workflow_flow_window w
