@@ -489,3 +489,51 @@ func TestFlowLimitsRefuseBadValues(t *testing.T) {
 		t.Errorf("%d runs stored (%v), want none", n, err)
 	}
 }
+
+// New runs of a key already at its limit wait from the insert on: in one
+// batch of several keys, each key lets in only what its limit leaves, in
+// claim order, and the runs of another type and of a key with room are
+// left alone; nothing is parked before a claim needs it.
+func TestFlowInsertParksOnlyWhatTheKeyCannotStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const typ, free = "flow.insert.v1", "flow.insertfree.v1"
+	b.registerFlow(t, typ, engine.FlowLimits{MaxLeasedPerKey: i32(2)})
+	first := b.createKeyed(t, typ, "a", 1)
+	ps := []engine.CreateParams{
+		{Type: typ, ConcurrencyKey: "a"}, {Type: typ, ConcurrencyKey: "b"}, {Type: typ, ConcurrencyKey: "a"},
+		{Type: free, ConcurrencyKey: "a"}, {Type: typ, ConcurrencyKey: "a"}, {Type: typ, ConcurrencyKey: "b"},
+		{Type: free, ConcurrencyKey: "a"}, {Type: free, ConcurrencyKey: "a"},
+	}
+	res, err := b.eng.CreateRuns(b.ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := map[string]bool{}
+	rows, err := b.pool.Query(b.ctx, `select id::text from workflow.workflow_run where wait_kind = 'limit'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		parked[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Key a had one run and room for two: the batch's first run of a
+	// starts, its second and third wait; b's two and the free type's runs
+	// are untouched.
+	want := map[int]bool{2: true, 4: true}
+	for i, r := range res {
+		if parked[r.ID] != want[i] {
+			t.Errorf("run %d (%s key %s): parked %v, want %v", i, ps[i].Type, ps[i].ConcurrencyKey, parked[r.ID], want[i])
+		}
+	}
+	if parked[first[0]] || len(parked) != 2 {
+		t.Errorf("parked %d runs (the first run of a parked: %v), want exactly 2", len(parked), parked[first[0]])
+	}
+}

@@ -619,6 +619,7 @@ declare
     v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
     v_big record;
     v_dag record;
+    v_now timestamptz;
 begin
     select n.type, octet_length(n.payload::text) as bytes into v_big
     from new_runs n where octet_length(n.payload::text) > v_limit limit 1;
@@ -646,6 +647,7 @@ begin
     -- (see FLOW LIMITS): a burst of one customer's runs never crowds the
     -- claim index. Runs due later are left alone (their run_at is kept).
     if exists (select 1 from workflow.workflow_registry g where g.max_leased_per_key is not null) then
+        v_now := workflow.now();
         with fresh as materialized (
             select n.id, n.type, n.concurrency_key as key, g.max_leased_per_key as lim,
                    row_number() over (partition by n.type, n.concurrency_key
@@ -654,21 +656,26 @@ begin
             from new_runs n
             join workflow.workflow_registry g on g.workflow_name = n.type and g.max_leased_per_key is not null
             where n.concurrency_key is not null and n.status = 'pending' and n.wait_kind is null
-              and n.run_at <= workflow.now()
-        ), held as materialized (
-            -- Once per key, not per new run.
-            select k.type, k.key,
-                   (select count(*) from workflow.workflow_run x
-                    where x.type collate "C" = k.type and x.concurrency_key = k.key and x.deleted_at is null
-                      and x.status in ('pending', 'leased') and x.wait_kind is null
-                      and x.run_at <= workflow.now()) as n
-            from (select distinct f.type, f.key from fresh f) k
+              and n.run_at <= v_now
+        ), judged as (
+            -- The key's leased and runnable runs (the new ones included),
+            -- counted once per key (by its first new run) and handed to
+            -- the key's other new runs by the window, never by a join.
+            select f.id, f.lim, f.news, f.nth,
+                   max(case when f.nth = 1 then
+                       -- (at most lim + news: past that, every new run waits)
+                       (select count(*) from (
+                            select 1 from workflow.workflow_run x
+                            where x.type collate "C" = f.type and x.concurrency_key = f.key and x.deleted_at is null
+                              and x.status in ('pending', 'leased') and x.wait_kind is null
+                              and x.run_at <= v_now
+                            limit f.lim + f.news) x) end) over (partition by f.type, f.key) as n
+            from fresh f
         )
         update workflow.workflow_run r
         set wait_kind = 'limit', run_at = workflow.far_future()
-        from fresh f
-        join held h on h.type = f.type and h.key = f.key
-        where r.id = f.id and h.n - f.news + f.nth > f.lim;
+        from judged j
+        where j.n - j.news + j.nth > j.lim and r.id = j.id;
     end if;
 
     if exists (select 1 from new_runs n where n.dag is not null)
