@@ -1156,9 +1156,11 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 -- Index scans, not bitmap scans: an index scan skips (and marks) entries of
 -- row versions that parking left dead; a bitmap scan visits them all until
--- vacuum.
+-- vacuum. Nor sequential scans: the claim runs with hash and merge joins
+-- off, so a rate window table the statistics think small would otherwise be
+-- read whole once per key.
 set enable_bitmapscan = off
-set enable_hashjoin = on
+set enable_seqscan = off
 as $$
 declare
     g record;
@@ -1169,6 +1171,7 @@ declare
     v_by_key boolean;
     v_ids uuid[];
     v_keys text[];
+    v_mine_map jsonb;
     v_full text[];
     v_full_until timestamptz[];
     v_admitted uuid[];
@@ -1242,17 +1245,22 @@ begin
                   for update of r skip locked) c;
             exit;
         end if;
+        -- What earlier passes of this claim took, by key.
+        v_mine_map := '{}';
+        if v_pass > 1 then
+            select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
+            from (select a as key, count(*) as n from unnest(v_adm_keys) a where a is not null group by a) x;
+        end if;
         -- One statement per pass, after the type's flow lock was taken, so
-        -- it sees every claim of the type that committed before. The
-        -- candidates in claim order (locked); how many runs of their keys
-        -- are leased (one scan for all keys) and started in the current
-        -- window; what earlier passes took. A key's room is its free slots
-        -- or its window's starts left, whichever is fewer, less what this
+        -- it sees every claim of the type that committed before: the
+        -- candidates in claim order (locked); for each of their keys, how
+        -- many runs are leased and how many started in the current window,
+        -- and what earlier passes took. A key's room is its free slots or
+        -- its window's starts left, whichever is fewer, less what this
         -- claim took already; a candidate is admitted when it is among the
         -- first `room` of its key. A key is full when its candidates reach
         -- its room; its held-back runs wait for the window's end when the
-        -- rate binds, else for a slot. (Hash joins, set above: the claim
-        -- runs with them off.)
+        -- rate binds, else for a slot.
         with cand as materialized (
             select c.id, c.concurrency_key as key,
                    row_number() over (order by c.priority, c.created_at) as ord
@@ -1264,45 +1272,37 @@ begin
                     and r.wait_kind is distinct from 'limit'
                     and r.run_at <= p_now
                     and (r.deadline_at is null or r.deadline_at > p_now)
-                    and r.id <> all (v_admitted)
+                    and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
                   order by r.priority, r.created_at
                   limit v_room - cardinality(v_admitted)
                   for update of r skip locked) c
         ),
-        leased as materialized (
-            select r.concurrency_key as key, count(*)::integer as n
-            from workflow.workflow_run r
-            where g.max_leased_per_key is not null
-              and r.type collate "C" = p_type
-              and r.concurrency_key = any (array(select distinct c.key from cand c where c.key is not null))
-              and r.status = 'leased' and r.deleted_at is null
-            group by r.concurrency_key
-        ),
-        started as materialized (
-            select w.concurrency_key as key, w.starts as n
-            from workflow.workflow_flow_window w
-            where g.rate_per_key and w.type = p_type
-              and w.concurrency_key = any (array(select distinct c.key from cand c where c.key is not null))
-              and w.window_start = v_window
-        ),
-        mine as materialized (
-            select a.key, count(*)::integer as n
-            from unnest(v_adm_keys) a(key)
-            where a.key is not null
-            group by a.key
-        ),
         ranked as materialized (
-            select c.id, c.key, c.ord,
-                   row_number() over (partition by c.key order by c.ord) as nth,
-                   least(coalesce(g.max_leased_per_key - coalesce(l.n, 0), 2147483647),
-                         case when g.rate_per_key then g.rate_limit - coalesce(s.n, 0) else 2147483647 end)
-                     - coalesce(m.n, 0) as room,
-                   g.rate_per_key and g.rate_limit - coalesce(s.n, 0)
-                     < coalesce(g.max_leased_per_key - coalesce(l.n, 0), 2147483647) as by_rate
-            from cand c
-            left join leased l on l.key = c.key
-            left join started s on s.key = c.key
-            left join mine m on m.key = c.key
+            select c.id, c.key, c.ord, c.nth,
+                   least(coalesce(g.max_leased_per_key - c.leased, 2147483647),
+                         case when g.rate_per_key then g.rate_limit - c.started else 2147483647 end)
+                     - c.mine as room,
+                   g.rate_per_key and g.rate_limit - c.started
+                     < coalesce(g.max_leased_per_key - c.leased, 2147483647) as by_rate
+            from (
+                -- Each key looked up once, by its first candidate (two
+                -- index probes), and handed to its other candidates by the
+                -- window: no join whose plan depends on estimates.
+                select c.id, c.key, c.ord, c.nth,
+                       coalesce(max(case when c.nth = 1 and c.key is not null and g.max_leased_per_key is not null then
+                           (select count(*) from workflow.workflow_run r
+                            where r.type collate "C" = p_type and r.concurrency_key = c.key
+                              and r.status = 'leased' and r.deleted_at is null) end) over k, 0) as leased,
+                       coalesce(max(case when c.nth = 1 and c.key is not null and g.rate_per_key then
+                           (select w.starts from workflow.workflow_flow_window w
+                            where w.type = p_type and w.concurrency_key = c.key
+                              and w.window_start = v_window) end) over k, 0) as started,
+                       coalesce((v_mine_map->>c.key)::integer, 0) as mine
+                from (select c.id, c.key, c.ord,
+                             row_number() over (partition by c.key order by c.ord) as nth
+                      from cand c) c
+                window k as (partition by c.key)
+            ) c
         ),
         full_keys as materialized (
             select r.key, bool_and(r.by_rate) as by_rate
@@ -1337,7 +1337,7 @@ begin
                       where x.type collate "C" = p_type and x.concurrency_key = f.key
                         and x.status = 'pending' and x.deleted_at is null
                         and x.wait_kind is null and x.run_at <= p_now
-                        and x.id <> all (v_admitted)
+                        and x.id not in (select a from unnest(v_admitted) a)
                       for update skip locked) x
                   limit 10000) p
             where r.id = p.id
@@ -1354,11 +1354,18 @@ begin
             where a.key is not null
             group by a.key
         ), moved as (
+            -- Each key's row found by its own index probe (lateral), then
+            -- updated by its address: the plan does not depend on what the
+            -- statistics think of the table's size.
             update workflow.workflow_flow_window w
             set starts = case when w.window_start = v_window then w.starts else 0 end + c.n,
                 window_start = v_window
-            from counted c
-            where w.type = p_type and w.concurrency_key = c.key
+            from (select c.n, x.ctid as tid
+                  from counted c
+                  cross join lateral (select x.ctid from workflow.workflow_flow_window x
+                                      where x.type = p_type and x.concurrency_key = c.key
+                                      limit 1) x) c -- (limit: kept a probe, never flattened)
+            where w.ctid = c.tid
             returning w.concurrency_key
         )
         insert into workflow.workflow_flow_window (type, concurrency_key, window_start, starts)
