@@ -102,11 +102,25 @@ type StepWriteResult struct {
 	Message string
 }
 
+// Rower runs one statement and returns its rows: satisfied by pgx.Tx,
+// *pgx.Conn and *pgxpool.Pool.
+type Rower interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // RecordSteps journals a batch of completed steps (see workflow.record_steps):
 // the first writer of a step wins, a duplicate gets the stored output back, a
 // writer without the lease writes nothing. Results are in request order; a
 // bad request never fails its neighbours.
 func (e *Engine) RecordSteps(ctx context.Context, workerID string, ws []StepWrite) ([]StepWriteResult, error) {
+	return e.RecordStepsIn(ctx, e.pool, workerID, ws)
+}
+
+// RecordStepsIn is RecordSteps through db: inside a caller's transaction
+// the journal entries commit or roll back with the caller's own writes, and
+// the runs stay share-locked until then, so no claim, reap or cancel of them
+// can come between the fence check and the commit.
+func (e *Engine) RecordStepsIn(ctx context.Context, db Rower, workerID string, ws []StepWrite) ([]StepWriteResult, error) {
 	if len(ws) == 0 {
 		return nil, nil
 	}
@@ -123,7 +137,7 @@ func (e *Engine) RecordSteps(ctx context.Context, workerID string, ws []StepWrit
 			outputs[i] = &s
 		}
 	}
-	rows, err := e.pool.Query(ctx, e.q[qStepRecord], pgx.NamedArgs{
+	rows, err := db.Query(ctx, e.q[qStepRecord], pgx.NamedArgs{
 		"worker_id": workerID, "ids": ids, "tokens": tokens, "names": names,
 		"positions": positions, "outputs": outputs,
 	})

@@ -70,6 +70,19 @@ func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return nil, err
 	}
+	if out, err = checkStepOutput(name, out); err != nil {
+		return nil, err
+	}
+	res, err := r.s.recordStep(ctx, engine.StepWrite{LeaseRef: r.ref, Name: name, Position: pos, Output: out})
+	if err != nil {
+		return nil, recordStepError(name, err)
+	}
+	return r.stepRecorded(name, pos, out, res)
+}
+
+// checkStepOutput is a step's output as it is journaled (null when empty),
+// or why it cannot be: not JSON, or over MaxStepOutputBytes.
+func checkStepOutput(name string, out json.RawMessage) (json.RawMessage, error) {
 	if len(out) == 0 {
 		out = json.RawMessage("null")
 	}
@@ -80,13 +93,21 @@ func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Contex
 		return nil, Permanent(fmt.Errorf("step %q: %w: output is %d bytes; the limit is %d (1 MiB)",
 			name, ErrInvalid, len(out), MaxStepOutputBytes))
 	}
-	res, err := r.s.recordStep(ctx, engine.StepWrite{LeaseRef: r.ref, Name: name, Position: pos, Output: out})
-	if err != nil {
-		if errors.Is(err, ErrInvalid) { // the database cannot store this output: again would not help
-			return nil, Permanent(fmt.Errorf("record step %q: %w", name, err))
-		}
-		return nil, fmt.Errorf("record step %q: %w", name, err)
+	return out, nil
+}
+
+// recordStepError wraps an error writing a step's journal entry.
+func recordStepError(name string, err error) error {
+	if errors.Is(err, ErrInvalid) { // the database cannot store this output: again would not help
+		return Permanent(fmt.Errorf("record step %q: %w", name, err))
 	}
+	return fmt.Errorf("record step %q: %w", name, err)
+}
+
+// stepRecorded turns the database's answer to a step write into the step's
+// result: the output (its own, or the one journaled first), or the error
+// that ends the attempt (lease lost, non-determinism, an invalid write).
+func (r *replay) stepRecorded(name string, pos int, out json.RawMessage, res engine.StepWriteResult) (json.RawMessage, error) {
 	switch res.Status {
 	case engine.WriteRecorded:
 		r.remember(engine.JournalEntry{Name: name, Position: pos, Kind: engine.StepKindStep, Outcome: engine.OutcomeOK, Output: out})
@@ -107,23 +128,34 @@ func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Contex
 // Step is Task.Step with a typed result: fn's value is stored as JSON and
 // decoded on replay.
 func Step[T any](ctx context.Context, t *Task, name string, fn func(ctx context.Context) (T, error)) (T, error) {
-	var zero T
 	raw, err := t.Step(ctx, name, func(ctx context.Context) (json.RawMessage, error) {
 		v, err := fn(ctx)
 		if err != nil {
 			return nil, err
 		}
-		raw, err := json.Marshal(v)
-		if err != nil {
-			return nil, Permanent(fmt.Errorf("marshal output of step %q: %w", name, err))
-		}
-		return raw, nil
+		return marshalStepOutput(name, v)
 	})
+	return decodeStepOutput[T](name, raw, err)
+}
+
+// marshalStepOutput is a typed step's value as JSON.
+func marshalStepOutput[T any](name string, v T) (json.RawMessage, error) {
+	raw, err := json.Marshal(v)
 	if err != nil {
-		return zero, err
+		return nil, Permanent(fmt.Errorf("marshal output of step %q: %w", name, err))
 	}
+	return raw, nil
+}
+
+// decodeStepOutput is a typed step's result from its journaled JSON, or
+// the step's error.
+func decodeStepOutput[T any](name string, raw json.RawMessage, err error) (T, error) {
 	var out T
+	if err != nil {
+		return out, err
+	}
 	if err := json.Unmarshal(raw, &out); err != nil {
+		var zero T
 		return zero, Permanent(fmt.Errorf("decode output of step %q: %w", name, err))
 	}
 	return out, nil

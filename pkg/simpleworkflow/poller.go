@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -109,6 +110,7 @@ type activeRun struct {
 // (outcome_write.go).
 type session struct {
 	eng      *engine.Engine
+	pool     *pgxpool.Pool // the inbox's database, for transactional steps
 	cfg      PollerConfig
 	log      *slog.Logger
 	tracer   trace.Tracer
@@ -146,6 +148,7 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 	s := &session{
 		types:     types,
 		eng:       p.client.eng,
+		pool:      p.client.pool,
 		cfg:       p.cfg,
 		log:       p.cfg.Logger.With("worker_id", p.cfg.WorkerID),
 		tracer:    p.cfg.TracerProvider.Tracer(TracerName),

@@ -32,6 +32,7 @@ const (
 	AttrStepKind    = attribute.Key("simpleworkflow.step.kind")
 	AttrStepPos     = attribute.Key("simpleworkflow.step.position")
 	AttrReplayed    = attribute.Key("simpleworkflow.step.replayed")
+	AttrStepTx      = attribute.Key("simpleworkflow.step.transactional")
 	AttrParked      = attribute.Key("simpleworkflow.step.parked")
 	AttrWakeAt      = attribute.Key("simpleworkflow.step.wake_at")
 	AttrSignal      = attribute.Key("simpleworkflow.signal.name")
