@@ -15,10 +15,11 @@ import (
 // demo and the tests.
 func registerDemoHandlers(p *simpleworkflow.Poller, pool *pgxpool.Pool) error {
 	for typ, h := range map[string]simpleworkflow.HandlerFunc{
-		"demo.echo.v1":  echo,
-		"demo.sleep.v1": sleep,
-		"demo.fail.v1":  failTimes,
-		"demo.order.v1": order{pool: pool}.handle,
+		"demo.echo.v1":     echo,
+		"demo.sleep.v1":    sleep,
+		"demo.fail.v1":     failTimes,
+		"demo.order.v1":    order{pool: pool}.handle,
+		"demo.transfer.v1": transfer{pool: pool}.handle,
 	} {
 		if err := p.Handle(typ, h); err != nil {
 			return err

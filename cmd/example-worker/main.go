@@ -206,6 +206,9 @@ func run() error {
 	if _, err := client.Pool().Exec(ctx, counterDDL); err != nil {
 		log.Warn("Cannot create the demo step counter table; demo.order.v1 runs with counters will fail", "error", err)
 	}
+	if _, err := client.Pool().Exec(ctx, transferDDL); err != nil {
+		log.Warn("Cannot create the demo transfer table; demo.transfer.v1 runs will fail", "error", err)
+	}
 	if err := registerDemoHandlers(poller, client.Pool()); err != nil {
 		return err
 	}
