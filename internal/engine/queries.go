@@ -17,6 +17,7 @@ const (
 	qRunGet                = "RunGet"
 	qRunList               = "RunList"
 	qRunCancel             = "RunCancel"
+	qRunRetry              = "RunRetry"
 	qRunClaim              = "RunClaim"
 	qRunHeartbeat          = "RunHeartbeat"
 	qRunComplete           = "RunComplete"
@@ -94,7 +95,7 @@ func loadQueries() (queries, error) {
 		return nil, err
 	}
 	for _, n := range []string{
-		qRunInsert, qRunIDByIdempotencyKey, qRunGet, qRunList, qRunCancel, qRunClaim,
+		qRunInsert, qRunIDByIdempotencyKey, qRunGet, qRunList, qRunCancel, qRunRetry, qRunClaim,
 		qRunHeartbeat, qRunComplete, qRunFail, qRunRelease, qRunReapExpired,
 		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qPoolQueueDepth, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
 		qRunExpireDeadlines, qRunChildren, qStepRecord, qStepPark, qStepStartChild, qStepList,

@@ -160,7 +160,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		// reader (and the helper it calls)
 		"queue_depth": true, "active_types": true, "type_depths": true, "inbox_version": true,
 		// producer
-		"cancel_run": true, "send_signal": true, "create_runs": true,
+		"cancel_run": true, "retry_run": true, "send_signal": true, "create_runs": true,
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
 		"on_run_inserted": true, "on_run_cancelled": true, "on_run_soft_deleted": true,
 		"on_child_finished": true, "on_parent_ended": true, "on_runs_deleted": true,

@@ -360,15 +360,21 @@ const MaxCancelledByBytes = 256
 // ("by"): a label such as "WorkflowRun team-a/order-1 (spec.cancel)", cut to
 // MaxCancelledByBytes. The event's reason is "requested".
 func (e *Engine) CancelRunAs(ctx context.Context, id, by string) (bool, error) {
+	var ok bool
+	if err := e.pool.QueryRow(ctx, e.q[qRunCancel], pgx.NamedArgs{"id": id, "by": eventLabel(by)}).Scan(&ok); err != nil {
+		return false, translate("cancel run "+id, err)
+	}
+	return ok, nil
+}
+
+// eventLabel is a "who asked" label as an event records it: no NUL, valid
+// UTF-8, at most MaxCancelledByBytes.
+func eventLabel(by string) string {
 	by = strings.ToValidUTF8(strings.ReplaceAll(by, "\x00", ""), "")
 	if len(by) > MaxCancelledByBytes {
 		by = strings.ToValidUTF8(by[:MaxCancelledByBytes], "")
 	}
-	var ok bool
-	if err := e.pool.QueryRow(ctx, e.q[qRunCancel], pgx.NamedArgs{"id": id, "by": by}).Scan(&ok); err != nil {
-		return false, translate("cancel run "+id, err)
-	}
-	return ok, nil
+	return by
 }
 
 // FindRunByIdempotencyKey returns the id of the run holding key, or an error

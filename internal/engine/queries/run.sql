@@ -30,6 +30,13 @@ select id, type, payload, status, priority, run_at, idempotency_key, attempt, ma
 from workflow.list_runs(@type_prefix::text, @statuses::text[], @after_created_at::timestamptz, @after_id::uuid,
                         @limit);
 
+-- name: RunRetry
+-- The setting is read by retry_run (the event's "by"); the subquery runs
+-- before the call.
+select r.status, r.message
+from (select set_config('workflow.retried_by', @by::text, true)) s,
+     workflow.retry_run(@id, @attempts::integer) r;
+
 -- name: RunCancel
 -- The setting is read by the cancel trigger (the event's "by"); the subquery
 -- runs before the call.

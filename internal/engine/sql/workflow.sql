@@ -520,6 +520,13 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    -- The one way back: retry_run (running as the owner) makes a failed or
+    -- cancelled run pending again.
+    if new.status = 'pending' and old.status in ('failed', 'cancelled')
+       and coalesce(current_setting('workflow.retrying', true), '') = 'on'
+       and pg_has_role(current_user, (select c.relowner from pg_catalog.pg_class c where c.oid = tg_relid), 'usage') then
+        return new;
+    end if;
     raise exception 'workflow run % is % and cannot become %', old.id, old.status, new.status
         using errcode = '55000', hint = 'finished runs (succeeded, failed, cancelled) never change status';
 end
@@ -963,6 +970,130 @@ begin
     perform set_config('workflow.cancel_reason', '', true);
     return v_done;
 end
+$$;
+
+-- retry_run gives a failed or cancelled run another go from where it
+-- stopped, without redoing what succeeded: the run is pending again with a
+-- fresh budget of attempts (p_attempts, or as many as it was created with),
+-- its journal kept (a durable run replays its recorded steps), and for a
+-- DAG its failed and cancelled steps pending again the same way, the steps
+-- that succeeded kept, and the steps never started started by dag_advance
+-- as their dependencies allow. A deadline already passed is dropped. Each
+-- run made pending gets a 'retried' event with reason retry_run and the
+-- status it left. Answers: 'retried'; 'not_found'; 'refused' with the
+-- reason (not failed or cancelled, deleted, a step of a workflow or a child
+-- of a durable run, whose parent is what is retried).
+-- Fires: workflow_dag_step_changed, workflow_source_run_changed; what
+-- dag_advance fires.
+-- Locks: the run, then its failed and cancelled steps.
+create or replace function workflow.retry_run(p_id uuid, p_attempts integer default null)
+returns table (status text, message text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_run workflow.workflow_run;
+    v_via text := coalesce(current_setting('workflow.via_function', true), '');
+    v_now timestamptz := workflow.now();
+    v_steps integer := 0;
+    v_prev text;
+begin
+    if p_attempts is not null and (p_attempts < 1 or p_attempts > 1000) then
+        return query select 'refused'::text, format('attempts must be between 1 and 1000, got %s', p_attempts);
+        return;
+    end if;
+    select * into v_run from workflow.workflow_run r where r.id = p_id for update;
+    if not found then
+        return query select 'not_found'::text, format('no run %s', p_id);
+        return;
+    end if;
+    if v_run.deleted_at is not null then
+        return query select 'refused'::text, format('run %s was deleted', p_id);
+        return;
+    end if;
+    if v_run.status not in ('failed', 'cancelled') then
+        return query select 'refused'::text,
+            format('run %s is %s: only a failed or cancelled run is retried', p_id, v_run.status);
+        return;
+    end if;
+    if v_run.parent_id is not null then
+        return query select 'refused'::text,
+            format('run %s is a step or child of run %s: retry that run', p_id, v_run.parent_id);
+        return;
+    end if;
+    if v_run.dag is null and v_run.attempt >= 1000 then
+        return query select 'refused'::text, format('run %s has used the 1000 attempts a run may have', p_id);
+        return;
+    end if;
+    v_prev := v_run.status;
+    perform set_config('workflow.via_function', 'on', true);
+    perform set_config('workflow.retrying', 'on', true);
+    if v_run.dag is not null then
+        -- The steps that failed or were cancelled, in id order.
+        with again as (
+            update workflow.workflow_run c
+            set status = 'pending', run_at = v_now, finished_at = null,
+                max_attempts = least(1000, c.attempt + coalesce(p_attempts, workflow.created_attempts(c.id))),
+                -- (a step that used all 1000 attempts is refused by the
+                -- constraint on attempts: the whole retry fails with it)
+                lease_until = null, leased_by = null, lease_token = null,
+                wait_kind = null, wait_step = null, wait_signal = null,
+                deadline_at = case when c.deadline_at <= v_now then null else c.deadline_at end,
+                updated_at = v_now
+            from (select x.id from workflow.workflow_run x
+                  where x.parent_id = p_id and x.status in ('failed', 'cancelled')
+                  order by x.id for update) x
+            where c.id = x.id
+            returning c.id, c.attempt, c.max_attempts
+        ), events as (
+            insert into workflow.workflow_event (workflow_id, event_type, data)
+            select a.id, 'retried', jsonb_build_object('reason', 'retry_run', 'workflow_id', p_id,
+                                                       'attempt', a.attempt, 'max_attempts', a.max_attempts)
+            from again a
+            returning 1
+        )
+        select count(*) into v_steps from events;
+    end if;
+    update workflow.workflow_run r
+    set status = 'pending', finished_at = null, result = null,
+        run_at = case when r.dag is not null then workflow.far_future() else v_now end,
+        wait_kind = case when r.dag is not null then 'dag' end, wait_step = null, wait_signal = null,
+        max_attempts = case when r.dag is not null then r.max_attempts
+                            else least(1000, r.attempt + coalesce(p_attempts, workflow.created_attempts(r.id))) end,
+        lease_until = null, leased_by = null, lease_token = null,
+        deadline_at = case when r.deadline_at <= v_now then null else r.deadline_at end,
+        updated_at = v_now
+    where r.id = p_id
+    returning * into v_run;
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    values (p_id, 'retried', jsonb_strip_nulls(jsonb_build_object(
+        'reason', 'retry_run', 'previous_status', v_prev,
+        'attempt', v_run.attempt, 'max_attempts', v_run.max_attempts,
+        'steps_retried', case when v_run.dag is not null then v_steps end,
+        'by', left(nullif(current_setting('workflow.retried_by', true), ''), 256))));
+    perform set_config('workflow.retrying', '', true);
+    if v_run.dag is not null then
+        perform workflow.dag_advance(p_id);
+    end if;
+    perform pg_notify('workflow_run_created', v_run.type);
+    perform set_config('workflow.via_function', v_via, true);
+    return query select 'retried'::text, null::text;
+end
+$$;
+comment on function workflow.retry_run(uuid, integer) is
+    'Makes a failed or cancelled run pending again with fresh attempts, keeping its journal and, for a DAG, the steps that succeeded.';
+
+-- created_attempts is the attempts a run was created with (its 'created'
+-- event), 3 when that event is gone.
+create or replace function workflow.created_attempts(p_id uuid) returns integer
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce((select least(1000, greatest(1, (e.data->>'max_attempts')::integer))
+                     from workflow.workflow_event e
+                     where e.workflow_id = p_id and e.event_type = 'created'
+                     order by e.id limit 1), 3)
 $$;
 
 -- Any cancel, by cancel_run, plain SQL or a parent's end: the finish time,
@@ -5252,6 +5383,8 @@ from public;
 revoke all on function
     workflow.active_types(text[]),
     workflow.cancel_run(uuid),
+    workflow.retry_run(uuid, integer),
+    workflow.created_attempts(uuid),
     workflow.claim_runs(text, text[], text, integer, bigint, text[]),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],

@@ -9,7 +9,9 @@ the Go SDK's (docs/sdk-parity.md); ``IntentPoller`` and ``RunContext`` are the
 former names of ``Poller`` and ``Task``, kept as aliases.
 
 Handlers execute durably with the verbs of :class:`Task`: ``step``
-(recorded once, replayed on later attempts), ``sleep`` and ``sleep_until``
+(recorded once, replayed on later attempts), ``step_tx`` (a step whose body
+writes to the inbox's database in the transaction that journals it),
+``sleep`` and ``sleep_until``
 (the run parks and frees its worker slot), ``wait_for_signal`` (signals sent
 with :meth:`Client.signal`), ``start_child`` and ``await_child``.
 

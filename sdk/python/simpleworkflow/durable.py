@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from .client import (
     _REFUSED_STATES,
@@ -36,6 +37,7 @@ from .tracing import (
     ATTR_REPLAYED,
     ATTR_SIGNAL,
     ATTR_STEP_POS,
+    ATTR_STEP_TX,
     ATTR_WAKE_AT,
     NO_SPAN,
     Tracing,
@@ -116,7 +118,7 @@ class Task:
     period is over; ``reason`` says which. Long handlers check
     :meth:`is_cancelled` or sleep with :meth:`wait` (a plain, non-durable sleep).
 
-    Durable verbs: :meth:`step`, :meth:`sleep`, :meth:`sleep_until`,
+    Durable verbs: :meth:`step`, :meth:`step_tx`, :meth:`sleep`, :meth:`sleep_until`,
     :meth:`wait_for_signal`, :meth:`start_child` and :meth:`await_child`. Call
     them one after another from the handler's thread, in the same order on
     every attempt; code between them runs again on every attempt, so take the
@@ -244,19 +246,70 @@ class Task:
                     "select status, output, message from workflow.record_steps("
                     "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])",
                     (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw]))
-            if status == "recorded":
-                value = json.loads(raw)
-                self._remember(_Entry(name=name, position=pos, kind=KIND_STEP, outcome="ok", output=value))
-                return value
-            if status == "duplicate":
-                self._remember(_Entry(name=name, position=pos, kind=KIND_STEP, outcome="ok", output=output))
-                return output
-            if status == "lease_lost":
-                self._cancel(REASON_LEASE_LOST)
-                raise StoppedError(f'record step "{name}": {REASON_LEASE_LOST}', REASON_LEASE_LOST)
-            if status == "nondeterministic":
-                raise self._fail(message or "non-deterministic")
-            raise PermanentError(f'record step "{name}": invalid input: {message}')
+            return self._step_recorded(name, pos, raw, status, output, message)
+
+    def step_tx(self, name: str, fn: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        """Run ``fn(conn)`` once, in a transaction that also journals it, and return its result.
+
+        :meth:`step` for a body that writes to the inbox's own database.
+        ``conn`` is a psycopg connection with an open transaction on the
+        database the worker claims its runs from; ``fn`` makes its writes
+        through it and returns a JSON-serialisable value, as a step's
+        function does. The step's journal entry is written in that same
+        transaction, so the writes made through ``conn`` and the record that
+        the step ran commit together or not at all. A worker killed inside
+        ``fn``, or after the journal write but before the commit, leaves
+        nothing behind (the next attempt calls ``fn`` again from scratch); one
+        killed after the commit leaves both, and the next attempt returns the
+        journaled value without calling ``fn``. The writes happen exactly once.
+
+        The journal write checks the lease (the fence) and share-locks the run
+        until the commit: an attempt that lost its lease commits nothing (the
+        call raises :class:`StoppedError`), and no claim, reap or cancel of the
+        run comes between the check and the commit. If the journal already has
+        the step (written by this attempt's lease), its writes are rolled back
+        and the journaled value is returned. This holds only for writes to the
+        same database through ``conn``: a call to another service, or to
+        another database, from inside ``fn`` is not undone when the
+        transaction rolls back (use :meth:`step` and an idempotency key).
+
+        ``fn`` must not commit or roll back the transaction (psycopg refuses
+        ``conn.commit()`` and ``conn.rollback()`` inside it); it may nest
+        ``conn.transaction()`` blocks (savepoints). An exception from ``fn``
+        rolls the transaction back and propagates; a replay never calls ``fn``.
+        The connection is the handler thread's own and stays in the
+        transaction while ``fn`` runs. Names, outputs and the order of calls
+        follow :meth:`step`'s rules.
+        """
+        with self._durable_call(), self._step_span(KIND_STEP, name) as span:
+            pos, entry = self._reach(name, KIND_STEP)
+            span.set(ATTR_STEP_POS, pos)
+            span.set(ATTR_REPLAYED, entry is not None)
+            span.set(ATTR_STEP_TX, True)
+            if entry is not None:
+                return entry.output
+            assert self._connect is not None
+            conn = self._connect()
+            answer: Optional[Tuple[str, Any, Optional[str]]] = None
+            raw = ""
+            with conn.transaction() as tx:
+                value = fn(conn)
+                if conn.info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                    # Whatever it wrote was committed or rolled back on its own:
+                    # the journal entry cannot go with it.
+                    raise PermanentError(f'step "{name}": the step\'s function ended its transaction; '
+                                         "it must not commit or roll back")
+                raw = _encode(name, value)
+                answer = self._record_in(conn, name, pos, raw)
+                if answer[0] != "recorded":
+                    # Lease lost, a duplicate (the step's first value wins) or
+                    # a refusal: the body's writes must not stay.
+                    raise psycopg.Rollback(tx)
+            if answer is None:
+                # fn raised psycopg.Rollback, which rolled back this transaction.
+                raise PermanentError(f'step "{name}": the step\'s function rolled back its transaction; '
+                                     "it must not commit or roll back")
+            return self._step_recorded(name, pos, raw, *answer)
 
     def sleep(self, name: str, seconds: Duration) -> None:
         """Wait durably for ``seconds`` (a number or a timedelta), measured by the database clock.
@@ -469,6 +522,40 @@ class Task:
         with self._mu:
             self._by_pos[entry.position] = entry
             self._by_name[entry.name] = entry
+
+    def _step_recorded(self, name: str, pos: int, raw: str, status: str, output: Any,
+                       message: Optional[str]) -> Any:
+        """The database's answer to a step's journal write as the step's result: its own value, the one
+        journaled first, or the exception that ends the attempt (lease lost, non-determinism, a refusal)."""
+        if status == "recorded":
+            value = json.loads(raw)
+            self._remember(_Entry(name=name, position=pos, kind=KIND_STEP, outcome="ok", output=value))
+            return value
+        if status == "duplicate":
+            self._remember(_Entry(name=name, position=pos, kind=KIND_STEP, outcome="ok", output=output))
+            return output
+        if status == "lease_lost":
+            self._cancel(REASON_LEASE_LOST)
+            raise StoppedError(f'record step "{name}": {REASON_LEASE_LOST}', REASON_LEASE_LOST)
+        if status == "nondeterministic":
+            raise self._fail(message or "non-deterministic")
+        raise PermanentError(f'record step "{name}": invalid input: {message}')
+
+    def _record_in(self, conn: psycopg.Connection[Any], name: str, pos: int,
+                   raw: str) -> Tuple[str, Any, Optional[str]]:
+        """Journal a step in the transaction open on ``conn``: (status, output, message) of workflow.record_steps."""
+        try:
+            row = conn.execute(
+                "select status, output, message from workflow.record_steps("
+                "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])",
+                (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw])).fetchone()
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) in _REFUSED_STATES:
+                raise PermanentError(f'record step "{name}": invalid input: {_primary_message(e)}') from None
+            raise
+        if row is None:
+            raise RuntimeError(f'record step "{name}": the database gave no answer')
+        return row[0], row[1], row[2]
 
     def _signal_step(self, name: str) -> str:
         with self._mu:
