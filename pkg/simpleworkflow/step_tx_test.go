@@ -188,3 +188,46 @@ func TestStepTxWithoutTheLeaseCommitsNothing(t *testing.T) {
 		t.Fatalf("the body ran %d times, want twice", runs.get("debit"))
 	}
 }
+
+// A run that failed for good after a transactional step is retried with
+// Client.Retry: the next attempt replays the step (no second write) and
+// finishes; what cannot be retried is refused with the reason.
+func TestClientRetryResumesAFailedRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createLedger(t)
+	var runs counters
+	handler := func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+		if _, err := simpleworkflow.StepTx(ctx, task, "debit", func(ctx context.Context, tx pgx.Tx) (int, error) {
+			runs.inc("debit")
+			_, err := tx.Exec(ctx, `insert into public.tx_ledger values ($1, 'debit', $2)`, task.ID, task.Attempt)
+			return 1, err
+		}); err != nil {
+			return nil, err
+		}
+		if task.Attempt == 1 {
+			return nil, simpleworkflow.Permanent(errors.New("the carrier refused"))
+		}
+		return simpleworkflow.JSONResult(map[string]bool{"shipped": true})
+	}
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"txretry."}},
+		map[string]simpleworkflow.HandlerFunc{"txretry.a.v1": handler})
+	res, err := b.client.Create(b.ctx, "txretry.a.v1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, res.ID, simpleworkflow.StatusFailed, 30*time.Second)
+	if err := b.client.Retry(b.ctx, res.ID, &simpleworkflow.RetryRunOptions{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	run := b.waitStatus(t, res.ID, simpleworkflow.StatusSucceeded, 30*time.Second)
+	if run.Attempt != 2 || runs.get("debit") != 1 {
+		t.Fatalf("attempt %d, the body ran %d times; want attempt 2 and one body", run.Attempt, runs.get("debit"))
+	}
+	if got := b.ledgerRows(t, res.ID); got["debit"] != 1 {
+		t.Fatalf("ledger rows %v, want one", got)
+	}
+	if err := b.client.Retry(b.ctx, res.ID, nil); !errors.Is(err, simpleworkflow.ErrInvalid) {
+		t.Fatalf("retrying a succeeded run: %v, want ErrInvalid", err)
+	}
+}
