@@ -17,6 +17,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.cancel) && oldSelf.cancel) || (has(self.cancel) && self.cancel)",message="spec.cancel can only change from false to true"
 // +kubebuilder:validation:XValidation:rule="has(self.deadline) == has(oldSelf.deadline) && (!has(self.deadline) || self.deadline == oldSelf.deadline || (self.deadline.matches('^([0-9]+(\\\\.[0-9]*)?(ns|us|ms|s|m|h))+$') && duration(self.deadline) == duration(oldSelf.deadline)))",message="spec.deadline is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.signals) || size(oldSelf.signals) == 0 || has(self.signals)",message="spec.signals is append-only: entries cannot be removed"
+// +kubebuilder:validation:XValidation:rule="(has(self.retries) ? self.retries : 0) >= (has(oldSelf.retries) ? oldSelf.retries : 0) && (has(self.retries) ? self.retries : 0) <= (has(oldSelf.retries) ? oldSelf.retries : 0) + 1",message="spec.retries can only be raised, by one at a time"
 // +kubebuilder:validation:XValidation:rule="has(self.concurrencyKey) == has(oldSelf.concurrencyKey) && (!has(self.concurrencyKey) || self.concurrencyKey == oldSelf.concurrencyKey)",message="spec.concurrencyKey is immutable"
 type WorkflowRunSpec struct {
 	// Type is the versioned workflow type, dot-separated lowercase segments
@@ -83,6 +84,17 @@ type WorkflowRunSpec struct {
 	// Cancel cancels the run when set to true; it cannot be set back.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
+
+	// Retries asks for a failed or cancelled run to run again from where it
+	// stopped: each raise by one is one retry (status.retries counts those
+	// done). A durable run keeps its journal; a DAG keeps the steps that
+	// succeeded and runs the others. It can be raised only while the run
+	// is Failed or Cancelled, never lowered, and not on a run cancelled
+	// through spec.cancel.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Retries int32 `json:"retries,omitempty"`
 
 	// TTLSecondsAfterFinished deletes this object that many seconds after the
 	// run finished. The inbox row and its audit trail stay.
@@ -243,6 +255,11 @@ type WorkflowRunStatus struct {
 	// to the run, or refused (the SignalsSent condition says why).
 	// +optional
 	SignalsSent int32 `json:"signalsSent,omitempty"`
+
+	// Retries is how many raises of spec.retries were handled: the run
+	// retried, or the retry refused (an Event says why).
+	// +optional
+	Retries int32 `json:"retries,omitempty"`
 	// ObservedGeneration is the generation last mirrored.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -308,6 +325,7 @@ type ChildRunStatus struct {
 // WorkflowRun is one durable run of a workflow type, mirrored into the
 // inbox; its status follows the run.
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.cancel) || !self.spec.cancel || (has(oldSelf.spec.cancel) && oldSelf.spec.cancel) || !has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Succeeded', 'Failed', 'Cancelled'])",messageExpression="'spec.cancel cannot be set: the run already finished (status.phase is ' + self.status.phase + ')'",reason=FieldValueForbidden,fieldPath=".spec.cancel"
+// +kubebuilder:validation:XValidation:rule="(has(self.spec.retries) ? self.spec.retries : 0) == (has(oldSelf.spec.retries) ? oldSelf.spec.retries : 0) || (has(self.status) && has(self.status.phase) && self.status.phase in ['Failed', 'Cancelled'] && !(has(self.spec.cancel) && self.spec.cancel))",messageExpression="has(self.spec.cancel) && self.spec.cancel ? 'spec.retries cannot be raised: the run was cancelled through spec.cancel; create a new WorkflowRun' : 'spec.retries can be raised only when the run failed or was cancelled (status.phase is ' + (has(self.status) && has(self.status.phase) ? self.status.phase : 'not set') + ')'",reason=FieldValueForbidden,fieldPath=".spec.retries"
 type WorkflowRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -48,6 +48,13 @@ func (o *outageInbox) FindRunByIdempotencyKey(ctx context.Context, key string) (
 	return o.Inbox.FindRunByIdempotencyKey(ctx, key)
 }
 
+func (o *outageInbox) RetryRun(ctx context.Context, p engine.RetryParams) error {
+	if o.down.Load() {
+		return errUnreachable
+	}
+	return o.Inbox.RetryRun(ctx, p)
+}
+
 func (o *outageInbox) CancelRunAs(ctx context.Context, id, by string) (bool, error) {
 	if o.down.Load() {
 		return false, errUnreachable

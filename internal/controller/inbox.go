@@ -13,6 +13,7 @@ type Inbox interface {
 	GetRun(ctx context.Context, id string) (engine.Run, error)
 	FindRunByIdempotencyKey(ctx context.Context, key string) (string, error)
 	CancelRunAs(ctx context.Context, id, by string) (bool, error)
+	RetryRun(ctx context.Context, p engine.RetryParams) error
 	ListEventsAfter(ctx context.Context, runID string, afterID int64) ([]engine.Event, error)
 	SendSignal(ctx context.Context, p engine.SignalParams) (engine.SignalResult, error)
 	ListSignals(ctx context.Context, runID string) ([]engine.Signal, error)

@@ -93,6 +93,12 @@ const (
 	// ReasonCancelIgnored: spec.cancel was set on a run that had already
 	// finished.
 	ReasonCancelIgnored = "CancelIgnored"
+	// ReasonRetried: a raise of spec.retries made the run pending again
+	// from where it stopped (an Event).
+	ReasonRetried = "Retried"
+	// ReasonRetryRefused: a raise of spec.retries could not retry the run
+	// (an Event with the reason).
+	ReasonRetryRefused = "RetryRefused"
 )
 
 // Event reasons of the steps of a DAG run, derived from the change of

@@ -162,6 +162,9 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 	if run, err = r.cancelOnSpec(ctx, wfr, run); err != nil {
 		return ctrl.Result{}, err
 	}
+	if run, err = r.retryOnSpec(ctx, wfr, run); err != nil {
+		return ctrl.Result{}, err
+	}
 	r.trackFollower(wfr, run)
 	if justRecorded && quietStart(wfr, run) {
 		// Most runs start within moments: their first status is then

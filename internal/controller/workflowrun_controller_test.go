@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -85,6 +86,84 @@ var _ = Describe("WorkflowRun controller", func() {
 		Expect(fin.Message).To(ContainSubstring("planned failure"))
 		Eventually(func() []string { return lifecycleReasons(ns, "doomed") }).Should(Equal([]string{
 			"Retrying", "Failed"}))
+	})
+
+	It("retries a failed run from where it stopped when spec.retries is raised, and refuses raises admission cannot allow", func() {
+		wfr := newRun(ns, "again", "test.fail.v1", map[string]any{"failTimes": 2})
+		wfr.Spec.MaxAttempts = int32p(2)
+		wfr.Spec.RetryPolicy = &workflowv1alpha1.RetryPolicy{BaseDelay: &metav1.Duration{Duration: time.Second}}
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		// While it runs, a raise is refused at admission.
+		Eventually(func() error {
+			got := getRun(ns, "again")()
+			if got.Status.Phase.Finished() {
+				return nil
+			}
+			patch := client.MergeFrom(got.DeepCopy())
+			got.Spec.Retries = 1
+			err := k8sClient.Patch(ctx, got, patch)
+			if err == nil {
+				return StopTrying("a raise of spec.retries was admitted while the run was " + string(got.Status.Phase))
+			}
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.retries can be raised only when the run failed or was cancelled") {
+				return StopTrying("unexpected error: " + err.Error())
+			}
+			return nil
+		}).Should(Succeed())
+		Eventually(phase(ns, "again")).Should(Equal(workflowv1alpha1.PhaseFailed))
+
+		got := getRun(ns, "again")()
+		patch := client.MergeFrom(got.DeepCopy())
+		got.Spec.Retries = 2
+		err := k8sClient.Patch(ctx, got, patch)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "raising spec.retries by two: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.retries can only be raised, by one at a time"))
+
+		got = getRun(ns, "again")()
+		patch = client.MergeFrom(got.DeepCopy())
+		got.Spec.Retries = 1
+		Expect(k8sClient.Patch(ctx, got, patch)).To(Succeed())
+		Eventually(phase(ns, "again")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		got = getRun(ns, "again")()
+		Expect(got.Status.Retries).To(BeEquivalentTo(1))
+		Expect(got.Status.Attempt).To(BeEquivalentTo(3))
+		Expect(got.Status.Attempts).To(Equal("3/4"))
+		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Reason).To(Equal("Succeeded"))
+		Eventually(func() []string { return eventReasons(ns, "again") }).Should(ContainElement(controller.ReasonRetried))
+		trail, err := eng.ListEventsAfter(ctx, got.Status.RunID, 0)
+		Expect(err).NotTo(HaveOccurred())
+		var by []string
+		for _, e := range trail {
+			if e.Type == engine.EventRetried && strings.Contains(string(e.Data), "retry_run") {
+				by = append(by, string(e.Data))
+			}
+		}
+		Expect(by).To(HaveLen(1))
+		Expect(by[0]).To(ContainSubstring("spec.retries of WorkflowRun " + ns + "/again"))
+
+		// Succeeded: no further raise is admitted.
+		got = getRun(ns, "again")()
+		patch = client.MergeFrom(got.DeepCopy())
+		got.Spec.Retries = 2
+		err = k8sClient.Patch(ctx, got, patch)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "raising spec.retries of a succeeded run: %v", err)
+		Expect(err.Error()).To(ContainSubstring("status.phase is Succeeded"))
+	})
+
+	It("refuses to retry a run cancelled through spec.cancel", func() {
+		Expect(k8sClient.Create(ctx, newRun(ns, "stopped", "test.sleep.v1", nil))).To(Succeed())
+		Eventually(phase(ns, "stopped")).Should(Equal(workflowv1alpha1.PhaseRunning))
+		wfr := getRun(ns, "stopped")()
+		patch := client.MergeFrom(wfr.DeepCopy())
+		wfr.Spec.Cancel = true
+		Expect(k8sClient.Patch(ctx, wfr, patch)).To(Succeed())
+		Eventually(phase(ns, "stopped")).Should(Equal(workflowv1alpha1.PhaseCancelled))
+		wfr = getRun(ns, "stopped")()
+		patch = client.MergeFrom(wfr.DeepCopy())
+		wfr.Spec.Retries = 1
+		err := k8sClient.Patch(ctx, wfr, patch)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("cancelled through spec.cancel"))
 	})
 
 	It("cancels through spec.cancel and stops the worker", func() {

@@ -31,11 +31,7 @@ from workflow.list_runs(@type_prefix::text, @statuses::text[], @after_created_at
                         @limit);
 
 -- name: RunRetry
--- The setting is read by retry_run (the event's "by"); the subquery runs
--- before the call.
-select r.status, r.message
-from (select set_config('workflow.retried_by', @by::text, true)) s,
-     workflow.retry_run(@id, @attempts::integer) r;
+select r.status, r.message from workflow.retry_run(@id, @attempts::integer, @by::text) r;
 
 -- name: RunCancel
 -- The setting is read by the cancel trigger (the event's "by"); the subquery

@@ -980,13 +980,14 @@ $$;
 -- that succeeded kept, and the steps never started started by dag_advance
 -- as their dependencies allow. A deadline already passed is dropped. Each
 -- run made pending gets a 'retried' event with reason retry_run and the
--- status it left. Answers: 'retried'; 'not_found'; 'refused' with the
+-- status it left, and who asked (p_by, as given; at most 256 characters
+-- kept). Answers: 'retried'; 'not_found'; 'refused' with the
 -- reason (not failed or cancelled, deleted, a step of a workflow or a child
 -- of a durable run, whose parent is what is retried).
 -- Fires: workflow_dag_step_changed, workflow_source_run_changed; what
 -- dag_advance fires.
 -- Locks: the run, then its failed and cancelled steps.
-create or replace function workflow.retry_run(p_id uuid, p_attempts integer default null)
+create or replace function workflow.retry_run(p_id uuid, p_attempts integer default null, p_by text default null)
 returns table (status text, message text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -1071,7 +1072,7 @@ begin
         'reason', 'retry_run', 'previous_status', v_prev,
         'attempt', v_run.attempt, 'max_attempts', v_run.max_attempts,
         'steps_retried', case when v_run.dag is not null then v_steps end,
-        'by', left(nullif(current_setting('workflow.retried_by', true), ''), 256))));
+        'by', left(nullif(p_by, ''), 256))));
     perform set_config('workflow.retrying', '', true);
     if v_run.dag is not null then
         perform workflow.dag_advance(p_id);
@@ -1081,7 +1082,7 @@ begin
     return query select 'retried'::text, null::text;
 end
 $$;
-comment on function workflow.retry_run(uuid, integer) is
+comment on function workflow.retry_run(uuid, integer, text) is
     'Makes a failed or cancelled run pending again with fresh attempts, keeping its journal and, for a DAG, the steps that succeeded.';
 
 -- created_attempts is the attempts a run was created with (its 'created'
@@ -5383,7 +5384,7 @@ from public;
 revoke all on function
     workflow.active_types(text[]),
     workflow.cancel_run(uuid),
-    workflow.retry_run(uuid, integer),
+    workflow.retry_run(uuid, integer, text),
     workflow.created_attempts(uuid),
     workflow.claim_runs(text, text[], text, integer, bigint, text[]),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),

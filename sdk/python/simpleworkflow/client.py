@@ -584,6 +584,28 @@ class Client:
         row = self._one("select workflow.cancel_run(%s::uuid)", (run_id,))
         return bool(row and row[0])
 
+    def retry(self, run_id: str, attempts: Optional[int] = None, by: Optional[str] = None) -> None:
+        """Give a failed or cancelled run another go from where it stopped (``workflow.retry_run``; Go: Client.Retry).
+
+        The run is pending again with a fresh budget of attempts (``attempts``,
+        1 to 1000, or as many as it was created with). A durable run keeps its
+        journal, so its recorded steps are replayed, not redone; a DAG keeps
+        the steps that succeeded and runs its failed, cancelled and unstarted
+        steps. ``by`` is recorded in the run's 'retried' event. Raises
+        NotFoundError for an unknown run and InvalidInputError with the reason
+        for one that cannot be retried (not failed or cancelled, deleted, or a
+        step or child of another run: retry that run instead).
+        """
+        if attempts is not None and not 1 <= attempts <= 1000:
+            raise InvalidInputError(f"attempts must be between 1 and 1000, got {attempts}")
+        row = self._one("select status, message from workflow.retry_run(%s::uuid, %s::integer, %s::text)",
+                        (run_id, attempts, (by or "")[:256]))
+        if row is None or row[0] == "retried":
+            return
+        if row[0] == "not_found":
+            raise NotFoundError(f"run {run_id} not found")
+        raise InvalidInputError(f"retry run {run_id}: {row[1]}")
+
     def get(self, run_id: str) -> Run:
         """Return a run (``workflow.get_run``), or raise NotFoundError."""
         row = self._one(_GET, (run_id,))

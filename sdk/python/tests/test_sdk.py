@@ -48,6 +48,24 @@ class ClientTest(InboxTest):
         self.assertFalse(self.client.cancel(res.id))
         self.assertEqual(self.trail(res.id), ["created", "cancelled"])
 
+    def test_retry_brings_a_cancelled_run_back(self):
+        res = self.client.create("content.thumbnail.v1", {}, max_attempts=2)
+        bystander = self.client.create("content.thumbnail.v1", {"other": True})
+        with self.assertRaises(InvalidInputError):
+            self.client.retry(res.id)  # still pending
+        self.assertTrue(self.client.cancel(res.id))
+        self.assertTrue(self.client.cancel(bystander.id))
+        with self.assertRaises(InvalidInputError):
+            self.client.retry(res.id, attempts=0)
+        with self.assertRaises(NotFoundError):
+            self.client.retry("00000000-0000-0000-0000-000000000000")
+        self.client.retry(res.id, by="py-test")
+        run = self.client.get(res.id)
+        self.assertEqual(run.status, "pending")
+        self.assertEqual(run.max_attempts, 2)
+        self.assertEqual(self.trail(res.id), ["created", "cancelled", "retried"])
+        self.assertEqual(self.client.get(bystander.id).status, "cancelled")
+
 
     def test_create_in_the_callers_transaction(self):
         # The transactional outbox: rolled back with the caller's writes (no

@@ -1,0 +1,42 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// retryOnSpec retries the run from where it stopped when spec.retries was
+// raised past status.retries (admission lets that happen only while the
+// run is Failed or Cancelled), counts the raise as handled, and returns the
+// run as it is then. The run's 'retried' event records the object as who
+// asked. A retry the inbox refuses (the run changed since, say) is a
+// Warning Event with the reason, and counts as handled too.
+func (r *WorkflowRunReconciler) retryOnSpec(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (engine.Run, error) {
+	if wfr.Spec.Retries <= wfr.Status.Retries {
+		return run, nil
+	}
+	by := fmt.Sprintf("spec.retries of WorkflowRun %s/%s", wfr.Namespace, wfr.Name)
+	err := r.Inbox.RetryRun(ctx, engine.RetryParams{ID: run.ID, By: by})
+	switch {
+	case err == nil:
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonRetried, "Retry",
+			"Retried from where it stopped (spec.retries %d): the run is pending again with fresh attempts", wfr.Spec.Retries)
+	case errors.Is(err, engine.ErrInvalid), errors.Is(err, engine.ErrNotFound):
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonRetryRefused, "Retry",
+			"spec.retries %d was not carried out: %v", wfr.Spec.Retries, err)
+	default:
+		return run, err
+	}
+	wfr.Status.Retries = wfr.Spec.Retries
+	now, err := r.Inbox.GetRun(ctx, run.ID)
+	if err != nil {
+		return run, fmt.Errorf("read run %s: %w", run.ID, err)
+	}
+	return now, nil
+}
