@@ -374,3 +374,38 @@ func TestConsoleShowsTheLargestValuesBesideABystander(t *testing.T) {
 		t.Fatalf("the bystander's run page: status %d", code)
 	}
 }
+
+// A run retried from where it stopped shows when, from what and who asked
+// (escaped), and its attempts table keeps each attempt's own outcome; a
+// DAG's step retried with it links to its workflow.
+func TestRunPageShowsRetriesFromFailure(t *testing.T) {
+	e := setup(t)
+	id := e.create(t, engine.CreateParams{Type: "again.job.v1", MaxAttempts: 1})
+	c := e.claim(t, "again.job.", 1)
+	e.fail(t, c[0], "carrier down")
+	if err := e.eng.RetryRun(e.ctx, engine.RetryParams{ID: id, By: `<b>ops</b>`}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := e.get(t, "/runs/"+id)
+	mustContain(t, "run page", body, "Retried from where it stopped")
+	mustContain(t, "run page", body, "was failed; asked by &lt;b&gt;ops&lt;/b&gt;")
+	if strings.Contains(body, "<b>ops</b>") {
+		t.Fatalf("who asked is shown as markup:\n%s", body)
+	}
+	mustContain(t, "attempts", body, `<span class="status failed">failed</span>`)
+
+	def := &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{{Name: "only", Type: "again.step.v1", MaxAttempts: 1}}}
+	if err := e.eng.UpsertRegistryEntry(e.ctx, engine.RegistryEntry{WorkflowName: "again.flow.v1", Enabled: true, Definition: def}); err != nil {
+		t.Fatal(err)
+	}
+	flow := e.create(t, engine.CreateParams{Type: "again.flow.v1"})
+	s := e.claim(t, "again.step.", 1)
+	e.fail(t, s[0], "boom")
+	if err := e.eng.RetryRun(e.ctx, engine.RetryParams{ID: flow}); err != nil {
+		t.Fatal(err)
+	}
+	_, body = e.get(t, "/runs/"+flow)
+	mustContain(t, "DAG page", body, "was failed, 1 step(s) ran again")
+	_, body = e.get(t, "/runs/"+s[0].ID)
+	mustContain(t, "step page", body, `with its workflow <a href="/runs/`+flow+`">`)
+}

@@ -83,6 +83,7 @@ type runPage struct {
 	EventsCut      bool
 	Attempts       []attemptRow
 	AttemptsCut    bool
+	Retries        []retryRow
 	Steps          []stepRow
 	StepsCut       bool
 	Signals        []signalRow
@@ -133,6 +134,9 @@ from workflow.run_latest_events($1::uuid, $2::integer, $3::integer)`, id, maxEve
 	slices.Reverse(events)
 	p.Events = events
 	if err := s.loadAttempts(ctx, &p); err != nil {
+		return p, err
+	}
+	if err := s.loadRetries(ctx, &p); err != nil {
 		return p, err
 	}
 	if err := s.loadJournal(ctx, &p); err != nil {
@@ -196,6 +200,34 @@ from workflow.run_attempt_events($1::uuid, $2::integer, $3::integer)`, p.Run.ID,
 		return nil
 	}); err != nil {
 		return fmt.Errorf("run %s: attempts: %w", p.Run.ID, err)
+	}
+	return nil
+}
+
+// retryRow is one retry of a run from where it stopped.
+type retryRow struct {
+	At             time.Time
+	PreviousStatus string
+	By             string
+	StepsRetried   *int
+	WorkflowID     string
+}
+
+// loadRetries reads the first times the run was retried from where it
+// stopped.
+func (s *Server) loadRetries(ctx context.Context, p *runPage) error {
+	rows, err := s.db.Query(ctx, `
+select created_at, coalesce(previous_status, ''), coalesce(retried_by, ''), steps_retried, coalesce(workflow_id, '')
+from workflow.run_retries($1::uuid, $2::integer)`, p.Run.ID, maxAttempts)
+	if err != nil {
+		return fmt.Errorf("run %s: retries: %w", p.Run.ID, err)
+	}
+	p.Retries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (retryRow, error) {
+		var r retryRow
+		return r, row.Scan(&r.At, &r.PreviousStatus, &r.By, &r.StepsRetried, &r.WorkflowID)
+	})
+	if err != nil {
+		return fmt.Errorf("run %s: retries: %w", p.Run.ID, err)
 	}
 	return nil
 }

@@ -4136,6 +4136,26 @@ as $$
     where e.workflow_id = p_id
       and e.event_type in ('leased', 'started', 'succeeded', 'failed', 'retried', 'cancelled')
       and e.data->>'attempt' ~ '^[0-9]{1,6}$'
+      and e.data->>'reason' is distinct from 'retry_run' -- no attempt's end: see run_retries
+    order by e.id
+    limit p_limit
+$$;
+
+-- run_retries: the first p_limit times a run was retried from where it
+-- stopped (retry_run), oldest first: when, the status it left, who asked
+-- (cut to 256 characters), for a DAG how many steps ran again, and for a
+-- DAG's step the workflow whose retry ran it again.
+create or replace function workflow.run_retries(p_id uuid, p_limit integer)
+returns table (created_at timestamptz, previous_status text, retried_by text, steps_retried integer,
+               workflow_id text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select e.created_at, e.data->>'previous_status', left(e.data->>'by', 256),
+           case when e.data->>'steps_retried' ~ '^[0-9]{1,6}$' then (e.data->>'steps_retried')::integer end,
+           left(e.data->>'workflow_id', 36)
+    from workflow.workflow_event e
+    where e.workflow_id = p_id and e.event_type = 'retried' and e.data->>'reason' = 'retry_run'
     order by e.id
     limit p_limit
 $$;
