@@ -38,6 +38,10 @@ type DAGStepDefinition struct {
 	// RetryBaseDelayMs and RetryMaxDelayMs are the step run's backoff.
 	RetryBaseDelayMs int64 `json:"retryBaseDelayMs,omitempty"`
 	RetryMaxDelayMs  int64 `json:"retryMaxDelayMs,omitempty"`
+	// Final marks the step that runs after all the others, whatever their
+	// outcome, with it in its input under "outcome" (at most one; it has
+	// no DependsOn and no step depends on it).
+	Final bool `json:"final,omitempty"`
 }
 
 // DAGStep is the state of one step of a DAG run, in definition order.
@@ -59,6 +63,8 @@ type DAGStep struct {
 	WaitKind string
 	// WorkflowStatus is the status of the DAG run itself.
 	WorkflowStatus string
+	// Final marks the step that runs after all the others.
+	Final bool
 }
 
 // DAGSteps returns the steps of a DAG run with the state of each, in the
@@ -72,7 +78,7 @@ func (e *Engine) DAGSteps(ctx context.Context, runID string) ([]DAGStep, error) 
 		var s DAGStep
 		var id, status, lastErr, wait *string
 		err := row.Scan(&s.Name, &s.Type, &s.DependsOn, &id, &status, &s.Attempt, &s.MaxAttempts,
-			&s.StartedAt, &s.FinishedAt, &lastErr, &wait, &s.WorkflowStatus)
+			&s.StartedAt, &s.FinishedAt, &lastErr, &wait, &s.WorkflowStatus, &s.Final)
 		s.RunID, s.Status, s.Error, s.WaitKind = deref(id), deref(status), deref(lastErr), deref(wait)
 		return s, err
 	})

@@ -999,6 +999,7 @@ declare
     v_now timestamptz := workflow.now();
     v_steps integer := 0;
     v_prev text;
+    v_old_final uuid;
 begin
     if p_attempts is not null and (p_attempts < 1 or p_attempts > 1000) then
         return query select 'refused'::text, format('attempts must be between 1 and 1000, got %s', p_attempts);
@@ -1031,6 +1032,14 @@ begin
     perform set_config('workflow.via_function', 'on', true);
     perform set_config('workflow.retrying', 'on', true);
     if v_run.dag is not null then
+        -- A final step that ran already ran with the old outcome: its run is
+        -- kept, detached (named in the event), and the step runs again at
+        -- the end.
+        update workflow.workflow_run c
+        set parent_id = null, parent_step = null,
+            idempotency_key = 'retried-final:' || c.id::text, updated_at = v_now
+        where c.parent_id = p_id and c.parent_step = workflow.dag_final_step(v_run.dag)->>'name'
+        returning c.id into v_old_final;
         -- The steps that failed or were cancelled, in id order.
         with again as (
             update workflow.workflow_run c
@@ -1072,6 +1081,7 @@ begin
         'reason', 'retry_run', 'previous_status', v_prev,
         'attempt', v_run.attempt, 'max_attempts', v_run.max_attempts,
         'steps_retried', case when v_run.dag is not null then v_steps end,
+        'previous_final_run_id', v_old_final,
         'by', left(nullif(p_by, ''), 256))));
     perform set_config('workflow.retrying', '', true);
     if v_run.dag is not null then
@@ -2709,6 +2719,14 @@ begin
     set status = 'cancelled', updated_at = workflow.now()
     where c.parent_id = new.id and c.status in ('pending', 'leased');
     perform set_config('workflow.cancel_reason', v_outer, true);
+    -- A DAG ended from outside (cancelled, its deadline passed) before its
+    -- final step started: the final step runs now, after it, with no
+    -- deadline (one that started already was cancelled above with the rest).
+    if new.dag is not null then
+        perform workflow.dag_finally(new, jsonb_build_object('status', new.status, 'error', new.last_error,
+                                                             'reason', case when new.status = 'cancelled' then 'cancelled' end),
+                                     null);
+    end if;
     return null;
 end
 $$;
@@ -2762,7 +2780,8 @@ begin
             return format('step %s is not an object', v_step.i);
         end if;
         select k into v_key from jsonb_object_keys(v_step.s) k
-        where k not in ('name', 'type', 'dependsOn', 'payload', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs')
+        where k not in ('name', 'type', 'dependsOn', 'payload', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
+                        'final')
         limit 1;
         if found then
             return format('step %s: unknown field %s', v_step.i, to_jsonb(left(v_key, 64)));
@@ -2780,6 +2799,12 @@ begin
             or jsonb_array_length(v_step.s->'dependsOn') > 100
             or exists (select 1 from jsonb_array_elements(v_step.s->'dependsOn') d where jsonb_typeof(d) <> 'string')) then
             return format('step "%s": dependsOn must be a list of at most 100 step names', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'final' and jsonb_typeof(v_step.s->'final') <> 'boolean' then
+            return format('step "%s": final must be true or false', v_step.s->>'name');
+        end if;
+        if coalesce((v_step.s->>'final')::boolean, false) and jsonb_array_length(coalesce(v_step.s->'dependsOn', '[]')) > 0 then
+            return format('step "%s": a final step runs after all the others and depends on none', v_step.s->>'name');
         end if;
         if v_step.s ? 'payload' and jsonb_typeof(v_step.s->'payload') <> 'object' then
             return format('step "%s": payload must be an object', v_step.s->>'name');
@@ -2805,6 +2830,20 @@ begin
     group by s->>'name' having count(*) > 1 limit 1;
     if found then
         return format('step name "%s" is used twice', v_key);
+    end if;
+    if (select count(*) from jsonb_array_elements(v_steps) s where coalesce((s->>'final')::boolean, false)) > 1 then
+        return 'a workflow has at most one final step';
+    end if;
+    if (select count(*) from jsonb_array_elements(v_steps) s where not coalesce((s->>'final')::boolean, false)) = 0 then
+        return 'a workflow needs a step besides its final step';
+    end if;
+    select format('step "%s" depends on "%s", the final step, which runs after all the others', s->>'name', d) into v_key
+    from jsonb_array_elements(v_steps) s, jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
+    where exists (select 1 from jsonb_array_elements(v_steps) t
+                  where t->>'name' = d and coalesce((t->>'final')::boolean, false))
+    limit 1;
+    if found then
+        return v_key;
     end if;
     select format('step "%s" depends on "%s", which is not a step of this workflow', s->>'name', d) into v_key
     from jsonb_array_elements(v_steps) s, jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
@@ -2933,6 +2972,7 @@ as $$
                       where c.parent_id = p_run.id and c.parent_step = s->>'name')
       and not exists (select 1 from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
                       where not p_results ? d)
+      and not coalesce((s->>'final')::boolean, false) -- started by dag_finally
     order by x.i
 $$;
 
@@ -2965,11 +3005,124 @@ begin
 end
 $$;
 
+-- dag_final_step is a definition's final step (the one with "final":
+-- true), or null.
+create or replace function workflow.dag_final_step(p_dag jsonb) returns jsonb
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select s from jsonb_array_elements(p_dag->'steps') s
+    where coalesce((s->>'final')::boolean, false)
+    limit 1
+$$;
+
+-- dag_finally starts a DAG run's final step, if it has one and it has not
+-- started: its payload is the workflow's, the step's own merged over it,
+-- the results of the steps that succeeded under "steps" (left out when
+-- the payload would pass the limits) and the outcome under "outcome"
+-- ({"status": "succeeded" | "failed" | "cancelled", "error", "reason",
+-- "step"}). p_deadline is its deadline. False when there is no final step.
+-- Fires: workflow_run_inserted (the step).
+create or replace function workflow.dag_finally(p_run workflow.workflow_run, p_outcome jsonb,
+                                                 p_deadline timestamptz) returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_final jsonb := workflow.dag_final_step(p_run.dag);
+    v_results jsonb;
+    v_payload jsonb;
+begin
+    if v_final is null then
+        return false;
+    end if;
+    select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb) into v_results
+    from workflow.workflow_run c
+    where c.parent_id = p_run.id and c.status = 'succeeded';
+    v_payload := (p_run.payload || coalesce(v_final->'payload', '{}'::jsonb))
+                 || jsonb_build_object('steps', v_results, 'outcome', jsonb_strip_nulls(p_outcome));
+    if octet_length(v_payload::text) > (select st.max_payload_bytes from workflow.workflow_settings st)
+       or workflow.json_too_deep(v_payload) then
+        v_payload := (p_run.payload || coalesce(v_final->'payload', '{}'::jsonb))
+                     || jsonb_build_object('outcome', jsonb_strip_nulls(p_outcome));
+    end if;
+    insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                       retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at)
+    values (v_final->>'type', v_payload, p_run.priority, 'dag:' || p_run.id::text || ':' || (v_final->>'name'),
+            coalesce((v_final->>'maxAttempts')::integer, 3),
+            make_interval(secs => (v_final->>'retryBaseDelayMs')::bigint / 1000.0),
+            make_interval(secs => (v_final->>'retryMaxDelayMs')::bigint / 1000.0),
+            p_run.id, v_final->>'name', p_deadline)
+    on conflict do nothing;
+    return true;
+end
+$$;
+
+-- dag_fail fails a DAG run with an error: at once when it has no final
+-- step; otherwise its final step starts with the failure as its outcome,
+-- its other unfinished steps are cancelled, and the run ends when the final
+-- step does (dag_advance).
+-- Fires: what dag_end fires, or workflow_run_inserted and
+-- workflow_run_cancelled (the steps).
+create or replace function workflow.dag_fail(p_run workflow.workflow_run, p_error text, p_data jsonb) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_outer text := coalesce(current_setting('workflow.cancel_reason', true), '');
+    v_by text := coalesce(current_setting('workflow.cancelled_by', true), '');
+begin
+    if not workflow.dag_finally(p_run, jsonb_build_object('status', 'failed', 'error', p_error,
+                                                            'reason', p_data->>'reason', 'step', p_data->>'step'),
+                                p_run.deadline_at) then
+        perform workflow.dag_end(p_run, 'failed', null, p_error, p_data);
+        return;
+    end if;
+    perform set_config('workflow.cancel_reason', 'requested', true);
+    perform set_config('workflow.cancelled_by', 'its workflow, which is failing (' || left(p_error, 200) || ')', true);
+    update workflow.workflow_run c
+    set status = 'cancelled', updated_at = workflow.now()
+    where c.parent_id = p_run.id and c.status in ('pending', 'leased')
+      and c.parent_step <> workflow.dag_final_step(p_run.dag)->>'name';
+    perform set_config('workflow.cancel_reason', v_outer, true);
+    perform set_config('workflow.cancelled_by', v_by, true);
+end
+$$;
+
+-- dag_succeed ends a DAG run whose steps all succeeded with their results
+-- ({"steps": {name: result}}), or fails it when they are too large or deep
+-- to be a result.
+-- Fires: what dag_end fires.
+create or replace function workflow.dag_succeed(p_run workflow.workflow_run, p_results jsonb, p_steps integer)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_result jsonb := jsonb_build_object('steps', p_results);
+begin
+    if octet_length(v_result::text) > 1048576 then
+        perform workflow.dag_end(p_run, 'failed', null,
+            format('the steps'' results together are %s bytes; a result is at most 1048576', octet_length(v_result::text)),
+            jsonb_build_object('reason', 'result_too_large'));
+    elsif workflow.json_too_deep(v_result) then
+        perform workflow.dag_end(p_run, 'failed', null,
+            'the steps'' results together nest deeper than 64 levels, the most a result may',
+            jsonb_build_object('reason', 'result_too_deep'));
+    else
+        perform workflow.dag_end(p_run, 'succeeded', v_result, null, jsonb_build_object('steps', p_steps));
+    end if;
+end
+$$;
+
 -- dag_advance moves a DAG run on after one of its steps changed: a failed
 -- or cancelled step fails the run; all steps succeeded ends it with their
 -- results ({"steps": {name: result}}, within a result's limits); otherwise
 -- the ready steps are inserted as child runs (a step's payload over the
--- limits fails the run instead).
+-- limits fails the run instead). With a final step, "ends" means the final
+-- step starts with the outcome in its input (dag_finally, dag_fail), and
+-- the run ends when it does: succeeded when the other steps and the final
+-- step succeeded, failed otherwise (the first failure's reason).
 -- Fires: workflow_run_inserted (the steps), or what dag_end fires.
 -- Locks: the DAG run (the callers that end steps locked it first).
 create or replace function workflow.dag_advance(p_run uuid) returns void
@@ -2981,16 +3134,51 @@ declare
     v_run workflow.workflow_run;
     v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
     v_bad record;
+    v_fin record;
+    v_final jsonb;
     v_results jsonb;
     v_total integer;
     v_ok integer;
-    v_result jsonb;
 begin
     perform set_config('workflow.via_function', 'on', true);
     select * into v_run from workflow.workflow_run r where r.id = p_run for update;
     if not found or v_run.status <> 'pending' or v_run.dag is null then
         perform set_config('workflow.via_function', v_via, true);
         return;
+    end if;
+    v_final := workflow.dag_final_step(v_run.dag);
+
+    -- The final step started: the run ends when it does.
+    if v_final is not null then
+        select c.id, c.type, c.status, c.last_error, c.payload->'outcome' as outcome into v_fin
+        from workflow.workflow_run c
+        where c.parent_id = p_run and c.parent_step = v_final->>'name';
+        if found then
+            if v_fin.status in ('succeeded', 'failed', 'cancelled') then
+                if v_fin.outcome->>'status' is distinct from 'succeeded' then
+                    perform workflow.dag_end(v_run, 'failed', null,
+                        coalesce(v_fin.outcome->>'error', 'a step failed'),
+                        jsonb_strip_nulls(jsonb_build_object('reason', coalesce(v_fin.outcome->>'reason', 'step_failed'),
+                            'step', v_fin.outcome->>'step', 'final_step', v_final->>'name',
+                            'final_step_status', v_fin.status)));
+                elsif v_fin.status <> 'succeeded' then
+                    perform workflow.dag_end(v_run, 'failed', null,
+                        format('final step "%s" (%s) %s: %s', v_final->>'name', v_fin.type,
+                               case v_fin.status when 'failed' then 'failed' else 'was cancelled' end,
+                               left(coalesce(v_fin.last_error, v_fin.status), 4000)),
+                        jsonb_build_object('reason', 'step_failed', 'step', v_final->>'name',
+                                           'step_run_id', v_fin.id, 'step_status', v_fin.status));
+                else
+                    select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+                    into v_results, v_ok
+                    from workflow.workflow_run c
+                    where c.parent_id = p_run and c.status = 'succeeded';
+                    perform workflow.dag_succeed(v_run, v_results, v_ok);
+                end if;
+            end if;
+            perform set_config('workflow.via_function', v_via, true);
+            return;
+        end if;
     end if;
 
     select c.id, c.parent_step, c.type, c.status, c.last_error into v_bad
@@ -2999,7 +3187,7 @@ begin
     order by c.finished_at, c.parent_step
     limit 1;
     if found then
-        perform workflow.dag_end(v_run, 'failed', null,
+        perform workflow.dag_fail(v_run,
             format('step "%s" (%s) %s: %s', v_bad.parent_step, v_bad.type,
                    case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
                    left(coalesce(v_bad.last_error, v_bad.status), 4000)),
@@ -3013,19 +3201,10 @@ begin
     into v_results, v_ok
     from workflow.workflow_run c
     where c.parent_id = p_run and c.status = 'succeeded';
-    v_total := jsonb_array_length(v_run.dag->'steps');
+    v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
     if v_ok = v_total then
-        v_result := jsonb_build_object('steps', v_results);
-        if octet_length(v_result::text) > 1048576 then
-            perform workflow.dag_end(v_run, 'failed', null,
-                format('the steps'' results together are %s bytes; a result is at most 1048576', octet_length(v_result::text)),
-                jsonb_build_object('reason', 'result_too_large'));
-        elsif workflow.json_too_deep(v_result) then
-            perform workflow.dag_end(v_run, 'failed', null,
-                'the steps'' results together nest deeper than 64 levels, the most a result may',
-                jsonb_build_object('reason', 'result_too_deep'));
-        else
-            perform workflow.dag_end(v_run, 'succeeded', v_result, null, jsonb_build_object('steps', v_total));
+        if not workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), v_run.deadline_at) then
+            perform workflow.dag_succeed(v_run, v_results, v_total);
         end if;
         perform set_config('workflow.via_function', v_via, true);
         return;
@@ -3036,7 +3215,7 @@ begin
     from workflow.dag_ready_steps(v_run, v_results) r
     where octet_length(r.payload::text) > v_limit limit 1;
     if found then
-        perform workflow.dag_end(v_run, 'failed', null,
+        perform workflow.dag_fail(v_run,
             format('the payload of step "%s" would be %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
                    v_bad.name, v_bad.bytes, v_limit),
             jsonb_build_object('reason', 'payload_too_large', 'step', v_bad.name));
@@ -3047,7 +3226,7 @@ begin
     from workflow.dag_ready_steps(v_run, v_results) r
     where workflow.json_too_deep(r.payload) limit 1;
     if found then
-        perform workflow.dag_end(v_run, 'failed', null,
+        perform workflow.dag_fail(v_run,
             format('the payload of step "%s" would nest deeper than 64 levels, the most a payload may', v_bad.name),
             jsonb_build_object('reason', 'payload_too_deep', 'step', v_bad.name));
         perform set_config('workflow.via_function', v_via, true);
@@ -3575,7 +3754,7 @@ $$;
 create or replace function workflow.dag_steps(p_id uuid)
 returns table (name text, type text, depends_on text[], run_id uuid, status text, attempt integer,
                max_attempts integer, started_at timestamptz, finished_at timestamptz, last_error text,
-               wait_kind text, workflow_status text)
+               wait_kind text, workflow_status text, final boolean)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3583,7 +3762,8 @@ as $$
            coalesce((select array_agg(d order by o)
                      from jsonb_array_elements_text(s.step->'dependsOn') with ordinality x(d, o)), '{}'),
            c.id, c.status, coalesce(c.attempt, 0), coalesce(c.max_attempts, 0),
-           c.started_at, c.finished_at, left(c.last_error, 1024), c.wait_kind, p.status
+           c.started_at, c.finished_at, left(c.last_error, 1024), c.wait_kind, p.status,
+           coalesce((s.step->>'final')::boolean, false)
     from workflow.workflow_run p
     cross join lateral jsonb_array_elements(p.dag->'steps') with ordinality s(step, ord)
     left join workflow.workflow_run c on c.parent_id = p.id and c.parent_step = s.step->>'name'
@@ -5412,6 +5592,9 @@ revoke all on function
                          text[], text[]),
     workflow.dag_advance(uuid),
     workflow.dag_end(workflow.workflow_run, text, jsonb, text, jsonb),
+    workflow.dag_fail(workflow.workflow_run, text, jsonb),
+    workflow.dag_finally(workflow.workflow_run, jsonb, timestamptz),
+    workflow.dag_succeed(workflow.workflow_run, jsonb, integer),
     workflow.expire_deadlines(uuid[], integer),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
     workflow.flow_admit(text, integer, timestamptz),

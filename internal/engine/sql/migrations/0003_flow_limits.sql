@@ -28,6 +28,7 @@ alter table workflow.workflow_registry
 drop index workflow.idx_workflow_run_claim_type;
 drop index workflow.idx_workflow_run_claim;
 -- New arguments or result columns: the file creates them again.
+drop function if exists workflow.dag_steps(uuid);
 drop function workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[],
                                    bigint[], text[]);
 drop function workflow.create_run(text, jsonb, integer, timestamptz, text, integer, bigint, timestamptz, bigint,
