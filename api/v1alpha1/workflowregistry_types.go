@@ -27,6 +27,8 @@ const (
 // (condition DefinitionsValid, reason InvalidDefinition) and not registered.
 // +kubebuilder:validation:XValidation:rule="has(self.runtime) != has(self.steps)",message="a workflow has either a runtime (its workers run it) or steps (the database runs them), not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.steps) || (!has(self.concurrency) && !has(self.rateLimit))",message="concurrency and rateLimit apply to types that workers run; set them on the types of the steps"
+// +kubebuilder:validation:XValidation:rule="!has(self.steps) || self.steps.filter(s, has(s.final) && s.final).size() <= 1",message="a workflow has at most one final step"
+// +kubebuilder:validation:XValidation:rule="!has(self.steps) || self.steps.exists(s, !has(s.final) || !s.final)",message="a workflow needs a step besides its final step"
 type WorkflowDefinition struct {
 	// Name is the workflow type, such as billing.invoice.v1.
 	// +kubebuilder:validation:MinLength=3

@@ -12,6 +12,7 @@ import (
 // to 500 workflows of 100 steps, and a CEL rule on a step is costed 50,000
 // times over (a regular expression on the type would exceed the budget).
 // +kubebuilder:validation:XValidation:rule="!has(self.dependsOn) || !(self.name in self.dependsOn)",message="a step cannot depend on itself"
+// +kubebuilder:validation:XValidation:rule="!has(self.final) || !self.final || !has(self.dependsOn) || size(self.dependsOn) == 0",message="a final step runs after all the others and depends on none"
 type WorkflowStep struct {
 	// Name is unique within the workflow: 1 to 63 letters, digits, '.', '_'
 	// or '-', starting with a letter or digit. It keys the step's result in
@@ -53,6 +54,15 @@ type WorkflowStep struct {
 	// RetryPolicy is the backoff of the step's run, as a WorkflowRun's.
 	// +optional
 	RetryPolicy *StepRetryPolicy `json:"retryPolicy,omitempty"`
+	// Final makes this the step that runs after all the others, whatever
+	// their outcome (succeeded, a step failed, the workflow cancelled or
+	// past its deadline), with the outcome in its payload under "outcome"
+	// and the results of the steps that succeeded under "steps". At most
+	// one per workflow; it depends on no step and no step depends on it.
+	// The workflow ends when it does (a cancelled one ends at once, and the
+	// final step runs after it).
+	// +optional
+	Final bool `json:"final,omitempty"`
 }
 
 // StepRetryPolicy is a step's own backoff, as a WorkflowRun's RetryPolicy.

@@ -31,7 +31,7 @@ type dagGraph struct {
 }
 
 // layoutDAG places the steps of a DAG run in columns by depth, in
-// definition order within a column. The database refused cycles and unknown
+// definition order within a column, the final step alone after the rest. The database refused cycles and unknown
 // dependencies when the definition was stored; a dependency it cannot find
 // here is drawn without its edge rather than trusted.
 func layoutDAG(steps []engine.DAGStep) *dagGraph {
@@ -53,6 +53,19 @@ func layoutDAG(steps []engine.DAGStep) *dagGraph {
 		}
 		if !changed {
 			break
+		}
+	}
+	// The final step runs after all the others: it gets a column of its
+	// own, after the deepest.
+	last := 0
+	for i, s := range steps {
+		if !s.Final {
+			last = max(last, depth[i])
+		}
+	}
+	for i, s := range steps {
+		if s.Final {
+			depth[i] = last + 1
 		}
 	}
 	g := &dagGraph{}

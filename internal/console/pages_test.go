@@ -208,6 +208,7 @@ func TestRunPageDrawsADAGAndItsSteps(t *testing.T) {
 		{Name: "clean", Type: "etl.clean.v1", DependsOn: []string{"fetch"}},
 		{Name: "report", Type: "etl.report.v1", DependsOn: []string{"fetch"}},
 		{Name: "publish", Type: "etl.publish.v1", DependsOn: []string{"clean", "report"}},
+		{Name: "notify", Type: "etl.notify.v1", Final: true},
 	}}
 	if err := e.eng.UpsertRegistryEntry(e.ctx, engine.RegistryEntry{WorkflowName: "etl.pipeline.v1", Enabled: true,
 		Definition: def}); err != nil {
@@ -225,7 +226,12 @@ func TestRunPageDrawsADAGAndItsSteps(t *testing.T) {
 	}
 	mustContain(t, "DAG run page", body, `<svg class="dag" id="dag"`,
 		`<g class="node succeeded" data-step="fetch">`, `<g class="node pending" data-step="clean">`,
-		`<g class="node pending" data-step="report">`, `<g class="node waiting" data-step="publish">`)
+		`<g class="node pending" data-step="report">`, `<g class="node waiting" data-step="publish">`,
+		`<g class="node waiting final" data-step="notify">`, `>notify (final)</text>`)
+	// The final step is drawn in a column of its own, after publish (the
+	// third column: x = 10 + 3 × 250).
+	mustContain(t, "DAG run page", body, `data-step="notify"><title>notify: etl.notify.v1 (waiting)</title>
+    <rect x="760"`)
 	if n := strings.Count(body, "<line "); n != 4 {
 		t.Fatalf("the graph has %d edges, want 4", n)
 	}

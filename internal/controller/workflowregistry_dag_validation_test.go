@@ -76,6 +76,17 @@ var _ = Describe("Admission validation of workflows with steps", func() {
 		Entry("a step's retry delay below 1s", func(w *workflowv1alpha1.WorkflowDefinition) {
 			w.Steps[0].RetryPolicy = &workflowv1alpha1.StepRetryPolicy{BaseDelay: &metav1.Duration{Duration: 10 * time.Millisecond}}
 		}, "retryPolicy.baseDelay must be a duration such as 30s or 5m, between 1s and 24h"),
+		Entry("two final steps", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps[1].DependsOn = nil
+			w.Steps[0].Final, w.Steps[1].Final = true, true
+			w.Steps = append(w.Steps, dagStep("c", "test.echo.v1"))
+		}, "a workflow has at most one final step"),
+		Entry("only a final step", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps = w.Steps[:1]
+			w.Steps[0].Final = true
+		}, "a workflow needs a step besides its final step"),
+		Entry("a final step with dependencies", func(w *workflowv1alpha1.WorkflowDefinition) { w.Steps[1].Final = true },
+			"spec.workflows[0].steps[1]: Invalid value: a final step runs after all the others and depends on none"),
 		Entry("more than 100 steps", func(w *workflowv1alpha1.WorkflowDefinition) {
 			w.Steps = nil
 			for i := range 101 {

@@ -225,6 +225,33 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 			MatchRegexp(`^Failed for good: (deadline exceeded at \S+Z while its steps ran|step "a" \(\S+\) failed: deadline exceeded)$`)))
 	})
 
+	It("runs the final step after a step failed, shows it, and ends Failed once it finished", func() {
+		dag, ta, tf := base+".final.v1", base+".a.v1", base+".f.v1"
+		f := dagStep("report", tf)
+		f.Final = true
+		register(dag, dagStep("a", ta), f)
+		Expect(k8sClient.Create(ctx, newRun(ns, "fin", dag, map[string]any{"order": "o-9"}))).To(Succeed())
+		runIDOf(ns, "fin")
+		failManual(claimManual(ta, 1)[0], "out of stock", false)
+
+		Eventually(stepPhases(ns, "fin")).Should(Equal("a=Failed report=Pending"))
+		Expect(getRun(ns, "fin")().Status.Phase).To(Equal(workflowv1alpha1.PhaseRunning))
+		cf := claimManual(tf, 1)[0]
+		var in struct {
+			Order   string         `json:"order"`
+			Outcome map[string]any `json:"outcome"`
+		}
+		Expect(json.Unmarshal(cf.Payload, &in)).To(Succeed())
+		Expect(in.Order).To(Equal("o-9"))
+		Expect(in.Outcome["status"]).To(Equal("failed"))
+		Expect(in.Outcome["step"]).To(Equal("a"))
+		complete(cf)
+
+		Eventually(phase(ns, "fin")).Should(Equal(workflowv1alpha1.PhaseFailed))
+		Eventually(stepPhases(ns, "fin")).Should(Equal("a=Failed report=Succeeded"))
+		Expect(getRun(ns, "fin")().Status.LastError).To(Equal(`step "a" (` + ta + `) failed: out of stock`))
+	})
+
 	It("shows the workflow Failed when a step fails for good: running steps are cancelled, unstarted ones skipped", func() {
 		dag, ta, tb, tc, te := base+".chain.v1", base+".a.v1", base+".b.v1", base+".c.v1", base+".e.v1"
 		register(dag, dagStep("a", ta), dagStep("b", tb, "a"), dagStep("c", tc, "b"), dagStep("e", te))
