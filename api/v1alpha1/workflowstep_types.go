@@ -13,6 +13,7 @@ import (
 // times over (a regular expression on the type would exceed the budget).
 // +kubebuilder:validation:XValidation:rule="!has(self.dependsOn) || !(self.name in self.dependsOn)",message="a step cannot depend on itself"
 // +kubebuilder:validation:XValidation:rule="!has(self.final) || !self.final || !has(self.dependsOn) || size(self.dependsOn) == 0",message="a final step runs after all the others and depends on none"
+// +kubebuilder:validation:XValidation:rule="!has(self.final) || !self.final || !has(self.when)",message="a final step always runs; it takes no when"
 type WorkflowStep struct {
 	// Name is unique within the workflow: 1 to 63 letters, digits, '.', '_'
 	// or '-', starting with a letter or digit. It keys the step's result in
@@ -63,6 +64,19 @@ type WorkflowStep struct {
 	// final step runs after it).
 	// +optional
 	Final bool `json:"final,omitempty"`
+	// When is the step's condition, an SQL/JSON path predicate (the
+	// language of PostgreSQL's jsonb_path_match, evaluated by the database
+	// as the workflow advances) over {"payload": the workflow's payload,
+	// "steps": {"<dependency>": {"status": "succeeded" | "skipped",
+	// "result": ...}}}, such as $.steps.check.result.score > 10. The step
+	// runs only when it holds; otherwise (false, or no boolean) it is
+	// Skipped, which counts as done for the steps depending on it (they see
+	// its result as null). Checked by the database when the registry is
+	// mirrored (condition DefinitionsValid).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	When string `json:"when,omitempty"`
 }
 
 // StepRetryPolicy is a step's own backoff, as a WorkflowRun's RetryPolicy.

@@ -415,3 +415,18 @@ func TestRunPageShowsRetriesFromFailure(t *testing.T) {
 	_, body = e.get(t, "/runs/"+s[0].ID)
 	mustContain(t, "step page", body, `with its workflow <a href="/runs/`+flow+`">`)
 }
+
+// A step its condition skipped is drawn as skipped.
+func TestRunPageDrawsSkippedSteps(t *testing.T) {
+	e := setup(t)
+	def := &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{
+		{Name: "always", Type: "cond.always.v1"},
+		{Name: "never", Type: "cond.never.v1", When: "$.payload.go == true"},
+	}}
+	if err := e.eng.UpsertRegistryEntry(e.ctx, engine.RegistryEntry{WorkflowName: "cond.flow.v1", Enabled: true, Definition: def}); err != nil {
+		t.Fatal(err)
+	}
+	id := e.create(t, engine.CreateParams{Type: "cond.flow.v1", Payload: []byte(`{"go": false}`)})
+	_, body := e.get(t, "/runs/"+id)
+	mustContain(t, "DAG page", body, `<g class="node pending" data-step="always">`, `<g class="node skipped" data-step="never">`)
+}

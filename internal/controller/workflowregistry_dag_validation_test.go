@@ -87,6 +87,13 @@ var _ = Describe("Admission validation of workflows with steps", func() {
 		}, "a workflow needs a step besides its final step"),
 		Entry("a final step with dependencies", func(w *workflowv1alpha1.WorkflowDefinition) { w.Steps[1].Final = true },
 			"spec.workflows[0].steps[1]: Invalid value: a final step runs after all the others and depends on none"),
+		Entry("a final step with a condition", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps[1].DependsOn = nil
+			w.Steps[1].Final, w.Steps[1].When = true, "$.x == 1"
+		}, "a final step always runs; it takes no when"),
+		Entry("a condition over 1024 characters", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps[0].When = strings.Repeat("x", 1025)
+		}, "spec.workflows[0].steps[0].when: Too long"),
 		Entry("more than 100 steps", func(w *workflowv1alpha1.WorkflowDefinition) {
 			w.Steps = nil
 			for i := range 101 {

@@ -46,9 +46,14 @@ func (r *WorkflowRunReconciler) dagSteps(ctx context.Context, wfr *workflowv1alp
 	return steps, nil
 }
 
+// skippedByCondition is the error of a step its condition skipped.
+const skippedByCondition = "skipped: its condition (when) did not hold"
+
 // stepPhase maps the state of a step's run to the step's phase.
 func stepPhase(s engine.DAGStep) workflowv1alpha1.DAGStepPhase {
 	switch engine.Status(s.Status) {
+	case engine.StepSkipped:
+		return workflowv1alpha1.StepSkipped
 	case "":
 		if engine.Status(s.WorkflowStatus).Finished() {
 			return workflowv1alpha1.StepSkipped
@@ -90,6 +95,9 @@ func applyDAG(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, steps []engine.
 			StartedAt: timeOrNil(s.StartedAt), FinishedAt: timeOrNil(s.FinishedAt),
 			Error: truncate(s.Error, MaxStepErrorBytes),
 		}
+		if s.Status == engine.StepSkipped {
+			ds.Error = skippedByCondition
+		}
 		if s.RunID != "" {
 			ds.Attempts = fmt.Sprintf("%d/%d", s.Attempt, s.MaxAttempts)
 		}
@@ -106,6 +114,10 @@ func applyDAG(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, steps []engine.
 	case workflowv1alpha1.PhaseSucceeded:
 		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonSucceeded
 		cond.Message = fmt.Sprintf("all %d steps succeeded", len(st.DAGSteps))
+		if skipped := byPhase[workflowv1alpha1.StepSkipped]; len(skipped) > 0 {
+			cond.Message = fmt.Sprintf("%d of %d steps succeeded; skipped by their conditions: %s",
+				succeeded, len(st.DAGSteps), strings.Join(skipped, ", "))
+		}
 	case workflowv1alpha1.PhaseFailed, workflowv1alpha1.PhaseCancelled:
 		cond.Status, cond.Reason = metav1.ConditionTrue, string(st.Phase)
 		cond.Message = fmt.Sprintf("%s after %d of %d steps succeeded", strings.ToLower(string(st.Phase)),

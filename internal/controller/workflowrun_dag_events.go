@@ -72,6 +72,10 @@ func stepEvents(before, after []workflowv1alpha1.DAGStepStatus) []stepEvent {
 		case workflowv1alpha1.StepCancelled:
 			p = step + " was cancelled"
 		case workflowv1alpha1.StepSkipped:
+			if s.Error == skippedByCondition {
+				p = step + " was " + skippedByCondition
+				break
+			}
 			skipped = append(skipped, s.Name)
 			continue
 		default:
@@ -80,9 +84,9 @@ func stepEvents(before, after []workflowv1alpha1.DAGStepStatus) []stepEvent {
 		phrases[s.Phase] = append(phrases[s.Phase], p)
 	}
 	if len(skipped) > 0 {
-		phrases[workflowv1alpha1.StepSkipped] = []string{fmt.Sprintf(
+		phrases[workflowv1alpha1.StepSkipped] = append(phrases[workflowv1alpha1.StepSkipped], fmt.Sprintf(
 			"skipped %d step(s) that never started, the workflow having ended: %s",
-			len(skipped), listWithinBytes(skipped, ", ", maxEventNoteBytes-100))}
+			len(skipped), listWithinBytes(skipped, ", ", maxEventNoteBytes-100)))
 	}
 	var out []stepEvent
 	for _, o := range stepEventOrder {

@@ -225,6 +225,28 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 			MatchRegexp(`^Failed for good: (deadline exceeded at \S+Z while its steps ran|step "a" \(\S+\) failed: deadline exceeded)$`)))
 	})
 
+	It("skips the branch whose condition does not hold and says so", func() {
+		dag, tc, ty, tn := base+".when.v1", base+".check.v1", base+".yes.v1", base+".no.v1"
+		yes := dagStep("yes", ty, "check")
+		yes.When = "$.steps.check.result.ok == true"
+		no := dagStep("no", tn, "check")
+		no.When = "$.steps.check.result.ok == false"
+		register(dag, dagStep("check", tc), yes, no)
+		Expect(k8sClient.Create(ctx, newRun(ns, "branch", dag, nil))).To(Succeed())
+		runIDOf(ns, "branch")
+		cc := claimManual(tc, 1)[0]
+		_, err := eng.CompleteRuns(ctx, manualWorker, []engine.Completion{{LeaseRef: cc.Ref(), Result: json.RawMessage(`{"ok": false}`)}})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(stepPhases(ns, "branch")).Should(Equal("check=Succeeded yes=Skipped no=Pending"))
+		Expect(dagStepStatus(getRun(ns, "branch")(), "yes").Error).To(Equal("skipped: its condition (when) did not hold"))
+		complete(claimManual(tn, 1)[0])
+		Eventually(phase(ns, "branch")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		fin := condition(getRun(ns, "branch")().Status.Conditions, controller.ConditionFinished)
+		Expect(fin.Message).To(Equal("2 of 3 steps succeeded; skipped by their conditions: yes"))
+		Eventually(func() []string { return stepNotes(ns, "branch", controller.ReasonStepsSkipped) }).Should(Equal([]string{
+			"Step yes (" + ty + ") was skipped: its condition (when) did not hold"}))
+	})
+
 	It("runs the final step after a step failed, shows it, and ends Failed once it finished", func() {
 		dag, ta, tf := base+".final.v1", base+".a.v1", base+".f.v1"
 		f := dagStep("report", tf)

@@ -42,7 +42,16 @@ type DAGStepDefinition struct {
 	// outcome, with it in its input under "outcome" (at most one; it has
 	// no DependsOn and no step depends on it).
 	Final bool `json:"final,omitempty"`
+	// When is a condition, an SQL/JSON path predicate over {"payload": the
+	// workflow's payload, "steps": {dependency: {"status", "result"}}}: the
+	// step runs only when it holds, and is skipped otherwise (at most 1,024
+	// characters; a final step takes none).
+	When string `json:"when,omitempty"`
 }
+
+// StepSkipped is the Status of a DAG step whose condition (When) did not
+// hold: it never ran and counts as done.
+const StepSkipped = "skipped"
 
 // DAGStep is the state of one step of a DAG run, in definition order.
 type DAGStep struct {
@@ -51,7 +60,8 @@ type DAGStep struct {
 	DependsOn []string
 	// RunID is empty until the step has started.
 	RunID string
-	// Status is the step run's status; empty when not started.
+	// Status is the step run's status; empty when not started; StepSkipped
+	// when its condition skipped it.
 	Status      string
 	Attempt     int
 	MaxAttempts int

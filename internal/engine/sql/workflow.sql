@@ -302,6 +302,7 @@ create table if not exists workflow.workflow_run (
     dag jsonb,
     traceparent text,
     concurrency_key text,                           -- the flow limits' key (a customer, a tenant)
+    dag_skipped text[],                             -- a DAG's steps whose condition was false
     constraint workflow_run_pkey primary key (id),
     constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
     constraint workflow_run_idempotency_key_length
@@ -2781,7 +2782,7 @@ begin
         end if;
         select k into v_key from jsonb_object_keys(v_step.s) k
         where k not in ('name', 'type', 'dependsOn', 'payload', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
-                        'final')
+                        'final', 'when')
         limit 1;
         if found then
             return format('step %s: unknown field %s', v_step.i, to_jsonb(left(v_key, 64)));
@@ -2799,6 +2800,19 @@ begin
             or jsonb_array_length(v_step.s->'dependsOn') > 100
             or exists (select 1 from jsonb_array_elements(v_step.s->'dependsOn') d where jsonb_typeof(d) <> 'string')) then
             return format('step "%s": dependsOn must be a list of at most 100 step names', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'when' then
+            if jsonb_typeof(v_step.s->'when') <> 'string' or char_length(v_step.s->>'when') not between 1 and 1024 then
+                return format('step "%s": when must be an SQL/JSON path predicate of 1 to 1024 characters', v_step.s->>'name');
+            end if;
+            if coalesce((v_step.s->>'final')::boolean, false) then
+                return format('step "%s": a final step always runs; it takes no when', v_step.s->>'name');
+            end if;
+            begin
+                perform (v_step.s->>'when')::jsonpath;
+            exception when others then
+                return format('step "%s": when is not an SQL/JSON path expression: %s', v_step.s->>'name', sqlerrm);
+            end;
         end if;
         if v_step.s ? 'final' and jsonb_typeof(v_step.s->'final') <> 'boolean' then
             return format('step "%s": final must be true or false', v_step.s->>'name');
@@ -2954,7 +2968,8 @@ create or replace function workflow.dag_ready_steps(
     payload jsonb,
     max_attempts integer,
     base_delay interval,
-    max_delay interval
+    max_delay interval,
+    def jsonb
 )
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -2966,12 +2981,15 @@ as $$
                        from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d), '{}'::jsonb)),
            coalesce((s->>'maxAttempts')::integer, 3),
            make_interval(secs => (s->>'retryBaseDelayMs')::bigint / 1000.0),
-           make_interval(secs => (s->>'retryMaxDelayMs')::bigint / 1000.0)
+           make_interval(secs => (s->>'retryMaxDelayMs')::bigint / 1000.0),
+           s
     from jsonb_array_elements(p_run.dag->'steps') with ordinality x(s, i)
     where not exists (select 1 from workflow.workflow_run c
                       where c.parent_id = p_run.id and c.parent_step = s->>'name')
+      and not (s->>'name') = any (coalesce(p_run.dag_skipped, '{}'))
+      -- A skipped dependency counts as done (its result is null).
       and not exists (select 1 from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
-                      where not p_results ? d)
+                      where not p_results ? d and not d = any (coalesce(p_run.dag_skipped, '{}')))
       and not coalesce((s->>'final')::boolean, false) -- started by dag_finally
     order by x.i
 $$;
@@ -3139,6 +3157,9 @@ declare
     v_results jsonb;
     v_total integer;
     v_ok integer;
+    v_cond record;
+    v_holds boolean;
+    v_skipped_any boolean;
 begin
     perform set_config('workflow.via_function', 'on', true);
     select * into v_run from workflow.workflow_run r where r.id = p_run for update;
@@ -3201,8 +3222,46 @@ begin
     into v_results, v_ok
     from workflow.workflow_run c
     where c.parent_id = p_run and c.status = 'succeeded';
+
+    -- Ready steps with a condition ("when", an SQL/JSON path predicate over
+    -- {"payload": the workflow's payload, "steps": {dependency: {"status":
+    -- "succeeded" | "skipped", "result": ...}}}): false (or no boolean)
+    -- skips the step, which counts as done for what depends on it; an
+    -- error fails the workflow. Skipping may make more steps ready.
+    loop
+        v_skipped_any := false;
+        for v_cond in
+            select r.name, r.def->>'when' as expr,
+                   jsonb_build_object('payload', v_run.payload, 'steps', coalesce(
+                       (select jsonb_object_agg(d, jsonb_build_object(
+                                   'status', case when d = any (coalesce(v_run.dag_skipped, '{}')) then 'skipped' else 'succeeded' end,
+                                   'result', v_results->d))
+                        from jsonb_array_elements_text(coalesce(r.def->'dependsOn', '[]')) d), '{}'::jsonb)) as input
+            from workflow.dag_ready_steps(v_run, v_results) r
+            where r.def ? 'when'
+        loop
+            begin
+                v_holds := jsonb_path_match(v_cond.input, v_cond.expr::jsonpath, '{}', true);
+            exception when others then
+                perform workflow.dag_fail(v_run,
+                    format('the condition of step "%s" could not be evaluated: %s', v_cond.name, sqlerrm),
+                    jsonb_build_object('reason', 'condition_error', 'step', v_cond.name));
+                perform set_config('workflow.via_function', v_via, true);
+                return;
+            end;
+            if not coalesce(v_holds, false) then
+                update workflow.workflow_run r
+                set dag_skipped = coalesce(r.dag_skipped, '{}') || v_cond.name, updated_at = workflow.now()
+                where r.id = p_run
+                returning * into v_run;
+                v_skipped_any := true;
+            end if;
+        end loop;
+        exit when not v_skipped_any;
+    end loop;
+
     v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
-    if v_ok = v_total then
+    if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) = v_total then
         if not workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), v_run.deadline_at) then
             perform workflow.dag_succeed(v_run, v_results, v_total);
         end if;
@@ -3761,7 +3820,8 @@ as $$
     select s.step->>'name', s.step->>'type',
            coalesce((select array_agg(d order by o)
                      from jsonb_array_elements_text(s.step->'dependsOn') with ordinality x(d, o)), '{}'),
-           c.id, c.status, coalesce(c.attempt, 0), coalesce(c.max_attempts, 0),
+           c.id, case when s.step->>'name' = any (coalesce(p.dag_skipped, '{}')) then 'skipped' else c.status end,
+           coalesce(c.attempt, 0), coalesce(c.max_attempts, 0),
            c.started_at, c.finished_at, left(c.last_error, 1024), c.wait_kind, p.status,
            coalesce((s.step->>'final')::boolean, false)
     from workflow.workflow_run p

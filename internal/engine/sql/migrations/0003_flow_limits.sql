@@ -4,6 +4,7 @@
 -- from: version 2 at 5792b79e533f4675a68ede069e08ecc91941c028
 alter table workflow.workflow_run
     add column concurrency_key text,
+    add column dag_skipped text[],
     add constraint workflow_run_concurrency_key_length
         check (char_length(concurrency_key) >= 1 and char_length(concurrency_key) <= 255),
     drop constraint workflow_run_wait_kind_valid,
@@ -29,6 +30,7 @@ drop index workflow.idx_workflow_run_claim_type;
 drop index workflow.idx_workflow_run_claim;
 -- New arguments or result columns: the file creates them again.
 drop function if exists workflow.dag_steps(uuid);
+drop function if exists workflow.dag_ready_steps(workflow.workflow_run, jsonb);
 drop function workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[],
                                    bigint[], text[]);
 drop function workflow.create_run(text, jsonb, integer, timestamptz, text, integer, bigint, timestamptz, bigint,

@@ -1,0 +1,103 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+func whenStep(name, typ, when string, deps ...string) engine.DAGStepDefinition {
+	return engine.DAGStepDefinition{Name: name, Type: typ, DependsOn: deps, When: when}
+}
+
+// Conditions choose a branch from an earlier step's result: the branch
+// whose condition holds runs, the other is skipped (it counts as done), a
+// step after both gets the skipped one as null, and the workflow's result
+// has no entry for it.
+func TestDAGConditionsChooseABranch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "when.branch.v1",
+		step("check", "whenb.check.v1"),
+		whenStep("approve", "whenb.approve.v1", `$.steps.check.result.score > 10`, "check"),
+		whenStep("reject", "whenb.reject.v1", `$.steps.check.result.score <= 10`, "check"),
+		step("notify", "whenb.notify.v1", "approve", "reject"))
+	id := b.insertSQL(t, "when.branch.v1", `{}`)
+	c := b.claim(t, "w1", []string{"whenb."}, 10)
+	if len(c) != 1 || c[0].Type != "whenb.check.v1" {
+		t.Fatalf("claimed %+v, want check", c)
+	}
+	if _, err := b.eng.CompleteRuns(b.ctx, "w1", []engine.Completion{{LeaseRef: c[0].Ref(), Result: json.RawMessage(`{"score": 42}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.stepRuns(t, id); got != "check=succeeded approve=pending reject=skipped" {
+		t.Fatalf("after check: %q", got)
+	}
+	if got := b.work(t, "whenb."); fmt.Sprint(got) != "[whenb.approve.v1]" {
+		t.Fatalf("ran %v, want approve alone", got)
+	}
+	n := b.claim(t, "w1", []string{"whenb."}, 10)
+	if len(n) != 1 || n[0].Type != "whenb.notify.v1" {
+		t.Fatalf("claimed %+v, want notify", n)
+	}
+	var in struct {
+		Steps map[string]json.RawMessage `json:"steps"`
+	}
+	if err := json.Unmarshal(n[0].Payload, &in); err != nil || string(in.Steps["reject"]) != "null" || in.Steps["approve"] == nil {
+		t.Fatalf("notify's input %s (%v), want approve's result and reject null", n[0].Payload, err)
+	}
+	b.completeAll(t, "w1", n)
+	r := b.get(t, id)
+	if r.Status != engine.StatusSucceeded || strings.Contains(string(r.Result), `"reject"`) || !strings.Contains(string(r.Result), `"notify"`) {
+		t.Fatalf("workflow %s result %s", r.Status, r.Result)
+	}
+	if got := b.stepRuns(t, id); got != "check=succeeded approve=succeeded reject=skipped notify=succeeded" {
+		t.Fatalf("at the end: %q", got)
+	}
+}
+
+// A condition on the workflow's payload decides a first step at once; a
+// workflow whose every step is skipped succeeds; a value of the wrong type
+// (no boolean) skips, as false does.
+func TestDAGConditionsOnThePayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "when.payload.v1",
+		whenStep("express", "whenp.express.v1", `$.payload.express == true`),
+		whenStep("weight", "whenp.weight.v1", `$.payload.kg > 20`))
+	fast := b.insertSQL(t, "when.payload.v1", `{"express": true, "kg": 5}`)
+	if got := b.stepRuns(t, fast); got != "express=pending weight=skipped" {
+		t.Fatalf("express order: %q", got)
+	}
+	none := b.insertSQL(t, "when.payload.v1", `{"express": "yes", "kg": "heavy"}`)
+	if got := b.stepRuns(t, none); got != "express=skipped weight=skipped" {
+		t.Fatalf("no step: %q", got)
+	}
+	if r := b.get(t, none); r.Status != engine.StatusSucceeded || string(r.Result) != `{"steps": {}}` {
+		t.Fatalf("a workflow whose steps were all skipped: %s %s", r.Status, r.Result)
+	}
+}
+
+// Conditions are checked when a definition is stored.
+func TestDAGConditionsAreChecked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct {
+		steps []engine.DAGStepDefinition
+		want  string
+	}{
+		{[]engine.DAGStepDefinition{whenStep("a", "x.a.v1", `$.payload.(`)}, `step "a": when is not an SQL/JSON path expression`},
+		{[]engine.DAGStepDefinition{whenStep("a", "x.a.v1", strings.Repeat("x", 1025))}, "1 to 1024 characters"},
+		{[]engine.DAGStepDefinition{step("a", "x.a.v1"), {Name: "f", Type: "x.f.v1", Final: true, When: "$.x == 1"}}, "a final step always runs"},
+	}
+	for i, tc := range cases {
+		err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{
+			WorkflowName: fmt.Sprintf("when.bad%d.v1", i), Enabled: true, Definition: &engine.DAGDefinition{Steps: tc.steps}})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("case %d: %v, want an error saying %q", i, err, tc.want)
+		}
+	}
+}
