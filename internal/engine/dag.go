@@ -47,6 +47,14 @@ type DAGStepDefinition struct {
 	// step runs only when it holds, and is skipped otherwise (at most 1,024
 	// characters; a final step takes none).
 	When string `json:"when,omitempty"`
+	// ForEach fans the step out: an SQL/JSON path, over the same input as
+	// When, selecting a list of at most 1,000 elements; one run per element
+	// (named <name>[<index>], its payload the step's plus "item" and
+	// "index"), and the step's result the list of theirs in index order.
+	ForEach string `json:"forEach,omitempty"`
+	// ForEachFailure is what an element that fails for good does: "failStep"
+	// (the default) fails the step, "continue" leaves null in its place.
+	ForEachFailure string `json:"forEachFailure,omitempty"`
 }
 
 // StepSkipped is the Status of a DAG step whose condition (When) did not
@@ -75,6 +83,9 @@ type DAGStep struct {
 	WorkflowStatus string
 	// Final marks the step that runs after all the others.
 	Final bool
+	// Elements and ElementsDone count a fanned-out step's runs (nil for
+	// other steps).
+	Elements, ElementsDone *int
 }
 
 // DAGSteps returns the steps of a DAG run with the state of each, in the
@@ -88,7 +99,7 @@ func (e *Engine) DAGSteps(ctx context.Context, runID string) ([]DAGStep, error) 
 		var s DAGStep
 		var id, status, lastErr, wait *string
 		err := row.Scan(&s.Name, &s.Type, &s.DependsOn, &id, &status, &s.Attempt, &s.MaxAttempts,
-			&s.StartedAt, &s.FinishedAt, &lastErr, &wait, &s.WorkflowStatus, &s.Final)
+			&s.StartedAt, &s.FinishedAt, &lastErr, &wait, &s.WorkflowStatus, &s.Final, &s.Elements, &s.ElementsDone)
 		s.RunID, s.Status, s.Error, s.WaitKind = deref(id), deref(status), deref(lastErr), deref(wait)
 		return s, err
 	})

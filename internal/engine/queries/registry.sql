@@ -20,5 +20,5 @@ from workflow.registry_entries(null, @owner_namespace, @owner_name);
 
 -- name: DAGSteps
 select name, type, depends_on, run_id::text, status, attempt, max_attempts, started_at, finished_at,
-       last_error, wait_kind, workflow_status, final
+       last_error, wait_kind, workflow_status, final, elements, elements_done
 from workflow.dag_steps(@id);

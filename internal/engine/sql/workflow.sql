@@ -303,6 +303,7 @@ create table if not exists workflow.workflow_run (
     traceparent text,
     concurrency_key text,                           -- the flow limits' key (a customer, a tenant)
     dag_skipped text[],                             -- a DAG's steps whose condition was false
+    dag_fanout jsonb,                               -- a DAG's fanned-out steps: {name: elements}
     constraint workflow_run_pkey primary key (id),
     constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
     constraint workflow_run_idempotency_key_length
@@ -2782,7 +2783,7 @@ begin
         end if;
         select k into v_key from jsonb_object_keys(v_step.s) k
         where k not in ('name', 'type', 'dependsOn', 'payload', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
-                        'final', 'when')
+                        'final', 'when', 'forEach', 'forEachFailure')
         limit 1;
         if found then
             return format('step %s: unknown field %s', v_step.i, to_jsonb(left(v_key, 64)));
@@ -2813,6 +2814,27 @@ begin
             exception when others then
                 return format('step "%s": when is not an SQL/JSON path expression: %s', v_step.s->>'name', sqlerrm);
             end;
+        end if;
+        if v_step.s ? 'forEach' then
+            if jsonb_typeof(v_step.s->'forEach') <> 'string' or char_length(v_step.s->>'forEach') not between 1 and 1024 then
+                return format('step "%s": forEach must be an SQL/JSON path of 1 to 1024 characters', v_step.s->>'name');
+            end if;
+            if coalesce((v_step.s->>'final')::boolean, false) then
+                return format('step "%s": a final step runs once; it takes no forEach', v_step.s->>'name');
+            end if;
+            if char_length(v_step.s->>'name') > 57 then
+                return format('step "%s": a step with forEach has a name of at most 57 characters (its elements are named <name>[<index>])', v_step.s->>'name');
+            end if;
+            begin
+                perform (v_step.s->>'forEach')::jsonpath;
+            exception when others then
+                return format('step "%s": forEach is not an SQL/JSON path expression: %s', v_step.s->>'name', sqlerrm);
+            end;
+        end if;
+        if v_step.s ? 'forEachFailure' and (not v_step.s ? 'forEach'
+            or jsonb_typeof(v_step.s->'forEachFailure') <> 'string'
+            or v_step.s->>'forEachFailure' not in ('failStep', 'continue')) then
+            return format('step "%s": forEachFailure is failStep or continue, on a step with forEach', v_step.s->>'name');
         end if;
         if v_step.s ? 'final' and jsonb_typeof(v_step.s->'final') <> 'boolean' then
             return format('step "%s": final must be true or false', v_step.s->>'name');
@@ -2987,6 +3009,7 @@ as $$
     where not exists (select 1 from workflow.workflow_run c
                       where c.parent_id = p_run.id and c.parent_step = s->>'name')
       and not (s->>'name') = any (coalesce(p_run.dag_skipped, '{}'))
+      and not coalesce(p_run.dag_fanout ? (s->>'name'), false)
       -- A skipped dependency counts as done (its result is null).
       and not exists (select 1 from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
                       where not p_results ? d and not d = any (coalesce(p_run.dag_skipped, '{}')))
@@ -3023,6 +3046,61 @@ begin
 end
 $$;
 
+-- dag_step_states is the state of each started step of a DAG run: a
+-- step's run, or for a fanned-out step (forEach) its elements together:
+-- succeeded with the list of their results in index order when all ended
+-- and none failed (with forEachFailure continue, failed and cancelled
+-- elements leave null), failed or cancelled as its first element that did
+-- (failStep, the default), running ('leased') otherwise. For a failure,
+-- the run, type and error of the element that caused it. elements and
+-- elements_done count a fanned-out step's elements.
+create or replace function workflow.dag_step_states(p_run workflow.workflow_run)
+returns table (name text, status text, result jsonb, run_id uuid, type text, last_error text,
+               elements integer, elements_done integer, element text, finished_at timestamptz)
+language sql stable
+set search_path = pg_catalog, pg_temp
+-- The callers that end steps run with nested loops off, which prices the
+-- lateral join here so high that JIT compilation (half a second) would
+-- start on every call.
+set jit = off
+as $$
+    select c.parent_step, c.status, c.result, c.id, c.type, c.last_error, null::integer, null::integer, null::text,
+           c.finished_at
+    from workflow.workflow_run c
+    where c.parent_id = p_run.id and c.parent_step !~ '\[[0-9]+\]$'
+    union all
+    select f.key,
+           case when f.bad > 0 and f.policy <> 'continue' then f.bad_status
+                when f.ok + f.bad = f.n then 'succeeded'
+                else 'leased' end,
+           case when f.ok + f.bad = f.n and (f.bad = 0 or f.policy = 'continue') then f.results end,
+           f.bad_id, f.bad_type, f.bad_error, f.n, (f.ok + f.bad)::integer, f.bad_step, f.bad_at
+    from (
+        select k.key, (k.value)::integer as n,
+               coalesce((select s->>'forEachFailure' from jsonb_array_elements(p_run.dag->'steps') s
+                         where s->>'name' = k.key), 'failStep') as policy,
+               coalesce(e.ok, 0) as ok, coalesce(e.bad, 0) as bad, e.bad_status, e.bad_id, e.bad_type,
+               e.bad_error, e.bad_step, e.bad_at, coalesce(e.results, '[]'::jsonb) as results
+        from jsonb_each_text(coalesce(p_run.dag_fanout, '{}')) k
+        left join lateral (
+            select count(*) filter (where c.status = 'succeeded') as ok,
+                   count(*) filter (where c.status in ('failed', 'cancelled')) as bad,
+                   (array_agg(c.status order by c.finished_at, c.id) filter (where c.status in ('failed', 'cancelled')))[1] as bad_status,
+                   (array_agg(c.id order by c.finished_at, c.id) filter (where c.status in ('failed', 'cancelled')))[1] as bad_id,
+                   (array_agg(c.type order by c.finished_at, c.id) filter (where c.status in ('failed', 'cancelled')))[1] as bad_type,
+                   (array_agg(c.last_error order by c.finished_at, c.id) filter (where c.status in ('failed', 'cancelled')))[1] as bad_error,
+                   (array_agg(c.parent_step order by c.finished_at, c.id) filter (where c.status in ('failed', 'cancelled')))[1] as bad_step,
+                   min(c.finished_at) filter (where c.status in ('failed', 'cancelled')) as bad_at,
+                   jsonb_agg(case when c.status = 'succeeded' then coalesce(c.result, 'null'::jsonb) else 'null'::jsonb end
+                             order by substring(c.parent_step from '\[([0-9]+)\]$')::integer) as results
+            from workflow.workflow_run c
+            where c.parent_id = p_run.id
+              and left(c.parent_step, char_length(k.key) + 1) = k.key || '['
+              and c.parent_step ~ '\[[0-9]+\]$'
+        ) e on true
+    ) f
+$$;
+
 -- dag_final_step is a definition's final step (the one with "final":
 -- true), or null.
 create or replace function workflow.dag_final_step(p_dag jsonb) returns jsonb
@@ -3054,9 +3132,9 @@ begin
     if v_final is null then
         return false;
     end if;
-    select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb) into v_results
-    from workflow.workflow_run c
-    where c.parent_id = p_run.id and c.status = 'succeeded';
+    select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb) into v_results
+    from workflow.dag_step_states(p_run) st
+    where st.status = 'succeeded';
     v_payload := (p_run.payload || coalesce(v_final->'payload', '{}'::jsonb))
                  || jsonb_build_object('steps', v_results, 'outcome', jsonb_strip_nulls(p_outcome));
     if octet_length(v_payload::text) > (select st.max_payload_bytes from workflow.workflow_settings st)
@@ -3146,6 +3224,7 @@ $$;
 create or replace function workflow.dag_advance(p_run uuid) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
@@ -3160,6 +3239,9 @@ declare
     v_cond record;
     v_holds boolean;
     v_skipped_any boolean;
+    v_fan record;
+    v_list jsonb;
+    v_held text[] := '{}';
 begin
     perform set_config('workflow.via_function', 'on', true);
     select * into v_run from workflow.workflow_run r where r.id = p_run for update;
@@ -3190,10 +3272,10 @@ begin
                         jsonb_build_object('reason', 'step_failed', 'step', v_final->>'name',
                                            'step_run_id', v_fin.id, 'step_status', v_fin.status));
                 else
-                    select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+                    select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
                     into v_results, v_ok
-                    from workflow.workflow_run c
-                    where c.parent_id = p_run and c.status = 'succeeded';
+                    from workflow.dag_step_states(v_run) st
+                    where st.status = 'succeeded';
                     perform workflow.dag_succeed(v_run, v_results, v_ok);
                 end if;
             end if;
@@ -3202,26 +3284,28 @@ begin
         end if;
     end if;
 
-    select c.id, c.parent_step, c.type, c.status, c.last_error into v_bad
-    from workflow.workflow_run c
-    where c.parent_id = p_run and c.status in ('failed', 'cancelled')
-    order by c.finished_at, c.parent_step
+    -- A step that failed (or, fanned out, an element that failed it).
+    select st.run_id as id, st.name, st.element, st.type, st.status, st.last_error into v_bad
+    from workflow.dag_step_states(v_run) st
+    where st.status in ('failed', 'cancelled')
+    order by st.finished_at, st.name
     limit 1;
     if found then
         perform workflow.dag_fail(v_run,
-            format('step "%s" (%s) %s: %s', v_bad.parent_step, v_bad.type,
-                   case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
+            format('step "%s"%s (%s) %s: %s', v_bad.name,
+                   case when v_bad.element is not null then ' element ' || substring(v_bad.element from '\[([0-9]+)\]$') else '' end,
+                   v_bad.type, case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
                    left(coalesce(v_bad.last_error, v_bad.status), 4000)),
-            jsonb_build_object('reason', 'step_failed', 'step', v_bad.parent_step,
-                               'step_run_id', v_bad.id, 'step_status', v_bad.status));
+            jsonb_strip_nulls(jsonb_build_object('reason', 'step_failed', 'step', v_bad.name, 'element', v_bad.element,
+                                                 'step_run_id', v_bad.id, 'step_status', v_bad.status)));
         perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
 
-    select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+    select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
     into v_results, v_ok
-    from workflow.workflow_run c
-    where c.parent_id = p_run and c.status = 'succeeded';
+    from workflow.dag_step_states(v_run) st
+    where st.status = 'succeeded';
 
     -- Ready steps with a condition ("when", an SQL/JSON path predicate over
     -- {"payload": the workflow's payload, "steps": {dependency: {"status":
@@ -3230,15 +3314,79 @@ begin
     -- error fails the workflow. Skipping may make more steps ready.
     loop
         v_skipped_any := false;
-        for v_cond in
-            select r.name, r.def->>'when' as expr,
+        -- Steps with forEach fan out: one run per element of the list their
+        -- path selects (at most 1000), named <step>[<index>], each with the
+        -- step's payload plus "item" and "index".
+        for v_fan in
+            select r.name, r.type, r.payload, r.max_attempts, r.base_delay, r.max_delay, r.def->>'forEach' as expr,
                    jsonb_build_object('payload', v_run.payload, 'steps', coalesce(
                        (select jsonb_object_agg(d, jsonb_build_object(
                                    'status', case when d = any (coalesce(v_run.dag_skipped, '{}')) then 'skipped' else 'succeeded' end,
                                    'result', v_results->d))
                         from jsonb_array_elements_text(coalesce(r.def->'dependsOn', '[]')) d), '{}'::jsonb)) as input
             from workflow.dag_ready_steps(v_run, v_results) r
-            where r.def ? 'when'
+            where r.def ? 'forEach'
+              and (not r.def ? 'when' or r.name = any (v_held)) -- a condition is decided first (below)
+        loop
+            v_list := jsonb_path_query_first(v_fan.input, v_fan.expr::jsonpath, '{}', true);
+            if v_list is null or jsonb_typeof(v_list) <> 'array' or jsonb_array_length(v_list) > 1000 then
+                perform workflow.dag_fail(v_run,
+                    case when v_list is not null and jsonb_typeof(v_list) = 'array'
+                         then format('forEach of step "%s" selected %s elements; a step fans out to at most 1000',
+                                     v_fan.name, jsonb_array_length(v_list))
+                         else format('forEach of step "%s" (%s) selected %s, not a list', v_fan.name, left(v_fan.expr, 200),
+                                     coalesce(jsonb_typeof(v_list), 'nothing')) end,
+                    jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+                perform set_config('workflow.via_function', v_via, true);
+                return;
+            end if;
+            select e.i - 1 as idx, octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) as bytes
+            into v_bad
+            from jsonb_array_elements(v_list) with ordinality e(item, i)
+            where octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) > v_limit
+               or workflow.json_too_deep(v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))
+            limit 1;
+            if found then
+                perform workflow.dag_fail(v_run,
+                    format('the payload of element %s of step "%s" would be %s bytes or nest deeper than 64 levels; the limit is %s bytes',
+                           v_bad.idx, v_fan.name, v_bad.bytes, v_limit),
+                    jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
+                perform set_config('workflow.via_function', v_via, true);
+                return;
+            end if;
+            insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                               retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at)
+            select v_fan.type, v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1), v_run.priority,
+                   'dag:' || p_run::text || ':' || v_fan.name || '[' || (e.i - 1) || ']', v_fan.max_attempts,
+                   v_fan.base_delay, v_fan.max_delay, p_run, v_fan.name || '[' || (e.i - 1) || ']', v_run.deadline_at
+            from jsonb_array_elements(v_list) with ordinality e(item, i)
+            order by e.i
+            on conflict do nothing;
+            update workflow.workflow_run r
+            set dag_fanout = coalesce(r.dag_fanout, '{}') || jsonb_build_object(v_fan.name, jsonb_array_length(v_list)),
+                updated_at = workflow.now()
+            where r.id = p_run
+            returning * into v_run;
+            if jsonb_array_length(v_list) = 0 then
+                v_skipped_any := true; -- done at once, with []: what depends on it may be ready
+            end if;
+        end loop;
+        if v_skipped_any then
+            select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+            into v_results, v_ok
+            from workflow.dag_step_states(v_run) st
+            where st.status = 'succeeded';
+            continue;
+        end if;
+        for v_cond in
+            select r.name, r.def->>'when' as expr, r.def ? 'forEach' as fans_out,
+                   jsonb_build_object('payload', v_run.payload, 'steps', coalesce(
+                       (select jsonb_object_agg(d, jsonb_build_object(
+                                   'status', case when d = any (coalesce(v_run.dag_skipped, '{}')) then 'skipped' else 'succeeded' end,
+                                   'result', v_results->d))
+                        from jsonb_array_elements_text(coalesce(r.def->'dependsOn', '[]')) d), '{}'::jsonb)) as input
+            from workflow.dag_ready_steps(v_run, v_results) r
+            where r.def ? 'when' and not r.name = any (v_held)
         loop
             begin
                 v_holds := jsonb_path_match(v_cond.input, v_cond.expr::jsonpath, '{}', true);
@@ -3255,6 +3403,9 @@ begin
                 where r.id = p_run
                 returning * into v_run;
                 v_skipped_any := true;
+            else
+                v_held := v_held || v_cond.name; -- it holds: started below (a forEach fans out next pass)
+                v_skipped_any := v_skipped_any or v_cond.fans_out;
             end if;
         end loop;
         exit when not v_skipped_any;
@@ -3297,6 +3448,7 @@ begin
     select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
            r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at
     from workflow.dag_ready_steps(v_run, v_results) r
+    where not r.def ? 'forEach' and (not r.def ? 'when' or r.name = any (v_held))
     on conflict do nothing;
     perform set_config('workflow.via_function', v_via, true);
 end
@@ -3813,21 +3965,27 @@ $$;
 create or replace function workflow.dag_steps(p_id uuid)
 returns table (name text, type text, depends_on text[], run_id uuid, status text, attempt integer,
                max_attempts integer, started_at timestamptz, finished_at timestamptz, last_error text,
-               wait_kind text, workflow_status text, final boolean)
+               wait_kind text, workflow_status text, final boolean, elements integer, elements_done integer)
 language sql stable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
+    with p as (select r from workflow.workflow_run r where r.id = p_id and r.dag is not null),
+    fanned as (select st.* from p cross join lateral workflow.dag_step_states(p.r) st where st.elements is not null)
     select s.step->>'name', s.step->>'type',
            coalesce((select array_agg(d order by o)
                      from jsonb_array_elements_text(s.step->'dependsOn') with ordinality x(d, o)), '{}'),
-           c.id, case when s.step->>'name' = any (coalesce(p.dag_skipped, '{}')) then 'skipped' else c.status end,
+           coalesce(c.id, f.run_id),
+           case when s.step->>'name' = any (coalesce((p.r).dag_skipped, '{}')) then 'skipped'
+                when f.name is not null then f.status
+                else c.status end,
            coalesce(c.attempt, 0), coalesce(c.max_attempts, 0),
-           c.started_at, c.finished_at, left(c.last_error, 1024), c.wait_kind, p.status,
-           coalesce((s.step->>'final')::boolean, false)
-    from workflow.workflow_run p
-    cross join lateral jsonb_array_elements(p.dag->'steps') with ordinality s(step, ord)
-    left join workflow.workflow_run c on c.parent_id = p.id and c.parent_step = s.step->>'name'
-    where p.id = p_id and p.dag is not null
+           c.started_at, coalesce(c.finished_at, f.finished_at), left(coalesce(c.last_error, f.last_error), 1024),
+           c.wait_kind, (p.r).status, coalesce((s.step->>'final')::boolean, false), f.elements, f.elements_done
+    from p
+    cross join lateral jsonb_array_elements((p.r).dag->'steps') with ordinality s(step, ord)
+    left join workflow.workflow_run c on c.parent_id = (p.r).id and c.parent_step = s.step->>'name'
+    left join fanned f on f.name = s.step->>'name'
     order by s.ord
 $$;
 
@@ -5655,6 +5813,7 @@ revoke all on function
     workflow.dag_fail(workflow.workflow_run, text, jsonb),
     workflow.dag_finally(workflow.workflow_run, jsonb, timestamptz),
     workflow.dag_succeed(workflow.workflow_run, jsonb, integer),
+    workflow.dag_step_states(workflow.workflow_run),
     workflow.expire_deadlines(uuid[], integer),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
     workflow.flow_admit(text, integer, timestamptz),

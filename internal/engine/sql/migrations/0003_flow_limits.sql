@@ -5,6 +5,7 @@
 alter table workflow.workflow_run
     add column concurrency_key text,
     add column dag_skipped text[],
+    add column dag_fanout jsonb,
     add constraint workflow_run_concurrency_key_length
         check (char_length(concurrency_key) >= 1 and char_length(concurrency_key) <= 255),
     drop constraint workflow_run_wait_kind_valid,
