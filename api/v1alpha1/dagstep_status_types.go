@@ -61,4 +61,9 @@ type DAGStepStatus struct {
 	// Error is the last error of the step's run, truncated to 256 bytes.
 	// +optional
 	Error string `json:"error,omitempty"`
+	// Elements is "done/total" of a step that fans out (forEach): how many
+	// of its runs, one per element, have ended. RunID and Error are then
+	// those of the element that failed it, if one did.
+	// +optional
+	Elements string `json:"elements,omitempty"`
 }

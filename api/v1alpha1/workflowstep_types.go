@@ -14,6 +14,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.dependsOn) || !(self.name in self.dependsOn)",message="a step cannot depend on itself"
 // +kubebuilder:validation:XValidation:rule="!has(self.final) || !self.final || !has(self.dependsOn) || size(self.dependsOn) == 0",message="a final step runs after all the others and depends on none"
 // +kubebuilder:validation:XValidation:rule="!has(self.final) || !self.final || !has(self.when)",message="a final step always runs; it takes no when"
+// +kubebuilder:validation:XValidation:rule="!has(self.final) || !self.final || !has(self.forEach)",message="a final step runs once; it takes no forEach"
+// +kubebuilder:validation:XValidation:rule="!has(self.forEachFailure) || has(self.forEach)",message="forEachFailure applies to a step with forEach"
+// +kubebuilder:validation:XValidation:rule="!has(self.forEach) || size(self.name) <= 57",message="a step with forEach has a name of at most 57 characters (its runs are named <name>[<index>])"
 type WorkflowStep struct {
 	// Name is unique within the workflow: 1 to 63 letters, digits, '.', '_'
 	// or '-', starting with a letter or digit. It keys the step's result in
@@ -77,6 +80,24 @@ type WorkflowStep struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	When string `json:"when,omitempty"`
+	// ForEach fans the step out: an SQL/JSON path over the same input as
+	// When selecting a list (from the payload, such as $.payload.items, or
+	// from a dependency's result, such as $.steps.list.result.ids) of at
+	// most 1,000 elements. The step then runs once per element, as runs
+	// named <name>[<index>] whose payload is the step's plus "item" and
+	// "index", and its result is the list of their results in index order.
+	// A path that selects no list, or more than 1,000 elements, fails the
+	// workflow with the reason.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	ForEach string `json:"forEach,omitempty"`
+	// ForEachFailure is what an element that fails for good does: failStep
+	// (the default) fails the step, and the workflow, cancelling the other
+	// elements; continue leaves null in its place in the step's result.
+	// +optional
+	// +kubebuilder:validation:Enum=failStep;continue
+	ForEachFailure string `json:"forEachFailure,omitempty"`
 }
 
 // StepRetryPolicy is a step's own backoff, as a WorkflowRun's RetryPolicy.

@@ -1,6 +1,10 @@
 package console
 
-import "github.com/simple-workflow/simple-workflow/internal/engine"
+import (
+	"fmt"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
 
 // Geometry of a DAG's drawing, in SVG user units.
 const (
@@ -18,6 +22,8 @@ type dagNode struct {
 	X, Y int
 	// State is the step's status, or "waiting" before it started.
 	State string
+	// Elements is "done/total elements" of a step that fans out.
+	Elements string
 }
 
 // dagEdge joins a step to one it depends on.
@@ -81,6 +87,9 @@ func layoutDAG(steps []engine.DAGStep) *dagGraph {
 		}
 		nodes[i] = dagNode{DAGStep: s, State: state,
 			X: margin + col*(nodeWidth+colGap), Y: margin + row*(nodeHeight+rowGap)}
+		if s.Elements != nil && s.ElementsDone != nil {
+			nodes[i].Elements = fmt.Sprintf("%d/%d elements", *s.ElementsDone, *s.Elements)
+		}
 		g.Width = max(g.Width, nodes[i].X+nodeWidth+margin)
 		g.Height = max(g.Height, nodes[i].Y+nodeHeight+margin)
 	}

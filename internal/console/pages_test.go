@@ -416,17 +416,22 @@ func TestRunPageShowsRetriesFromFailure(t *testing.T) {
 	mustContain(t, "step page", body, `with its workflow <a href="/runs/`+flow+`">`)
 }
 
-// A step its condition skipped is drawn as skipped.
+// A step its condition skipped is drawn as skipped; a step that fans out
+// shows how many of its elements ended.
 func TestRunPageDrawsSkippedSteps(t *testing.T) {
 	e := setup(t)
 	def := &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{
 		{Name: "always", Type: "cond.always.v1"},
 		{Name: "never", Type: "cond.never.v1", When: "$.payload.go == true"},
+		{Name: "each", Type: "cond.each.v1", ForEach: "$.payload.items"},
 	}}
 	if err := e.eng.UpsertRegistryEntry(e.ctx, engine.RegistryEntry{WorkflowName: "cond.flow.v1", Enabled: true, Definition: def}); err != nil {
 		t.Fatal(err)
 	}
-	id := e.create(t, engine.CreateParams{Type: "cond.flow.v1", Payload: []byte(`{"go": false}`)})
+	id := e.create(t, engine.CreateParams{Type: "cond.flow.v1", Payload: []byte(`{"go": false, "items": [1, 2, 3]}`)})
+	c := e.claim(t, "cond.each.", 3)
+	e.complete(t, c[0], `{}`)
 	_, body := e.get(t, "/runs/"+id)
-	mustContain(t, "DAG page", body, `<g class="node pending" data-step="always">`, `<g class="node skipped" data-step="never">`)
+	mustContain(t, "DAG page", body, `<g class="node pending" data-step="always">`, `<g class="node skipped" data-step="never">`,
+		`<g class="node leased" data-step="each">`, `leased · 1/3 elements</text>`)
 }

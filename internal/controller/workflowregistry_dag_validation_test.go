@@ -94,6 +94,19 @@ var _ = Describe("Admission validation of workflows with steps", func() {
 		Entry("a condition over 1024 characters", func(w *workflowv1alpha1.WorkflowDefinition) {
 			w.Steps[0].When = strings.Repeat("x", 1025)
 		}, "spec.workflows[0].steps[0].when: Too long"),
+		Entry("forEachFailure without forEach", func(w *workflowv1alpha1.WorkflowDefinition) { w.Steps[0].ForEachFailure = "continue" },
+			"forEachFailure applies to a step with forEach"),
+		Entry("an unknown forEachFailure", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps[0].ForEach, w.Steps[0].ForEachFailure = "$.payload.items", "sometimes"
+		}, `spec.workflows[0].steps[0].forEachFailure: Unsupported value: "sometimes"`),
+		Entry("a final step with forEach", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps[1].DependsOn = nil
+			w.Steps[1].Final, w.Steps[1].ForEach = true, "$.payload.items"
+		}, "a final step runs once; it takes no forEach"),
+		Entry("a forEach step named too long for its elements", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps[0].Name, w.Steps[0].ForEach = strings.Repeat("a", 58), "$.payload.items"
+			w.Steps[1].DependsOn = []string{w.Steps[0].Name}
+		}, "a step with forEach has a name of at most 57 characters"),
 		Entry("more than 100 steps", func(w *workflowv1alpha1.WorkflowDefinition) {
 			w.Steps = nil
 			for i := range 101 {

@@ -98,6 +98,10 @@ func applyDAG(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, steps []engine.
 		if s.Status == engine.StepSkipped {
 			ds.Error = skippedByCondition
 		}
+		if s.Elements != nil && s.ElementsDone != nil {
+			ds.Elements = fmt.Sprintf("%d/%d", *s.ElementsDone, *s.Elements)
+			ds.Attempts = ""
+		}
 		if s.RunID != "" {
 			ds.Attempts = fmt.Sprintf("%d/%d", s.Attempt, s.MaxAttempts)
 		}

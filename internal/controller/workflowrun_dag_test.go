@@ -225,6 +225,37 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 			MatchRegexp(`^Failed for good: (deadline exceeded at \S+Z while its steps ran|step "a" \(\S+\) failed: deadline exceeded)$`)))
 	})
 
+	It("fans a step out over a list and shows how many of its elements ended", func() {
+		dag, tl, te := base+".each.v1", base+".list.v1", base+".el.v1"
+		each := dagStep("resize", te, "list")
+		each.ForEach = "$.steps.list.result.ids"
+		register(dag, dagStep("list", tl), each)
+		Expect(k8sClient.Create(ctx, newRun(ns, "fan", dag, nil))).To(Succeed())
+		runIDOf(ns, "fan")
+		cl := claimManual(tl, 1)[0]
+		_, err := eng.CompleteRuns(ctx, manualWorker, []engine.Completion{{LeaseRef: cl.Ref(), Result: json.RawMessage(`{"ids": [7, 8, 9]}`)}})
+		Expect(err).NotTo(HaveOccurred())
+		els := claimManual(te, 3)
+		complete(els[0])
+		Eventually(func(g Gomega) {
+			s := dagStepStatus(getRun(ns, "fan")(), "resize")
+			g.Expect(s.Phase).To(Equal(workflowv1alpha1.StepRunning))
+			g.Expect(s.Elements).To(Equal("1/3"))
+		}).Should(Succeed())
+		complete(els[1], els[2])
+		Eventually(phase(ns, "fan")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		s := dagStepStatus(getRun(ns, "fan")(), "resize")
+		Expect(s.Phase).To(Equal(workflowv1alpha1.StepSucceeded))
+		Expect(s.Elements).To(Equal("3/3"))
+		var res struct {
+			Steps map[string]json.RawMessage `json:"steps"`
+		}
+		Expect(json.Unmarshal(getRun(ns, "fan")().Status.Result.Raw, &res)).To(Succeed())
+		var resized []json.RawMessage
+		Expect(json.Unmarshal(res.Steps["resize"], &resized)).To(Succeed())
+		Expect(resized).To(HaveLen(3))
+	})
+
 	It("skips the branch whose condition does not hold and says so", func() {
 		dag, tc, ty, tn := base+".when.v1", base+".check.v1", base+".yes.v1", base+".no.v1"
 		yes := dagStep("yes", ty, "check")

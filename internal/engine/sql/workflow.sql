@@ -5813,7 +5813,6 @@ revoke all on function
     workflow.dag_fail(workflow.workflow_run, text, jsonb),
     workflow.dag_finally(workflow.workflow_run, jsonb, timestamptz),
     workflow.dag_succeed(workflow.workflow_run, jsonb, integer),
-    workflow.dag_step_states(workflow.workflow_run),
     workflow.expire_deadlines(uuid[], integer),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
     workflow.flow_admit(text, integer, timestamptz),
