@@ -3284,12 +3284,21 @@ begin
         end if;
     end if;
 
-    -- A step that failed (or, fanned out, an element that failed it).
-    select st.run_id as id, st.name, st.element, st.type, st.status, st.last_error into v_bad
-    from workflow.dag_step_states(v_run) st
-    where st.status in ('failed', 'cancelled')
-    order by st.finished_at, st.name
-    limit 1;
+    -- A step that failed (or, fanned out, an element that failed it). A
+    -- DAG that fanned out nothing reads its steps' runs directly.
+    if v_run.dag_fanout is null then
+        select c.id, c.parent_step as name, null::text as element, c.type, c.status, c.last_error into v_bad
+        from workflow.workflow_run c
+        where c.parent_id = p_run and c.status in ('failed', 'cancelled')
+        order by c.finished_at, c.parent_step
+        limit 1;
+    else
+        select st.run_id as id, st.name, st.element, st.type, st.status, st.last_error into v_bad
+        from workflow.dag_step_states(v_run) st
+        where st.status in ('failed', 'cancelled')
+        order by st.finished_at, st.name
+        limit 1;
+    end if;
     if found then
         perform workflow.dag_fail(v_run,
             format('step "%s"%s (%s) %s: %s', v_bad.name,
@@ -3302,17 +3311,26 @@ begin
         return;
     end if;
 
-    select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
-    into v_results, v_ok
-    from workflow.dag_step_states(v_run) st
-    where st.status = 'succeeded';
+    if v_run.dag_fanout is null then
+        select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+        into v_results, v_ok
+        from workflow.workflow_run c
+        where c.parent_id = p_run and c.status = 'succeeded';
+    else
+        select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+        into v_results, v_ok
+        from workflow.dag_step_states(v_run) st
+        where st.status = 'succeeded';
+    end if;
 
     -- Ready steps with a condition ("when", an SQL/JSON path predicate over
     -- {"payload": the workflow's payload, "steps": {dependency: {"status":
     -- "succeeded" | "skipped", "result": ...}}}): false (or no boolean)
     -- skips the step, which counts as done for what depends on it; an
     -- error fails the workflow. Skipping may make more steps ready.
+    -- (Only a definition with a condition or a fan-out has work here.)
     loop
+        exit when not jsonb_path_exists(v_run.dag, '$.steps[*] ? (exists (@.when) || exists (@.forEach))');
         v_skipped_any := false;
         -- Steps with forEach fan out: one run per element of the list their
         -- path selects (at most 1000), named <step>[<index>], each with the
