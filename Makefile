@@ -47,9 +47,10 @@ fmt-check: ## Fail when gofmt would change a file.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## Run go vet (also over hack/riverbench, the benchmark's River module, so it keeps building).
+vet: ## Run go vet (also over hack/riverbench and hack/dbosbench, the benchmark's peer modules, so they keep building).
 	$(GO) vet ./...
 	cd hack/riverbench && $(GO) vet ./...
+	cd hack/dbosbench && $(GO) vet ./...
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync them into the chart).

@@ -22,10 +22,12 @@ import (
 // "One chain alone" is the latency of a step of a lone chain, from the end of
 // its dependency to its own end: the orchestration's overhead per step plus
 // a worker's pickup.
-func dagThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) error {
+// It returns the figures it printed.
+func dagThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) (dagResult, error) {
+	var out dagResult
 	eng, err := engine.New(pool)
 	if err != nil {
-		return err
+		return out, err
 	}
 	chain := make([]engine.DAGStepDefinition, 10)
 	for i := range chain {
@@ -41,29 +43,29 @@ func dagThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkfl
 	for name, steps := range map[string][]engine.DAGStepDefinition{"bench.dag.chain.v1": chain, "bench.dag.fan.v1": fan} {
 		if err := eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{WorkflowName: name, Enabled: true,
 			Definition: &engine.DAGDefinition{Steps: steps}}); err != nil {
-			return err
+			return out, err
 		}
 	}
 	noop := func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) { return nil, nil }
 	stop, err := startPollers(ctx, client, cfg, "bench.dagstep.", noop, "bench.dagstep.v1")
 	if err != nil {
-		return err
+		return out, err
 	}
 	defer stop()
 
 	// One chain alone, for the per-step latency.
 	res, err := client.Create(ctx, "bench.dag.chain.v1", nil, nil)
 	if err != nil {
-		return err
+		return out, err
 	}
 	if err := waitDAGs(ctx, pool, []string{"bench.dag.chain.v1"}); err != nil {
-		return err
+		return out, err
 	}
 	var perStep float64
 	if err := pool.QueryRow(ctx, `select extract(epoch from (p.finished_at - min(c.created_at))) * 1000 / count(*)
 		from workflow.workflow_run p join workflow.workflow_run c on c.parent_id = p.id
 		where p.id = $1 group by p.finished_at`, res.ID).Scan(&perStep); err != nil {
-		return err
+		return out, err
 	}
 
 	for _, b := range []struct {
@@ -76,10 +78,10 @@ func dagThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkfl
 		start := time.Now()
 		if _, err := pool.Exec(ctx, `insert into workflow.workflow_run (type)
 			select $1 from generate_series(1, $2)`, b.typ, b.runs); err != nil {
-			return fmt.Errorf("create %s runs: %w", b.typ, err)
+			return out, fmt.Errorf("create %s runs: %w", b.typ, err)
 		}
 		if err := waitDAGs(ctx, pool, []string{b.typ}); err != nil {
-			return err
+			return out, err
 		}
 		elapsed := time.Since(start)
 		total := b.runs * b.steps
@@ -87,10 +89,19 @@ func dagThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkfl
 			elapsed.Seconds(), float64(total)/elapsed.Seconds())
 		if b.label == "chain" {
 			line += fmt.Sprintf("; one chain alone: %.1f ms per step", perStep)
+			out.chain, out.perStepMs = float64(total)/elapsed.Seconds(), perStep
+		} else {
+			out.fanout = float64(total) / elapsed.Seconds()
 		}
 		fmt.Println(line)
 	}
-	return nil
+	return out, nil
+}
+
+// dagResult is what one DAG measurement found: steps per second of the
+// concurrent chains and of the fan-outs, and the lone chain's ms per step.
+type dagResult struct {
+	chain, perStepMs, fanout float64
 }
 
 // waitDAGs waits until no run of the given types is unfinished, and fails

@@ -65,6 +65,7 @@ type config struct {
 	dagRuns     int
 	rounds      int
 	river       bool
+	dbos        bool
 	depthRuns   int
 	flowRuns    int
 	pgStats     bool
@@ -114,6 +115,7 @@ func run() error {
 	flag.IntVar(&cfg.dagRuns, "dag-runs", 300, "runs of the 10-step DAG chain (a tenth as many 100-step fan-outs)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "runs of each burn-down and pickup measurement (the median is printed)")
 	flag.BoolVar(&cfg.river, "river", true, "measure River side by side (hack/riverbench)")
+	flag.BoolVar(&cfg.dbos, "dbos", true, "measure DBOS Transact side by side for durable steps, DAG chains and fan-outs, and pickup (hack/dbosbench)")
 	flag.IntVar(&cfg.flowRuns, "flow-runs", 20000, "runs of each type of the flow-limit claim measurement, per round (0 skips it)")
 	flag.IntVar(&cfg.depthRuns, "depth-runs", 1000000, "pending runs behind the depth and claim measurements (0 skips them)")
 	flag.BoolVar(&cfg.pgStats, "pg-stats", false, "print the statements each engine burn-down spent its time in (pg_stat_statements; preloaded in the throwaway server)")
@@ -237,15 +239,16 @@ func run() error {
 	if len(spreadBurn) > 0 {
 		fmt.Println(medianBurn(spreadBurn).line(spread.spreadLabel(), "runs"))
 	}
-	if cfg.measures("steps") {
-		if err := stepThroughput(ctx, pool, client, cfg); err != nil {
+	var dbosPeer *dbos
+	if cfg.dbos && (cfg.measures("steps") || cfg.measures("dag") || cfg.measures("pickup")) {
+		if dbosPeer, err = newDBOS(ctx, url); err != nil {
 			return err
 		}
+		defer dbosPeer.close()
 	}
-	if cfg.measures("dag") {
-		if err := dagThroughput(ctx, pool, client, cfg); err != nil {
-			return err
-		}
+	peers, err := durablePeers(ctx, pool, client, cfg, dbosPeer)
+	if err != nil {
+		return err
 	}
 	var riverPickup, enginePickup []pickupResult
 	for i := range cfg.rounds {
@@ -266,13 +269,25 @@ func run() error {
 		}
 		fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, r.line("engine"))
 		enginePickup = append(enginePickup, r)
+		if dbosPeer != nil {
+			d, err := dbosPeer.pickup(ctx, cfg.latencyN)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "round %d: %s\n", i+1, d.line("dbos"))
+			peers.dbosPickup = append(peers.dbosPickup, d)
+		}
 	}
 	if len(enginePickup) > 0 {
 		if peer != nil {
 			fmt.Println(medianPickup(riverPickup).line("river"))
 		}
+		if len(peers.dbosPickup) > 0 {
+			fmt.Println(medianPickup(peers.dbosPickup).line("dbos"))
+		}
 		fmt.Println(medianPickup(enginePickup).line("engine"))
 	}
+	peers.print(enginePickup)
 	if peer != nil && len(engineBurn) > 0 && len(enginePickup) > 0 {
 		ep := medianPickup(enginePickup)
 		rb, eb, rp := medianBurn(riverBurn), medianBurn(engineBurn), medianPickup(riverPickup)

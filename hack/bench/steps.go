@@ -18,13 +18,18 @@ import (
 // the burn-down. It prints
 //
 //	engine steps: N runs x S steps in T s = X steps/s (workers=W)
-func stepThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) error {
+// It returns the steps per second. The previous round's runs are deleted
+// first.
+func stepThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) (float64, error) {
+	if _, err := pool.Exec(ctx, "delete from workflow.workflow_run where type = 'bench.steps.v1'"); err != nil {
+		return 0, fmt.Errorf("delete the previous round's runs: %w", err)
+	}
 	if _, err := pool.Exec(ctx, `insert into workflow.workflow_run (type, payload)
 		select 'bench.steps.v1', '{}'::jsonb from generate_series(1, $1)`, cfg.stepRuns); err != nil {
-		return fmt.Errorf("create runs: %w", err)
+		return 0, fmt.Errorf("create runs: %w", err)
 	}
 	if _, err := pool.Exec(ctx, "vacuum analyze workflow.workflow_run"); err != nil {
-		return err
+		return 0, err
 	}
 	names := make([]string, cfg.steps)
 	for i := range names {
@@ -45,7 +50,7 @@ func stepThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkf
 	start := time.Now()
 	stop, err := startPollers(ctx, client, cfg, "bench.steps.", workflow, "bench.steps.v1")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer stop()
 	for finished.Load() < int64(cfg.stepRuns) && time.Since(start) < 10*time.Minute {
@@ -55,13 +60,13 @@ func stepThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkf
 		var left int
 		if err := pool.QueryRow(ctx, `select count(*) from workflow.workflow_run
 			where type = 'bench.steps.v1' and status <> 'succeeded'`).Scan(&left); err != nil {
-			return err
+			return 0, err
 		}
 		if left == 0 {
 			break
 		}
 		if time.Since(start) > 10*time.Minute {
-			return fmt.Errorf("step benchmark did not finish in 10 minutes (%d runs left)", left)
+			return 0, fmt.Errorf("step benchmark did not finish in 10 minutes (%d runs left)", left)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -69,13 +74,13 @@ func stepThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkf
 	var journaled int
 	if err := pool.QueryRow(ctx, `select count(*) from workflow.workflow_step s
 		join workflow.workflow_run r on r.id = s.run_id where r.type = 'bench.steps.v1'`).Scan(&journaled); err != nil {
-		return err
+		return 0, err
 	}
 	if journaled != cfg.stepRuns*cfg.steps {
-		return fmt.Errorf("step benchmark: %d steps journaled, want %d", journaled, cfg.stepRuns*cfg.steps)
+		return 0, fmt.Errorf("step benchmark: %d steps journaled, want %d", journaled, cfg.stepRuns*cfg.steps)
 	}
 	total := cfg.stepRuns * cfg.steps
 	fmt.Printf("engine steps: %d runs x %d steps in %.2f s = %.0f steps/s (workers=%d)\n",
 		cfg.stepRuns, cfg.steps, elapsed.Seconds(), float64(total)/elapsed.Seconds(), cfg.pollers*cfg.concurrency)
-	return nil
+	return float64(total) / elapsed.Seconds(), nil
 }
