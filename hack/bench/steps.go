@@ -18,6 +18,7 @@ import (
 // the burn-down. It prints
 //
 //	engine steps: N runs x S steps in T s = X steps/s (workers=W)
+//
 // It returns the steps per second. The previous round's runs are deleted
 // first.
 func stepThroughput(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Client, cfg config) (float64, error) {
