@@ -3438,22 +3438,21 @@ begin
         return;
     end if;
 
-    -- A step whose payload would be too large fails the run.
-    select r.name, octet_length(r.payload::text) as bytes into v_bad
+    -- A step whose payload would be too large or too deep fails the run
+    -- (one read of the ready steps for both checks).
+    select r.name, octet_length(r.payload::text) as bytes,
+           octet_length(r.payload::text) <= v_limit as fits into v_bad
     from workflow.dag_ready_steps(v_run, v_results) r
-    where octet_length(r.payload::text) > v_limit limit 1;
-    if found then
+    where octet_length(r.payload::text) > v_limit or workflow.json_too_deep(r.payload)
+    limit 1;
+    if found and not v_bad.fits then
         perform workflow.dag_fail(v_run,
             format('the payload of step "%s" would be %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
                    v_bad.name, v_bad.bytes, v_limit),
             jsonb_build_object('reason', 'payload_too_large', 'step', v_bad.name));
         perform set_config('workflow.via_function', v_via, true);
         return;
-    end if;
-    select r.name into v_bad
-    from workflow.dag_ready_steps(v_run, v_results) r
-    where workflow.json_too_deep(r.payload) limit 1;
-    if found then
+    elsif found then
         perform workflow.dag_fail(v_run,
             format('the payload of step "%s" would nest deeper than 64 levels, the most a payload may', v_bad.name),
             jsonb_build_object('reason', 'payload_too_deep', 'step', v_bad.name));
