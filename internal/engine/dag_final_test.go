@@ -191,3 +191,97 @@ func TestDAGFinalStepDefinitionsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// A payload near the limit never stops what ends a workflow: the final
+// step starts with the outcome alone, and cancels, failures and the
+// reaper go through.
+func TestDAGFinalStepPayloadNeverBlocksTheEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_settings set max_payload_bytes = 10000`); err != nil {
+		t.Fatal(err)
+	}
+	b.register(t, "fin.big.v1", step("a", "finbig.a.v1"), finalStep("fin", "finbigf.fin.v1"))
+	big := fmt.Sprintf(`{"blob": %q}`, strings.Repeat("x", 9950))
+	cancelled := b.insertSQL(t, "fin.big.v1", big)
+	if ok, err := b.eng.CancelRun(b.ctx, cancelled); err != nil || !ok {
+		t.Fatalf("cancel a workflow with a payload near the limit: %v %v", ok, err)
+	}
+	failing := b.insertSQL(t, "fin.big.v1", big)
+	a := b.claim(t, "w1", []string{"finbig.a."}, 10)
+	if len(a) != 1 {
+		t.Fatalf("claimed %d", len(a))
+	}
+	if _, err := b.eng.FailRuns(b.ctx, "w1", []engine.Failure{{LeaseRef: a[0].Ref(), Error: strings.Repeat("e", 3000)}}); err != nil {
+		t.Fatalf("fail the step of a workflow with a payload near the limit: %v", err)
+	}
+	fins := b.claim(t, "w1", []string{"finbigf."}, 10)
+	if len(fins) != 2 {
+		t.Fatalf("claimed %d final steps, want both workflows'", len(fins))
+	}
+	for _, f := range fins {
+		var in struct {
+			Outcome map[string]any `json:"outcome"`
+		}
+		if err := json.Unmarshal(f.Payload, &in); err != nil || in.Outcome["status"] == nil {
+			t.Fatalf("final step's payload %s (%v), want the outcome", f.Payload, err)
+		}
+	}
+	b.completeAll(t, "w1", fins)
+	if r := b.get(t, failing); r.Status != engine.StatusFailed {
+		t.Fatalf("workflow %s, want failed", r.Status)
+	}
+}
+
+// The workflow's deadline passing ends it at once; its final step then runs
+// with no deadline, and keeps running to its end.
+func TestDAGFinalStepRunsAfterTheDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "fin.late.v1", step("a", "finlate.a.v1"), finalStep("fin", "finlatef.fin.v1"))
+	id := b.create(t, engine.CreateParams{Type: "fin.late.v1", Deadline: time.Minute})
+	a := b.claim(t, "w1", []string{"finlate.a."}, 1)
+	b.advanceClock(t, 2*time.Minute)
+	// The step's own worker sees the deadline first (its heartbeat expires
+	// its runs), then the maintenance's pass.
+	if _, err := b.pool.Exec(b.ctx, `select * from workflow.expire_deadlines(array[$1::uuid], 100)`, a[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `select * from workflow.expire_deadlines(null, 100)`); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(t, id); r.Status != engine.StatusFailed {
+		t.Fatalf("workflow %s, want failed at its deadline", r.Status)
+	}
+	f := b.claim(t, "w1", []string{"finlatef."}, 1)
+	if len(f) != 1 || f[0].DeadlineAt != nil {
+		t.Fatalf("final step claimed %+v, want it runnable with no deadline", f)
+	}
+	b.completeAll(t, "w1", f)
+	if r := b.get(t, f[0].ID); r.Status != engine.StatusSucceeded {
+		t.Fatalf("final step %s, want succeeded", r.Status)
+	}
+}
+
+// Results too large to be the workflow's fail it before the final step
+// starts, which is told so; a retry is refused while a final step runs.
+func TestDAGFinalStepHearsOfResultsOverTheLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "fin.deep.v1", step("a", "findeep.a.v1"), finalStep("fin", "findeepf.fin.v1"))
+	id := b.insertSQL(t, "fin.deep.v1", `{}`)
+	a := b.claim(t, "w1", []string{"findeep.a."}, 1)
+	deep := strings.Repeat(`{"x":`, 63) + "1" + strings.Repeat("}", 63)
+	b.completeWith(t, a[0], deep)
+	f, in := b.finalInput(t, "findeepf.")
+	if in["outcome"].(map[string]any)["status"] != "failed" {
+		t.Fatalf("final outcome %v, want failed", in["outcome"])
+	}
+	if err := b.eng.RetryRun(b.ctx, engine.RetryParams{ID: id}); err == nil {
+		t.Fatal("a workflow whose final step runs was retried")
+	}
+	b.completeAll(t, "w1", []engine.ClaimedRun{f})
+	if r := b.get(t, id); r.Status != engine.StatusFailed {
+		t.Fatalf("workflow %s, want failed", r.Status)
+	}
+}

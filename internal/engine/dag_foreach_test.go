@@ -205,3 +205,40 @@ func TestDAGForEachRefusesWhatItCannotFanOut(t *testing.T) {
 		}
 	}
 }
+
+// A forEach that fails to evaluate fails the workflow with the reason,
+// never the completion that triggered it; path variables are refused; a
+// fan-out cannot multiply a payload past 16 payloads' worth.
+func TestDAGForEachErrorsAndAmplification(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "each.err.v1", step("list", "eacherr.list.v1"),
+		forEachStep("each", "eacherre.each.v1", `$.steps.list.result.items ? (@.d.datetime() < "2024-01-01 00:00:00+00".datetime())`, "", "list"))
+	id := b.insertSQL(t, "each.err.v1", `{}`)
+	l := b.claim(t, "w1", []string{"eacherr."}, 1)
+	if _, err := b.eng.CompleteRuns(b.ctx, "w1", []engine.Completion{{LeaseRef: l[0].Ref(),
+		Result: json.RawMessage(`{"items": [{"d": "2023-05-01"}]}`)}}); err != nil {
+		t.Fatalf("the completion failed with its workflow's forEach: %v", err)
+	}
+	if r := b.get(t, l[0].ID); r.Status != engine.StatusSucceeded {
+		t.Fatalf("the step whose completion evaluated the forEach is %s", r.Status)
+	}
+	if r := b.get(t, id); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, `forEach of step "each" could not be evaluated`) {
+		t.Fatalf("workflow %s (%s)", r.Status, r.LastError)
+	}
+	err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{WorkflowName: "each.var.v1", Enabled: true,
+		Definition: &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{forEachStep("a", "x.a.v1", "$.payload.items[$i]", "")}}})
+	if err == nil || !strings.Contains(err.Error(), "path variable") {
+		t.Fatalf("a path variable: %v", err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_settings set max_payload_bytes = 20000`); err != nil {
+		t.Fatal(err)
+	}
+	b.register(t, "each.amp.v1", forEachStep("each", "eachamp.each.v1", "$.payload.items", ""))
+	items := make([]int, 100)
+	raw, _ := json.Marshal(map[string]any{"items": items, "blob": strings.Repeat("x", 5000)})
+	amp := b.insertSQL(t, "each.amp.v1", string(raw))
+	if r := b.get(t, amp); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, "a fan-out carries at most") {
+		t.Fatalf("amplified fan-out: %s (%s)", r.Status, r.LastError)
+	}
+}

@@ -1030,6 +1030,22 @@ begin
         return query select 'refused'::text, format('run %s has used the 1000 attempts a run may have', p_id);
         return;
     end if;
+    if v_run.dag is not null and exists (
+           select 1 from workflow.workflow_run c
+           where c.parent_id = p_id and c.parent_step = workflow.dag_final_step(v_run.dag)->>'name'
+             and c.status in ('pending', 'leased')) then
+        return query select 'refused'::text,
+            format('the final step of run %s is still running; retry the workflow once it has ended', p_id);
+        return;
+    end if;
+    if v_run.dag is not null and exists (
+           select 1 from workflow.workflow_run c
+           where c.parent_id = p_id and c.status in ('failed', 'cancelled')
+             and (c.deleted_at is not null or c.attempt >= 1000)) then
+        return query select 'refused'::text,
+            format('a step of run %s that would run again was deleted or has used the 1000 attempts a run may have', p_id);
+        return;
+    end if;
     v_prev := v_run.status;
     perform set_config('workflow.via_function', 'on', true);
     perform set_config('workflow.retrying', 'on', true);
@@ -1038,8 +1054,7 @@ begin
         -- kept, detached (named in the event), and the step runs again at
         -- the end.
         update workflow.workflow_run c
-        set parent_id = null, parent_step = null,
-            idempotency_key = 'retried-final:' || c.id::text, updated_at = v_now
+        set parent_id = null, parent_step = null, idempotency_key = null, updated_at = v_now
         where c.parent_id = p_id and c.parent_step = workflow.dag_final_step(v_run.dag)->>'name'
         returning c.id into v_old_final;
         -- The steps that failed or were cancelled, in id order.
@@ -1055,6 +1070,12 @@ begin
                 updated_at = v_now
             from (select x.id from workflow.workflow_run x
                   where x.parent_id = p_id and x.status in ('failed', 'cancelled')
+                    -- the elements of a fan-out that continued past them
+                    -- and succeeded stay as they were
+                    and not (x.parent_step ~ '\[[0-9]+\]$'
+                             and exists (select 1 from workflow.dag_step_states(v_run) st
+                                         where st.name = left(x.parent_step, position('[' in x.parent_step) - 1)
+                                           and st.status = 'succeeded'))
                   order by x.id for update) x
             where c.id = x.id
             returning c.id, c.attempt, c.max_attempts
@@ -2719,11 +2740,14 @@ begin
     perform set_config('workflow.cancel_reason', 'parent_ended', true);
     update workflow.workflow_run c
     set status = 'cancelled', updated_at = workflow.now()
-    where c.parent_id = new.id and c.status in ('pending', 'leased');
+    where c.parent_id = new.id and c.status in ('pending', 'leased')
+      -- a DAG's final step, once started, runs to its end whatever ends
+      -- the workflow
+      and c.parent_step is distinct from workflow.dag_final_step(new.dag)->>'name';
     perform set_config('workflow.cancel_reason', v_outer, true);
     -- A DAG ended from outside (cancelled, its deadline passed) before its
     -- final step started: the final step runs now, after it, with no
-    -- deadline (one that started already was cancelled above with the rest).
+    -- deadline.
     if new.dag is not null then
         perform workflow.dag_finally(new, jsonb_build_object('status', new.status, 'error', new.last_error,
                                                              'reason', case when new.status = 'cancelled' then 'cancelled' end),
@@ -2809,6 +2833,9 @@ begin
             if coalesce((v_step.s->>'final')::boolean, false) then
                 return format('step "%s": a final step always runs; it takes no when', v_step.s->>'name');
             end if;
+            if (v_step.s->>'when') ~ '\$[A-Za-z_"]' then
+                return format('step "%s": when uses a path variable ($name); only $ (the input) is defined', v_step.s->>'name');
+            end if;
             begin
                 perform (v_step.s->>'when')::jsonpath;
             exception when others then
@@ -2824,6 +2851,9 @@ begin
             end if;
             if char_length(v_step.s->>'name') > 57 then
                 return format('step "%s": a step with forEach has a name of at most 57 characters (its elements are named <name>[<index>])', v_step.s->>'name');
+            end if;
+            if (v_step.s->>'forEach') ~ '\$[A-Za-z_"]' then
+                return format('step "%s": forEach uses a path variable ($name); only $ (the input) is defined', v_step.s->>'name');
             end if;
             begin
                 perform (v_step.s->>'forEach')::jsonpath;
@@ -3117,7 +3147,8 @@ $$;
 -- the results of the steps that succeeded under "steps" (left out when
 -- the payload would pass the limits) and the outcome under "outcome"
 -- ({"status": "succeeded" | "failed" | "cancelled", "error", "reason",
--- "step"}). p_deadline is its deadline. False when there is no final step.
+-- "step"}). It has no deadline: a cleanup runs to its end (p_deadline is
+-- not used). False when there is no final step.
 -- Fires: workflow_run_inserted (the step).
 create or replace function workflow.dag_finally(p_run workflow.workflow_run, p_outcome jsonb,
                                                  p_deadline timestamptz) returns boolean
@@ -3128,6 +3159,7 @@ declare
     v_final jsonb := workflow.dag_final_step(p_run.dag);
     v_results jsonb;
     v_payload jsonb;
+    v_limit bigint;
 begin
     if v_final is null then
         return false;
@@ -3135,12 +3167,20 @@ begin
     select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb) into v_results
     from workflow.dag_step_states(p_run) st
     where st.status = 'succeeded';
+    v_limit := (select st.max_payload_bytes from workflow.workflow_settings st);
     v_payload := (p_run.payload || coalesce(v_final->'payload', '{}'::jsonb))
                  || jsonb_build_object('steps', v_results, 'outcome', jsonb_strip_nulls(p_outcome));
-    if octet_length(v_payload::text) > (select st.max_payload_bytes from workflow.workflow_settings st)
-       or workflow.json_too_deep(v_payload) then
+    if octet_length(v_payload::text) > v_limit or workflow.json_too_deep(v_payload) then
+        -- Without the results, then with the outcome alone (its error cut):
+        -- the final step always starts, and nothing that ends the workflow
+        -- (a cancel, the reaper, deadline expiry) fails on its payload.
         v_payload := (p_run.payload || coalesce(v_final->'payload', '{}'::jsonb))
                      || jsonb_build_object('outcome', jsonb_strip_nulls(p_outcome));
+        if octet_length(v_payload::text) > v_limit or workflow.json_too_deep(v_payload) then
+            v_payload := jsonb_build_object('outcome', jsonb_strip_nulls(jsonb_build_object(
+                'status', p_outcome->>'status', 'reason', p_outcome->>'reason', 'step', p_outcome->>'step',
+                'error', left(p_outcome->>'error', 1000))));
+        end if;
     end if;
     insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
                                        retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at)
@@ -3148,7 +3188,7 @@ begin
             coalesce((v_final->>'maxAttempts')::integer, 3),
             make_interval(secs => (v_final->>'retryBaseDelayMs')::bigint / 1000.0),
             make_interval(secs => (v_final->>'retryMaxDelayMs')::bigint / 1000.0),
-            p_run.id, v_final->>'name', p_deadline)
+            p_run.id, v_final->>'name', null)
     on conflict do nothing;
     return true;
 end
@@ -3168,6 +3208,12 @@ declare
     v_outer text := coalesce(current_setting('workflow.cancel_reason', true), '');
     v_by text := coalesce(current_setting('workflow.cancelled_by', true), '');
 begin
+    -- Past the workflow's deadline, it ends now; on_parent_ended starts
+    -- its final step after it.
+    if p_run.deadline_at is not null and p_run.deadline_at <= workflow.now() then
+        perform workflow.dag_end(p_run, 'failed', null, p_error, p_data);
+        return;
+    end if;
     if not workflow.dag_finally(p_run, jsonb_build_object('status', 'failed', 'error', p_error,
                                                             'reason', p_data->>'reason', 'step', p_data->>'step'),
                                 p_run.deadline_at) then
@@ -3346,7 +3392,15 @@ begin
             where r.def ? 'forEach'
               and (not r.def ? 'when' or r.name = any (v_held)) -- a condition is decided first (below)
         loop
-            v_list := jsonb_path_query_first(v_fan.input, v_fan.expr::jsonpath, '{}', true);
+            begin
+                v_list := jsonb_path_query_first(v_fan.input, v_fan.expr::jsonpath, '{}', true);
+            exception when others then
+                perform workflow.dag_fail(v_run,
+                    format('forEach of step "%s" could not be evaluated: %s', v_fan.name, sqlerrm),
+                    jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+                perform set_config('workflow.via_function', v_via, true);
+                return;
+            end;
             if v_list is null or jsonb_typeof(v_list) <> 'array' or jsonb_array_length(v_list) > 1000 then
                 perform workflow.dag_fail(v_run,
                     case when v_list is not null and jsonb_typeof(v_list) = 'array'
@@ -3355,6 +3409,18 @@ begin
                          else format('forEach of step "%s" (%s) selected %s, not a list', v_fan.name, left(v_fan.expr, 200),
                                      coalesce(jsonb_typeof(v_list), 'nothing')) end,
                     jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+                perform set_config('workflow.via_function', v_via, true);
+                return;
+            end if;
+            -- The elements together are at most 16 times a payload's limit:
+            -- a fan-out never multiplies one producer's payload a thousand
+            -- times over.
+            if jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text) > 16 * v_limit then
+                perform workflow.dag_fail(v_run,
+                    format('the %s elements of step "%s" would carry %s bytes of payload in all; a fan-out carries at most %s (16 payloads)',
+                           jsonb_array_length(v_list), v_fan.name,
+                           jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text), 16 * v_limit),
+                    jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
                 perform set_config('workflow.via_function', v_via, true);
                 return;
             end if;
@@ -3431,8 +3497,17 @@ begin
 
     v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
     if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) = v_total then
-        if not workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), v_run.deadline_at) then
+        if v_final is null then
             perform workflow.dag_succeed(v_run, v_results, v_total);
+        elsif octet_length(jsonb_build_object('steps', v_results)::text) > 1048576
+              or workflow.json_too_deep(jsonb_build_object('steps', v_results)) then
+            -- The results cannot be the workflow's: it fails, and its final
+            -- step is told so.
+            perform workflow.dag_fail(v_run,
+                'the steps'' results together are over 1048576 bytes or nest deeper than 64 levels, the most a result may',
+                jsonb_build_object('reason', 'result_too_large'));
+        else
+            perform workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), null);
         end if;
         perform set_config('workflow.via_function', v_via, true);
         return;
