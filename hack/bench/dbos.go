@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"time"
-
-	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 )
 
 // dbosDatabase is the database DBOS Transact runs on (its system database,
@@ -24,42 +21,17 @@ const dbosDatabase = "dbos_bench"
 // it prints. Every measurement runs through one DBOS queue of worker
 // concurrency 1,000 polled every 5 ms, results awaited by polling every
 // 10 ms, on DBOS's default pool of 20 connections (see hack/dbosbench).
-type dbos struct {
-	dir string // holds the built binary
-	bin string
-	url string
-}
+type dbos struct{ peerBinary }
 
-// newDBOS builds hack/dbosbench (its dependencies come through the Go module
-// proxy on first use) and creates DBOS's database when it is missing.
+// newDBOS builds hack/dbosbench and creates DBOS's database when it is
+// missing.
 func newDBOS(ctx context.Context, serverURL string) (*dbos, error) {
-	src, err := pgtest.RepoFile("hack/dbosbench")
+	p, err := buildPeer(ctx, serverURL, "dbosbench", dbosDatabase)
 	if err != nil {
-		return nil, fmt.Errorf("find hack/dbosbench: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "dbosbench-")
-	if err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
-	}
-	d := &dbos{dir: dir, bin: filepath.Join(dir, "dbosbench")}
-	build := exec.CommandContext(ctx, "go", "build", "-o", d.bin, ".")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		d.close()
-		return nil, fmt.Errorf("build hack/dbosbench: %w\n%s", err, out)
-	}
-	if d.url, err = pgtest.WithDatabase(serverURL, dbosDatabase); err != nil {
-		d.close()
 		return nil, err
 	}
-	if err := createDatabase(ctx, serverURL, dbosDatabase); err != nil {
-		d.close()
-		return nil, err
-	}
-	return d, nil
+	return &dbos{p}, nil
 }
-
-func (d *dbos) close() { _ = os.RemoveAll(d.dir) }
 
 // run runs the binary with args and returns its standard output and error.
 func (d *dbos) run(ctx context.Context, args ...string) (stdout, stderr string, err error) {

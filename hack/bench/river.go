@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 )
 
 // riverDatabase is the database River runs on, in the same server as the
@@ -22,42 +19,17 @@ const riverDatabase = "river_bench"
 
 // river runs the peer, hack/riverbench (a Go module of its own), as a child
 // process against a database of its own and parses the lines it prints.
-type river struct {
-	dir string // holds the built binary
-	bin string
-	url string
-}
+type river struct{ peerBinary }
 
-// newRiver builds hack/riverbench (its dependencies come through the Go
-// module proxy on first use) and creates River's database when it is missing.
+// newRiver builds hack/riverbench and creates River's database when it is
+// missing.
 func newRiver(ctx context.Context, serverURL string) (*river, error) {
-	src, err := pgtest.RepoFile("hack/riverbench")
+	p, err := buildPeer(ctx, serverURL, "riverbench", riverDatabase)
 	if err != nil {
-		return nil, fmt.Errorf("find hack/riverbench: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "riverbench-")
-	if err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
-	}
-	r := &river{dir: dir, bin: filepath.Join(dir, "riverbench")}
-	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin, ".")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		r.close()
-		return nil, fmt.Errorf("build hack/riverbench: %w\n%s", err, out)
-	}
-	if r.url, err = pgtest.WithDatabase(serverURL, riverDatabase); err != nil {
-		r.close()
 		return nil, err
 	}
-	if err := createDatabase(ctx, serverURL, riverDatabase); err != nil {
-		r.close()
-		return nil, err
-	}
-	return r, nil
+	return &river{p}, nil
 }
-
-func (r *river) close() { _ = os.RemoveAll(r.dir) }
 
 func createDatabase(ctx context.Context, serverURL, name string) error {
 	conn, err := pgx.Connect(ctx, serverURL)

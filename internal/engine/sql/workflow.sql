@@ -2761,6 +2761,44 @@ create or replace trigger workflow_parent_ended
     for each row when (old.status in ('pending', 'leased') and new.status in ('failed', 'cancelled'))
     execute function workflow.on_parent_ended();
 
+-- path_problem names what is wrong with a step's SQL/JSON path field
+-- (when or forEach): not a string of 1 to 1024 characters, a path variable
+-- (only $, the input, is defined), or not a path at all; null when fine.
+create or replace function workflow.path_problem(p_step jsonb, p_field text) returns text
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if jsonb_typeof(p_step->p_field) is distinct from 'string' or char_length(p_step->>p_field) not between 1 and 1024 then
+        return format('step "%s": %s must be an SQL/JSON path of 1 to 1024 characters', p_step->>'name', p_field);
+    end if;
+    if (p_step->>p_field) ~ '\$[A-Za-z_"]' then
+        return format('step "%s": %s uses a path variable ($name); only $ (the input) is defined', p_step->>'name', p_field);
+    end if;
+    begin
+        perform (p_step->>p_field)::jsonpath;
+    exception when others then
+        return format('step "%s": %s is not an SQL/JSON path expression: %s', p_step->>'name', p_field, sqlerrm);
+    end;
+    return null;
+end
+$$;
+
+-- dag_step_input is what a step's condition and forEach read: the
+-- workflow's payload and, for each dependency, its status (succeeded or
+-- skipped) and result.
+create or replace function workflow.dag_step_input(p_run workflow.workflow_run, p_results jsonb, p_def jsonb)
+returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select jsonb_build_object('payload', p_run.payload, 'steps', coalesce(
+        (select jsonb_object_agg(d, jsonb_build_object(
+                    'status', case when d = any (coalesce(p_run.dag_skipped, '{}')) then 'skipped' else 'succeeded' end,
+                    'result', p_results->d))
+         from jsonb_array_elements_text(coalesce(p_def->'dependsOn', '[]')) d), '{}'::jsonb))
+$$;
+
 -- definition_problem names the first thing wrong with a DAG definition
 -- ({"steps": [{name, type, dependsOn, payload, maxAttempts,
 -- retryBaseDelayMs, retryMaxDelayMs}]}, 1 to 100 steps, unique names,
@@ -2827,39 +2865,25 @@ begin
             return format('step "%s": dependsOn must be a list of at most 100 step names', v_step.s->>'name');
         end if;
         if v_step.s ? 'when' then
-            if jsonb_typeof(v_step.s->'when') <> 'string' or char_length(v_step.s->>'when') not between 1 and 1024 then
-                return format('step "%s": when must be an SQL/JSON path predicate of 1 to 1024 characters', v_step.s->>'name');
-            end if;
             if coalesce((v_step.s->>'final')::boolean, false) then
                 return format('step "%s": a final step always runs; it takes no when', v_step.s->>'name');
             end if;
-            if (v_step.s->>'when') ~ '\$[A-Za-z_"]' then
-                return format('step "%s": when uses a path variable ($name); only $ (the input) is defined', v_step.s->>'name');
+            v_key := workflow.path_problem(v_step.s, 'when');
+            if v_key is not null then
+                return v_key;
             end if;
-            begin
-                perform (v_step.s->>'when')::jsonpath;
-            exception when others then
-                return format('step "%s": when is not an SQL/JSON path expression: %s', v_step.s->>'name', sqlerrm);
-            end;
         end if;
         if v_step.s ? 'forEach' then
-            if jsonb_typeof(v_step.s->'forEach') <> 'string' or char_length(v_step.s->>'forEach') not between 1 and 1024 then
-                return format('step "%s": forEach must be an SQL/JSON path of 1 to 1024 characters', v_step.s->>'name');
-            end if;
             if coalesce((v_step.s->>'final')::boolean, false) then
                 return format('step "%s": a final step runs once; it takes no forEach', v_step.s->>'name');
             end if;
             if char_length(v_step.s->>'name') > 57 then
                 return format('step "%s": a step with forEach has a name of at most 57 characters (its elements are named <name>[<index>])', v_step.s->>'name');
             end if;
-            if (v_step.s->>'forEach') ~ '\$[A-Za-z_"]' then
-                return format('step "%s": forEach uses a path variable ($name); only $ (the input) is defined', v_step.s->>'name');
+            v_key := workflow.path_problem(v_step.s, 'forEach');
+            if v_key is not null then
+                return v_key;
             end if;
-            begin
-                perform (v_step.s->>'forEach')::jsonpath;
-            exception when others then
-                return format('step "%s": forEach is not an SQL/JSON path expression: %s', v_step.s->>'name', sqlerrm);
-            end;
         end if;
         if v_step.s ? 'forEachFailure' and (not v_step.s ? 'forEach'
             or jsonb_typeof(v_step.s->'forEachFailure') <> 'string'
@@ -3383,11 +3407,7 @@ begin
         -- step's payload plus "item" and "index".
         for v_fan in
             select r.name, r.type, r.payload, r.max_attempts, r.base_delay, r.max_delay, r.def->>'forEach' as expr,
-                   jsonb_build_object('payload', v_run.payload, 'steps', coalesce(
-                       (select jsonb_object_agg(d, jsonb_build_object(
-                                   'status', case when d = any (coalesce(v_run.dag_skipped, '{}')) then 'skipped' else 'succeeded' end,
-                                   'result', v_results->d))
-                        from jsonb_array_elements_text(coalesce(r.def->'dependsOn', '[]')) d), '{}'::jsonb)) as input
+                   workflow.dag_step_input(v_run, v_results, r.def) as input
             from workflow.dag_ready_steps(v_run, v_results) r
             where r.def ? 'forEach'
               and (not r.def ? 'when' or r.name = any (v_held)) -- a condition is decided first (below)
@@ -3464,11 +3484,7 @@ begin
         end if;
         for v_cond in
             select r.name, r.def->>'when' as expr, r.def ? 'forEach' as fans_out,
-                   jsonb_build_object('payload', v_run.payload, 'steps', coalesce(
-                       (select jsonb_object_agg(d, jsonb_build_object(
-                                   'status', case when d = any (coalesce(v_run.dag_skipped, '{}')) then 'skipped' else 'succeeded' end,
-                                   'result', v_results->d))
-                        from jsonb_array_elements_text(coalesce(r.def->'dependsOn', '[]')) d), '{}'::jsonb)) as input
+                   workflow.dag_step_input(v_run, v_results, r.def) as input
             from workflow.dag_ready_steps(v_run, v_results) r
             where r.def ? 'when' and not r.name = any (v_held)
         loop
