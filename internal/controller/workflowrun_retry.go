@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -22,7 +24,17 @@ func (r *WorkflowRunReconciler) retryOnSpec(ctx context.Context, wfr *workflowv1
 		return run, nil
 	}
 	by := fmt.Sprintf("spec.retries of WorkflowRun %s/%s", wfr.Namespace, wfr.Name)
-	err := r.Inbox.RetryRun(ctx, engine.RetryParams{ID: run.ID, By: by})
+	// A retry this object asked for whose status.retries was never written
+	// (the write failed, the manager stopped) is not asked for again.
+	done, err := r.retriesAskedBy(ctx, run.ID, by)
+	if err != nil {
+		return run, err
+	}
+	if done >= wfr.Spec.Retries {
+		wfr.Status.Retries = wfr.Spec.Retries
+		return run, nil
+	}
+	err = r.Inbox.RetryRun(ctx, engine.RetryParams{ID: run.ID, By: by})
 	switch {
 	case err == nil:
 		r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonRetried, "Retry",
@@ -39,4 +51,30 @@ func (r *WorkflowRunReconciler) retryOnSpec(ctx context.Context, wfr *workflowv1
 		return run, fmt.Errorf("read run %s: %w", run.ID, err)
 	}
 	return now, nil
+}
+
+// retriesAskedBy counts the run's retries from failure that by asked for,
+// from its audit trail.
+func (r *WorkflowRunReconciler) retriesAskedBy(ctx context.Context, runID, by string) (int32, error) {
+	evs, err := r.Inbox.ListEventsAfter(ctx, runID, 0)
+	if err != nil {
+		return 0, fmt.Errorf("read events of run %s: %w", runID, err)
+	}
+	if len(by) > engine.MaxCancelledByBytes { // as the event keeps it
+		by = strings.ToValidUTF8(by[:engine.MaxCancelledByBytes], "")
+	}
+	var n int32
+	for _, e := range evs {
+		if e.Type != engine.EventRetried {
+			continue
+		}
+		var d struct {
+			Reason string `json:"reason"`
+			By     string `json:"by"`
+		}
+		if json.Unmarshal(e.Data, &d) == nil && d.Reason == "retry_run" && d.By == by {
+			n++
+		}
+	}
+	return n, nil
 }
