@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"time"
@@ -31,18 +29,6 @@ func newDBOS(ctx context.Context, serverURL string) (*dbos, error) {
 		return nil, err
 	}
 	return &dbos{p}, nil
-}
-
-// run runs the binary with args and returns its standard output and error.
-func (d *dbos) run(ctx context.Context, args ...string) (stdout, stderr string, err error) {
-	cmd := exec.CommandContext(ctx, d.bin, args...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.url)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return "", "", fmt.Errorf("dbosbench %v: %w\n%s", args, err, errOut.Bytes())
-	}
-	return out.String(), errOut.String(), nil
 }
 
 // dbosThroughput is one throughput measurement of DBOS: n workflows (or
@@ -134,16 +120,7 @@ func (d *dbos) pickup(ctx context.Context, n int) (pickupResult, error) {
 	if split := dbosSplitLine.FindString(errOut); split != "" {
 		fmt.Fprintln(os.Stderr, split) // where DBOS's pickup goes, beside the engine's
 	}
-	var res pickupResult
-	for i, p := range []*time.Duration{&res.p50, &res.p90, &res.p99} {
-		if *p, err = time.ParseDuration(m[i+1]); err != nil {
-			return pickupResult{}, fmt.Errorf("parse dbosbench pickup line %q: %w", m[0], err)
-		}
-	}
-	if res.n, err = strconv.Atoi(m[4]); err != nil {
-		return pickupResult{}, fmt.Errorf("parse dbosbench pickup line %q: %w", m[0], err)
-	}
-	return res, nil
+	return d.parsePickup(m)
 }
 
 // parseDBOSThroughput reads the count, steps, seconds and steps/s captured

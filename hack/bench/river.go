@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"time"
@@ -50,18 +48,6 @@ func createDatabase(ctx context.Context, serverURL, name string) error {
 	return nil
 }
 
-// run runs the binary with args and returns its standard output.
-func (r *river) run(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, r.bin, args...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+r.url)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("riverbench %v: %w\n%s", args, err, stderr.Bytes())
-	}
-	return stdout.String(), nil
-}
-
 var (
 	riverBurnLine   = regexp.MustCompile(`river(?: \(\d+ clients\))? burn-down: (\d+) jobs in ([0-9.]+) s = ([0-9.]+) jobs/s \(workers=(\d+)\)`)
 	riverWALLine    = regexp.MustCompile(`river burn-down WAL: (\d+) bytes`)
@@ -72,7 +58,7 @@ var (
 // burnDown measures River's burn-down of n no-op jobs by clients River
 // clients of workers each, sharing a pool of conns connections.
 func (r *river) burnDown(ctx context.Context, n, clients, workers, conns int) (burnResult, error) {
-	out, err := r.run(ctx, "-mode", "burn-down", "-jobs", strconv.Itoa(n), "-clients", strconv.Itoa(clients),
+	out, _, err := r.run(ctx, "-mode", "burn-down", "-jobs", strconv.Itoa(n), "-clients", strconv.Itoa(clients),
 		"-workers", strconv.Itoa(workers), "-conns", strconv.Itoa(conns))
 	if err != nil {
 		return burnResult{}, err
@@ -94,7 +80,7 @@ func (r *river) burnDown(ctx context.Context, n, clients, workers, conns int) (b
 
 // pickup measures River's pickup latency over n single inserts.
 func (r *river) pickup(ctx context.Context, n int) (pickupResult, error) {
-	out, err := r.run(ctx, "-mode", "pickup", "-latency-samples", strconv.Itoa(n))
+	out, _, err := r.run(ctx, "-mode", "pickup", "-latency-samples", strconv.Itoa(n))
 	if err != nil {
 		return pickupResult{}, err
 	}
@@ -105,12 +91,5 @@ func (r *river) pickup(ctx context.Context, n int) (pickupResult, error) {
 	if split := riverSplitLine.FindString(out); split != "" {
 		fmt.Fprintln(os.Stderr, split) // where River's pickup goes, beside the engine's
 	}
-	var res pickupResult
-	for i, d := range []*time.Duration{&res.p50, &res.p90, &res.p99} {
-		if *d, err = time.ParseDuration(m[i+1]); err != nil {
-			return pickupResult{}, fmt.Errorf("parse %q: %w", m[i+1], err)
-		}
-	}
-	res.n, _ = strconv.Atoi(m[4])
-	return res, nil
+	return r.parsePickup(m)
 }

@@ -400,6 +400,30 @@ func TestRunPageShowsRetriesFromFailure(t *testing.T) {
 	}
 	mustContain(t, "attempts", body, `<span class="status failed">failed</span>`)
 
+	// Who asked, oversized and NUL-laden, is kept cut to 256 bytes; another
+	// team's run beside it shows no retry and is unharmed.
+	other := e.create(t, engine.CreateParams{Type: "again.other.v1", Source: &engine.Source{Namespace: "team-b", Name: "b-1", UID: "u-b"}})
+	huge := e.create(t, engine.CreateParams{Type: "again.huge.v1", MaxAttempts: 1})
+	h := e.claim(t, "again.huge.", 1)
+	e.fail(t, h[0], "boom")
+	if err := e.eng.RetryRun(e.ctx, engine.RetryParams{ID: huge, By: strings.Repeat("\x00<i>x</i>", 2000)}); err != nil {
+		t.Fatalf("a retry asked for by an oversized label: %v", err)
+	}
+	_, body = e.get(t, "/runs/"+huge)
+	list := body[strings.Index(body, `<ul id="retries">`):]
+	list = list[:strings.Index(list, "</ul>")]
+	if strings.Contains(body, "<i>x</i>") || strings.Count(list, "&lt;i&gt;x&lt;/i&gt;") != 256/len("<i>x</i>") {
+		t.Fatalf("who asked is shown as markup or not cut to 256 bytes: %s", list)
+	}
+	mustContain(t, "run page", body, "asked by &lt;i&gt;x&lt;/i&gt;")
+	code, body := e.get(t, "/runs/"+other)
+	if code != http.StatusOK || strings.Contains(body, "Retried from where it stopped") {
+		t.Fatalf("the other team's run page: %d, shows a retry: %v", code, strings.Contains(body, "Retried from where it stopped"))
+	}
+	if r, err := e.eng.GetRun(e.ctx, other); err != nil || r.Status != engine.StatusPending || r.Attempt != 0 {
+		t.Fatalf("the other team's run is %s at attempt %d (%v)", r.Status, r.Attempt, err)
+	}
+
 	def := &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{{Name: "only", Type: "again.step.v1", MaxAttempts: 1}}}
 	if err := e.eng.UpsertRegistryEntry(e.ctx, engine.RegistryEntry{WorkflowName: "again.flow.v1", Enabled: true, Definition: def}); err != nil {
 		t.Fatal(err)

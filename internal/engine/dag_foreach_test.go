@@ -212,6 +212,8 @@ func TestDAGForEachRefusesWhatItCannotFanOut(t *testing.T) {
 func TestDAGForEachErrorsAndAmplification(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// Another team's run, recorded first, must be unharmed by all of it.
+	bystander := b.create(t, engine.CreateParams{Type: "other.team.v1", Source: &engine.Source{Namespace: "team-b", Name: "keep-me", UID: "u-1"}})
 	b.register(t, "each.err.v1", step("list", "eacherr.list.v1"),
 		forEachStep("each", "eacherre.each.v1", `$.steps.list.result.items ? (@.d.datetime() < "2024-01-01 00:00:00+00".datetime())`, "", "list"))
 	id := b.insertSQL(t, "each.err.v1", `{}`)
@@ -240,5 +242,48 @@ func TestDAGForEachErrorsAndAmplification(t *testing.T) {
 	amp := b.insertSQL(t, "each.amp.v1", string(raw))
 	if r := b.get(t, amp); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, "a fan-out carries at most") {
 		t.Fatalf("amplified fan-out: %s (%s)", r.Status, r.LastError)
+	}
+	var elements int
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_run where parent_id = $1`, amp).Scan(&elements); err != nil || elements != 0 {
+		t.Fatalf("%d element runs of the refused fan-out (%v)", elements, err)
+	}
+	got := b.claim(t, "w9", []string{"other.team."}, 10)
+	if len(got) != 1 || got[0].ID != bystander {
+		t.Fatalf("the other team's run was not claimable as before: %+v", got)
+	}
+}
+
+// Retrying a workflow whose continue fan-out succeeded past a failed
+// element keeps that step whole: only the step that failed after it runs
+// again, with the same input.
+func TestRetryRunKeepsAContinueFanOutThatSucceeded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "each.keep.v1",
+		engine.DAGStepDefinition{Name: "each", Type: "eachk.each.v1", ForEach: "$.payload.items", ForEachFailure: "continue", MaxAttempts: 1},
+		engine.DAGStepDefinition{Name: "next", Type: "eachkn.next.v1", DependsOn: []string{"each"}, MaxAttempts: 1})
+	id := b.insertSQL(t, "each.keep.v1", `{"items": [0, 1]}`)
+	els := b.claimElements(t, "eachk.", 2)
+	if _, err := b.eng.FailRuns(b.ctx, "w1", []engine.Failure{{LeaseRef: els[0].Ref(), Error: "flaky"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.completeWith(t, els[1], `"r1"`)
+	n := b.claim(t, "w1", []string{"eachkn."}, 1)
+	if _, err := b.eng.FailRuns(b.ctx, "w1", []engine.Failure{{LeaseRef: n[0].Ref(), Error: "downstream"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.eng.RetryRun(b.ctx, engine.RetryParams{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.claim(t, "w1", []string{"eachk."}, 10); len(got) != 0 {
+		t.Fatalf("the retry reran %d elements of a step that had succeeded", len(got))
+	}
+	again := b.claim(t, "w1", []string{"eachkn."}, 1)
+	if len(again) != 1 || again[0].ID != n[0].ID || !strings.Contains(string(again[0].Payload), `"each": [null, "r1"]`) {
+		t.Fatalf("retried %+v, want next again with each's result", again)
+	}
+	b.completeAll(t, "w1", again)
+	if r := b.get(t, id); r.Status != engine.StatusSucceeded || !strings.Contains(string(r.Result), `"each": [null, "r1"]`) {
+		t.Fatalf("workflow %s result %s", r.Status, r.Result)
 	}
 }

@@ -1002,6 +1002,7 @@ declare
     v_steps integer := 0;
     v_prev text;
     v_old_final uuid;
+    v_kept text[] := '{}';
 begin
     if p_attempts is not null and (p_attempts < 1 or p_attempts > 1000) then
         return query select 'refused'::text, format('attempts must be between 1 and 1000, got %s', p_attempts);
@@ -1050,6 +1051,12 @@ begin
     perform set_config('workflow.via_function', 'on', true);
     perform set_config('workflow.retrying', 'on', true);
     if v_run.dag is not null then
+        -- Fanned-out steps that succeeded (continuing past failed elements),
+        -- read once.
+        if v_run.dag_fanout is not null then
+            v_kept := array(select st.name from workflow.dag_step_states(v_run) st
+                            where st.elements is not null and st.status = 'succeeded');
+        end if;
         -- A final step that ran already ran with the old outcome: its run is
         -- kept, detached (named in the event), and the step runs again at
         -- the end.
@@ -1073,9 +1080,7 @@ begin
                     -- the elements of a fan-out that continued past them
                     -- and succeeded stay as they were
                     and not (x.parent_step ~ '\[[0-9]+\]$'
-                             and exists (select 1 from workflow.dag_step_states(v_run) st
-                                         where st.name = left(x.parent_step, position('[' in x.parent_step) - 1)
-                                           and st.status = 'succeeded'))
+                             and left(x.parent_step, position('[' in x.parent_step) - 1) = any (v_kept))
                   order by x.id for update) x
             where c.id = x.id
             returning c.id, c.attempt, c.max_attempts
@@ -4079,7 +4084,9 @@ set search_path = pg_catalog, pg_temp
 set jit = off
 as $$
     with p as (select r from workflow.workflow_run r where r.id = p_id and r.dag is not null),
-    fanned as (select st.* from p cross join lateral workflow.dag_step_states(p.r) st where st.elements is not null)
+    -- (read only for a DAG that fanned a step out)
+    fanned as (select st.* from p cross join lateral workflow.dag_step_states(p.r) st
+               where (p.r).dag_fanout is not null and st.elements is not null)
     select s.step->>'name', s.step->>'type',
            coalesce((select array_agg(d order by o)
                      from jsonb_array_elements_text(s.step->'dependsOn') with ordinality x(d, o)), '{}'),
