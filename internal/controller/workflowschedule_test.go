@@ -331,10 +331,15 @@ var _ = Describe("WorkflowSchedule", func() {
 		}).Should(Succeed())
 		Eventually(func() []string { return eventReasons(ns, ws.Name) }).Should(ContainElement(controller.ReasonScheduled))
 
-		out, err := kubectl("get", "wfs", ws.Name, "-n", ns)
-		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(MatchRegexp(`(?m)^NAME\s+SCHEDULE\s+TIMEZONE\s+SUSPEND\s+ACTIVE\s+LAST SCHEDULE\s+NEXT SCHEDULE\s+AGE$`))
-		Expect(out).To(MatchRegexp(`(?m)^minutely\s+\* \* \* \* \*\s+UTC\s+false\s+0\s+\S+\s+\d{4}-\d\d-\d\dT\d\d:\d\d:00Z\s+\S+$`))
+		// The columns as kubectl prints them, once the object it reads has
+		// the status just checked (a later tick's status write may be in
+		// flight).
+		Eventually(func(g Gomega) {
+			out, err := kubectl("get", "wfs", ws.Name, "-n", ns)
+			g.Expect(err).NotTo(HaveOccurred(), out)
+			g.Expect(out).To(MatchRegexp(`(?m)^NAME\s+SCHEDULE\s+TIMEZONE\s+SUSPEND\s+ACTIVE\s+LAST SCHEDULE\s+NEXT SCHEDULE\s+AGE$`))
+			g.Expect(out).To(MatchRegexp(`(?m)^minutely\s+\* \* \* \* \*\s+UTC\s+false\s+0\s+\S+\s+\d{4}-\d\d-\d\dT\d\d:\d\d:00Z\s+\S+$`))
+		}).WithTimeout(15 * time.Second).Should(Succeed())
 	})
 
 	It("gives one run and one WorkflowRun per tick while several managers and callers fire at once", func() {
