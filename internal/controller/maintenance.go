@@ -10,8 +10,8 @@ import (
 )
 
 // Maintenance is the leader's housekeeping: it reclaims expired leases,
-// deletes finished runs past their retention (their events go with them, see
-// retainLoop), fires the cron schedules that are due (scheduleLoop) and
+// deletes finished runs past their retention and keeps the audit trail's
+// partitions, dropping those retention emptied (retainLoop), fires the cron schedules that are due (scheduleLoop) and
 // refreshes the inbox metrics. It is a manager Runnable (leader only).
 type Maintenance struct {
 	Engine *engine.Engine

@@ -25,6 +25,9 @@ const (
 	qRunRelease            = "RunRelease"
 	qRunReapExpired        = "RunReapExpired"
 	qRunDeleteFinished     = "RunDeleteFinished"
+	qHistoryPrepare        = "HistoryPrepare"
+	qHistoryDrop           = "HistoryDrop"
+	qHistoryList           = "HistoryList"
 	qRunExpireDeadlines    = "RunExpireDeadlines"
 	qRunChildren           = "RunChildren"
 	qStepRecord            = "StepRecord"
@@ -100,6 +103,7 @@ func loadQueries() (queries, error) {
 		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qPoolQueueDepth, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
 		qRunExpireDeadlines, qRunChildren, qStepRecord, qStepPark, qStepStartChild, qStepList,
 		qSignalSend, qSignalList, qRunStepSummary, qDAGSteps, qRunCreateMany,
+		qHistoryPrepare, qHistoryDrop, qHistoryList,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)

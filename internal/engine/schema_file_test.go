@@ -105,21 +105,8 @@ func TestUpgradeFromPreviousReleaseMatchesFreshInstall(t *testing.T) {
 			if from == nil || from[1] != fmt.Sprint(m.Version-1) {
 				t.Fatalf("the migration must name the release it upgrades: a line \"-- from: version %d at <commit>\"", m.Version-1)
 			}
-			previous := fileAtCommit(t, from[2], "internal/engine/sql/workflow.sql")
 			b := setup(t)
-			if _, err := b.pool.Exec(b.ctx, "drop schema workflow cascade"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := b.pool.Exec(b.ctx, previous); err != nil {
-				t.Fatalf("install version %d: %v", m.Version-1, err)
-			}
-			if _, err := b.pool.Exec(b.ctx, `create table workflow.schema_version (
-				version integer primary key, applied_at timestamptz not null default now())`); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := b.pool.Exec(b.ctx, "insert into workflow.schema_version (version) values ($1)", m.Version-1); err != nil {
-				t.Fatal(err)
-			}
+			installRelease(t, b, m.Version-1, from[2])
 			applied, err := engine.Migrate(b.ctx, b.pool)
 			if err != nil {
 				t.Fatal(err)
@@ -131,6 +118,26 @@ func TestUpgradeFromPreviousReleaseMatchesFreshInstall(t *testing.T) {
 				t.Fatalf("upgraded catalog differs from a fresh install at %s", firstDifference(want, got))
 			}
 		})
+	}
+}
+
+// installRelease replaces the test database's schema with the schema file
+// of a release (as it was at a commit), recorded at its version.
+func installRelease(t *testing.T, b *bundle, version int, commit string) {
+	t.Helper()
+	previous := fileAtCommit(t, commit, "internal/engine/sql/workflow.sql")
+	if _, err := b.pool.Exec(b.ctx, "drop schema workflow cascade"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, previous); err != nil {
+		t.Fatalf("install version %d: %v", version, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `create table workflow.schema_version (
+		version integer primary key, applied_at timestamptz not null default now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, "insert into workflow.schema_version (version) values ($1)", version); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 3
+-- schema version: 4
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -82,7 +82,10 @@
 --   (row) -> gone                  delete_finished_runs (retention),   manager
 --                                  DELETE; trigger
 --                                  workflow_runs_deleted removes its
---                                  events, journal and signals
+--                                  events, journal and signals (after
+--                                  retention, events in a history
+--                                  partition go with their partition:
+--                                  drop_history_partitions)
 --
 -- Every transition writes its row of workflow_event (the audit trail) in
 -- the same transaction, by the function that makes it or by the trigger
@@ -194,14 +197,17 @@ create table if not exists workflow.workflow_settings (
     max_payload_bytes integer not null default 1048576,
     max_journal_bytes bigint not null default 67108864,
     clock_offset interval not null default '0',
+    history_partition interval not null default '1 day',
     constraint workflow_settings_pkey primary key (singleton),
     constraint workflow_settings_one_row check (singleton),
     constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864),
     constraint workflow_settings_max_journal_bytes_range check (max_journal_bytes between 1048576 and 134217728),
-    constraint workflow_settings_clock_offset_forward check (clock_offset >= '0' and clock_offset <= '100 years')
+    constraint workflow_settings_clock_offset_forward check (clock_offset >= '0' and clock_offset <= '100 years'),
+    constraint workflow_settings_history_partition_range
+        check (history_partition between interval '1 minute' and interval '31 days')
 );
 comment on table workflow.workflow_settings is
-    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only).';
+    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day).';
 insert into workflow.workflow_settings default values on conflict do nothing;
 
 -- The clock of every rule: now() moved by the owner's clock_offset (zero
@@ -412,6 +418,17 @@ create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
 
 -- The audit trail: one row per transition, written in the transaction that
 -- makes it; numbered per run in the order written. Deleted with its run.
+--
+-- Partitioned by run id: ids begin with their creation time in
+-- milliseconds (new_run_id), so a range of ids is a span of creation times
+-- and a run's whole trail lies in one partition. The manager keeps
+-- partitions ahead of time (prepare_history_partitions) and drops a
+-- partition whole once retention has deleted its runs
+-- (drop_history_partitions): history leaves without a row deleted or
+-- vacuumed. The default partition takes what no time partition covers:
+-- trails of ids a producer chose, of periods nobody prepared, and the
+-- trails a database kept from before partitions; retention deletes those
+-- row by row with their runs, as an explicit DELETE of a run does anywhere.
 create table if not exists workflow.workflow_event (
     id bigint generated always as identity,
     workflow_id uuid not null,
@@ -422,10 +439,12 @@ create table if not exists workflow.workflow_event (
     constraint workflow_event_type_valid
         check (event_type in ('created', 'leased', 'started', 'heartbeat', 'succeeded', 'failed', 'retried',
                               'cancelled', 'waiting', 'woken', 'signal_received'))
-) with (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0,
-        autovacuum_vacuum_insert_scale_factor = 0.02);
+) partition by range (workflow_id);
 comment on table workflow.workflow_event is
     'Audit trail: one row per transition of a workflow_run, written in the same transaction.';
+create table if not exists workflow.workflow_event_default partition of workflow.workflow_event default
+    with (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0,
+          autovacuum_vacuum_insert_scale_factor = 0.02);
 create index if not exists idx_workflow_event_id on workflow.workflow_event using brin (id);
 
 
@@ -589,13 +608,21 @@ create or replace trigger workflow_status_changed_by_sql
     execute function workflow.on_status_changed_by_sql();
 
 -- A row deleted (retention, or a DELETE) takes its events, journal and
--- signals with it, in the same statement.
+-- signals with it, in the same statement; under retention, events kept in a
+-- time partition are left to drop_history_partitions, which drops them
+-- with their partition once no run of its range is left.
 create or replace function workflow.on_runs_deleted() returns trigger
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id;
+    if coalesce(current_setting('workflow.retention', true), '') = 'on' then
+        -- Retention (delete_finished_runs): a trail in a time partition
+        -- leaves with its partition (drop_history_partitions).
+        delete from workflow.workflow_event_default e using old_runs o where e.workflow_id = o.id;
+    else
+        delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id;
+    end if;
     delete from workflow.workflow_step s using old_runs o where s.run_id = o.id;
     delete from workflow.workflow_signal g using old_runs o where g.run_id = o.id;
     return null;
@@ -3734,12 +3761,19 @@ $$;
 -- delete_finished_runs deletes up to p_limit runs that finished more than
 -- p_retention ago (oldest first), except the steps of DAG runs, which go
 -- with their DAG. Called by the manager's retention.
--- Fires: workflow_runs_deleted (events, journal, signals).
+-- Fires: workflow_runs_deleted (journal, signals, and events kept in the
+-- default partition; events in a time partition stay until
+-- drop_history_partitions drops their partition).
 -- Locks: the runs it deletes, skipping locked ones.
 create or replace function workflow.delete_finished_runs(p_retention interval, p_limit integer) returns bigint
-language sql
+language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    v_was text := coalesce(current_setting('workflow.retention', true), '');
+    v_n bigint;
+begin
+    perform set_config('workflow.retention', 'on', true);
     with doomed as (
         select r.ctid from workflow.workflow_run r
         where r.finished_at < workflow.now() - p_retention
@@ -3757,7 +3791,195 @@ as $$
         where r.ctid = any (array(select d.ctid from doomed d))
         returning 1
     )
-    select count(*) from deleted
+    select count(*) into v_n from deleted;
+    perform set_config('workflow.retention', v_was, true);
+    return v_n;
+end
+$$;
+
+
+-- HISTORY PARTITIONS
+--
+-- The audit trail is partitioned by run id (section 1), one partition per
+-- span of workflow_settings.history_partition (a day unless the owner sets
+-- it), aligned to the epoch and named workflow_event_pYYYYMMDDtHHMMSS (its
+-- start, UTC). The manager prepares the current span and the next ones,
+-- and drops a partition whose span has ended once no run of it is left;
+-- a partition that still holds runs a retention and a span after its end
+-- (a run that lives for weeks) has those runs' trails moved to the default
+-- partition first, so a long-lived run never keeps a day of history alive
+-- and no reader sees a trail cut.
+
+-- The smallest run id of a millisecond: ids begin with their creation time,
+-- so a span of creation times is the range of ids between two of these.
+create or replace function workflow.run_id_at(p_at timestamptz) returns uuid
+language sql immutable parallel safe
+return (select (substr(x.h, 1, 8) || '-' || substr(x.h, 9, 4) || '-0000-0000-000000000000')::uuid
+        from (select lpad(to_hex(greatest(floor(extract(epoch from p_at) * 1000), 0)::bigint), 12, '0') as h) x);
+
+-- The creation time a run id carries (new_run_id's first 48 bits).
+create or replace function workflow.run_id_time(p_id uuid) returns timestamptz
+language sql immutable parallel safe
+return to_timestamp((('x' || substr(replace(p_id::text, '-', ''), 1, 12))::bit(48)::bigint) / 1000.0);
+
+-- The start of the span of p_width that holds p_at (spans are aligned to the epoch).
+create or replace function workflow.history_span_start(p_at timestamptz, p_width interval) returns timestamptz
+language sql immutable parallel safe
+return to_timestamp(floor(extract(epoch from p_at) / extract(epoch from p_width)) * extract(epoch from p_width));
+
+-- history_partitions lists the time partitions of the audit trail, oldest
+-- first: the span of run creation times each holds, whether any run of
+-- that span is still in workflow_run (one probe of its primary key), and
+-- its size. Reads only.
+create or replace function workflow.history_partitions()
+returns table (partition_name text, from_time timestamptz, to_time timestamptz, runs_left boolean, bytes bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select c.relname::text, workflow.run_id_time(b.lo), workflow.run_id_time(b.hi),
+           exists (select 1 from workflow.workflow_run r where r.id >= b.lo and r.id < b.hi),
+           pg_total_relation_size(c.oid)
+    from pg_inherits i
+    join pg_class c on c.oid = i.inhrelid
+    cross join lateral (
+        select m[1]::uuid as lo, m[2]::uuid as hi
+        from regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                          '^FOR VALUES FROM \(''([0-9a-f-]{36})''\) TO \(''([0-9a-f-]{36})''\)$') m
+    ) b
+    where i.inhparent = 'workflow.workflow_event'::regclass and b.lo is not null
+    order by b.lo
+$$;
+
+-- create_history_partition makes the partition of the audit trail for runs
+-- created in [p_from, p_to): built apart with a check of its range, then
+-- attached, which locks the trail only against other schema changes (SHARE
+-- UPDATE EXCLUSIVE) while Postgres checks that the default partition holds
+-- no event of that range (the default partition is locked while it is
+-- read). Returns false, changing nothing, when it does (the span's trails
+-- then stay in the default partition) or the range overlaps a partition.
+create or replace function workflow.create_history_partition(p_from timestamptz, p_to timestamptz) returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_name text := 'workflow_event_p' || to_char(p_from at time zone 'UTC', 'YYYYMMDD"t"HH24MISS');
+    v_lo uuid := workflow.run_id_at(p_from);
+    v_hi uuid := workflow.run_id_at(p_to);
+begin
+    if p_from is null or p_to is null or not (p_from < p_to) or not isfinite(p_from) or not isfinite(p_to) then
+        raise exception 'create_history_partition: the span must be finite and end after it starts, got [%, %)',
+            p_from, p_to using errcode = '22023';
+    end if;
+    if exists (select 1 from workflow.history_partitions() p where p.from_time < p_to and p.to_time > p_from) then
+        return false;
+    end if;
+    execute format('create table workflow.%I (like workflow.workflow_event including defaults including constraints)',
+                   v_name);
+    execute format('alter table workflow.%I add constraint %I check (workflow_id >= %L and workflow_id < %L)',
+                   v_name, v_name || '_range', v_lo, v_hi);
+    begin
+        execute format('alter table workflow.workflow_event attach partition workflow.%I for values from (%L) to (%L)',
+                       v_name, v_lo, v_hi);
+    exception when check_violation then
+        -- The default partition holds trails of this span.
+        execute format('drop table workflow.%I', v_name);
+        return false;
+    end;
+    execute format('alter table workflow.%I drop constraint %I', v_name, v_name || '_range');
+    return true;
+end
+$$;
+
+-- prepare_history_partitions makes sure the audit trail has a partition
+-- for the span in progress and the p_ahead spans after it (spans of
+-- workflow_settings.history_partition). Partitions follow on from the
+-- newest one; a span whose runs already wrote into the default partition
+-- (nobody prepared it in time) is left there. Returns how many it made.
+-- Called by the manager on every retention tick.
+-- Locks: see create_history_partition; waits at most lock_timeout for them.
+create or replace function workflow.prepare_history_partitions(p_ahead integer default 2) returns integer
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set lock_timeout = '2s'
+as $$
+declare
+    v_width interval;
+    v_now timestamptz := clock_timestamp();
+    v_from timestamptz;
+    v_to timestamptz;
+    v_until timestamptz;
+    v_made integer := 0;
+begin
+    if p_ahead is null or p_ahead < 0 or p_ahead > 100 then
+        raise exception 'prepare_history_partitions: p_ahead must be between 0 and 100, got %', p_ahead
+            using errcode = '22023';
+    end if;
+    select st.history_partition into v_width from workflow.workflow_settings st;
+    v_until := workflow.history_span_start(v_now, v_width) + v_width * (p_ahead + 1);
+    select max(p.to_time) into v_from from workflow.history_partitions() p where p.to_time > v_now;
+    v_from := coalesce(v_from, workflow.history_span_start(v_now, v_width));
+    while v_from < v_until loop
+        v_to := workflow.history_span_start(v_from, v_width) + v_width;
+        if workflow.create_history_partition(v_from, v_to) then
+            v_made := v_made + 1;
+        end if;
+        v_from := v_to;
+    end loop;
+    return v_made;
+end
+$$;
+
+-- drop_history_partitions drops the partitions of the audit trail whose
+-- span ended and none of whose runs is left (retention deleted them; their
+-- trails stayed for this), and those whose span ended more than
+-- p_retention and one span ago whatever is left: the trails of the runs
+-- still there are first moved to the default partition (by the runs'
+-- primary key, not by reading the partition), where they live and leave
+-- with their runs. Returns how many it dropped.
+-- Locks: the audit trail, ACCESS EXCLUSIVE, for each detach (waiting at
+-- most lock_timeout, 200 ms: a partition it could not lock is left for the
+-- next call), so transitions wait for at most that long.
+create or replace function workflow.drop_history_partitions(p_retention interval) returns integer
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set lock_timeout = '200ms'
+as $$
+declare
+    v_part record;
+    v_lo uuid;
+    v_hi uuid;
+    v_dropped integer := 0;
+begin
+    if p_retention is null or p_retention < interval '0' then
+        raise exception 'drop_history_partitions: the retention must be zero or more, got %', p_retention
+            using errcode = '22023';
+    end if;
+    for v_part in
+        select p.* from workflow.history_partitions() p
+        where p.to_time <= clock_timestamp()
+          and (not p.runs_left or p.to_time + p_retention + (p.to_time - p.from_time) <= clock_timestamp())
+        order by p.from_time
+    loop
+        v_lo := workflow.run_id_at(v_part.from_time);
+        v_hi := workflow.run_id_at(v_part.to_time);
+        begin
+            execute format('alter table workflow.workflow_event detach partition workflow.%I', v_part.partition_name);
+            -- The range is no longer attached: these rows go to the default
+            -- partition. Runs read under the lock just taken, so a run
+            -- committed before it is never left without its trail.
+            execute format('insert into workflow.workflow_event overriding system value
+                            select e.* from workflow.workflow_run r
+                            join workflow.%I e on e.workflow_id = r.id
+                            where r.id >= $1 and r.id < $2', v_part.partition_name)
+                using v_lo, v_hi;
+            execute format('drop table workflow.%I', v_part.partition_name);
+            v_dropped := v_dropped + 1;
+        exception when lock_not_available then
+            null; -- busy: the next call tries again
+        end;
+    end loop;
+    return v_dropped;
+end
 $$;
 
 -- queue_depth counts the runnable and leased runs of a worker pool (its
@@ -4005,7 +4227,8 @@ as $$
     limit p_limit
 $$;
 
--- run_events: a run's audit trail after an event id (0: all), oldest first.
+-- run_events: a run's audit trail after an event id (0: all), oldest first;
+-- nothing once the run is deleted.
 create or replace function workflow.run_events(p_id uuid, p_after bigint default 0)
 returns table (id bigint, workflow_id uuid, event_type text, data jsonb, created_at timestamptz)
 language sql stable
@@ -4014,6 +4237,8 @@ as $$
     select e.id, e.workflow_id, e.event_type, e.data, e.created_at
     from workflow.workflow_event e
     where e.workflow_id = p_id and e.id > coalesce(p_after, 0)
+      -- a deleted run's trail may wait for its partition to be dropped
+      and exists (select 1 from workflow.workflow_run r where r.id = p_id)
     order by e.id
 $$;
 
@@ -5953,5 +6178,10 @@ revoke all on function
     workflow.release_runs(text, uuid[], bigint[]),
     workflow.send_signal(uuid, text, jsonb, text),
     workflow.start_child(text, uuid, bigint, text, integer, text, jsonb, integer, integer, bigint),
-    workflow.type_depths()
+    workflow.type_depths(),
+    workflow.delete_finished_runs(interval, integer),
+    workflow.history_partitions(),
+    workflow.create_history_partition(timestamptz, timestamptz),
+    workflow.prepare_history_partitions(integer),
+    workflow.drop_history_partitions(interval)
 from public;

@@ -1,0 +1,37 @@
+package controller
+
+import "context"
+
+// historyAhead is how many spans past the one in progress have their
+// partition of the audit trail made in advance: a manager down for a
+// little less than that still finds every new run's trail a partition.
+const historyAhead = 2
+
+// prepareHistory makes the audit trail's partitions for the span in
+// progress and the next historyAhead spans.
+func (m *Maintenance) prepareHistory(ctx context.Context) {
+	n, err := m.Engine.PrepareHistoryPartitions(ctx, historyAhead)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.Log.Error(err, "Preparing partitions of the audit trail failed")
+		}
+		return
+	}
+	if n > 0 {
+		m.Log.Info("Prepared partitions of the audit trail", "partitions", n)
+	}
+}
+
+// dropHistory drops the audit trail's partitions that retention emptied.
+func (m *Maintenance) dropHistory(ctx context.Context) {
+	n, err := m.Engine.DropHistoryPartitions(ctx, m.Retention)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.Log.Error(err, "Dropping partitions of the audit trail failed")
+		}
+		return
+	}
+	if n > 0 {
+		m.Log.Info("Dropped partitions of the audit trail", "partitions", n, "retention", m.Retention)
+	}
+}

@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// HistoryPartition is one time partition of the audit trail: the trails of
+// the runs created in [From, To).
+type HistoryPartition struct {
+	// Name is the partition's table name in the workflow schema.
+	Name string
+	// From and To bound the creation times of the runs whose trails it holds.
+	From, To time.Time
+	// RunsLeft tells whether a run of that span is still in the inbox.
+	RunsLeft bool
+	// Bytes is the partition's size on disk, indexes included.
+	Bytes int64
+}
+
+// PrepareHistoryPartitions makes sure the audit trail has a partition for
+// the span in progress and the ahead spans after it, and returns how many it
+// made.
+func (e *Engine) PrepareHistoryPartitions(ctx context.Context, ahead int) (int, error) {
+	var n int
+	if err := e.pool.QueryRow(ctx, e.q[qHistoryPrepare], pgx.NamedArgs{"ahead": ahead}).Scan(&n); err != nil {
+		return 0, translate("prepare history partitions", err)
+	}
+	return n, nil
+}
+
+// DropHistoryPartitions drops the partitions of the audit trail whose runs
+// retention deleted, and those older than retention and one span whatever
+// is left (the trails of the runs left move to the default partition
+// first), and returns how many it dropped. A partition it could not lock
+// at once is left for the next call.
+func (e *Engine) DropHistoryPartitions(ctx context.Context, retention time.Duration) (int, error) {
+	var n int
+	if err := e.pool.QueryRow(ctx, e.q[qHistoryDrop],
+		pgx.NamedArgs{"retention": retention.Milliseconds()}).Scan(&n); err != nil {
+		return 0, translate("drop history partitions", err)
+	}
+	return n, nil
+}
+
+// HistoryPartitions lists the time partitions of the audit trail, oldest
+// first.
+func (e *Engine) HistoryPartitions(ctx context.Context) ([]HistoryPartition, error) {
+	rows, err := e.pool.Query(ctx, e.q[qHistoryList])
+	if err != nil {
+		return nil, translate("list history partitions", err)
+	}
+	parts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HistoryPartition, error) {
+		var p HistoryPartition
+		err := row.Scan(&p.Name, &p.From, &p.To, &p.RunsLeft, &p.Bytes)
+		return p, err
+	})
+	if err != nil {
+		return nil, translate("list history partitions", err)
+	}
+	return parts, nil
+}

@@ -1,0 +1,39 @@
+-- Version 4: the audit trail in partitions by run id (spans of creation
+-- time), which retention drops whole; the span one partition holds.
+-- from: version 3 at 2530dd25abb31301a6127eacaeebcb5a3684617b
+--
+-- The table kept so far becomes the default partition as it is, rows in
+-- place (nothing is copied): its identity is handed to the new parent,
+-- which numbers on from its last id, and its primary key and index take
+-- the names a default partition's get. Its trails leave row by row with
+-- their runs, as before; new runs' trails go to the time partitions the
+-- manager prepares.
+alter table workflow.workflow_settings
+    add column history_partition interval not null default '1 day',
+    add constraint workflow_settings_history_partition_range
+        check (history_partition between interval '1 minute' and interval '31 days');
+alter table workflow.workflow_event rename to workflow_event_default;
+alter table workflow.workflow_event_default alter column id drop identity;
+comment on table workflow.workflow_event_default is null;
+alter table workflow.workflow_event_default rename constraint workflow_event_pkey to workflow_event_default_pkey;
+alter index workflow.idx_workflow_event_id rename to workflow_event_default_id_idx;
+create table workflow.workflow_event (
+    id bigint generated always as identity,
+    workflow_id uuid not null,
+    event_type text not null,
+    data jsonb not null default '{}',
+    created_at timestamptz not null default clock_timestamp(),
+    constraint workflow_event_pkey primary key (workflow_id, id),
+    constraint workflow_event_type_valid
+        check (event_type in ('created', 'leased', 'started', 'heartbeat', 'succeeded', 'failed', 'retried',
+                              'cancelled', 'waiting', 'woken', 'signal_received'))
+) partition by range (workflow_id);
+do $$
+declare
+    v_next bigint;
+begin
+    select coalesce(max(id), 0) + 1 into v_next from workflow.workflow_event_default;
+    execute format('alter table workflow.workflow_event alter column id restart with %s', v_next);
+end
+$$;
+alter table workflow.workflow_event attach partition workflow.workflow_event_default default;
