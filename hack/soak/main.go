@@ -1,9 +1,11 @@
 // Command soak runs the inbox under steady load for a long time and reports,
 // every minute, what degrades a durable queue over time: throughput, p99
 // pickup latency, the sizes of workflow_run and workflow_event (table and
-// indexes) and their dead tuples. Finished runs are deleted by the manager's
-// own retention loop (controller.Maintenance) once they are older than
-// -retention.
+// indexes; the audit trail summed over its partitions) and their dead
+// tuples. Finished runs are deleted by the manager's own retention loop
+// (controller.Maintenance) once they are older than -retention, which also
+// keeps the audit trail's partitions (spans of -history-partition) and
+// drops those it emptied.
 //
 // The load is half the measured burn-down unless -rate is given: the soak
 // first burns down -calibrate runs with the same pollers to measure it. It
@@ -45,6 +47,7 @@ type config struct {
 	pollers           int
 	concurrency       int
 	batch             int
+	historyPartition  time.Duration
 }
 
 func main() {
@@ -65,9 +68,14 @@ func run() error {
 	flag.IntVar(&cfg.pollers, "pollers", 4, "pollers (each with its own listen connection)")
 	flag.IntVar(&cfg.concurrency, "concurrency", 512, "handlers per poller")
 	flag.IntVar(&cfg.batch, "claim-batch", 500, "runs claimed per call")
+	flag.DurationVar(&cfg.historyPartition, "history-partition", 2*time.Minute,
+		"the span of run creation times one partition of the audit trail holds (workflow_settings.history_partition)")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.interval <= 0 || cfg.retention <= 0 || cfg.retentionInterval <= 0 {
 		return fmt.Errorf("-duration, -interval, -retention and -retention-interval must be positive")
+	}
+	if cfg.historyPartition < time.Minute {
+		return fmt.Errorf("-history-partition must be at least 1m, got %s", cfg.historyPartition)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -97,6 +105,10 @@ func run() error {
 	}
 	if _, err := pool.Exec(ctx, "delete from workflow.workflow_run where type like 'soak.%'"); err != nil {
 		return fmt.Errorf("delete earlier soak runs: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `update workflow.workflow_settings
+		set history_partition = $1::bigint * interval '1 millisecond'`, cfg.historyPartition.Milliseconds()); err != nil {
+		return fmt.Errorf("set the span of a history partition: %w", err)
 	}
 	client, err := simpleworkflow.NewClient(pool)
 	if err != nil {
@@ -129,7 +141,7 @@ func run() error {
 	defer stopMaint()
 	go func() { _ = maint.Start(mctx) }()
 
-	fmt.Printf("soak: %.0f runs/s for %s, retention %s (every %s), a line every %s\n",
-		cfg.rate, cfg.duration, cfg.retention, cfg.retentionInterval, cfg.interval)
+	fmt.Printf("soak: %.0f runs/s for %s, retention %s (every %s), history partitions of %s, a line every %s\n",
+		cfg.rate, cfg.duration, cfg.retention, cfg.retentionInterval, cfg.historyPartition, cfg.interval)
 	return soak(ctx, pool, w, cfg)
 }

@@ -20,31 +20,38 @@ func (s tableSize) String() string {
 		float64(s.table)/mib, float64(s.indexes)/mib, s.live, s.dead)
 }
 
-func sizes(ctx context.Context, pool *pgxpool.Pool) (run, event tableSize, err error) {
+// sizes reads workflow_run and the audit trail, the latter summed over its
+// partitions (the default one and the time partitions the manager keeps),
+// and how many time partitions there are.
+func sizes(ctx context.Context, pool *pgxpool.Pool) (run, event tableSize, partitions int, err error) {
 	rows, err := pool.Query(ctx, `
-		select c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid),
-		       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0)
+		select case when c.oid = 'workflow.workflow_run'::regclass then 'workflow_run' else 'workflow_event' end,
+		       sum(pg_table_size(c.oid))::bigint, sum(pg_indexes_size(c.oid))::bigint,
+		       sum(coalesce(s.n_live_tup, 0))::bigint, sum(coalesce(s.n_dead_tup, 0))::bigint,
+		       count(*) filter (where c.relname ~ '^workflow_event_p[0-9]')::int
 		from pg_class c
-		join pg_namespace n on n.oid = c.relnamespace
 		left join pg_stat_user_tables s on s.relid = c.oid
-		where n.nspname = 'workflow' and c.relname in ('workflow_run', 'workflow_event')`)
+		where c.oid = 'workflow.workflow_run'::regclass
+		   or c.oid in (select relid from pg_partition_tree('workflow.workflow_event'))
+		group by 1`)
 	if err != nil {
-		return run, event, fmt.Errorf("read table sizes: %w", err)
+		return run, event, 0, fmt.Errorf("read table sizes: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var name string
 		var s tableSize
-		if err := rows.Scan(&name, &s.table, &s.indexes, &s.live, &s.dead); err != nil {
-			return run, event, fmt.Errorf("scan table sizes: %w", err)
+		var parts int
+		if err := rows.Scan(&name, &s.table, &s.indexes, &s.live, &s.dead, &parts); err != nil {
+			return run, event, 0, fmt.Errorf("scan table sizes: %w", err)
 		}
 		if name == "workflow_run" {
 			run = s
 		} else {
-			event = s
+			event, partitions = s, parts
 		}
 	}
-	return run, event, rows.Err()
+	return run, event, partitions, rows.Err()
 }
 
 // sample is one reporting interval.
@@ -54,6 +61,7 @@ type sample struct {
 	p50, p99  time.Duration
 	run       tableSize
 	event     tableSize
+	parts     int // time partitions of the audit trail
 }
 
 // soak runs the steady load for cfg.duration and prints a line every
@@ -89,12 +97,12 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error
 			p50: quantile(lat, 0.5), p99: quantile(lat, 0.99)}
 		last, lastAt = now, at
 		var err error
-		if s.run, s.event, err = sizes(ctx, pool); err != nil {
+		if s.run, s.event, s.parts, err = sizes(ctx, pool); err != nil {
 			return err
 		}
 		samples = append(samples, s)
-		fmt.Printf("soak %s: %.0f runs/s, pickup p50=%s p99=%s, workflow_run %s, workflow_event %s\n",
-			s.elapsed, s.perSecond, s.p50, s.p99, s.run, s.event)
+		fmt.Printf("soak %s: %.0f runs/s, pickup p50=%s p99=%s, workflow_run %s, workflow_event %s in %d time partitions\n",
+			s.elapsed, s.perSecond, s.p50, s.p99, s.run, s.event, s.parts)
 		if lctx.Err() != nil {
 			break
 		}
