@@ -143,7 +143,7 @@ bench: ## Benchmark the engine side by side with River (DATABASE_URL, else a thr
 	$(GO) run ./hack/bench
 
 .PHONY: soak
-soak: ## Steady load at half the burn-down for 10 minutes (-duration via SOAK_ARGS), retention 1m; sizes and dead tuples every minute.
+soak: ## Steady load at half the burn-down for 10 minutes (SOAK_ARGS="-duration 60m"), retention 1m, history partitions of 2m; then River under the same load; side by side.
 	$(GO) run ./hack/soak $(SOAK_ARGS)
 
 .PHONY: bench-operator

@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strconv"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // riverDatabase is the database River runs on, in the same server as the
@@ -27,25 +25,6 @@ func newRiver(ctx context.Context, serverURL string) (*river, error) {
 		return nil, err
 	}
 	return &river{p}, nil
-}
-
-func createDatabase(ctx context.Context, serverURL, name string) error {
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return fmt.Errorf("connect to create %s: %w", name, err)
-	}
-	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, "select exists (select 1 from pg_database where datname = $1)", name).Scan(&exists); err != nil {
-		return fmt.Errorf("look for database %s: %w", name, err)
-	}
-	if exists {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
-	}
-	return nil
 }
 
 var (

@@ -11,6 +11,9 @@
 //	river burn-down WAL: B bytes in all
 //	river pickup latency: p50=... p90=... p99=... (n=K)
 //
+// or, with -mode soak, a line a minute under a steady load and a verdict
+// (soak.go), which hack/soak prints beside the engine's.
+//
 // hack/bench builds and runs it against a database of its own beside the
 // engine's; it lives in a module of its own so that the project's go.mod does
 // not carry River.
@@ -38,6 +41,10 @@ type config struct {
 	fetchCooldown time.Duration
 	fetchPoll     time.Duration
 	samples       int
+	rate          float64
+	duration      time.Duration
+	interval      time.Duration
+	retention     time.Duration
 }
 
 func main() {
@@ -49,7 +56,7 @@ func main() {
 
 func run() error {
 	var cfg config
-	flag.StringVar(&cfg.mode, "mode", "burn-down", "what to measure: burn-down or pickup")
+	flag.StringVar(&cfg.mode, "mode", "burn-down", "what to measure: burn-down, pickup or soak")
 	flag.IntVar(&cfg.jobs, "jobs", 50000, "jobs to burn down")
 	flag.IntVar(&cfg.workers, "workers", 1000, "River MaxWorkers of the queue, per client")
 	flag.IntVar(&cfg.clients, "clients", 1, "River clients working the queue (burn-down), as several worker processes would; they share the pool")
@@ -57,6 +64,10 @@ func run() error {
 	flag.DurationVar(&cfg.fetchCooldown, "fetch-cooldown", 2*time.Millisecond, "River FetchCooldown")
 	flag.DurationVar(&cfg.fetchPoll, "fetch-poll", 20*time.Millisecond, "River FetchPollInterval")
 	flag.IntVar(&cfg.samples, "latency-samples", 200, "single inserts timed for pickup latency")
+	flag.Float64Var(&cfg.rate, "rate", 1000, "soak: jobs inserted per second")
+	flag.DurationVar(&cfg.duration, "duration", 10*time.Minute, "soak: how long the steady load runs")
+	flag.DurationVar(&cfg.interval, "interval", time.Minute, "soak: how often a line is printed")
+	flag.DurationVar(&cfg.retention, "retention", time.Minute, "soak: River CompletedJobRetentionPeriod")
 	flag.Parse()
 	if cfg.clients < 1 {
 		return errors.New("-clients must be at least 1")
@@ -93,7 +104,12 @@ func run() error {
 		return burnDown(ctx, pool, cfg)
 	case "pickup":
 		return pickupLatency(ctx, pool, cfg)
+	case "soak":
+		if cfg.rate <= 0 || cfg.duration <= 0 || cfg.interval <= 0 || cfg.retention <= 0 {
+			return errors.New("-rate, -duration, -interval and -retention must be positive")
+		}
+		return soak(ctx, pool, cfg)
 	default:
-		return fmt.Errorf("unknown -mode %q (burn-down or pickup)", cfg.mode)
+		return fmt.Errorf("unknown -mode %q (burn-down, pickup or soak)", cfg.mode)
 	}
 }

@@ -17,7 +17,11 @@
 // and at the end how the last minute compares with the first, then pickup
 // latency by what the server was doing in the second each run started
 // (autovacuum of either table, a checkpoint, retention, or none of these)
-// and the worst seconds.
+// and the worst seconds. Then (unless -peer none) River runs the same load
+// on the same server, in a database of its own, alone (hack/riverbench
+// -mode soak: as many clients as pollers, as many workers as handlers, its
+// job cleaner keeping completed jobs for -retention), and a last line sets
+// the two verdicts side by side.
 package main
 
 import (
@@ -26,6 +30,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -48,6 +53,7 @@ type config struct {
 	concurrency       int
 	batch             int
 	historyPartition  time.Duration
+	peer              string
 }
 
 func main() {
@@ -68,11 +74,15 @@ func run() error {
 	flag.IntVar(&cfg.pollers, "pollers", 4, "pollers (each with its own listen connection)")
 	flag.IntVar(&cfg.concurrency, "concurrency", 512, "handlers per poller")
 	flag.IntVar(&cfg.batch, "claim-batch", 500, "runs claimed per call")
+	flag.StringVar(&cfg.peer, "peer", "river", "after the engine, soak River under the same load on the same server (\"none\": skip)")
 	flag.DurationVar(&cfg.historyPartition, "history-partition", 2*time.Minute,
 		"the span of run creation times one partition of the audit trail holds (workflow_settings.history_partition)")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.interval <= 0 || cfg.retention <= 0 || cfg.retentionInterval <= 0 {
 		return fmt.Errorf("-duration, -interval, -retention and -retention-interval must be positive")
+	}
+	if cfg.peer != "river" && cfg.peer != "none" {
+		return fmt.Errorf("-peer must be river or none, got %q", cfg.peer)
 	}
 	if cfg.historyPartition < time.Minute {
 		return fmt.Errorf("-history-partition must be at least 1m, got %s", cfg.historyPartition)
@@ -124,7 +134,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer stopWorkers()
+	var stopOnce sync.Once
+	stopEngine := func() { stopOnce.Do(stopWorkers) }
+	defer stopEngine()
 
 	if cfg.rate <= 0 {
 		perSec, err := calibrate(ctx, pool, w, cfg.calibrate)
@@ -143,5 +155,17 @@ func run() error {
 
 	fmt.Printf("soak: %.0f runs/s for %s, retention %s (every %s), history partitions of %s, a line every %s\n",
 		cfg.rate, cfg.duration, cfg.retention, cfg.retentionInterval, cfg.historyPartition, cfg.interval)
-	return soak(ctx, pool, w, cfg)
+	engineVerdict, err := soak(ctx, pool, w, cfg)
+	if err != nil || cfg.peer == "none" {
+		return err
+	}
+	// River runs alone: the engine's workers and maintenance stop first.
+	stopMaint()
+	stopEngine()
+	riverVerdict, err := soakRiver(ctx, url, cfg)
+	if err != nil {
+		return err
+	}
+	printSideBySide(engineVerdict, riverVerdict)
+	return nil
 }

@@ -66,7 +66,7 @@ type sample struct {
 
 // soak runs the steady load for cfg.duration and prints a line every
 // cfg.interval, then a verdict comparing the last interval with the first.
-func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error {
+func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) (verdict, error) {
 	lctx, stopLoad := context.WithTimeout(ctx, cfg.duration)
 	defer stopLoad()
 	loadErr := make(chan error, 1)
@@ -98,7 +98,7 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error
 		last, lastAt = now, at
 		var err error
 		if s.run, s.event, s.parts, err = sizes(ctx, pool); err != nil {
-			return err
+			return verdict{}, err
 		}
 		samples = append(samples, s)
 		fmt.Printf("soak %s: %.0f runs/s, pickup p50=%s p99=%s, workflow_run %s, workflow_event %s in %d time partitions\n",
@@ -108,41 +108,76 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) error
 		}
 	}
 	if err := <-loadErr; err != nil {
-		return err
+		return verdict{}, err
 	}
-	printVerdict(samples, cfg.retention+cfg.retentionInterval+2*autovacuumNaptime)
+	v := printVerdict(samples, cfg.retention+cfg.retentionInterval+2*autovacuumNaptime)
 	attribute(w.seconds.take(), inserts.take(), <-watched)
 	printWaits(<-waits)
-	return nil
+	return v, nil
 }
 
 // autovacuumNaptime is Postgres's default autovacuum_naptime: dead tuples
 // pile up for about this long before autovacuum comes back to a table.
 const autovacuumNaptime = time.Minute
 
+// verdict is how a soak's last interval compares with its first, by the
+// measures hack/soak prints for the engine and reads from River's soak.
+type verdict struct {
+	throughput float64       // last interval's rate / the first's
+	p99First   time.Duration // pickup p99 of the first interval
+	worstP99   float64       // the worst interval's p99 / the first's
+	sizes      string        // tables' size at the end / once settled ("n/a": too short)
+}
+
 // printVerdict compares the last interval with the first: throughput and p99
-// pickup with the first interval, sizes with the first interval that ended
-// after settle (the retention window and two autovacuum rounds: before
-// that, the tables fill up with the window's runs and their dead versions,
-// as they should).
-func printVerdict(samples []sample, settle time.Duration) {
+// pickup with the first interval (and the worst interval's p99 with the
+// first's), sizes over the intervals that ended after settle (the
+// retention window and two autovacuum rounds: before that, the tables fill
+// up with the window's runs and their dead versions, as they should).
+func printVerdict(samples []sample, settle time.Duration) verdict {
+	v := verdict{sizes: "n/a"}
 	if len(samples) < 2 {
-		return
+		return v
 	}
 	first, final := samples[0], samples[len(samples)-1]
-	fmt.Printf("soak last/first: throughput %.2fx, pickup p99 %.2fx\n",
-		final.perSecond/first.perSecond, ratio(final.p99, first.p99))
-	for _, s := range samples[:len(samples)-1] {
-		if s.elapsed <= settle {
-			continue
-		}
-		fmt.Printf("soak sizes at %s against %s (after the retention window and two autovacuum rounds): workflow_run %.2fx, workflow_event %.2fx\n",
-			final.elapsed, s.elapsed,
-			float64(final.run.table+final.run.indexes)/float64(s.run.table+s.run.indexes),
-			float64(final.event.table+final.event.indexes)/float64(s.event.table+s.event.indexes))
-		return
+	v.throughput, v.p99First = final.perSecond/first.perSecond, first.p99
+	worst := first.p99
+	for _, s := range samples {
+		worst = max(worst, s.p99)
 	}
-	fmt.Printf("soak sizes: the run was too short to compare sizes after %s (the retention window and two autovacuum rounds)\n", settle)
+	v.worstP99 = ratio(worst, first.p99)
+	fmt.Printf("soak last/first: throughput %.2fx, pickup p99 %.2fx; worst minute's p99 %.2fx the first's\n",
+		v.throughput, ratio(final.p99, first.p99), v.worstP99)
+	// Sizes: partitions come and go in a sawtooth, so the mean of the last
+	// intervals (ten, or half of those after settling) is compared with the
+	// mean of as many first ones after settling.
+	var settled []sample
+	for _, s := range samples {
+		if s.elapsed > settle {
+			settled = append(settled, s)
+		}
+	}
+	if len(settled) < 2 {
+		fmt.Printf("soak sizes: the run was too short to compare sizes after %s (the retention window and two autovacuum rounds)\n", settle)
+		return v
+	}
+	k := min(10, len(settled)/2)
+	runFirst, eventFirst := meanSizes(settled[:k])
+	runLast, eventLast := meanSizes(settled[len(settled)-k:])
+	v.sizes = fmt.Sprintf("%.2fx", (runLast+eventLast)/(runFirst+eventFirst))
+	fmt.Printf("soak sizes, mean of the last %d intervals against the first %d after %s (the retention window and two autovacuum rounds): workflow_run %.2fx, workflow_event %.2fx, both %s\n",
+		k, k, settle, runLast/runFirst, eventLast/eventFirst, v.sizes)
+	return v
+}
+
+// meanSizes returns the mean bytes (table and indexes) of workflow_run and
+// of the audit trail over samples.
+func meanSizes(samples []sample) (run, event float64) {
+	for _, s := range samples {
+		run += float64(s.run.table + s.run.indexes)
+		event += float64(s.event.table + s.event.indexes)
+	}
+	return run / float64(len(samples)), event / float64(len(samples))
 }
 
 func ratio(a, b time.Duration) float64 {

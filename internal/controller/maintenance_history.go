@@ -7,6 +7,9 @@ import "context"
 // little less than that still finds every new run's trail a partition.
 const historyAhead = 2
 
+// historyDropsPerPass bounds the partitions one retention pass drops.
+const historyDropsPerPass = 100
+
 // prepareHistory makes the audit trail's partitions for the span in
 // progress and the next historyAhead spans.
 func (m *Maintenance) prepareHistory(ctx context.Context) {
@@ -24,7 +27,7 @@ func (m *Maintenance) prepareHistory(ctx context.Context) {
 
 // dropHistory drops the audit trail's partitions that retention emptied.
 func (m *Maintenance) dropHistory(ctx context.Context) {
-	n, err := m.Engine.DropHistoryPartitions(ctx, m.Retention)
+	n, err := m.Engine.DropHistoryPartitions(ctx, m.Retention, historyDropsPerPass)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.Log.Error(err, "Dropping partitions of the audit trail failed")

@@ -34,15 +34,23 @@ func (e *Engine) PrepareHistoryPartitions(ctx context.Context, ahead int) (int, 
 // DropHistoryPartitions drops the partitions of the audit trail whose runs
 // retention deleted, and those older than retention and one span whatever
 // is left (the trails of the runs left move to the default partition
-// first), and returns how many it dropped. A partition it could not lock
-// at once is left for the next call.
-func (e *Engine) DropHistoryPartitions(ctx context.Context, retention time.Duration) (int, error) {
-	var n int
-	if err := e.pool.QueryRow(ctx, e.q[qHistoryDrop],
-		pgx.NamedArgs{"retention": retention.Milliseconds()}).Scan(&n); err != nil {
-		return 0, translate("drop history partitions", err)
+// first), one per transaction, at most limit, and returns how many it
+// dropped. It stops at a partition it could not lock at once: the next
+// call tries again.
+func (e *Engine) DropHistoryPartitions(ctx context.Context, retention time.Duration, limit int) (int, error) {
+	dropped := 0
+	for dropped < limit {
+		var n int
+		if err := e.pool.QueryRow(ctx, e.q[qHistoryDrop],
+			pgx.NamedArgs{"retention": retention.Milliseconds()}).Scan(&n); err != nil {
+			return dropped, translate("drop history partitions", err)
+		}
+		if n == 0 {
+			break
+		}
+		dropped += n
 	}
-	return n, nil
+	return dropped, nil
 }
 
 // HistoryPartitions lists the time partitions of the audit trail, oldest

@@ -217,7 +217,7 @@ func TestRetentionDropsHistoryPartitionsWhole(t *testing.T) {
 	// retention and a span ago (4h > 30m + 1h): dropped, its long run's
 	// trail moved. The recent span (its bystanders still there, ended an
 	// hour ago) stays.
-	dropped, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute)
+	dropped, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute, 10)
 	if err != nil || dropped != 2 {
 		t.Fatalf("dropped %d partitions (%v), want 2", dropped, err)
 	}
@@ -244,7 +244,7 @@ func TestRetentionDropsHistoryPartitionsWhole(t *testing.T) {
 		t.Fatalf("%d events of deleted runs are left (%v)", left, err)
 	}
 	// Nothing left to drop; the long run, when it goes, takes its trail.
-	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute); err != nil || dropped != 0 {
+	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute, 10); err != nil || dropped != 0 {
 		t.Fatalf("dropped %d more (%v), want 0", dropped, err)
 	}
 	b.cancelAll(t, longRun)
@@ -286,7 +286,7 @@ func TestDroppingHistoryNeverHoldsUpTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	dropped, err := b.eng.DropHistoryPartitions(b.ctx, 0)
+	dropped, err := b.eng.DropHistoryPartitions(b.ctx, 0, 10)
 	if err != nil || dropped != 0 {
 		t.Fatalf("dropped %d (%v) while a transition held the trail, want 0", dropped, err)
 	}
@@ -299,7 +299,7 @@ func TestDroppingHistoryNeverHoldsUpTransitions(t *testing.T) {
 	// The span's range gets a run after all (a producer's own id): its
 	// partition now has a run left and stays.
 	late := b.insertAt(t, "hist.late.v1", old.Add(time.Minute), 1)
-	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour); err != nil || dropped != 0 {
+	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour, 10); err != nil || dropped != 0 {
 		t.Fatalf("dropped %d (%v) with a run of the span left, want 0", dropped, err)
 	}
 	if got := b.eventTypes(t, late[0]); len(got) != 1 || got[0] != engine.EventCreated {
@@ -308,7 +308,7 @@ func TestDroppingHistoryNeverHoldsUpTransitions(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, "delete from workflow.workflow_run where id = $1", late[0]); err != nil {
 		t.Fatal(err)
 	}
-	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour); err != nil || dropped != 1 {
+	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour, 10); err != nil || dropped != 1 {
 		t.Fatalf("dropped %d (%v) once the span's runs were gone, want 1", dropped, err)
 	}
 }

@@ -3929,16 +3929,17 @@ begin
 end
 $$;
 
--- drop_history_partitions drops the partitions of the audit trail whose
--- span ended and none of whose runs is left (retention deleted them; their
--- trails stayed for this), and those whose span ended more than
--- p_retention and one span ago whatever is left: the trails of the runs
--- still there are first moved to the default partition (by the runs'
--- primary key, not by reading the partition), where they live and leave
--- with their runs. Returns how many it dropped.
--- Locks: the audit trail, ACCESS EXCLUSIVE, for each detach (waiting at
--- most lock_timeout, 200 ms: a partition it could not lock is left for the
--- next call), so transitions wait for at most that long.
+-- drop_history_partitions drops the oldest partition of the audit trail
+-- whose span ended and none of whose runs is left (retention deleted them;
+-- their trails stayed for this), or whose span ended more than p_retention
+-- and one span ago whatever is left: the trails of the runs still there are
+-- first moved to the default partition (by the runs' primary key, not by
+-- reading the partition), where they live and leave with their runs.
+-- Returns 1 when it dropped one, 0 when none is due or the trail was busy;
+-- callers call again until 0, each call its own transaction.
+-- Locks: the audit trail, ACCESS EXCLUSIVE, from the detach to the commit
+-- (one partition's detach, move and drop), waiting at most lock_timeout
+-- (200 ms) for it: transitions wait for at most that and the move.
 create or replace function workflow.drop_history_partitions(p_retention interval) returns integer
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3959,6 +3960,7 @@ begin
         where p.to_time <= clock_timestamp()
           and (not p.runs_left or p.to_time + p_retention + (p.to_time - p.from_time) <= clock_timestamp())
         order by p.from_time
+        limit 1
     loop
         v_lo := workflow.run_id_at(v_part.from_time);
         v_hi := workflow.run_id_at(v_part.to_time);
