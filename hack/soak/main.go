@@ -129,6 +129,12 @@ func run() error {
 		return fmt.Errorf("engine: %w", err)
 	}
 
+	// The manager's maintenance would: the calibration's runs too get
+	// their trails in a time partition.
+	if _, err := eng.PrepareHistoryPartitions(ctx, 2); err != nil {
+		return err
+	}
+
 	w := newWorkers(client, cfg)
 	stopWorkers, err := w.start(ctx)
 	if err != nil {

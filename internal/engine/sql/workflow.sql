@@ -3873,8 +3873,10 @@ begin
     if exists (select 1 from workflow.history_partitions() p where p.from_time < p_to and p.to_time > p_from) then
         return false;
     end if;
-    execute format('create table workflow.%I (like workflow.workflow_event including defaults including constraints)',
-                   v_name);
+    -- Written once and dropped whole: no vacuum for its inserts (autovacuum
+    -- still analyzes it, and freezes it if it ever lives that long).
+    execute format('create table workflow.%I (like workflow.workflow_event including defaults including constraints)
+                    with (autovacuum_vacuum_insert_threshold = -1)', v_name);
     execute format('alter table workflow.%I add constraint %I check (workflow_id >= %L and workflow_id < %L)',
                    v_name, v_name || '_range', v_lo, v_hi);
     begin
