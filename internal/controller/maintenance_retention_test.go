@@ -68,10 +68,13 @@ var _ = Describe("Retention", func() {
 	})
 
 	It("drops a partition of the audit trail once retention deleted its runs, and keeps another team's", func() {
-		// Two spans of an hour, three and five days ago (their own bounds:
-		// the database's span setting is shared with the other specs).
-		hour := time.Now().UTC().Truncate(time.Hour)
-		spans := []time.Time{hour.Add(-5 * 24 * time.Hour), hour.Add(-3 * 24 * time.Hour)}
+		// Two spans of an hour before the day in progress (whose partition
+		// the manager may have made: a day is the database's span, shared
+		// with the other specs): five days ago, and three hours before
+		// today, which ended less than a retention (two days) and a span
+		// ago.
+		today := time.Now().UTC().Truncate(24 * time.Hour)
+		spans := []time.Time{today.Add(-5 * 24 * time.Hour), today.Add(-3 * time.Hour)}
 		for _, from := range spans {
 			var made bool
 			Expect(pool.QueryRow(ctx, "select workflow.create_history_partition($1, $2)", from, from.Add(time.Hour)).
@@ -113,7 +116,7 @@ var _ = Describe("Retention", func() {
 		mctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		m := &controller.Maintenance{Engine: eng, Log: ctrl.Log.WithName("history"),
-			Retention: 24 * time.Hour, RetentionInterval: 50 * time.Millisecond, ReapInterval: time.Hour}
+			Retention: 48 * time.Hour, RetentionInterval: 50 * time.Millisecond, ReapInterval: time.Hour}
 		go func() {
 			defer close(done)
 			defer GinkgoRecover()
