@@ -413,3 +413,57 @@ func TestOnlyTheOwnerKeepsHistory(t *testing.T) {
 		t.Fatalf("the bystander's trail: %v", got)
 	}
 }
+
+// Making the partition of the span in progress while producers record runs
+// of it fails none of their inserts: the trail is locked against writes
+// for the attach, so no statement routes a new trail to the default
+// partition that the attach then narrows. (The producers here roll back,
+// so that the default partition never holds a trail of the span and its
+// partition can be made.)
+func TestPreparingTheSpanInProgressFailsNoInsert(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := b.ctxWithCancel()
+	errs := make(chan error, 4)
+	var started [4]int
+	for i := range 4 {
+		go func() {
+			for ctx.Err() == nil {
+				err := func() error {
+					tx, err := b.pool.Begin(ctx)
+					if err != nil {
+						return err
+					}
+					defer func() { _ = tx.Rollback(b.ctx) }()
+					_, err = tx.Exec(ctx, "insert into workflow.workflow_run (type) select 'hist.race.v1' from generate_series(1, 20)")
+					return err
+				}()
+				if err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+				started[i]++
+			}
+			errs <- nil
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for started[0] < 20 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	made, err := b.eng.PrepareHistoryPartitions(b.ctx, 0)
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("an insert failed while the span's partition was made: %v", err)
+		}
+	}
+	if err != nil || made != 1 {
+		t.Fatalf("prepare while producers write: made %d, %v; want the span in progress", made, err)
+	}
+	id := b.create(t, engine.CreateParams{Type: "hist.after.v1"})
+	if got := b.partitionFor(t, id); got == "workflow_event_default" {
+		t.Fatal("a run recorded after the span's partition was made has its trail in the default partition")
+	}
+}

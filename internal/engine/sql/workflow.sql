@@ -3855,8 +3855,13 @@ $$;
 -- attached, which locks the trail only against other schema changes (SHARE
 -- UPDATE EXCLUSIVE) while Postgres checks that the default partition holds
 -- no event of that range (the default partition is locked while it is
--- read). Returns false, changing nothing, when it does (the span's trails
--- then stay in the default partition) or the range overlaps a partition.
+-- read). A span that has begun (or begins within a minute) is different:
+-- a statement already writing a new run's events would have routed them
+-- to the default partition and then find them outside it, so the trail is
+-- first locked against writes (SHARE, waiting for the transactions writing
+-- to it to end; writers wait for the attach). Returns false, changing
+-- nothing, when the default partition holds events of the span (they then
+-- stay there) or the range overlaps a partition.
 create or replace function workflow.create_history_partition(p_from timestamptz, p_to timestamptz) returns boolean
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3875,6 +3880,9 @@ begin
     end if;
     -- Written once and dropped whole: no vacuum for its inserts (autovacuum
     -- still analyzes it, and freezes it if it ever lives that long).
+    if p_from < clock_timestamp() + interval '1 minute' then
+        lock table workflow.workflow_event in share mode;
+    end if;
     execute format('create table workflow.%I (like workflow.workflow_event including defaults including constraints)
                     with (autovacuum_vacuum_insert_threshold = -1)', v_name);
     execute format('alter table workflow.%I add constraint %I check (workflow_id >= %L and workflow_id < %L)',
