@@ -27,7 +27,7 @@ func (m *Maintenance) prepareHistory(ctx context.Context) {
 
 // dropHistory drops the audit trail's partitions that retention emptied.
 func (m *Maintenance) dropHistory(ctx context.Context) {
-	n, err := m.Engine.DropHistoryPartitions(ctx, m.Retention, historyDropsPerPass)
+	n, busy, err := m.Engine.DropHistoryPartitions(ctx, m.Retention, historyDropsPerPass)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.Log.Error(err, "Dropping partitions of the audit trail failed")
@@ -36,5 +36,10 @@ func (m *Maintenance) dropHistory(ctx context.Context) {
 	}
 	if n > 0 {
 		m.Log.Info("Dropped partitions of the audit trail", "partitions", n, "retention", m.Retention)
+	}
+	if busy {
+		// A transaction held the trail past the drop's lock timeout (one
+		// left idle in a transaction, for one): the next pass tries again.
+		m.Log.Info("A partition of the audit trail due to be dropped was busy; trying again at the next pass")
 	}
 }

@@ -33,24 +33,27 @@ func (e *Engine) PrepareHistoryPartitions(ctx context.Context, ahead int) (int, 
 
 // DropHistoryPartitions drops the partitions of the audit trail whose runs
 // retention deleted, and those older than retention and one span whatever
-// is left (the trails of the runs left move to the default partition
-// first), one per transaction, at most limit, and returns how many it
-// dropped. It stops at a partition it could not lock at once: the next
+// is left (the trails of at most 10,000 runs left move to the default
+// partition first), one per transaction, at most limit, and returns how
+// many it dropped. busy tells that it stopped at a partition it could not
+// lock within its lock timeout (a transaction held the trail): the next
 // call tries again.
-func (e *Engine) DropHistoryPartitions(ctx context.Context, retention time.Duration, limit int) (int, error) {
-	dropped := 0
+func (e *Engine) DropHistoryPartitions(ctx context.Context, retention time.Duration, limit int) (dropped int, busy bool, err error) {
 	for dropped < limit {
 		var n int
 		if err := e.pool.QueryRow(ctx, e.q[qHistoryDrop],
 			pgx.NamedArgs{"retention": retention.Milliseconds()}).Scan(&n); err != nil {
-			return dropped, translate("drop history partitions", err)
+			return dropped, false, translate("drop history partitions", err)
+		}
+		if n < 0 {
+			return dropped, true, nil
 		}
 		if n == 0 {
 			break
 		}
 		dropped += n
 	}
-	return dropped, nil
+	return dropped, false, nil
 }
 
 // HistoryPartitions lists the time partitions of the audit trail, oldest

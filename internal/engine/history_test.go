@@ -3,6 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,7 +218,7 @@ func TestRetentionDropsHistoryPartitionsWhole(t *testing.T) {
 	// retention and a span ago (4h > 30m + 1h): dropped, its long run's
 	// trail moved. The recent span (its bystanders still there, ended an
 	// hour ago) stays.
-	dropped, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute, 10)
+	dropped, _, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute, 10)
 	if err != nil || dropped != 2 {
 		t.Fatalf("dropped %d partitions (%v), want 2", dropped, err)
 	}
@@ -244,7 +245,7 @@ func TestRetentionDropsHistoryPartitionsWhole(t *testing.T) {
 		t.Fatalf("%d events of deleted runs are left (%v)", left, err)
 	}
 	// Nothing left to drop; the long run, when it goes, takes its trail.
-	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute, 10); err != nil || dropped != 0 {
+	if dropped, _, err := b.eng.DropHistoryPartitions(b.ctx, 30*time.Minute, 10); err != nil || dropped != 0 {
 		t.Fatalf("dropped %d more (%v), want 0", dropped, err)
 	}
 	b.cancelAll(t, longRun)
@@ -286,9 +287,9 @@ func TestDroppingHistoryNeverHoldsUpTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	dropped, err := b.eng.DropHistoryPartitions(b.ctx, 0, 10)
-	if err != nil || dropped != 0 {
-		t.Fatalf("dropped %d (%v) while a transition held the trail, want 0", dropped, err)
+	dropped, busy, err := b.eng.DropHistoryPartitions(b.ctx, 0, 10)
+	if err != nil || dropped != 0 || !busy {
+		t.Fatalf("dropped %d, busy %v (%v) while a transition held the trail, want 0 and busy", dropped, busy, err)
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("the drop waited %s for the transition in flight, want about its 200 ms lock timeout", took)
@@ -299,7 +300,7 @@ func TestDroppingHistoryNeverHoldsUpTransitions(t *testing.T) {
 	// The span's range gets a run after all (a producer's own id): its
 	// partition now has a run left and stays.
 	late := b.insertAt(t, "hist.late.v1", old.Add(time.Minute), 1)
-	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour, 10); err != nil || dropped != 0 {
+	if dropped, _, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour, 10); err != nil || dropped != 0 {
 		t.Fatalf("dropped %d (%v) with a run of the span left, want 0", dropped, err)
 	}
 	if got := b.eventTypes(t, late[0]); len(got) != 1 || got[0] != engine.EventCreated {
@@ -308,7 +309,7 @@ func TestDroppingHistoryNeverHoldsUpTransitions(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, "delete from workflow.workflow_run where id = $1", late[0]); err != nil {
 		t.Fatal(err)
 	}
-	if dropped, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour, 10); err != nil || dropped != 1 {
+	if dropped, _, err := b.eng.DropHistoryPartitions(b.ctx, 24*time.Hour, 10); err != nil || dropped != 1 {
 		t.Fatalf("dropped %d (%v) once the span's runs were gone, want 1", dropped, err)
 	}
 }
@@ -425,7 +426,7 @@ func TestPreparingTheSpanInProgressFailsNoInsert(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := b.ctxWithCancel()
 	errs := make(chan error, 4)
-	var started [4]int
+	var started [4]atomic.Int64
 	for i := range 4 {
 		go func() {
 			for ctx.Err() == nil {
@@ -442,13 +443,13 @@ func TestPreparingTheSpanInProgressFailsNoInsert(t *testing.T) {
 					errs <- err
 					return
 				}
-				started[i]++
+				started[i].Add(1)
 			}
 			errs <- nil
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for started[0] < 20 && time.Now().Before(deadline) {
+	for started[0].Load() < 20 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	made, err := b.eng.PrepareHistoryPartitions(b.ctx, 0)
@@ -465,5 +466,79 @@ func TestPreparingTheSpanInProgressFailsNoInsert(t *testing.T) {
 	id := b.create(t, engine.CreateParams{Type: "hist.after.v1"})
 	if got := b.partitionFor(t, id); got == "workflow_event_default" {
 		t.Fatal("a run recorded after the span's partition was made has its trail in the default partition")
+	}
+}
+
+// Edge cases of keeping partitions: a partition made far ahead by hand does
+// not stop the manager preparing the spans in between; a span with more
+// than 10,000 runs left past a retention and a span is not dropped (moving
+// them would hold the trail locked for long); dropping refuses to run
+// under an older snapshot than its lock; spans are whole seconds; times
+// outside the ids' 48 bits clamp.
+func TestHistoryPartitionEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set history_partition = '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Truncate(time.Hour)
+	var made bool
+	if err := b.pool.QueryRow(b.ctx, "select workflow.create_history_partition($1, $2)",
+		hour.Add(24*365*time.Hour), hour.Add(24*365*time.Hour+time.Hour)).Scan(&made); err != nil || !made {
+		t.Fatalf("a partition a year ahead: %v %v", made, err)
+	}
+	if n, err := b.eng.PrepareHistoryPartitions(b.ctx, 2); err != nil || n != 3 {
+		t.Fatalf("prepare beside a partition a year ahead made %d (%v), want 3", n, err)
+	}
+
+	old := hour.Add(-5 * time.Hour)
+	if err := b.pool.QueryRow(b.ctx, "select workflow.create_history_partition($1, $2)", old, old.Add(time.Hour)).
+		Scan(&made); err != nil || !made {
+		t.Fatalf("an old partition: %v %v", made, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (id, type)
+		select `+strings.ReplaceAll(idAt, "$1", "$1::timestamptz")+`, 'hist.many.v1' from generate_series(1, 10001)`,
+		old.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, busy, err := b.eng.DropHistoryPartitions(b.ctx, time.Minute, 10); err != nil || dropped != 0 || busy {
+		t.Fatalf("a span with 10,001 runs left: dropped %d, busy %v (%v), want it kept", dropped, busy, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `delete from workflow.workflow_run
+		where id = (select id from workflow.workflow_run where type = 'hist.many.v1' order by id limit 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, _, err := b.eng.DropHistoryPartitions(b.ctx, time.Minute, 10); err != nil || dropped != 1 {
+		t.Fatalf("a span with 10,000 runs left: dropped %d (%v), want it dropped, their trails moved", dropped, err)
+	}
+	var moved int
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_event_default e
+		join workflow.workflow_run r on r.id = e.workflow_id where r.type = 'hist.many.v1'`).Scan(&moved); err != nil || moved != 10000 {
+		t.Fatalf("%d trails moved to the default partition (%v), want 10000", moved, err)
+	}
+
+	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(b.ctx, "select workflow.drop_history_partitions('0')")
+	_ = tx.Rollback(b.ctx)
+	if err == nil || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Fatalf("drop under REPEATABLE READ: %v, want a refusal", err)
+	}
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set history_partition = '90.5 seconds'"); err == nil {
+		t.Fatal("a span of 90.5 seconds was accepted")
+	}
+	var lo, hi string
+	if err := b.pool.QueryRow(b.ctx, `select workflow.run_id_at('1960-01-01')::text,
+		workflow.run_id_at('12000-01-01')::text`).Scan(&lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	if lo != "00000000-0000-0000-0000-000000000000" || hi != "ffffffff-ffff-0000-0000-000000000000" {
+		t.Fatalf("run_id_at clamps to %s and %s", lo, hi)
+	}
+	if err := b.pool.QueryRow(b.ctx, "select workflow.create_history_partition('12000-01-01', '12001-01-01')").
+		Scan(&made); err != nil || made {
+		t.Fatalf("a span past the ids' end: made=%v err=%v, want false", made, err)
 	}
 }

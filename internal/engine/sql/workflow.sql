@@ -204,7 +204,8 @@ create table if not exists workflow.workflow_settings (
     constraint workflow_settings_max_journal_bytes_range check (max_journal_bytes between 1048576 and 134217728),
     constraint workflow_settings_clock_offset_forward check (clock_offset >= '0' and clock_offset <= '100 years'),
     constraint workflow_settings_history_partition_range
-        check (history_partition between interval '1 minute' and interval '31 days')
+        check (history_partition between interval '1 minute' and interval '31 days'
+               and extract(epoch from history_partition) = floor(extract(epoch from history_partition)))
 );
 comment on table workflow.workflow_settings is
     'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day).';
@@ -424,9 +425,10 @@ create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
 -- and a run's whole trail lies in one partition. The manager keeps
 -- partitions ahead of time (prepare_history_partitions) and drops a
 -- partition whole once retention has deleted its runs
--- (drop_history_partitions): history leaves without a row deleted or
--- vacuumed. The default partition takes what no time partition covers:
--- trails of ids a producer chose, of periods nobody prepared, and the
+-- (drop_history_partitions): history leaves without a row deleted and
+-- leaves no dead row to vacuum. The default partition takes what no time
+-- partition covers: trails of ids chosen by hand (only the owner may), of
+-- periods nobody prepared, moved out of a dropped partition, and the
 -- trails a database kept from before partitions; retention deletes those
 -- row by row with their runs, as an explicit DELETE of a run does anywhere.
 create table if not exists workflow.workflow_event (
@@ -3812,10 +3814,13 @@ $$;
 
 -- The smallest run id of a millisecond: ids begin with their creation time,
 -- so a span of creation times is the range of ids between two of these.
+-- Times before 1970 give the smallest id, times past the 48 bits' end
+-- (year 10889) the largest millisecond's.
 create or replace function workflow.run_id_at(p_at timestamptz) returns uuid
 language sql immutable parallel safe
 return (select (substr(x.h, 1, 8) || '-' || substr(x.h, 9, 4) || '-0000-0000-000000000000')::uuid
-        from (select lpad(to_hex(greatest(floor(extract(epoch from p_at) * 1000), 0)::bigint), 12, '0') as h) x);
+        from (select lpad(to_hex(least(greatest(floor(extract(epoch from p_at) * 1000), 0),
+                                       281474976710655)::bigint), 12, '0') as h) x);
 
 -- The creation time a run id carries (new_run_id's first 48 bits).
 create or replace function workflow.run_id_time(p_id uuid) returns timestamptz
@@ -3851,38 +3856,47 @@ as $$
 $$;
 
 -- create_history_partition makes the partition of the audit trail for runs
--- created in [p_from, p_to): built apart with a check of its range, then
--- attached, which locks the trail only against other schema changes (SHARE
--- UPDATE EXCLUSIVE) while Postgres checks that the default partition holds
--- no event of that range (the default partition is locked while it is
--- read). A span that has begun (or begins within a minute) is different:
--- a statement already writing a new run's events would have routed them
--- to the default partition and then find them outside it, so the trail is
--- first locked against writes (SHARE, waiting for the transactions writing
--- to it to end; writers wait for the attach). Returns false, changing
--- nothing, when the default partition holds events of the span (they then
--- stay there) or the range overlaps a partition.
+-- created in [p_from, p_to), or returns false, changing nothing, when the
+-- range overlaps a partition or the default partition already holds events
+-- of it (one probe of its primary key; they then stay there). The
+-- partition is built apart with a check of its range, then attached, which
+-- locks the trail only against other schema changes (SHARE UPDATE
+-- EXCLUSIVE) but locks the default partition (ACCESS EXCLUSIVE) while
+-- Postgres reads it to prove it holds nothing of the range: writes routed
+-- to the default partition wait for that read, as long as the default
+-- partition is large (after an upgrade, the whole trail kept from before,
+-- until retention empties it). A span that has begun (or begins within a
+-- minute) is attached with the trail locked against writes (SHARE, waiting
+-- at most lock_timeout for the transactions writing to it to end; writers
+-- wait for the attach): a statement already writing a run of that span
+-- would have routed its events to the default partition and then fail its
+-- narrowed constraint.
 create or replace function workflow.create_history_partition(p_from timestamptz, p_to timestamptz) returns boolean
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_name text := 'workflow_event_p' || to_char(p_from at time zone 'UTC', 'YYYYMMDD"t"HH24MISS');
-    v_lo uuid := workflow.run_id_at(p_from);
-    v_hi uuid := workflow.run_id_at(p_to);
+    v_name text;
+    v_lo uuid;
+    v_hi uuid;
 begin
-    if p_from is null or p_to is null or not (p_from < p_to) or not isfinite(p_from) or not isfinite(p_to) then
+    if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or not (p_from < p_to) then
         raise exception 'create_history_partition: the span must be finite and end after it starts, got [%, %)',
             p_from, p_to using errcode = '22023';
     end if;
-    if exists (select 1 from workflow.history_partitions() p where p.from_time < p_to and p.to_time > p_from) then
+    v_name := 'workflow_event_p' || to_char(p_from at time zone 'UTC', 'YYYYMMDD"t"HH24MISS');
+    v_lo := workflow.run_id_at(p_from);
+    v_hi := workflow.run_id_at(p_to);
+    if v_lo >= v_hi
+       or exists (select 1 from workflow.history_partitions() p where p.from_time < p_to and p.to_time > p_from)
+       or exists (select 1 from workflow.workflow_event_default d where d.workflow_id >= v_lo and d.workflow_id < v_hi) then
         return false;
     end if;
-    -- Written once and dropped whole: no vacuum for its inserts (autovacuum
-    -- still analyzes it, and freezes it if it ever lives that long).
     if p_from < clock_timestamp() + interval '1 minute' then
         lock table workflow.workflow_event in share mode;
     end if;
+    -- Written once and dropped whole: no vacuum for its inserts (autovacuum
+    -- still analyzes it, and freezes it if it ever lives that long).
     execute format('create table workflow.%I (like workflow.workflow_event including defaults including constraints)
                     with (autovacuum_vacuum_insert_threshold = -1)', v_name);
     execute format('alter table workflow.%I add constraint %I check (workflow_id >= %L and workflow_id < %L)',
@@ -3891,7 +3905,7 @@ begin
         execute format('alter table workflow.workflow_event attach partition workflow.%I for values from (%L) to (%L)',
                        v_name, v_lo, v_hi);
     exception when check_violation then
-        -- The default partition holds trails of this span.
+        -- The default partition took events of this span meanwhile.
         execute format('drop table workflow.%I', v_name);
         return false;
     end;
@@ -3902,10 +3916,12 @@ $$;
 
 -- prepare_history_partitions makes sure the audit trail has a partition
 -- for the span in progress and the p_ahead spans after it (spans of
--- workflow_settings.history_partition). Partitions follow on from the
--- newest one; a span whose runs already wrote into the default partition
--- (nobody prepared it in time) is left there. Returns how many it made.
--- Called by the manager on every retention tick.
+-- workflow_settings.history_partition), walking from the span in progress:
+-- a span a partition covers (one made with another span setting, or ahead
+-- by hand) is stepped over, a gap is filled up to the next partition, and a
+-- span whose runs already wrote into the default partition (nobody
+-- prepared it in time) is left there. Returns how many it made. Called by
+-- the manager on every retention tick.
 -- Locks: see create_history_partition; waits at most lock_timeout for them.
 create or replace function workflow.prepare_history_partitions(p_ahead integer default 2) returns integer
 language plpgsql
@@ -3914,9 +3930,9 @@ set lock_timeout = '2s'
 as $$
 declare
     v_width interval;
-    v_now timestamptz := clock_timestamp();
     v_from timestamptz;
     v_to timestamptz;
+    v_next timestamptz;
     v_until timestamptz;
     v_made integer := 0;
 begin
@@ -3925,11 +3941,18 @@ begin
             using errcode = '22023';
     end if;
     select st.history_partition into v_width from workflow.workflow_settings st;
-    v_until := workflow.history_span_start(v_now, v_width) + v_width * (p_ahead + 1);
-    select max(p.to_time) into v_from from workflow.history_partitions() p where p.to_time > v_now;
-    v_from := coalesce(v_from, workflow.history_span_start(v_now, v_width));
+    v_from := workflow.history_span_start(clock_timestamp(), v_width);
+    v_until := v_from + v_width * (p_ahead + 1);
     while v_from < v_until loop
+        select p.to_time into v_next from workflow.history_partitions() p
+        where p.from_time <= v_from and p.to_time > v_from;
+        if found then
+            v_from := v_next;
+            continue;
+        end if;
         v_to := workflow.history_span_start(v_from, v_width) + v_width;
+        select min(p.from_time) into v_next from workflow.history_partitions() p where p.from_time > v_from;
+        v_to := least(v_to, coalesce(v_next, v_to));
         if workflow.create_history_partition(v_from, v_to) then
             v_made := v_made + 1;
         end if;
@@ -3945,8 +3968,13 @@ $$;
 -- and one span ago whatever is left: the trails of the runs still there are
 -- first moved to the default partition (by the runs' primary key, not by
 -- reading the partition), where they live and leave with their runs.
--- Returns 1 when it dropped one, 0 when none is due or the trail was busy;
--- callers call again until 0, each call its own transaction.
+-- A partition with more than 10,000 runs left is not dropped that way (its
+-- move would hold the trail locked for long): it waits for its runs.
+-- Returns 1 when it dropped one, 0 when none is due, -1 when the trail was
+-- busy (another transaction held it past lock_timeout: the partition is
+-- left for the next call, and writers waited that long behind the
+-- attempt); callers call again while 1, each call its own transaction,
+-- which must be READ COMMITTED (the move reads the runs after the lock).
 -- Locks: the audit trail, ACCESS EXCLUSIVE, from the detach to the commit
 -- (one partition's detach, move and drop), waiting at most lock_timeout
 -- (200 ms) for it: transitions wait for at most that and the move.
@@ -3965,10 +3993,19 @@ begin
         raise exception 'drop_history_partitions: the retention must be zero or more, got %', p_retention
             using errcode = '22023';
     end if;
+    if current_setting('transaction_isolation') <> 'read committed' then
+        raise exception 'drop_history_partitions: runs only in a READ COMMITTED transaction, not %',
+            current_setting('transaction_isolation') using errcode = '25001';
+    end if;
     for v_part in
         select p.* from workflow.history_partitions() p
         where p.to_time <= clock_timestamp()
-          and (not p.runs_left or p.to_time + p_retention + (p.to_time - p.from_time) <= clock_timestamp())
+          and (not p.runs_left
+               or (p.to_time + p_retention + (p.to_time - p.from_time) <= clock_timestamp()
+                   and (select count(*) from (select 1 from workflow.workflow_run r
+                                              where r.id >= workflow.run_id_at(p.from_time)
+                                                and r.id < workflow.run_id_at(p.to_time)
+                                              limit 10001) x) <= 10000))
         order by p.from_time
         limit 1
     loop
@@ -3987,7 +4024,7 @@ begin
             execute format('drop table workflow.%I', v_part.partition_name);
             v_dropped := v_dropped + 1;
         exception when lock_not_available then
-            null; -- busy: the next call tries again
+            return -1; -- busy: the next call tries again
         end;
     end loop;
     return v_dropped;

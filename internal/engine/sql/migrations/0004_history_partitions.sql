@@ -11,7 +11,12 @@
 alter table workflow.workflow_settings
     add column history_partition interval not null default '1 day',
     add constraint workflow_settings_history_partition_range
-        check (history_partition between interval '1 minute' and interval '31 days');
+        check (history_partition between interval '1 minute' and interval '31 days'
+               and extract(epoch from history_partition) = floor(extract(epoch from history_partition)));
+-- The next event's number, from the old identity's sequence (not a scan).
+create temporary table history_partitions_next on commit drop as
+    select case when s.is_called then s.last_value + 1 else s.last_value end as next_id
+    from workflow.workflow_event_id_seq s;
 alter table workflow.workflow_event rename to workflow_event_default;
 alter table workflow.workflow_event_default alter column id drop identity;
 comment on table workflow.workflow_event_default is null;
@@ -32,7 +37,7 @@ do $$
 declare
     v_next bigint;
 begin
-    select coalesce(max(id), 0) + 1 into v_next from workflow.workflow_event_default;
+    select next_id into v_next from history_partitions_next;
     execute format('alter table workflow.workflow_event alter column id restart with %s', v_next);
 end
 $$;
