@@ -164,13 +164,10 @@ func pickupLatency(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	}
 	slices.Sort(samples)
 	slices.Sort(inserts)
-	q := func(ds []time.Duration, p float64) time.Duration {
-		return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(10 * time.Microsecond)
-	}
 	// Where the time goes, as the engine's measurement prints it: the
 	// insert's round trip (its commit included), then the rest.
-	fmt.Printf("river pickup: insert p50=%s of p50=%s\n", q(inserts, 0.5), q(samples, 0.5))
-	fmt.Printf("river pickup latency: p50=%s p90=%s p99=%s (n=%d)\n", q(samples, 0.50), q(samples, 0.90), q(samples, 0.99), len(samples))
+	fmt.Printf("river pickup: insert p50=%s of p50=%s\n", quantile(inserts, 0.5), quantile(samples, 0.5))
+	fmt.Printf("river pickup latency: p50=%s p90=%s p99=%s (n=%d)\n", quantile(samples, 0.50), quantile(samples, 0.90), quantile(samples, 0.99), len(samples))
 	return nil
 }
 

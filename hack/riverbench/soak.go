@@ -212,7 +212,8 @@ func produceJobs(ctx context.Context, c *river.Client[pgx.Tx], rate float64) err
 	}
 }
 
-// quantile returns the q-quantile of sorted durations (0 when none).
+// quantile returns the q-quantile of sorted durations (0 when none),
+// rounded to 10 µs; both measurements print it.
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0

@@ -11,6 +11,23 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/controller"
 )
 
+// startRetention runs the manager's maintenance with a retention, its
+// retention loop ticking every 50 ms, until the spec ends; stop ends it
+// sooner, and done is closed once Start has returned.
+func startRetention(name string, retention time.Duration) (stop func(), done chan struct{}) {
+	mctx, cancel := context.WithCancel(ctx)
+	done = make(chan struct{})
+	m := &controller.Maintenance{Engine: eng, Log: ctrl.Log.WithName(name),
+		Retention: retention, RetentionInterval: 50 * time.Millisecond, ReapInterval: time.Hour}
+	go func() {
+		defer close(done)
+		defer GinkgoRecover()
+		Expect(m.Start(mctx)).To(Succeed())
+	}()
+	DeferCleanup(func() { cancel(); <-done })
+	return cancel, done
+}
+
 var _ = Describe("Retention", func() {
 	It("deletes finished runs past retention, batch after batch, and keeps the rest", func() {
 		typ := "ret" + randomSuffix() + ".v1"
@@ -36,16 +53,7 @@ var _ = Describe("Retention", func() {
 			where r.type = $1`, typ).Scan(&events)).To(Succeed())
 		Expect(events).To(Equal(2308), "each run has its created event")
 
-		mctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		m := &controller.Maintenance{Engine: eng, Log: ctrl.Log.WithName("retention"),
-			Retention: 24 * time.Hour, RetentionInterval: 50 * time.Millisecond, ReapInterval: time.Hour}
-		go func() {
-			defer close(done)
-			defer GinkgoRecover()
-			Expect(m.Start(mctx)).To(Succeed())
-		}()
-		DeferCleanup(func() { stop(); <-done })
+		stop, done := startRetention("retention", 24*time.Hour)
 
 		Eventually(count("finished_at < now() - interval '1 day'"), 30*time.Second, 50*time.Millisecond).Should(BeZero())
 		Expect(count("status = 'succeeded'")()).To(Equal(5), "runs within retention stay")
@@ -113,16 +121,7 @@ var _ = Describe("Retention", func() {
 		}
 		Expect(partitionOf(spans[0])()).To(HaveLen(1))
 
-		mctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		m := &controller.Maintenance{Engine: eng, Log: ctrl.Log.WithName("history"),
-			Retention: 48 * time.Hour, RetentionInterval: 50 * time.Millisecond, ReapInterval: time.Hour}
-		go func() {
-			defer close(done)
-			defer GinkgoRecover()
-			Expect(m.Start(mctx)).To(Succeed())
-		}()
-		DeferCleanup(func() { stop(); <-done })
+		startRetention("history", 48*time.Hour)
 
 		Eventually(partitionOf(spans[0]), 30*time.Second, 50*time.Millisecond).Should(BeEmpty(),
 			"the partition whose runs retention deleted is dropped")

@@ -401,6 +401,11 @@ func TestOnlyTheOwnerKeepsHistory(t *testing.T) {
 	bystander := b.create(t, engine.CreateParams{Type: "teamb.kept.v1"})
 	b.cancelAll(t, []string{bystander})
 	part := b.partitionFor(t, bystander)
+	// Nor may a producer choose a run's id (and so the partition its trail
+	// goes to, or a span's runs that keep a partition).
+	producer := b.loginAs(t, "workflow_producer")
+	producer.requireDenied(t, b.ctx, `insert into workflow.workflow_run (id, type) values ($1, 'teama.own.v1')`,
+		"00000000-0000-7000-8000-000000000000")
 	for _, role := range []string{"workflow_worker", "workflow_producer", "workflow_reader"} {
 		l := b.loginAs(t, role)
 		l.requireDenied(t, b.ctx, "select workflow.delete_finished_runs('0', 1000)")
@@ -453,7 +458,17 @@ func TestPreparingTheSpanInProgressFailsNoInsert(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	made, err := b.eng.PrepareHistoryPartitions(b.ctx, 0)
-	time.Sleep(100 * time.Millisecond)
+	// Every producer goes on inserting after the attach (a failed insert
+	// ends its producer, which then stops counting).
+	after := [4]int64{}
+	for i := range started {
+		after[i] = started[i].Load()
+	}
+	for i := range started {
+		for started[i].Load() < after[i]+5 && time.Now().Before(deadline.Add(10*time.Second)) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	cancel()
 	for range 4 {
 		if err := <-errs; err != nil {

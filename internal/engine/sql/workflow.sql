@@ -3833,17 +3833,18 @@ language sql immutable parallel safe
 return to_timestamp(floor(extract(epoch from p_at) / extract(epoch from p_width)) * extract(epoch from p_width));
 
 -- history_partitions lists the time partitions of the audit trail, oldest
--- first: the span of run creation times each holds, whether any run of
--- that span is still in workflow_run (one probe of its primary key), and
--- its size. Reads only.
+-- first: the span of run creation times each holds (and the run ids that
+-- bound it), whether any run of that span is still in workflow_run (one
+-- probe of its primary key), and its size. Reads only.
 create or replace function workflow.history_partitions()
-returns table (partition_name text, from_time timestamptz, to_time timestamptz, runs_left boolean, bytes bigint)
+returns table (partition_name text, from_time timestamptz, to_time timestamptz, runs_left boolean, bytes bigint,
+               from_id uuid, to_id uuid)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     select c.relname::text, workflow.run_id_time(b.lo), workflow.run_id_time(b.hi),
            exists (select 1 from workflow.workflow_run r where r.id >= b.lo and r.id < b.hi),
-           pg_total_relation_size(c.oid)
+           pg_total_relation_size(c.oid), b.lo, b.hi
     from pg_inherits i
     join pg_class c on c.oid = i.inhrelid
     cross join lateral (
@@ -3985,8 +3986,6 @@ set lock_timeout = '200ms'
 as $$
 declare
     v_part record;
-    v_lo uuid;
-    v_hi uuid;
     v_dropped integer := 0;
 begin
     if p_retention is null or p_retention < interval '0' then
@@ -4003,14 +4002,11 @@ begin
           and (not p.runs_left
                or (p.to_time + p_retention + (p.to_time - p.from_time) <= clock_timestamp()
                    and (select count(*) from (select 1 from workflow.workflow_run r
-                                              where r.id >= workflow.run_id_at(p.from_time)
-                                                and r.id < workflow.run_id_at(p.to_time)
+                                              where r.id >= p.from_id and r.id < p.to_id
                                               limit 10001) x) <= 10000))
         order by p.from_time
         limit 1
     loop
-        v_lo := workflow.run_id_at(v_part.from_time);
-        v_hi := workflow.run_id_at(v_part.to_time);
         begin
             execute format('alter table workflow.workflow_event detach partition workflow.%I', v_part.partition_name);
             -- The range is no longer attached: these rows go to the default
@@ -4020,7 +4016,7 @@ begin
                             select e.* from workflow.workflow_run r
                             join workflow.%I e on e.workflow_id = r.id
                             where r.id >= $1 and r.id < $2', v_part.partition_name)
-                using v_lo, v_hi;
+                using v_part.from_id, v_part.to_id;
             execute format('drop table workflow.%I', v_part.partition_name);
             v_dropped := v_dropped + 1;
         exception when lock_not_available then
