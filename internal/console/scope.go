@@ -97,7 +97,7 @@ func (s *Server) loadScopedOverview(ctx context.Context, a access, readable []st
 	}
 	types, more, err := s.readTypes(ctx,
 		`select type, runnable, leased, parked, oldest_due from workflow.namespace_type_depths($1::text[])`,
-		`select type, bucket, succeeded, ended_otherwise from workflow.namespace_finished_last_hour($1::text[])`,
+		`select type, bucket, succeeded, ended_otherwise from workflow.finished_last_hour($1::text[])`,
 		readable)
 	if err != nil {
 		return ov, err

@@ -345,8 +345,9 @@ func TestUpgradeKeepsTheAuditTrailInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if applied, err := engine.Migrate(b.ctx, b.pool); err != nil || fmt.Sprint(applied) != "[4]" {
-		t.Fatalf("migrate: applied %v, %v", applied, err)
+	// Version 4 first; later releases' migrations follow it.
+	if applied, err := engine.Migrate(b.ctx, b.pool); err != nil || len(applied) == 0 || applied[0] != 4 {
+		t.Fatalf("migrate: applied %v, %v; want version 4 first", applied, err)
 	}
 	for id, want := range trails {
 		if got := b.eventTypes(t, id); fmt.Sprint(got) != fmt.Sprint(want) {

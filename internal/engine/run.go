@@ -204,7 +204,8 @@ func (e *Engine) CreateRunIn(ctx context.Context, db Querier, p CreateParams) (C
 	return res, nil
 }
 
-// scanRun reads the columns selected by RunGet and RunList.
+// scanRun reads a row of workflow.run_view, whose columns RunGet and RunList
+// select in the view's order.
 func scanRun(row pgx.Row) (Run, error) {
 	var (
 		r                           Run

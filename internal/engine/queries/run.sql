@@ -10,23 +10,13 @@ from workflow.create_run(@type, @payload, @priority::integer, @run_at::timestamp
 select id from workflow.run_by_key(@idempotency_key) id where id is not null;
 
 -- name: RunGet
-select id, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
-       leased_by, lease_until, last_error, result, retry_base_ms, retry_max_ms,
-       source_namespace, source_name, source_uid,
-       started_at, finished_at, created_at, updated_at, deleted_at,
-       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent,
-       concurrency_key
-from workflow.get_run(@id);
+-- The columns of workflow.run_view, in its order (scanRun reads them).
+select * from workflow.get_run(@id);
 
 -- name: RunList
 -- Keyset pagination in creation order; the cursor is the last row's
--- (created_at, id).
-select id, type, payload, status, priority, run_at, idempotency_key, attempt, max_attempts,
-       leased_by, lease_until, last_error, result, retry_base_ms, retry_max_ms,
-       source_namespace, source_name, source_uid,
-       started_at, finished_at, created_at, updated_at, deleted_at,
-       lease_token, parent_id, parent_step, deadline_at, wait_kind, wait_step, wait_signal, traceparent,
-       concurrency_key
+-- (created_at, id). The columns of workflow.run_view, as RunGet.
+select *
 from workflow.list_runs(@type_prefix::text, @statuses::text[], @after_created_at::timestamptz, @after_id::uuid,
                         @limit);
 

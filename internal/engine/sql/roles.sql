@@ -161,34 +161,31 @@ grant execute on function workflow.schedule_latest_runs(text, text, integer) to 
 -- Each step below runs only when its object is missing, so running this
 -- script again takes no lock that would stop the queue.
 do $$
+declare
+    p record;
 begin
     if not (select relrowsecurity from pg_catalog.pg_class where oid = 'workflow.workflow_run'::regclass) then
         alter table workflow.workflow_run enable row level security;
     end if;
-    if not exists (select 1 from pg_catalog.pg_policies
-                   where schemaname = 'workflow' and tablename = 'workflow_run'
-                     and policyname = 'workflow_run_any') then
-        create policy workflow_run_any on workflow.workflow_run
-            as permissive for all to public using (true) with check (true);
-    end if;
-    if not exists (select 1 from pg_catalog.pg_policies
-                   where schemaname = 'workflow' and tablename = 'workflow_run'
-                     and policyname = 'workflow_run_producer_update') then
-        create policy workflow_run_producer_update on workflow.workflow_run
-            as restrictive for update to workflow_producer
-            using (true)
-            with check (status = 'cancelled' or (deleted_at is not null and finished_at is not null));
-    end if;
-    if not exists (select 1 from pg_catalog.pg_policies
-                   where schemaname = 'workflow' and tablename = 'workflow_run'
-                     and policyname = 'workflow_run_producer_insert') then
-        create policy workflow_run_producer_insert on workflow.workflow_run
-            as restrictive for insert to workflow_producer
-            with check (source_namespace is null and source_name is null and source_uid is null
-                        and (idempotency_key is null
-                             or not (starts_with(idempotency_key, 'k8s:')
-                                     or starts_with(idempotency_key, 'k8s-uid:'))));
-    end if;
+    for p in
+        select * from (values
+            ('workflow_run_any', 'as permissive for all to public using (true) with check (true)'),
+            ('workflow_run_producer_update',
+             'as restrictive for update to workflow_producer using (true)
+              with check (status = ''cancelled'' or (deleted_at is not null and finished_at is not null))'),
+            ('workflow_run_producer_insert',
+             'as restrictive for insert to workflow_producer
+              with check (source_namespace is null and source_name is null and source_uid is null
+                          and (idempotency_key is null
+                               or not (starts_with(idempotency_key, ''k8s:'')
+                                       or starts_with(idempotency_key, ''k8s-uid:''))))')
+        ) v(name, body)
+        where not exists (select 1 from pg_catalog.pg_policies x
+                          where x.schemaname = 'workflow' and x.tablename = 'workflow_run' and x.policyname = v.name)
+    loop
+        -- The names and bodies are the constants above.
+        execute format('create policy %I on workflow.workflow_run %s', p.name, p.body);
+    end loop;
 end
 $$;
 

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 4
+-- schema version: 5
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -1378,6 +1378,8 @@ declare
     v_pass integer;
     v_parked bigint;
     v_fetched integer;
+    v_cand uuid[];
+    v_cand_keys text[];
 begin
     select * into g from workflow.workflow_registry r where r.workflow_name = p_type;
     if not found then
@@ -1428,20 +1430,27 @@ begin
     v_admitted := '{}';
     v_adm_keys := '{}';
     for v_pass in 1 .. case when v_by_key then 3 else 1 end loop
+        -- The candidates: runnable runs of the type in claim order, locked
+        -- (skip locked), past what earlier passes took. Both arrays are
+        -- aggregated from the one ordered stream the subquery yields, so
+        -- they are aligned and in claim order (runs created together in
+        -- the order the index holds them).
+        select coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.concurrency_key), '{}')
+        into v_cand, v_cand_keys
+        from (select r.id, r.concurrency_key, r.priority, r.created_at
+              from workflow.workflow_run r
+              where r.type collate "C" = p_type
+                and coalesce(r.status, '') = 'pending'
+                and r.deleted_at is null
+                and r.wait_kind is distinct from 'limit'
+                and r.run_at <= p_now
+                and (r.deadline_at is null or r.deadline_at > p_now)
+                and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
+              order by r.priority, r.created_at
+              limit v_room - cardinality(v_admitted)
+              for update of r skip locked) c;
         if not v_by_key then
-            select coalesce(array_agg(c.id order by c.priority, c.created_at), '{}')
-            into v_admitted
-            from (select r.id, r.priority, r.created_at
-                  from workflow.workflow_run r
-                  where r.type collate "C" = p_type
-                    and coalesce(r.status, '') = 'pending'
-                    and r.deleted_at is null
-                    and r.wait_kind is distinct from 'limit'
-                    and r.run_at <= p_now
-                    and (r.deadline_at is null or r.deadline_at > p_now)
-                  order by r.priority, r.created_at
-                  limit v_room
-                  for update of r skip locked) c;
+            v_admitted := v_cand;
             exit;
         end if;
         -- What earlier passes of this claim took, by key.
@@ -1451,30 +1460,16 @@ begin
             from (select a as key, count(*) as n from unnest(v_adm_keys) a where a is not null group by a) x;
         end if;
         -- One statement per pass, after the type's flow lock was taken, so
-        -- it sees every claim of the type that committed before: the
-        -- candidates in claim order (locked); for each of their keys, how
-        -- many runs are leased and how many started in the current window,
-        -- and what earlier passes took. A key's room is its free slots or
-        -- its window's starts left, whichever is fewer, less what this
-        -- claim took already; a candidate is admitted when it is among the
-        -- first `room` of its key. A key is full when its candidates reach
-        -- its room; its held-back runs wait for the window's end when the
-        -- rate binds, else for a slot.
+        -- it sees every claim of the type that committed before: for each
+        -- candidate's key, how many runs are leased and how many started in
+        -- the current window, and what earlier passes took. A key's room is
+        -- its free slots or its window's starts left, whichever is fewer,
+        -- less what this claim took already; a candidate is admitted when
+        -- it is among the first `room` of its key. A key is full when its
+        -- candidates reach its room; its held-back runs wait for the
+        -- window's end when the rate binds, else for a slot.
         with cand as materialized (
-            select c.id, c.concurrency_key as key,
-                   row_number() over (order by c.priority, c.created_at) as ord
-            from (select r.id, r.concurrency_key, r.priority, r.created_at
-                  from workflow.workflow_run r
-                  where r.type collate "C" = p_type
-                    and coalesce(r.status, '') = 'pending'
-                    and r.deleted_at is null
-                    and r.wait_kind is distinct from 'limit'
-                    and r.run_at <= p_now
-                    and (r.deadline_at is null or r.deadline_at > p_now)
-                    and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
-                  order by r.priority, r.created_at
-                  limit v_room - cardinality(v_admitted)
-                  for update of r skip locked) c
+            select u.id, u.key, u.ord from unnest(v_cand, v_cand_keys) with ordinality u(id, key, ord)
         ),
         ranked as materialized (
             select c.id, c.key, c.ord, c.nth,
@@ -1512,7 +1507,7 @@ begin
         )
         select coalesce((select array_agg(r.id order by r.ord) from ranked r where r.key is null or r.nth <= r.room), '{}'),
                coalesce((select array_agg(r.key order by r.ord) from ranked r where r.key is null or r.nth <= r.room), '{}'),
-               (select count(*) from cand),
+               cardinality(v_cand),
                (select array_agg(f.key) from full_keys f),
                (select array_agg(case when f.by_rate then v_window + g.rate_period else workflow.far_future() end) from full_keys f)
         into v_ids, v_keys, v_fetched, v_full, v_full_until;
@@ -4508,6 +4503,32 @@ $$;
 -- viewer allowed only some namespaces take those (p_namespaces, as the
 -- console's gate decided them).
 
+-- list_filter_match: whether a run with this namespace, creation time and
+-- id passes the filters every form of list_runs_newest shares: the
+-- namespaces a viewer may see (null: all), one namespace, a creation
+-- window [p_from, p_to) and the page's cursor (null: none). Inlined into
+-- the caller's statement, so that with the call's values a filter that is
+-- not set drops out and the cursor stays an index condition.
+create or replace function workflow.list_filter_match(
+    p_source_namespace text,
+    p_created_at timestamptz,
+    p_id uuid,
+    p_namespaces text[],
+    p_namespace text,
+    p_from timestamptz,
+    p_to timestamptz,
+    p_before_created_at timestamptz,
+    p_before_id uuid
+) returns boolean
+language sql immutable parallel safe
+begin atomic
+    select (p_namespaces is null or p_source_namespace = any (p_namespaces))
+       and (p_namespace is null or p_source_namespace = p_namespace)
+       and (p_from is null or p_created_at >= p_from)
+       and (p_to is null or p_created_at < p_to)
+       and (p_before_id is null or (p_created_at, p_id) < (p_before_created_at, p_before_id));
+end;
+
 -- list_runs_newest: a page of the console's list of runs, newest first
 -- (created_at, then id, descending), at most p_limit: runs of a literal
 -- type prefix (null or '': every type), of one status (null: every
@@ -4517,18 +4538,23 @@ $$;
 -- namespaces whose runs are listed (a run with no Kubernetes source is of
 -- none); null lists every run. Soft-deleted runs are listed (deleted_at
 -- set); last_error is cut to 200 characters.
--- Each form is one static statement planned for the call's values (a
--- custom plan, in which a filter that is not set drops out), so that each
--- keeps its index. A namespace, or a status other than succeeded, without
--- a prefix reads an index in the list's order or one that narrows it to a
--- few rows: idx_workflow_run_namespace_created, idx_workflow_run_ended_badly
--- (failed or cancelled) and the queue's own indexes (pending or leased; a
--- pending or leased run is never soft-deleted, and saying so lets those
--- partial indexes serve). Otherwise the page merges newest-first reads,
--- each bounded by p_limit: the finished runs of each type under the prefix
--- from idx_workflow_run_type_created, the types found one index probe each
--- (a skip scan); the pending runs of each type and priority from the claim
--- index, found the same way; and the leased runs, as many as workers hold.
+-- Two static statements, each planned for the call's values (a custom
+-- plan: a part whose guard is false is never run, a filter that is not set
+-- drops out; the filters all forms share are list_filter_match, inlined).
+-- A namespace, or a status other than succeeded, without a prefix
+-- (v_direct) reads one index in the list's order or one that narrows it to
+-- a few rows: idx_workflow_run_namespace_created,
+-- idx_workflow_run_ended_badly (failed or cancelled) and the queue's own
+-- indexes (pending or leased; a pending or leased run is never
+-- soft-deleted, and saying so lets those partial indexes serve).
+-- Otherwise the page merges parts, each reading its own index newest first
+-- and stopping after p_limit rows, and reads the newest p_limit of their
+-- rows whole by primary key: the finished runs of each type under the
+-- prefix from idx_workflow_run_type_created, the types found one index
+-- probe each (a skip scan); the pending runs of each type and priority
+-- from the claim index, found the same way, and those a flow limit holds
+-- back from idx_workflow_run_flow_list; and the leased runs, as many as
+-- workers hold.
 create or replace function workflow.list_runs_newest(
     p_type_prefix text,
     p_status text,
@@ -4545,6 +4571,10 @@ create or replace function workflow.list_runs_newest(
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
+-- The estimates of the parts a call does not run would otherwise make the
+-- statement look costly enough to compile, which takes far longer than the
+-- page.
+set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -4552,236 +4582,106 @@ declare
     -- sorts (collation C) between it and it followed by DEL.
     v_lo text := coalesce(p_type_prefix, '');
     v_hi text := coalesce(p_type_prefix, '') || chr(127);
+    v_direct boolean := coalesce(p_type_prefix, '') = ''
+        and (p_namespace is not null or coalesce(p_status in ('pending', 'leased', 'failed', 'cancelled'), false));
+    v_finished boolean := not v_direct and (p_status is null or p_status in ('succeeded', 'failed', 'cancelled'));
+    v_pending boolean := not v_direct and (p_status is null or p_status = 'pending');
+    v_leased boolean := not v_direct and (p_status is null or p_status = 'leased');
 begin
     if p_status <> all ('{pending,leased,succeeded,failed,cancelled}') then
         raise exception 'list_runs_newest: % is not a status', p_status using errcode = '22023';
     end if;
-    if v_lo = '' and (p_namespace is not null or p_status in ('pending', 'leased', 'failed', 'cancelled')) then
+    if v_direct then
         return query
         select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
                r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
         from workflow.workflow_run r
         where (p_status is null or r.status = p_status)
           and (p_status is null or p_status in ('succeeded', 'failed', 'cancelled') or r.deleted_at is null)
-          and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-          and (p_namespace is null or r.source_namespace = p_namespace)
-          and (p_from is null or r.created_at >= p_from)
-          and (p_to is null or r.created_at < p_to)
-          and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
+          and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+                                         p_from, p_to, p_before_created_at, p_before_id)
         order by r.created_at desc, r.id desc
         limit p_limit;
-    elsif p_status is null then
-        return query
-        with recursive fin as (
-            (select r.type collate "C" as type from workflow.workflow_run r
-             where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" >= v_lo
-               and r.type collate "C" < v_hi
-             order by 1 limit 1)
-            union all
-            select (select r.type collate "C" from workflow.workflow_run r
-                    where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" > fin.type
-                      and r.type collate "C" < v_hi
-                    order by 1 limit 1)
-            from fin where fin.type is not null
-        ), pend as (
-            -- The claim index's own predicate, so that it serves.
-            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where coalesce(r.status, '') = 'pending' and r.deleted_at is null
-               and r.wait_kind is distinct from 'limit' and r.type collate "C" >= v_lo
-               and r.type collate "C" < v_hi
-             order by 1, 2 limit 1)
-            union all
-            select x.type, x.priority from pend cross join lateral (
-                select r.type collate "C" as type, r.priority from workflow.workflow_run r
-                where coalesce(r.status, '') = 'pending' and r.deleted_at is null
-                  and r.wait_kind is distinct from 'limit'
-                  and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
-                order by 1, 2 limit 1) x
-        ), held as (
-            -- Pending runs a flow limit holds back are outside the claim
-            -- index: the same skip scan over idx_workflow_run_flow_list.
-            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where r.wait_kind = 'limit' and r.deleted_at is null
-               and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
-             order by 1, 2 limit 1)
-            union all
-            select x.type, x.priority from held cross join lateral (
-                select r.type collate "C" as type, r.priority from workflow.workflow_run r
-                where r.wait_kind = 'limit' and r.deleted_at is null
-                  and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
-                order by 1, 2 limit 1) x
-        )
-        select * from (
-            select r.* from fin cross join lateral (
-                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-                from workflow.workflow_run r
-                where r.type collate "C" = fin.type and r.status in ('succeeded', 'failed', 'cancelled')
-                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-                  and (p_namespace is null or r.source_namespace = p_namespace)
-                  and (p_from is null or r.created_at >= p_from)
-                  and (p_to is null or r.created_at < p_to)
-                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-                order by r.created_at desc, r.id desc
-                limit p_limit
-            ) r where fin.type is not null
-            union all
-            select r.* from pend cross join lateral (
-                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-                from workflow.workflow_run r
-                where r.type collate "C" = pend.type and r.priority = pend.priority
-                  and coalesce(r.status, '') = 'pending' and r.deleted_at is null
-                  and r.wait_kind is distinct from 'limit'
-                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-                  and (p_namespace is null or r.source_namespace = p_namespace)
-                  and (p_from is null or r.created_at >= p_from)
-                  and (p_to is null or r.created_at < p_to)
-                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-                order by r.created_at desc, r.id desc
-                limit p_limit
-            ) r
-            union all
-            select r.* from held cross join lateral (
-                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-                from workflow.workflow_run r
-                where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
-                  and r.deleted_at is null
-                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-                  and (p_namespace is null or r.source_namespace = p_namespace)
-                  and (p_from is null or r.created_at >= p_from)
-                  and (p_to is null or r.created_at < p_to)
-                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-                order by r.created_at desc, r.id desc
-                limit p_limit
-            ) r
-            union all
-            (select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-                    r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-             from workflow.workflow_run r
-             where r.status = 'leased' and r.deleted_at is null
-               and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
-               and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-               and (p_namespace is null or r.source_namespace = p_namespace)
-               and (p_from is null or r.created_at >= p_from)
-               and (p_to is null or r.created_at < p_to)
-               and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-             order by r.created_at desc, r.id desc
-             limit p_limit)
-        ) u
-        order by 8 desc, 1 desc
-        limit p_limit;
-    elsif p_status in ('succeeded', 'failed', 'cancelled') then
-        return query
-        with recursive fin as (
-            (select r.type collate "C" as type from workflow.workflow_run r
-             where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" >= v_lo
-               and r.type collate "C" < v_hi
-             order by 1 limit 1)
-            union all
-            select (select r.type collate "C" from workflow.workflow_run r
-                    where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" > fin.type
-                      and r.type collate "C" < v_hi
-                    order by 1 limit 1)
-            from fin where fin.type is not null
-        )
-        select * from (
-            select r.* from fin cross join lateral (
-                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-                from workflow.workflow_run r
-                where r.type collate "C" = fin.type and r.status in ('succeeded', 'failed', 'cancelled')
-                  and r.status = p_status
-                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-                  and (p_namespace is null or r.source_namespace = p_namespace)
-                  and (p_from is null or r.created_at >= p_from)
-                  and (p_to is null or r.created_at < p_to)
-                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-                order by r.created_at desc, r.id desc
-                limit p_limit
-            ) r where fin.type is not null
-        ) u
-        order by 8 desc, 1 desc
-        limit p_limit;
-    elsif p_status = 'pending' then
-        return query
-        with recursive pend as (
-            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where coalesce(r.status, '') = 'pending' and r.deleted_at is null
-               and r.wait_kind is distinct from 'limit' and r.type collate "C" >= v_lo
-               and r.type collate "C" < v_hi
-             order by 1, 2 limit 1)
-            union all
-            select x.type, x.priority from pend cross join lateral (
-                select r.type collate "C" as type, r.priority from workflow.workflow_run r
-                where coalesce(r.status, '') = 'pending' and r.deleted_at is null
-                  and r.wait_kind is distinct from 'limit'
-                  and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
-                order by 1, 2 limit 1) x
-        ), held as (
-            -- Pending runs a flow limit holds back are outside the claim
-            -- index: the same skip scan over idx_workflow_run_flow_list.
-            (select r.type collate "C" as type, r.priority from workflow.workflow_run r
-             where r.wait_kind = 'limit' and r.deleted_at is null
-               and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
-             order by 1, 2 limit 1)
-            union all
-            select x.type, x.priority from held cross join lateral (
-                select r.type collate "C" as type, r.priority from workflow.workflow_run r
-                where r.wait_kind = 'limit' and r.deleted_at is null
-                  and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
-                order by 1, 2 limit 1) x
-        )
-        select * from (
-            select r.* from pend cross join lateral (
-                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-                from workflow.workflow_run r
-                where r.type collate "C" = pend.type and r.priority = pend.priority
-                  and coalesce(r.status, '') = 'pending' and r.deleted_at is null
-                  and r.wait_kind is distinct from 'limit'
-                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-                  and (p_namespace is null or r.source_namespace = p_namespace)
-                  and (p_from is null or r.created_at >= p_from)
-                  and (p_to is null or r.created_at < p_to)
-                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-                order by r.created_at desc, r.id desc
-                limit p_limit
-            ) r
-            union all
-            select r.* from held cross join lateral (
-                select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-                       r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-                from workflow.workflow_run r
-                where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
-                  and r.deleted_at is null
-                  and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-                  and (p_namespace is null or r.source_namespace = p_namespace)
-                  and (p_from is null or r.created_at >= p_from)
-                  and (p_to is null or r.created_at < p_to)
-                  and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-                order by r.created_at desc, r.id desc
-                limit p_limit
-            ) r
-        ) u
-        order by 8 desc, 1 desc
-        limit p_limit;
-    else
-        return query
-        select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
-               r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
-        from workflow.workflow_run r
-        where r.status = 'leased' and r.deleted_at is null
-          and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
-          and (p_namespaces is null or r.source_namespace = any (p_namespaces))
-          and (p_namespace is null or r.source_namespace = p_namespace)
-          and (p_from is null or r.created_at >= p_from)
-          and (p_to is null or r.created_at < p_to)
-          and (p_before_id is null or (r.created_at, r.id) < (p_before_created_at, p_before_id))
-        order by r.created_at desc, r.id desc
-        limit p_limit;
+        return;
     end if;
+    return query
+    with recursive fin as (
+        (select r.type collate "C" as type from workflow.workflow_run r
+         where v_finished and r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" >= v_lo
+           and r.type collate "C" < v_hi
+         order by 1 limit 1)
+        union all
+        select (select r.type collate "C" from workflow.workflow_run r
+                where r.status in ('succeeded', 'failed', 'cancelled') and r.type collate "C" > fin.type
+                  and r.type collate "C" < v_hi
+                order by 1 limit 1)
+        from fin where fin.type is not null
+    ), pend as (
+        -- The claim index's own predicate, so that it serves.
+        (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+         where v_pending and coalesce(r.status, '') = 'pending' and r.deleted_at is null
+           and r.wait_kind is distinct from 'limit' and r.type collate "C" >= v_lo
+           and r.type collate "C" < v_hi
+         order by 1, 2 limit 1)
+        union all
+        select x.type, x.priority from pend cross join lateral (
+            select r.type collate "C" as type, r.priority from workflow.workflow_run r
+            where coalesce(r.status, '') = 'pending' and r.deleted_at is null
+              and r.wait_kind is distinct from 'limit'
+              and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
+            order by 1, 2 limit 1) x
+    ), held as (
+        -- Pending runs a flow limit holds back are outside the claim
+        -- index: the same skip scan over idx_workflow_run_flow_list.
+        (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+         where v_pending and r.wait_kind = 'limit' and r.deleted_at is null
+           and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+         order by 1, 2 limit 1)
+        union all
+        select x.type, x.priority from held cross join lateral (
+            select r.type collate "C" as type, r.priority from workflow.workflow_run r
+            where r.wait_kind = 'limit' and r.deleted_at is null
+              and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
+            order by 1, 2 limit 1) x
+    ), part as (
+        select x.* from fin cross join lateral (
+            select r.created_at, r.id from workflow.workflow_run r
+            where r.type collate "C" = fin.type and r.status in ('succeeded', 'failed', 'cancelled')
+              and (p_status is null or r.status = p_status)
+              and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+                                             p_from, p_to, p_before_created_at, p_before_id)
+            order by r.created_at desc, r.id desc limit p_limit) x
+        where fin.type is not null
+        union all
+        select x.* from pend cross join lateral (
+            select r.created_at, r.id from workflow.workflow_run r
+            where r.type collate "C" = pend.type and r.priority = pend.priority
+              and coalesce(r.status, '') = 'pending' and r.deleted_at is null and r.wait_kind is distinct from 'limit'
+              and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+                                             p_from, p_to, p_before_created_at, p_before_id)
+            order by r.created_at desc, r.id desc limit p_limit) x
+        union all
+        select x.* from held cross join lateral (
+            select r.created_at, r.id from workflow.workflow_run r
+            where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
+              and r.deleted_at is null
+              and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+                                             p_from, p_to, p_before_created_at, p_before_id)
+            order by r.created_at desc, r.id desc limit p_limit) x
+        union all
+        (select r.created_at, r.id from workflow.workflow_run r
+         where v_leased and r.status = 'leased' and r.deleted_at is null
+           and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+           and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+                                          p_from, p_to, p_before_created_at, p_before_id)
+         order by r.created_at desc, r.id desc limit p_limit)
+    ), page as (
+        select p.created_at, p.id from part p order by 1 desc, 2 desc limit p_limit
+    )
+    select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+           r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
+    from page cross join lateral (select * from workflow.workflow_run r where r.id = page.id) r
+    order by page.created_at desc, page.id desc;
 end
 $$;
 
@@ -4840,9 +4740,10 @@ $$;
 
 -- finished_last_hour: the runs that finished in the last hour, by type and
 -- five-minute bucket counted back from now (0: the latest five minutes, up
--- to 11), those that succeeded and those that ended otherwise. Read from
+-- to 11), those that succeeded and those that ended otherwise; of every
+-- run, or with p_namespaces only of the runs of those namespaces. Read from
 -- idx_workflow_run_finished_at: the cost follows the runs of that hour.
-create or replace function workflow.finished_last_hour()
+create or replace function workflow.finished_last_hour(p_namespaces text[] default null)
 returns table (type text, bucket integer, succeeded bigint, ended_otherwise bigint)
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -4851,20 +4752,7 @@ as $$
            count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
     from workflow.workflow_run r
     where r.finished_at > workflow.now() - interval '1 hour'
-    group by 1, 2
-$$;
-
--- namespace_finished_last_hour: finished_last_hour of the runs of some
--- namespaces only.
-create or replace function workflow.namespace_finished_last_hour(p_namespaces text[])
-returns table (type text, bucket integer, succeeded bigint, ended_otherwise bigint)
-language sql stable
-set search_path = pg_catalog, pg_temp
-as $$
-    select r.type, least(floor(extract(epoch from (workflow.now() - r.finished_at)) / 300)::int, 11),
-           count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
-    from workflow.workflow_run r
-    where r.finished_at > workflow.now() - interval '1 hour' and r.source_namespace = any (p_namespaces)
+      and (p_namespaces is null or r.source_namespace = any (p_namespaces))
     group by 1, 2
 $$;
 

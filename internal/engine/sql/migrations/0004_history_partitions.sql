@@ -22,17 +22,13 @@ alter table workflow.workflow_event_default alter column id drop identity;
 comment on table workflow.workflow_event_default is null;
 alter table workflow.workflow_event_default rename constraint workflow_event_pkey to workflow_event_default_pkey;
 alter index workflow.idx_workflow_event_id rename to workflow_event_default_id_idx;
+-- The same columns, defaults and check as the old table (the file has the
+-- definition); the identity is given back below.
 create table workflow.workflow_event (
-    id bigint generated always as identity,
-    workflow_id uuid not null,
-    event_type text not null,
-    data jsonb not null default '{}',
-    created_at timestamptz not null default clock_timestamp(),
-    constraint workflow_event_pkey primary key (workflow_id, id),
-    constraint workflow_event_type_valid
-        check (event_type in ('created', 'leased', 'started', 'heartbeat', 'succeeded', 'failed', 'retried',
-                              'cancelled', 'waiting', 'woken', 'signal_received'))
+    like workflow.workflow_event_default including defaults including constraints,
+    constraint workflow_event_pkey primary key (workflow_id, id)
 ) partition by range (workflow_id);
+alter table workflow.workflow_event alter column id add generated always as identity;
 do $$
 declare
     v_next bigint;
