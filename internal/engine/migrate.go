@@ -176,6 +176,11 @@ create table if not exists workflow.schema_version (
 		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
 			return fmt.Errorf("apply the schema file (version %d): %w", target, err)
 		}
+		if current > 0 {
+			if err := dropStaleFunctions(ctx, tx); err != nil {
+				return err
+			}
+		}
 		for _, v := range done {
 			if _, err := tx.Exec(ctx, "insert into workflow.schema_version (version) values ($1)", v); err != nil {
 				return fmt.Errorf("record version %d: %w", v, err)
@@ -187,4 +192,46 @@ create table if not exists workflow.schema_version (
 		return nil, fmt.Errorf("migrate: from version %d to %d: %w", current, target, err)
 	}
 	return done, nil
+}
+
+// dropStaleFunctions drops the functions of schema workflow that the file,
+// just run in tx, did not create or replace: functions of an earlier
+// release that the current one renamed, re-signed or no longer has. Every
+// function the file defines was written by this transaction; any other
+// function of the schema is left from before. So a database upgrades from
+// any earlier release, not only from the one before, and a migration need
+// not repeat a signature to drop it.
+func dropStaleFunctions(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `
+select p.oid::regprocedure::text, p.prokind = 'p'
+from pg_catalog.pg_proc p
+where p.pronamespace = 'workflow'::regnamespace
+  and p.xmin <> (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text::xid
+order by 1`)
+	if err != nil {
+		return fmt.Errorf("list stale functions: %w", err)
+	}
+	type routine struct {
+		signature string
+		procedure bool
+	}
+	stale, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (routine, error) {
+		var x routine
+		return x, r.Scan(&x.signature, &x.procedure)
+	})
+	if err != nil {
+		return fmt.Errorf("list stale functions: %w", err)
+	}
+	for _, f := range stale {
+		kind := "function"
+		if f.procedure {
+			kind = "procedure"
+		}
+		// The signature is the catalog's own rendering (regprocedure),
+		// quoted where it must be.
+		if _, err := tx.Exec(ctx, "drop "+kind+" "+f.signature); err != nil {
+			return fmt.Errorf("drop %s %s, which the schema file no longer defines: %w", kind, f.signature, err)
+		}
+	}
+	return nil
 }

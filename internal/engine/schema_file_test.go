@@ -83,9 +83,10 @@ func TestSchemaFileRunsAgainWithoutChange(t *testing.T) {
 
 var fromLine = regexp.MustCompile(`(?m)^-- from: version ([0-9]+) at ([0-9a-f]{7,40})$`)
 
-// The newest release's migration, applied to the release before it (its schema
-// file as it was at the commit the migration names) and followed by the
-// current file, gives the catalog of a fresh install.
+// Every earlier release (its schema file as it was at the commit its
+// successor's migration names), upgraded through every migration after it
+// and the current file, gives the catalog of a fresh install: functions an
+// earlier file had and the current one does not are gone.
 func TestUpgradeFromPreviousReleaseMatchesFreshInstall(t *testing.T) {
 	t.Parallel()
 	migrations, err := engine.Migrations()
@@ -97,9 +98,10 @@ func TestUpgradeFromPreviousReleaseMatchesFreshInstall(t *testing.T) {
 	if len(migrations) == 0 {
 		t.Skip("the schema file is the first release: nothing to upgrade from")
 	}
-	// The previous release: databases in the field are at most one release
-	// behind when they upgrade (each release's migration ran with it).
-	for _, m := range migrations[len(migrations)-1:] {
+	// Every release: a database of any earlier version upgrades through
+	// each migration after it and then the file.
+	latest := migrations[len(migrations)-1].Version
+	for _, m := range migrations {
 		t.Run(fmt.Sprintf("%04d_%s", m.Version, m.Name), func(t *testing.T) {
 			from := fromLine.FindStringSubmatch(m.SQL)
 			if from == nil || from[1] != fmt.Sprint(m.Version-1) {
@@ -111,8 +113,8 @@ func TestUpgradeFromPreviousReleaseMatchesFreshInstall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(applied) != 1 || applied[0] != m.Version {
-				t.Fatalf("applied %v, want [%d]", applied, m.Version)
+			if len(applied) != latest-m.Version+1 || applied[0] != m.Version {
+				t.Fatalf("applied %v, want versions %d to %d", applied, m.Version, latest)
 			}
 			if got := catalog(t, b.url); got != want {
 				t.Fatalf("upgraded catalog differs from a fresh install at %s", firstDifference(want, got))

@@ -5,4 +5,4 @@ alter table workflow.workflow_settings
     add column clock_offset interval not null default '0',
     add constraint workflow_settings_clock_offset_forward check (clock_offset >= '0' and clock_offset <= '100 years');
 -- Its argument is now an age (p_retention interval), not an instant.
-drop function workflow.delete_finished_runs(timestamptz, integer);
+drop function if exists workflow.delete_finished_runs(timestamptz, integer);

@@ -32,9 +32,9 @@ drop index workflow.idx_workflow_run_claim;
 -- New arguments or result columns: the file creates them again.
 drop function if exists workflow.dag_steps(uuid);
 drop function if exists workflow.dag_ready_steps(workflow.workflow_run, jsonb);
-drop function workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[],
+drop function if exists workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[],
                                    bigint[], text[]);
-drop function workflow.create_run(text, jsonb, integer, timestamptz, text, integer, bigint, timestamptz, bigint,
+drop function if exists workflow.create_run(text, jsonb, integer, timestamptz, text, integer, bigint, timestamptz, bigint,
                                   bigint, text, text, text, text);
-drop function workflow.put_registry(text, text, boolean, text, text, text, jsonb);
-drop function workflow.registry_entries(text, text, text);
+drop function if exists workflow.put_registry(text, text, boolean, text, text, text, jsonb);
+drop function if exists workflow.registry_entries(text, text, text);
