@@ -152,6 +152,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"step_name_problem": true, "output_problem": true, "nondeterminism_message": true,
 		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
+		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true,
 	}
 	definer := map[string]bool{
 		// worker

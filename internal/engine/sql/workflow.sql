@@ -384,8 +384,14 @@ create index if not exists idx_workflow_run_finished_at on workflow.workflow_run
     where finished_at is not null;
 create index if not exists idx_workflow_run_deleted_at on workflow.workflow_run (deleted_at)
     where deleted_at is not null;
+-- The parents of unfinished children, for lock_parents alone. Its
+-- predicate is written so that no other statement implies it, nor does
+-- lock_parents imply the predicates of the other indexes of children
+-- ("parent_id is not null"): a partial index that was empty when the
+-- statistics were taken looks free to read whole, and such a read of
+-- every child of every DAG once stood in for a probe at each DAG step.
 create index if not exists idx_workflow_run_child on workflow.workflow_run (id) include (parent_id)
-    where parent_id is not null;
+    where coalesce(parent_id::text, '') <> '' and coalesce(status, '') in ('pending', 'leased');
 create index if not exists idx_workflow_run_parent on workflow.workflow_run (parent_id, created_at, id)
     where parent_id is not null;
 create unique index if not exists idx_workflow_run_parent_step on workflow.workflow_run (parent_id, parent_step)
@@ -1022,6 +1028,7 @@ create or replace function workflow.retry_run(p_id uuid, p_attempts integer defa
 returns table (status text, message text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -1069,9 +1076,8 @@ begin
         return;
     end if;
     if v_run.dag is not null and exists (
-           select 1 from workflow.workflow_run c
-           where c.parent_id = p_id and c.status in ('failed', 'cancelled')
-             and (c.deleted_at is not null or c.attempt >= 1000)) then
+           select 1 from workflow.child_runs(p_id) c
+           where c.status in ('failed', 'cancelled') and (c.deleted_at is not null or c.attempt >= 1000)) then
         return query select 'refused'::text,
             format('a step of run %s that would run again was deleted or has used the 1000 attempts a run may have', p_id);
         return;
@@ -1959,9 +1965,12 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    -- Every caller ends pending or leased runs; the condition is
+    -- idx_workflow_run_child's predicate, so that it serves.
     perform 1 from workflow.workflow_run p
     where p.id = any (array(select c.parent_id from workflow.workflow_run c
-                            where c.id = any (p_ids) and c.parent_id is not null))
+                            where c.id = any (p_ids) and coalesce(c.parent_id::text, '') <> ''
+                              and coalesce(c.status, '') in ('pending', 'leased')))
     order by p.id
     for update of p;
 end
@@ -3077,8 +3086,11 @@ create or replace function workflow.dag_ready_steps(
     def jsonb
 )
 language sql stable
-set search_path = pg_catalog, pg_temp
-as $$
+-- Inlined into its callers' statements (no SET clause), so that their
+-- cached plans hold it: planned on every call, it cost a DAG's advance
+-- about a millisecond a step. The body is bound when the function is
+-- created, whatever the caller's search_path.
+begin atomic
     select s->>'name', s->>'type',
            (p_run.payload || coalesce(s->'payload', '{}'::jsonb))
                || jsonb_build_object('steps', coalesce(
@@ -3097,8 +3109,8 @@ as $$
       and not exists (select 1 from jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d
                       where not p_results ? d and not d = any (coalesce(p_run.dag_skipped, '{}')))
       and not coalesce((s->>'final')::boolean, false) -- started by dag_finally
-    order by x.i
-$$;
+    order by x.i;
+end;
 
 -- dag_end finishes a DAG run with a status, result or error, and its event.
 -- Fires: workflow_parent_ended (a failure cancels the steps still running),
@@ -3129,6 +3141,18 @@ begin
 end
 $$;
 
+-- child_runs is the child runs of one parent (a DAG's steps, a durable
+-- run's children), read by their parent's index and nothing else: a filter
+-- on status around it (the OFFSET keeps it outside) cannot make the
+-- planner read a partial index on status whole, as it did when the
+-- statistics were taken before any child existed and such an index looked
+-- as cheap as the probe. Inlined into its callers' statements.
+create or replace function workflow.child_runs(p_parent uuid) returns setof workflow.workflow_run
+language sql stable
+begin atomic
+    select * from workflow.workflow_run c where c.parent_id = p_parent offset 0;
+end;
+
 -- dag_step_states is the state of each started step of a DAG run: a
 -- step's run, or for a fanned-out step (forEach) its elements together:
 -- succeeded with the list of their results in index order when all ended
@@ -3141,12 +3165,11 @@ create or replace function workflow.dag_step_states(p_run workflow.workflow_run)
 returns table (name text, status text, result jsonb, run_id uuid, type text, last_error text,
                elements integer, elements_done integer, element text, finished_at timestamptz)
 language sql stable
-set search_path = pg_catalog, pg_temp
--- The callers that end steps run with nested loops off, which prices the
--- lateral join here so high that JIT compilation (half a second) would
--- start on every call.
-set jit = off
-as $$
+-- Inlined into its callers' statements, as dag_ready_steps. Its callers
+-- set jit off: the callers that end steps run with nested loops off, which
+-- prices the lateral join here so high that JIT compilation (half a
+-- second) would start on every call.
+begin atomic
     select c.parent_step, c.status, c.result, c.id, c.type, c.last_error, null::integer, null::integer, null::text,
            c.finished_at
     from workflow.workflow_run c
@@ -3181,8 +3204,8 @@ as $$
               and left(c.parent_step, char_length(k.key) + 1) = k.key || '['
               and c.parent_step ~ '\[[0-9]+\]$'
         ) e on true
-    ) f
-$$;
+    ) f;
+end;
 
 -- dag_final_step is a definition's final step (the one with "final":
 -- true), or null.
@@ -3207,6 +3230,7 @@ create or replace function workflow.dag_finally(p_run workflow.workflow_run, p_o
                                                  p_deadline timestamptz) returns boolean
 language plpgsql
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
     v_final jsonb := workflow.dag_final_step(p_run.dag);
@@ -3387,8 +3411,8 @@ begin
     -- DAG that fanned out nothing reads its steps' runs directly.
     if v_run.dag_fanout is null then
         select c.id, c.parent_step as name, null::text as element, c.type, c.status, c.last_error into v_bad
-        from workflow.workflow_run c
-        where c.parent_id = p_run and c.status in ('failed', 'cancelled')
+        from workflow.child_runs(p_run) c
+        where c.status in ('failed', 'cancelled')
         order by c.finished_at, c.parent_step
         limit 1;
     else
@@ -3413,8 +3437,8 @@ begin
     if v_run.dag_fanout is null then
         select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
         into v_results, v_ok
-        from workflow.workflow_run c
-        where c.parent_id = p_run and c.status = 'succeeded';
+        from workflow.child_runs(p_run) c
+        where c.status = 'succeeded';
     else
         select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
         into v_results, v_ok
