@@ -2240,18 +2240,21 @@ $$;
 -- journal_conflict tells whether a step (name, kind) reached at a position
 -- contradicts the journal: another step at that position, or this name at
 -- another position. Null when it agrees.
+-- (PL/pgSQL, so that its plan is cached, as resolve_child_entry's.)
 create or replace function workflow.journal_conflict(p_run uuid, p_name text, p_kind text, p_position integer) returns text
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select coalesce(
+begin
+    return coalesce(
         (select workflow.nondeterminism_message(s.kind, s.name, p_position, p_kind, p_name)
          from workflow.workflow_step s
          where s.run_id = p_run and s.position = p_position and (s.name <> p_name or s.kind <> p_kind)),
         (select format('non-deterministic: step "%s" is recorded at position %s, reached again at position %s',
                        p_name, s.position, p_position)
          from workflow.workflow_step s
-         where s.run_id = p_run and s.name = p_name and s.position <> p_position))
+         where s.run_id = p_run and s.name = p_name and s.position <> p_position));
+end
 $$;
 
 -- record_steps journals the outputs of completed steps, many runs and
@@ -2625,10 +2628,13 @@ $$;
 -- resolve_child_entry writes a finished child's end into its parent's
 -- journal entry, unless the entry is already resolved: ok with the child's
 -- result, or error with why it failed or that it was cancelled.
+-- (PL/pgSQL, so that the statement's plan is cached: a SQL function with
+-- a SET clause is planned anew on every call.)
 create or replace function workflow.resolve_child_entry(p_child workflow.workflow_run) returns void
-language sql
+language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
+begin
     update workflow.workflow_step s
     set outcome     = case p_child.status when 'succeeded' then 'ok' else 'error' end,
         output      = case when p_child.status = 'succeeded' then p_child.result end,
@@ -2636,7 +2642,8 @@ as $$
                           when 'failed' then left(coalesce(p_child.last_error, 'child run failed'), 8192)
                           when 'cancelled' then 'child run cancelled' end,
         finished_at = workflow.now()
-    where s.run_id = p_child.parent_id and s.name = p_child.parent_step and s.finished_at is null
+    where s.run_id = p_child.parent_id and s.name = p_child.parent_step and s.finished_at is null;
+end
 $$;
 
 -- start_child records a child run at a parent's step (once: a replay gets
