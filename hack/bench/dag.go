@@ -115,12 +115,30 @@ type dagResult struct {
 }
 
 // waitDAGs waits until no run of the given types is unfinished, and fails
-// if one did not succeed. It first waits until handled counts want steps,
-// asking the database nothing, then asks every 2 ms for the last
-// completions.
+// if one did not succeed. Until handled counts want steps it asks the
+// database only every 250 ms (a DAG that failed ends the wait); then every
+// 2 ms, for the last completions.
 func waitDAGs(ctx context.Context, pool *pgxpool.Pool, types []string, handled *atomic.Int64, want int64) error {
 	deadline := time.Now().Add(10 * time.Minute)
-	for handled.Load() < want && time.Now().Before(deadline) {
+	lastAsked := time.Now()
+	for handled.Load() < want {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Since(lastAsked) >= 250*time.Millisecond {
+			lastAsked = time.Now()
+			var bad int
+			if err := pool.QueryRow(ctx, `select count(*) from workflow.workflow_run
+				where type = any ($1) and status in ('failed', 'cancelled')`, types).Scan(&bad); err != nil {
+				return err
+			}
+			if bad > 0 {
+				return fmt.Errorf("%d DAG runs of %v did not succeed", bad, types)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("DAG runs of %v: %d of their steps ran in 10 minutes, want %d", types, handled.Load(), want)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	for {

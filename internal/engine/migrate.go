@@ -194,44 +194,39 @@ create table if not exists workflow.schema_version (
 	return done, nil
 }
 
-// dropStaleFunctions drops the functions of schema workflow that the file,
+// dropStaleFunctions drops the routines of schema workflow that the file,
 // just run in tx, did not create or replace: functions of an earlier
 // release that the current one renamed, re-signed or no longer has. Every
 // function the file defines was written by this transaction; any other
-// function of the schema is left from before. So a database upgrades from
-// any earlier release, not only from the one before, and a migration need
-// not repeat a signature to drop it.
+// routine of the schema is left from before (an extension's are left
+// alone). So a database upgrades from any earlier release, not only from
+// the one before, and a migration need not repeat a signature to drop it.
+// They go in one statement, so that one calling another is no obstacle.
 func dropStaleFunctions(ctx context.Context, tx pgx.Tx) error {
+	var stale []string
 	rows, err := tx.Query(ctx, `
-select p.oid::regprocedure::text, p.prokind = 'p'
+select p.oid::regprocedure::text
 from pg_catalog.pg_proc p
 where p.pronamespace = 'workflow'::regnamespace
   and p.xmin <> (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text::xid
+  and not exists (select 1 from pg_catalog.pg_depend d
+                  where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
 order by 1`)
 	if err != nil {
 		return fmt.Errorf("list stale functions: %w", err)
 	}
-	type routine struct {
-		signature string
-		procedure bool
-	}
-	stale, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (routine, error) {
-		var x routine
-		return x, r.Scan(&x.signature, &x.procedure)
-	})
+	stale, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return fmt.Errorf("list stale functions: %w", err)
 	}
-	for _, f := range stale {
-		kind := "function"
-		if f.procedure {
-			kind = "procedure"
-		}
-		// The signature is the catalog's own rendering (regprocedure),
-		// quoted where it must be.
-		if _, err := tx.Exec(ctx, "drop "+kind+" "+f.signature); err != nil {
-			return fmt.Errorf("drop %s %s, which the schema file no longer defines: %w", kind, f.signature, err)
-		}
+	if len(stale) == 0 {
+		return nil
+	}
+	// The signatures are the catalog's own rendering (regprocedure), quoted
+	// where they must be; DROP ROUTINE takes functions, procedures and
+	// aggregates alike.
+	if _, err := tx.Exec(ctx, "drop routine "+strings.Join(stale, ", ")); err != nil {
+		return fmt.Errorf("drop the routines the schema file no longer defines (%s): %w", strings.Join(stale, ", "), err)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 )
@@ -199,5 +201,51 @@ func TestEveryFunctionIsDefinedOnce(t *testing.T) {
 	}
 	if len(seen) < 40 {
 		t.Fatalf("found %d functions; the walk missed the schema file", len(seen))
+	}
+}
+
+// An upgrade drops the routines of schema workflow that the file no longer
+// defines, together (one calling another is no obstacle), an aggregate
+// among them, and keeps what the file defines.
+func TestUpgradeDropsWhatTheFileNoLongerDefines(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	version, err := engine.SchemaVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		// Sorted by signature, the callee comes first: dropped alone, it
+		// would fail for the function that depends on it.
+		`create function workflow.a_gone_helper(integer) returns integer language sql immutable return $1 + 1`,
+		`create function workflow.b_gone_caller(integer) returns integer language sql immutable
+			return workflow.a_gone_helper($1)`,
+		`create aggregate workflow.c_gone_sum(integer) (sfunc = int4pl, stype = integer)`,
+		`create procedure workflow.d_gone_step() language sql as 'select 1'`,
+		`update workflow.schema_version set version = version - 1 where version = ` + fmt.Sprint(version),
+	} {
+		if _, err := b.pool.Exec(b.ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	applied, err := engine.Migrate(b.ctx, b.pool)
+	if err != nil || len(applied) != 1 || applied[0] != version {
+		t.Fatalf("migrate: applied %v, %v; want [%d]", applied, err, version)
+	}
+	rows, err := b.pool.Query(b.ctx, `select proname::text from pg_proc
+		where pronamespace = 'workflow'::regnamespace and proname like '%gone%' order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("routines the file does not define survived the upgrade: %v", left)
+	}
+	var kept bool
+	if err := b.pool.QueryRow(b.ctx, `select to_regprocedure('workflow.claim_runs(text, text[], text, integer, bigint, text[])') is not null`).Scan(&kept); err != nil || !kept {
+		t.Fatalf("claim_runs is gone after the upgrade (%v)", err)
 	}
 }

@@ -4,6 +4,7 @@
 -- replaces the functions, and the upgrade drops the two it no longer
 -- defines (finished_last_hour() and namespace_finished_last_hour). The
 -- index of unfinished children's parents takes a predicate of its own
--- (the file makes it again).
+-- (the file makes it again: a read of the whole run table, while workers
+-- wait on its lock).
 -- from: version 4 at d0d0922cc5e549558dcc8afc1b10823dd75fee1c
 drop index if exists workflow.idx_workflow_run_child;
