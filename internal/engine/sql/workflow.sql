@@ -1910,6 +1910,7 @@ create or replace function workflow.heartbeat_runs(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -1963,6 +1964,12 @@ $$;
 create or replace function workflow.lock_parents(p_ids uuid[]) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
+-- Generic plans, here and in the batch functions that end, release,
+-- heartbeat and journal runs: left to choose, the server planned these
+-- statements anew on every call (0.24 ms for this one, even for an empty
+-- array; a one-run completion took 1.1 ms instead of 0.5, a completion of
+-- 500 runs 16-19 ms instead of 13-14).
+set plan_cache_mode = force_generic_plan
 as $$
 begin
     -- Every caller ends pending or leased runs; the condition is
@@ -2000,6 +2007,7 @@ create or replace function workflow.complete_runs(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -2083,6 +2091,7 @@ create or replace function workflow.fail_runs(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -2142,6 +2151,7 @@ create or replace function workflow.release_runs(p_worker_id text, p_ids uuid[],
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -2278,6 +2288,7 @@ create or replace function workflow.record_steps(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
