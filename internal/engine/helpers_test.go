@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,4 +107,22 @@ func (b *bundle) claim(t *testing.T, worker string, prefixes []string, limit int
 
 func (b *bundle) ctxWithCancel() (context.Context, context.CancelFunc) {
 	return context.WithCancel(b.ctx)
+}
+
+// session holds one connection of pool for the test (session settings stay
+// on it) and returns it with a function that runs a statement on it and
+// fails the test with the statement's first word when it fails.
+func session(t *testing.T, ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, func(sql string, args ...any)) {
+	t.Helper()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn, func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", strings.Fields(sql)[0], err)
+		}
+	}
 }

@@ -203,7 +203,6 @@ create table if not exists workflow.schema_version (
 // the one before, and a migration need not repeat a signature to drop it.
 // They go in one statement, so that one calling another is no obstacle.
 func dropStaleFunctions(ctx context.Context, tx pgx.Tx) error {
-	var stale []string
 	rows, err := tx.Query(ctx, `
 select p.oid::regprocedure::text
 from pg_catalog.pg_proc p
@@ -215,7 +214,7 @@ order by 1`)
 	if err != nil {
 		return fmt.Errorf("list stale functions: %w", err)
 	}
-	stale, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return fmt.Errorf("list stale functions: %w", err)
 	}

@@ -502,17 +502,7 @@ func TestSecurityDefinerIgnoresCallerSearchPath(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, fmt.Sprintf("create schema %s authorization %s", schema, pgx.Identifier{a.name}.Sanitize())); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := a.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(b.ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	conn, exec := session(t, b.ctx, a.pool)
 	exec(strings.NewReplacer("evil", schema).Replace(`
 create table evil.calls (fn text, by_user text);
 create function evil.now() returns timestamptz language plpgsql as $$

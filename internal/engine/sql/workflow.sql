@@ -4624,11 +4624,12 @@ declare
     -- sorts (collation C) between it and it followed by DEL.
     v_lo text := coalesce(p_type_prefix, '');
     v_hi text := coalesce(p_type_prefix, '') || chr(127);
-    v_direct boolean := coalesce(p_type_prefix, '') = ''
+    v_direct boolean := v_lo = ''
         and (p_namespace is not null or coalesce(p_status in ('pending', 'leased', 'failed', 'cancelled'), false));
-    v_finished boolean := not v_direct and (p_status is null or p_status in ('succeeded', 'failed', 'cancelled'));
-    v_pending boolean := not v_direct and (p_status is null or p_status = 'pending');
-    v_leased boolean := not v_direct and (p_status is null or p_status = 'leased');
+    -- The parts of the merge a call needs (the merge runs when not v_direct).
+    v_finished boolean := p_status is null or p_status in ('succeeded', 'failed', 'cancelled');
+    v_pending boolean := p_status is null or p_status = 'pending';
+    v_leased boolean := p_status is null or p_status = 'leased';
 begin
     if p_status <> all ('{pending,leased,succeeded,failed,cancelled}') then
         raise exception 'list_runs_newest: % is not a status', p_status using errcode = '22023';
