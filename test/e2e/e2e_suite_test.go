@@ -126,8 +126,23 @@ func kubectl(args ...string) (string, error) {
 	return out.String(), err
 }
 
+// crdNotYetServed is what the API server answers (503) while a part of it,
+// such as the admission policies' view of the kinds, has not yet learnt a
+// CRD that is Established: a moment later the same request passes.
+const crdNotYetServed = "There can be a delay between when CustomResourceDefinitions are created and when they are available"
+
+// mustKubectl runs kubectl and fails the spec if it fails. An apply the API
+// server refused with crdNotYetServed is sent again for up to 30 seconds,
+// as a client should retry a 503 (an apply is idempotent); the suite's
+// probe before the specs (waitWorkflowRunsAdmitted) saw the kind served,
+// but the view can be rebuilt after it.
 func mustKubectl(args ...string) string {
 	out, err := kubectl(args...)
+	for deadline := time.Now().Add(30 * time.Second); err != nil && len(args) > 0 && args[0] == "apply" &&
+		strings.Contains(out, crdNotYetServed) && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		out, err = kubectl(args...)
+	}
 	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "kubectl %s:\n%s", strings.Join(args, " "), out)
 	return out
 }
