@@ -99,6 +99,9 @@ type activeRun struct {
 	span trace.Span
 	// done is set once the handler returned.
 	done bool
+	// handedBack is set when shutdown gave the run back without waiting for
+	// its handler: its outcome has no one to write it.
+	handedBack bool
 }
 
 // session is the state of one Run call. It owns the handler slots: a run
@@ -223,6 +226,13 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	hctx, cancel := context.WithCancelCause(hctx)
 	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span}
 	s.mu.Lock()
+	if old := s.active[c.ID]; old != nil {
+		// This worker claimed the run again after an earlier attempt of its
+		// own lost the lease (reaped while the handler still ran). The older
+		// attempt keeps its slot until its outcome is written, is told its
+		// lease is gone, and from now on the run's entry is the new attempt.
+		old.cancel(ErrLeaseLost)
+	}
 	s.active[c.ID] = a
 	s.running++
 	s.mu.Unlock()
@@ -278,13 +288,12 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 	}
 
 	// Sent under the lock shutdown scans with: either shutdown handed the
-	// run back already (it is no longer active, and its outcome has no one
-	// to write it), or the outcome is queued before shutdown looks, and the
-	// completer drains it. The queue holds one outcome per slot: the send
-	// never blocks.
+	// run back already (its outcome has no one to write it), or the outcome
+	// is queued before shutdown looks, and the completer drains it. The
+	// queue holds one outcome per slot: the send never blocks.
 	s.mu.Lock()
 	a.done = true
-	if s.active[a.ref.ID] != nil {
+	if !a.handedBack {
 		s.outcomes <- o
 	}
 	s.mu.Unlock()
@@ -304,7 +313,11 @@ func orNull(raw json.RawMessage) json.RawMessage {
 func (s *session) freeSlots(batch []outcome) {
 	s.mu.Lock()
 	for _, o := range batch {
-		delete(s.active, o.run.ref.ID)
+		// Only its own entry: a later attempt of the same run, claimed
+		// again by this worker, stays active.
+		if s.active[o.run.ref.ID] == o.run {
+			delete(s.active, o.run.ref.ID)
+		}
 	}
 	s.running -= len(batch)
 	s.mu.Unlock()
@@ -351,6 +364,7 @@ func (s *session) shutdown(ctx context.Context) {
 	s.mu.Lock()
 	for id, a := range s.active {
 		if !a.done {
+			a.handedBack = true
 			left = append(left, a)
 			delete(s.active, id)
 			s.running--

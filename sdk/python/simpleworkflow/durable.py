@@ -159,6 +159,9 @@ class Task:
         self.cancelled = threading.Event()
         self.reason: Optional[str] = None
         self.done = False
+        # Set by the poller when shutdown gave the run back without waiting
+        # for the handler: the attempt's outcome has no one to write it.
+        self._handed_back = False
         # Durable state: the journal loaded at claim, the position reached,
         # and what the attempt decided about itself.
         self._connect = connect

@@ -318,6 +318,9 @@ class Poller:
         self._tracing = Tracing(tracer_provider, __version__)
         self._handlers: Dict[str, Handler] = {}
         self._active: Dict[str, Task] = {}
+        # Attempts whose run this worker claimed again after they lost the
+        # lease: each keeps its slot until its outcome is written.
+        self._older: Set[Task] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -435,7 +438,7 @@ class Poller:
         lease_ms = int(self.lease_duration * 1000)
         while not self._stopping.is_set():
             with self._lock:
-                free = self.concurrency - len(self._active)
+                free = self.concurrency - len(self._active) - len(self._older)
             if free <= 0:
                 self._wake.wait(self.poll_interval)
                 self._wake.clear()
@@ -477,6 +480,14 @@ class Poller:
                             journal=journal, connect=self._conn, on_park=self._wake_at,
                             record_step=self._record_step, tracing=self._tracing, span=span)
                 with self._lock:
+                    older = self._active.get(run_id)
+                    if older is not None:
+                        # An attempt of this worker lost the lease (reaped
+                        # while its handler still ran) and the run came back
+                        # here: the older attempt is told, and the run's
+                        # entry is the new attempt from now on.
+                        older._cancel(REASON_LEASE_LOST)
+                        self._older.add(older)
                     self._active[run_id] = task
                 fields = {"worker_id": self.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
                 if journal:
@@ -550,16 +561,27 @@ class Poller:
         # one to write it), or the outcome is queued before shutdown looks.
         with self._lock:
             task.done = True
-            if task.id not in self._active:
+            if task._handed_back:
                 return
             try:
                 self._outcomes.put(outcome)
                 return
             except StoppedError:
                 # The writers have ended: the lease runs out and the run is retried.
-                self._active.pop(task.id, None)
+                self._forget(task)
         self._tracing.end_attempt(task._span, OUTCOME_UNRECORDED, outcome.error)
         self._wake.set()
+
+    def _forget(self, task: Task) -> None:
+        """Free the slot of an attempt whose outcome is written (or never will be); the lock is held.
+
+        Only the attempt's own entry goes: a later attempt of the same run,
+        claimed again by this worker, stays active.
+        """
+        if self._active.get(task.id) is task:
+            del self._active[task.id]
+        else:
+            self._older.discard(task)
 
     def _outcome(self, task: Task, raw: Optional[str], error: Optional[BaseException]) -> _Outcome:
         """What to record for a finished attempt."""
@@ -668,7 +690,7 @@ class Poller:
                                                  "lease expires", "error": str(e), "runs": len(batch)}))
                     with self._lock:
                         for o in batch:
-                            self._active.pop(o.task.id, None)
+                            self._forget(o.task)
                     self._wake.set()
         finally:
             conn.close()
@@ -771,7 +793,7 @@ class Poller:
         # worker holds leased never exceed its concurrency.
         with self._lock:
             for o in batch:
-                self._active.pop(o.task.id, None)
+                self._forget(o.task)
         self._wake.set()
 
     def _write_completions(
@@ -963,6 +985,7 @@ class Poller:
         with self._lock:
             stuck = [t for t in self._active.values() if not t.done]
             for t in stuck:
+                t._handed_back = True
                 self._active.pop(t.id, None)
         if not stuck:
             return
