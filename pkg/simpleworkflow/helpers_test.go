@@ -131,3 +131,28 @@ func assertTrail(t *testing.T, got []simpleworkflow.EventType, want ...simplewor
 }
 
 var errTest = errors.New("planned failure")
+
+// expireLease moves the database clock an hour on, past the run's lease, and
+// reaps it in the same transaction, so that no worker heartbeat renews the
+// lease in between; it fails the test unless the run's lease was reaped.
+func (b *bundle) expireLease(t *testing.T, id string) {
+	t.Helper()
+	tx, err := b.client.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, `update workflow.workflow_settings set clock_offset = clock_offset + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	var reaped int
+	if err := tx.QueryRow(b.ctx, `select count(*) from workflow.reap_expired_leases(100) where id = $1`, id).Scan(&reaped); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if reaped != 1 {
+		t.Fatalf("reaped %d, want the run's lease", reaped)
+	}
+}

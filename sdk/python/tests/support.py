@@ -109,6 +109,16 @@ class InboxTest(unittest.TestCase):
         return wait_for(lambda: (r := self.client.get(run_id)).status == status and r, timeout,
                         what=f"run {run_id} to be {status}")
 
+    def expire_lease(self, run_id):
+        """Move the database clock an hour on, past the run's lease, and reap it in the same
+        transaction (no heartbeat renews it in between); fail unless the run's lease was reaped."""
+        with psycopg.connect(self.url) as conn:
+            conn.execute("update workflow.workflow_settings set clock_offset = clock_offset + interval '1 hour'")
+            (reaped,) = conn.execute("select count(*) from workflow.reap_expired_leases(100) where id = %s",
+                                     (run_id,)).fetchone()
+            conn.commit()
+        self.assertEqual(reaped, 1, "the run's lease was not reaped")
+
     def sql(self, query, params=()):
         """Run one statement on a short connection; return its rows (or None)."""
         with psycopg.connect(self.url, autocommit=True) as conn:
