@@ -1933,7 +1933,7 @@ begin
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          and r.status = 'leased'
+          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
         returning r.id, r.attempt, r.lease_until, r.heartbeat_count
@@ -2122,7 +2122,7 @@ begin
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          and r.status = 'leased'
+          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
         returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error, r.parent_id
@@ -2173,7 +2173,7 @@ begin
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          and r.status = 'leased'
+          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
           and r.leased_by = p_worker_id
           and r.lease_token = req.token
         returning r.id, r.attempt
@@ -2314,7 +2314,7 @@ begin
         from workflow.workflow_run r
         join req on req.id = r.id and req.token = r.lease_token
         where r.id = any (p_ids)
-          and r.status = 'leased'
+          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
           and r.leased_by = p_worker_id
         for share of r
     ), ins as (
