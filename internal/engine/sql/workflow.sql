@@ -3600,13 +3600,29 @@ begin
         return;
     end if;
 
-    -- A step whose payload would be too large or too deep fails the run
-    -- (one read of the ready steps for both checks).
-    select r.name, octet_length(r.payload::text) as bytes,
-           octet_length(r.payload::text) <= v_limit as fits into v_bad
-    from workflow.dag_ready_steps(v_run, v_results) r
-    where octet_length(r.payload::text) > v_limit or workflow.json_too_deep(r.payload)
-    limit 1;
+    -- The ready steps, read once: they start, unless one of them would
+    -- have a payload too large or too deep; then none starts and the run
+    -- fails.
+    with ready as materialized (
+        select r.*, octet_length(r.payload::text) as bytes
+        from workflow.dag_ready_steps(v_run, v_results) r
+    ), bad as (
+        select x.name, x.bytes, x.bytes <= v_limit as fits
+        from ready x
+        where x.bytes > v_limit or workflow.json_too_deep(x.payload)
+        limit 1
+    ), started as (
+        insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                           retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at)
+        select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
+               r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at
+        from ready r
+        where not exists (select 1 from bad)
+          and not r.def ? 'forEach' and (not r.def ? 'when' or r.name = any (v_held))
+        on conflict do nothing
+        returning 1
+    )
+    select b.name, b.bytes, b.fits into v_bad from bad b;
     if found and not v_bad.fits then
         perform workflow.dag_fail(v_run,
             format('the payload of step "%s" would be %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
@@ -3621,14 +3637,6 @@ begin
         perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
-
-    insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
-                                       retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at)
-    select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
-           r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at
-    from workflow.dag_ready_steps(v_run, v_results) r
-    where not r.def ? 'forEach' and (not r.def ? 'when' or r.name = any (v_held))
-    on conflict do nothing;
     perform set_config('workflow.via_function', v_via, true);
 end
 $$;
