@@ -20,8 +20,10 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 		}
 		s.mu.Lock()
 		refs := make([]engine.LeaseRef, 0, len(s.active))
+		sent := make(map[string]int64, len(s.active))
 		for _, a := range s.active {
 			refs = append(refs, a.ref)
+			sent[a.ref.ID] = a.ref.Token
 		}
 		s.mu.Unlock()
 		if len(refs) == 0 {
@@ -43,7 +45,9 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 			s.mu.Lock()
 			a := s.active[r.ID]
 			s.mu.Unlock()
-			if a == nil {
+			// The attempt asked about, not a later one of the same run
+			// that this worker claimed since.
+			if a == nil || a.ref.Token != sent[r.ID] {
 				continue
 			}
 			switch {

@@ -39,7 +39,7 @@ type outcome struct {
 // backend busy while the others idled: a second one, taking what
 // accumulates while the first writes, made 300 concurrent 10-step DAG
 // chains 1.4-1.6x quicker on two cores and left plain burn-downs as they
-// were (docs/benchmarks.md). Two batches with runs of one parent wait for
+// were (CHANGELOG.md, 2026-11-26). Two batches with runs of one parent wait for
 // each other on the parent's lock (lock_parents); a deadlock between them,
 // as between two workers, is retried by withRetry.
 const outcomeWriters = 2
@@ -85,6 +85,14 @@ func (s *session) completeLoop(ctx context.Context, stop chan struct{}) {
 // flush records a batch of outcomes, one write per kind, ends the spans of
 // their attempts and frees their slots.
 func (s *session) flush(ctx context.Context, batch []outcome) {
+	// The database's answers are matched to outcomes by run id, so a write
+	// holds one outcome per run. Two meet when an attempt that lost its
+	// lease and the attempt of the same run that followed it on this worker
+	// end together: the later one is written after, on its own.
+	batch, later := firstOfEachRun(batch)
+	if len(later) > 0 {
+		defer s.flush(ctx, later)
+	}
 	var (
 		completions []engine.Completion
 		failures    []engine.Failure
@@ -130,6 +138,21 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		endAttemptSpan(o.run.span, e.outcome, e.err, e.next)
 	}
 	s.freeSlots(batch)
+}
+
+// firstOfEachRun splits a batch into the first outcome of each run and the
+// outcomes of runs already in it.
+func firstOfEachRun(batch []outcome) (first, later []outcome) {
+	seen := make(map[string]bool, len(batch))
+	for _, o := range batch {
+		if seen[o.run.ref.ID] {
+			later = append(later, o)
+			continue
+		}
+		seen[o.run.ref.ID] = true
+		first = append(first, o)
+	}
+	return first, later
 }
 
 // succeed records successful attempts and reports each, in ends and the

@@ -375,6 +375,11 @@ func (s *session) shutdown(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	if len(left) == 0 {
+		// Only attempts that had lost their lease (claimed again since)
+		// are still running: there is nothing to hand back.
+		return
+	}
 	refs := make([]engine.LeaseRef, len(left))
 	for i, a := range left {
 		refs[i] = a.ref

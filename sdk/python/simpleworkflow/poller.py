@@ -696,7 +696,25 @@ class Poller:
             conn.close()
 
     def _flush(self, conn: _Conn, batch: List[_Outcome]) -> None:
-        """Write a batch of outcomes, log each run's answer, end the attempts' spans and free the slots."""
+        """Write a batch of outcomes, log each run's answer, end the attempts' spans and free the slots.
+
+        The database's answers are matched to outcomes by run id, so a write
+        holds one outcome per run. Two meet when an attempt that lost its lease
+        and the attempt of the same run that followed it on this worker end
+        together: the later one is written after, on its own.
+        """
+        seen: Set[str] = set()
+        first: List[_Outcome] = []
+        later: List[_Outcome] = []
+        for o in batch:
+            (later if o.task.id in seen else first).append(o)
+            seen.add(o.task.id)
+        self._flush_unique(conn, first)
+        if later:
+            self._flush(conn, later)
+
+    def _flush_unique(self, conn: _Conn, batch: List[_Outcome]) -> None:
+        """_flush for a batch with one outcome per run."""
         completions = [o for o in batch if o.kind == _COMPLETE]
         failures = [o for o in batch if o.kind == _FAIL]
         releases = [o for o in batch if o.kind == _RELEASE]
@@ -906,6 +924,7 @@ class Poller:
                     conn = self._open()
                 with self._lock:
                     refs = [(t.id, t.lease_token) for t in self._active.values()]
+                sent = dict(refs)
                 if refs:
                     rows = conn.execute(
                         "select id::text, status, owned, deadline_exceeded "
@@ -917,7 +936,9 @@ class Poller:
                             continue
                         with self._lock:
                             task = self._active.get(run_id)
-                        if task is None:
+                        # The attempt asked about, not a later one of the same
+                        # run that this worker claimed since.
+                        if task is None or task.lease_token != sent[run_id]:
                             continue
                         if status == "cancelled":
                             task._cancel(REASON_CANCELLED)
