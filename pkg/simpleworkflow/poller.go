@@ -207,11 +207,7 @@ func (s *session) run(ctx context.Context) error {
 	completerDone := make(chan struct{})
 	go func() {
 		defer close(completerDone)
-		var writers sync.WaitGroup
-		for range outcomeWriters {
-			writers.Go(func() { s.completeLoop(bg, stopCompleter) })
-		}
-		writers.Wait()
+		s.completeLoop(bg, stopCompleter)
 	}()
 
 	s.log.Info("Worker started", "type_prefixes", s.cfg.TypePrefixes, "runtime", s.cfg.Runtime,
