@@ -1951,7 +1951,10 @@ begin
            coalesce(cur.status = 'failed' and cur.last_error = 'deadline exceeded', false)
     from req
     left join extended x on x.id = req.id
-    left join workflow.workflow_run cur on cur.id = req.id;
+    -- The batch's runs by primary key: joined as the whole table, under
+    -- enable_nestloop off they were read by a scan of every run.
+    left join (select c.id, c.status, c.last_error from workflow.workflow_run c
+               where c.id = any (p_ids)) cur on cur.id = req.id;
     perform set_config('workflow.via_function', v_via, true);
 end
 $$;
