@@ -124,6 +124,9 @@ type session struct {
 
 	mu     sync.Mutex
 	active map[string]*activeRun
+	// superseded holds the attempts whose run this worker claimed again
+	// after they lost the lease, until their outcome is written.
+	superseded map[*activeRun]bool
 	// running counts claimed runs whose outcome is not written yet.
 	running int
 
@@ -149,20 +152,21 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 		types = append(types, t)
 	}
 	s := &session{
-		types:     types,
-		eng:       p.client.eng,
-		pool:      p.client.pool,
-		cfg:       p.cfg,
-		log:       p.cfg.Logger.With("worker_id", p.cfg.WorkerID),
-		tracer:    p.cfg.TracerProvider.Tracer(TracerName),
-		handlers:  handlers,
-		prefixes:  prefixes,
-		active:    map[string]*activeRun{},
-		wake:      make(chan struct{}, 1),
-		freed:     make(chan struct{}, 1),
-		outcomes:  make(chan outcome, p.cfg.Concurrency),
-		steps:     make(chan stepRequest, p.cfg.Concurrency),
-		stepsDone: make(chan struct{}),
+		types:      types,
+		eng:        p.client.eng,
+		pool:       p.client.pool,
+		cfg:        p.cfg,
+		log:        p.cfg.Logger.With("worker_id", p.cfg.WorkerID),
+		tracer:     p.cfg.TracerProvider.Tracer(TracerName),
+		handlers:   handlers,
+		prefixes:   prefixes,
+		active:     map[string]*activeRun{},
+		superseded: map[*activeRun]bool{},
+		wake:       make(chan struct{}, 1),
+		freed:      make(chan struct{}, 1),
+		outcomes:   make(chan outcome, p.cfg.Concurrency),
+		steps:      make(chan stepRequest, p.cfg.Concurrency),
+		stepsDone:  make(chan struct{}),
 	}
 	s.followUp = time.AfterFunc(time.Hour, func() { signal(s.wake) })
 	s.followUp.Stop()
@@ -232,6 +236,7 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 		// attempt keeps its slot until its outcome is written, is told its
 		// lease is gone, and from now on the run's entry is the new attempt.
 		old.cancel(ErrLeaseLost)
+		s.superseded[old] = true
 	}
 	s.active[c.ID] = a
 	s.running++
@@ -317,6 +322,8 @@ func (s *session) freeSlots(batch []outcome) {
 		// again by this worker, stays active.
 		if s.active[o.run.ref.ID] == o.run {
 			delete(s.active, o.run.ref.ID)
+		} else {
+			delete(s.superseded, o.run)
 		}
 	}
 	s.running -= len(batch)
@@ -368,6 +375,16 @@ func (s *session) shutdown(ctx context.Context) {
 			left = append(left, a)
 			delete(s.active, id)
 			s.running--
+		}
+	}
+	// Attempts that had lost their lease have nothing to hand back; their
+	// outcome, if it comes, has no one to write it.
+	for a := range s.superseded {
+		if !a.done {
+			a.handedBack = true
+			delete(s.superseded, a)
+			s.running--
+			endAttemptSpan(a.span, OutcomeLeaseLost, nil, nil)
 		}
 	}
 	s.mu.Unlock()
