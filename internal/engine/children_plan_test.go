@@ -3,8 +3,6 @@ package engine_test
 import (
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // The reads of one parent's children (a DAG's advance, its step states)
@@ -36,20 +34,9 @@ func TestChildrenOfAParentAreReadByTheirParent(t *testing.T) {
 	// As the paths that end runs plan them: generic plans, nested loops off.
 	exec(`set plan_cache_mode = force_generic_plan`)
 	exec(`set enable_nestloop = off`)
-	// arg is a literal of this test's own (EXPLAIN EXECUTE takes no
-	// parameters of its own).
 	plan := func(name, query, arg string) string {
 		t.Helper()
-		exec("prepare " + name + " as " + query)
-		rows, err := conn.Query(b.ctx, "explain execute "+name+"('"+arg+"')")
-		if err != nil {
-			t.Fatalf("explain %s: %v", name, err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("explain %s: %v", name, err)
-		}
-		return strings.Join(lines, "\n")
+		return genericPlan(t, b.ctx, conn, name, query, arg)
 	}
 	// The statements of a DAG's advance that filter its steps by status,
 	// as dag_advance writes them, and the step states of a fanned-out DAG.

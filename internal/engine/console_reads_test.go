@@ -26,30 +26,28 @@ func TestConsoleReadsShowOnlyTheNamespacesGiven(t *testing.T) {
 	}
 	b.completeAll(t, "w", b.claim(t, "w", []string{"team"}, 10))
 
-	finished := func(namespaces any) []string {
+	// The types of what a read shows to a viewer of namespaces.
+	types := func(what, query string, namespaces any) []string {
 		t.Helper()
-		rows, err := b.pool.Query(b.ctx, `select distinct type from workflow.finished_last_hour($1::text[]) order by 1`, namespaces)
+		rows, err := b.pool.Query(b.ctx, query, namespaces)
 		if err != nil {
-			t.Fatalf("finished_last_hour(%.60v): %v", namespaces, err)
+			t.Fatalf("%s(%.60v): %v", what, namespaces, err)
 		}
-		types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			t.Fatal(err)
 		}
-		return types
+		return got
+	}
+	finished := func(namespaces any) []string {
+		t.Helper()
+		return types("finished_last_hour",
+			`select distinct type from workflow.finished_last_hour($1::text[]) order by 1`, namespaces)
 	}
 	listed := func(namespaces any) []string {
 		t.Helper()
-		rows, err := b.pool.Query(b.ctx, `select type from workflow.list_runs_newest(null, null, null, $1::text[],
+		return types("list_runs_newest", `select type from workflow.list_runs_newest(null, null, null, $1::text[],
 			null, null, null, null, 50) order by 1`, namespaces)
-		if err != nil {
-			t.Fatalf("list_runs_newest(%.60v): %v", namespaces, err)
-		}
-		types, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return types
 	}
 
 	many := make([]string, 10000)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -125,4 +127,34 @@ func session(t *testing.T, ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Co
 			t.Fatalf("%s: %v", strings.Fields(sql)[0], err)
 		}
 	}
+}
+
+// querier is a test's session: a pooled connection or one of its own.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// genericPlan prepares query as name on conn and returns the plan of its
+// execution with args, which are literals of the test's own (EXPLAIN
+// EXECUTE takes no parameters). Under plan_cache_mode force_generic_plan
+// it is the plan a function's statement gets.
+func genericPlan(t *testing.T, ctx context.Context, conn querier, name, query string, args ...string) string {
+	t.Helper()
+	if _, err := conn.Exec(ctx, "prepare "+name+" as "+query); err != nil {
+		t.Fatalf("prepare %s: %v", name, err)
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + a + "'"
+	}
+	rows, err := conn.Query(ctx, "explain execute "+name+"("+strings.Join(quoted, ", ")+")")
+	if err != nil {
+		t.Fatalf("explain %s: %v", name, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("explain %s: %v", name, err)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -49,12 +49,16 @@ func TestLeaseChecksFindTheirRunsByPrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(b.ctx) })
-	for _, s := range []string{`load 'auto_explain'`, `set auto_explain.log_min_duration = 0`,
-		`set auto_explain.log_nested_statements = on`, `set auto_explain.log_level = notice`} {
-		if _, err := conn.Exec(b.ctx, s); err != nil {
-			t.Fatalf("%s: %v", s, err)
+	setAll := func(statements ...string) {
+		t.Helper()
+		for _, s := range statements {
+			if _, err := conn.Exec(b.ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
 		}
 	}
+	setAll(`load 'auto_explain'`, `set auto_explain.log_min_duration = 0`,
+		`set auto_explain.log_nested_statements = on`, `set auto_explain.log_level = notice`)
 	ids := make([]string, 300)
 	tokens := make([]int64, len(ids))
 	for i := range ids {
@@ -110,25 +114,12 @@ func TestLeaseChecksFindTheirRunsByPrimaryKey(t *testing.T) {
 	// The premise: the same read written with the plain status test is
 	// planned through the leased runs' index. Were it not, the checks above
 	// would pass whatever the functions said.
-	exec2 := func(s string) {
-		if _, err := conn.Exec(b.ctx, s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
-	exec2(`set auto_explain.log_min_duration = -1`)
-	exec2(`set plan_cache_mode = force_generic_plan`)
-	exec2(`set enable_nestloop = off`)
-	exec2(`prepare plain_status(uuid[], text) as select r.id from workflow.workflow_run r
-		where r.id = any ($1) and r.status = 'leased' and r.leased_by = $2 for share of r`)
-	rows, err := conn.Query(b.ctx, `explain execute plain_status('{`+strings.Join(ids[200:], ",")+`}', 'plan-worker')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := strings.Join(lines, "\n"); !strings.Contains(p, "idx_workflow_run_lease_until") {
+	setAll(`set auto_explain.log_min_duration = -1`, `set plan_cache_mode = force_generic_plan`,
+		`set enable_nestloop = off`)
+	p := genericPlan(t, b.ctx, conn, "plain_status", `select r.id from workflow.workflow_run r
+		where r.id = any ($1::uuid[]) and r.status = 'leased' and r.leased_by = $2 for share of r`,
+		"{"+strings.Join(ids[200:], ",")+"}", "plan-worker")
+	if !strings.Contains(p, "idx_workflow_run_lease_until") {
 		t.Errorf("these statistics no longer mislead the planner, so the functions' reads are not put to the test:\n%s", p)
 	}
 }
