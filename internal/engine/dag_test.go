@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -320,15 +323,54 @@ func TestDAGRefusesHostileInput(t *testing.T) {
 		t.Fatalf("a producer took a step's key: %v", err)
 	}
 
-	claimed := b.claim(t, "w1", []string{"daghw.a."}, 1)
+	// Another team's DAG, whose first step completes in the same call.
+	b.register(t, "daghb.flow.v1", step("a", "daghbw.a.v1"), step("b", "daghbw.b.v1", "a"))
+	bystander := b.insertSQL(t, "daghb.flow.v1", `{}`)
+
+	claimed := b.claim(t, "w1", []string{"daghw.a.", "daghbw.a."}, 2)
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %d first steps, want both", len(claimed))
+	}
 	big := json.RawMessage(`{"other":"` + half + `"}`)
-	done, err := b.eng.CompleteRuns(b.ctx, "w1", []engine.Completion{{LeaseRef: claimed[0].Ref(), Result: big}})
-	if err != nil || len(done) != 1 {
-		t.Fatalf("the step's completion failed: %v", err)
+	var cs []engine.Completion
+	for _, c := range claimed {
+		result := json.RawMessage(`{"ok":true}`)
+		if c.Type == "daghw.a.v1" {
+			result = big
+		}
+		cs = append(cs, engine.Completion{LeaseRef: c.Ref(), Result: result})
+	}
+	done, err := b.eng.CompleteRuns(b.ctx, "w1", cs)
+	if err != nil || len(done) != 2 {
+		t.Fatalf("the steps' completion failed: %+v %v", done, err)
 	}
 	run := b.get(t, id)
 	if run.Status != engine.StatusFailed || !strings.Contains(run.LastError, `the payload of step "b" would be`) {
 		t.Fatalf("workflow %s: %q", run.Status, run.LastError)
+	}
+	// Neither its step b started, nor anything of the other team's DAG
+	// but its own next step.
+	steps := func(parent string) []string {
+		t.Helper()
+		rows, err := b.pool.Query(b.ctx, `select parent_step || ':' || status from workflow.workflow_run
+			where parent_id = $1 order by parent_step`, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := steps(id); !slices.Equal(got, []string{"a:succeeded"}) {
+		t.Fatalf("the failed workflow's steps: %v, want only a", got)
+	}
+	if got := steps(bystander); !slices.Equal(got, []string{"a:succeeded", "b:pending"}) {
+		t.Fatalf("the other team's steps: %v, want a done and b started", got)
+	}
+	if r := b.get(t, bystander); r.Status != engine.StatusPending {
+		t.Fatalf("the other team's workflow is %s", r.Status)
 	}
 }
 
