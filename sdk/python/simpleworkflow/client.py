@@ -56,6 +56,17 @@ FAR_FUTURE = datetime(9999, 1, 1, tzinfo=timezone.utc)
 #: A duration: seconds (int or float) or a timedelta.
 Duration = Union[int, float, timedelta]
 
+# The checks below (types, step and signal names, traceparents, concurrency
+# keys) repeat rules that the database enforces itself: the constraints of
+# workflow_run and workflow.step_name_problem in internal/engine/sql/workflow.sql.
+# The database is the authority; these only refuse a bad value before a
+# round trip, with a sentence naming the rule, as the Go SDK's
+# engine.Validate* do. A value they let through that the database refuses is
+# still refused, as InvalidInputError. The contract cases of testdata/contract
+# (types, names, traceparents) hold both to one answer: tests/test_contract.py
+# runs each case through the SDK, and again with these checks switched off,
+# so that the database alone judges it.
+
 
 def step_name_problem(name: Any) -> Optional[str]:
     """What is wrong with a step or signal name (the words of workflow.step_name_problem), or None."""
@@ -82,7 +93,7 @@ def to_millis(value: Duration, what: str) -> int:
 
 def validate_type(workflow_type: str) -> None:
     """Raise InvalidInputError unless workflow_type is a versioned type such as content.thumbnail.v1."""
-    if len(workflow_type) > MAX_TYPE_LENGTH or not TYPE_PATTERN.match(workflow_type):
+    if len(workflow_type) > MAX_TYPE_LENGTH or not TYPE_PATTERN.fullmatch(workflow_type):
         raise InvalidInputError(
             f"type {workflow_type!r}: type must be dot-separated lowercase segments of letters, digits "
             "and underscores ending in a version such as .v1 (for example content.thumbnail.v1)"

@@ -28,7 +28,7 @@ class NonDeterministicError(PermanentError):
 
 
 class ChildFailed(Exception):
-    """Raised by RunContext.await_child when the child run failed or was cancelled."""
+    """Raised by Task.await_child when the child run failed or was cancelled."""
 
     def __init__(self, step: str, child_id: Optional[str], message: Optional[str]) -> None:
         self.step = step

@@ -4,6 +4,8 @@ The Go SDK reads the same files (pkg/simpleworkflow/contract_test.go); both must
 answer for every case. Every file of the directory is read: a file this test does not know fails it.
 """
 
+import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -13,10 +15,12 @@ import threading
 import unittest
 from collections import defaultdict
 from datetime import timedelta
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import simpleworkflow  # noqa: E402
+import simpleworkflow.client as sw_client  # noqa: E402
 from simpleworkflow import Client, InvalidInputError, Poller, Task  # noqa: E402
 from tests import support  # noqa: E402
 from tests.support import InboxTest  # noqa: E402
@@ -71,9 +75,34 @@ class ContractFilesTest(unittest.TestCase):
         self.assertEqual(FILES - present, set(), "contract files missing")
 
 
+def sendable(value):
+    """Whether psycopg can send value as text: it refuses a NUL itself, so the database never sees one."""
+    return "\x00" not in value
+
+
 class ContractTest(InboxTest):
+    """Each invalid case is refused three ways: through the SDK; by the SDK's early checks alone (a client
+    that fails the test if it connects); and by the database alone (those checks switched off). The
+    database is the authority, the early checks a quicker, clearer refusal that must agree with it."""
+
     def runs(self):
         return self.sql("select count(*) from workflow.workflow_run")[0][0]
+
+    def offline(self):
+        """A client whose every connection fails the test: what it refuses, it refuses by itself."""
+        def connect():
+            raise AssertionError("the SDK's checks let the value reach the database")
+        return Client(connect=connect)
+
+    @contextlib.contextmanager
+    def database_alone(self):
+        """The SDK's own checks of types, step and signal names and traceparents switched off."""
+        with mock.patch.object(sw_client, "validate_type", lambda workflow_type: None), \
+                mock.patch.object(sw_client, "traceparent_problem", lambda traceparent: None), \
+                mock.patch.object(sw_client, "step_name_problem", lambda name: None):
+            with self.assertRaisesRegex(AssertionError, "reach the database", msg="the checks are still on"):
+                self.offline().create("Not a type", {})
+            yield
 
     def assertRefused(self, call, what):
         before = self.runs()
@@ -90,10 +119,18 @@ class ContractTest(InboxTest):
                 self.assertEqual(self.client.get(res.id).type, t)
                 (many,) = self.client.create_many([{"type": t}])
                 self.assertEqual(self.client.get(many.id).type, t)
+        offline = self.offline()
         for case in cases["invalid"]:
             with self.subTest(type=case["why"]):
                 self.assertRefused(lambda: self.client.create(case["value"], {}), case["why"])
                 self.assertRefused(lambda: self.client.create_many([{"type": case["value"]}]), case["why"])
+            with self.subTest(type=case["why"], by="the SDK alone"):
+                self.assertRaises(InvalidInputError, offline.create, case["value"], {})
+                self.assertRaises(InvalidInputError, offline.create_many, [{"type": case["value"]}])
+            if sendable(case["value"]):
+                with self.subTest(type=case["why"], by="the database alone"), self.database_alone():
+                    self.assertRefused(lambda: self.client.create(case["value"], {}), case["why"])
+                    self.assertRefused(lambda: self.client.create_many([{"type": case["value"]}]), case["why"])
 
     def test_traceparents(self):
         cases = load("traceparents.json")
@@ -103,12 +140,24 @@ class ContractTest(InboxTest):
                 self.assertEqual(self.client.get(res.id).traceparent, tp)
                 (many,) = self.client.create_many([{"type": "contract.trace.v1", "traceparent": tp}])
                 self.assertEqual(self.client.get(many.id).traceparent, tp)
+        offline = self.offline()
         for case in cases["invalid"]:
             with self.subTest(traceparent=case["why"]):
                 self.assertRefused(lambda: self.client.create("contract.trace.v1", {}, traceparent=case["value"]),
                                    case["why"])
                 self.assertRefused(lambda: self.client.create_many(
                     [{"type": "contract.trace.v1", "traceparent": case["value"]}]), case["why"])
+            with self.subTest(traceparent=case["why"], by="the SDK alone"):
+                with self.assertRaises(InvalidInputError):
+                    offline.create("contract.trace.v1", {}, traceparent=case["value"])
+                with self.assertRaises(InvalidInputError):
+                    offline.create_many([{"type": "contract.trace.v1", "traceparent": case["value"]}])
+            if sendable(case["value"]):
+                with self.subTest(traceparent=case["why"], by="the database alone"), self.database_alone():
+                    self.assertRefused(lambda: self.client.create("contract.trace.v1", {},
+                                                                  traceparent=case["value"]), case["why"])
+                    self.assertRefused(lambda: self.client.create_many(
+                        [{"type": "contract.trace.v1", "traceparent": case["value"]}]), case["why"])
 
     def test_names(self):
         cases = load("names.json")
@@ -124,11 +173,20 @@ class ContractTest(InboxTest):
                 self.assertEqual(self.sql("select name from workflow.workflow_signal where id = %s",
                                           (sent.signal_id,)), [(name,)])
         self.assertEqual(signals(), len(cases["valid"]))
+        offline = self.offline()
         for case in cases["invalid"]:
             with self.subTest(name=case["why"]):
                 with self.assertRaises(InvalidInputError):
                     self.client.signal(run.id, case["value"])
                 self.assertEqual(signals(), len(cases["valid"]), f"{case['why']}: a signal was recorded")
+            with self.subTest(name=case["why"], by="the SDK alone"):
+                with self.assertRaises(InvalidInputError):
+                    offline.signal(run.id, case["value"])
+            if sendable(case["value"]):
+                with self.subTest(name=case["why"], by="the database alone"), self.database_alone():
+                    with self.assertRaises(InvalidInputError):
+                        self.client.signal(run.id, case["value"])
+                    self.assertEqual(signals(), len(cases["valid"]), f"{case['why']}: a signal was recorded")
 
     def test_payloads(self):
         cases = load("payloads.json")
@@ -214,7 +272,14 @@ class ContractTest(InboxTest):
 
 
 class ParityTest(unittest.TestCase):
-    """Every Python name of parity.json exists, and every public method of Client, Poller and Task is in it."""
+    """Every Python name of parity.json exists, and every Python verb is in it.
+
+    The verbs are the public methods of Client, Poller and Task ("Client.create")
+    and the package's own: its public functions, and its classes other than
+    records (dataclasses, as Go's structs) and exceptions (as Go's errors),
+    whose constructors do what Go's Connect and New* functions do ("Client",
+    "Poller"). A second name of one class is an alias, listed as one.
+    """
 
     CLASSES = {"Client": Client, "Poller": Poller, "Task": Task}
 
@@ -227,17 +292,26 @@ class ParityTest(unittest.TestCase):
 
     def python_names(self):
         parity = load("parity.json")
-        self.assertEqual(set(parity), {"verbs", "only"})
+        self.assertEqual(set(parity), {"verbs", "only", "aliases"})
         names = [v["python"] for v in parity["verbs"]]
         names += [o["python"] for o in parity["only"] if "python" in o]
         return names
+
+    def public_names(self):
+        """The package's public names, as dir() sees them (its submodules aside)."""
+        return {n for n in dir(simpleworkflow)
+                if not n.startswith("_") and not inspect.ismodule(getattr(simpleworkflow, n))}
 
     def test_every_python_name_exists(self):
         missing = []
         for name in self.python_names():
             cls_name, _, member = name.partition(".")
+            if not member:
+                if name not in simpleworkflow.__all__:
+                    missing.append(f"{name} (not in simpleworkflow.__all__)")
+                continue
             cls = self.CLASSES.get(cls_name)
-            if cls is None or not member:
+            if cls is None:
                 missing.append(f"{name} (no class {cls_name!r} among {sorted(self.CLASSES)})")
                 continue
             if not (hasattr(cls, member) or hasattr(self.instance(cls_name), member)):
@@ -245,7 +319,7 @@ class ParityTest(unittest.TestCase):
         self.assertEqual(missing, [], "names of parity.json the Python SDK lacks")
 
     def test_the_parity_page_shows_the_file(self):
-        """docs/sdk-parity.md has a row for every verb and every one-sided name of parity.json."""
+        """docs/sdk-parity.md has a row for every verb, every one-sided name and every alias of parity.json."""
         with open(os.path.join(support.ROOT, "docs", "sdk-parity.md"), encoding="utf-8") as f:
             page = f.read()
         parity = load("parity.json")
@@ -254,6 +328,7 @@ class ParityTest(unittest.TestCase):
             go = f"`{o['go']}`" if "go" in o else ""
             py = f"`{o['python']}`" if "python" in o else ""
             rows.append(f"| {go} | {py} | {o['why']} |")
+        rows += [f"| `{a['python']}` | `{a['of']}` |" for a in parity["aliases"]]
         self.assertEqual([r for r in rows if r not in page], [], "rows of parity.json missing from docs/sdk-parity.md")
 
     def test_every_public_method_is_in_parity(self):
@@ -274,6 +349,44 @@ class ParityTest(unittest.TestCase):
                         missing.append(f"{cls_name}.{attr}")
         self.assertEqual(sorted(set(missing)), [], "public methods of the Python SDK that parity.json does not list")
 
+    def test_every_package_verb_is_in_parity(self):
+        self.assertEqual(self.public_names() ^ (set(simpleworkflow.__all__) - {"__version__"}), set(),
+                         "public names of the package that simpleworkflow.__all__ leaves out, or names it lacks")
+        listed = set(self.python_names())
+        aliases = {a["python"] for a in load("parity.json")["aliases"]}
+        missing = []
+        for name in sorted(simpleworkflow.__all__):
+            obj = getattr(simpleworkflow, name)
+            if name in aliases or name in listed:
+                continue
+            if inspect.isclass(obj) and (dataclasses.is_dataclass(obj) or issubclass(obj, BaseException)):
+                continue
+            if inspect.isclass(obj) or callable(obj):
+                missing.append(name)
+        self.assertEqual(missing, [], "functions and classes of the package that parity.json does not list")
+
+    def test_aliases_are_the_same_objects(self):
+        """An alias is another name of a listed verb, and every second name of one object is a listed alias."""
+        listed = set(self.python_names())
+        declared = {}
+        for a in load("parity.json")["aliases"]:
+            with self.subTest(alias=a["python"]):
+                self.assertIn(a["python"], simpleworkflow.__all__)
+                self.assertIn(a["of"], listed, "an alias of a name parity.json does not list")
+                self.assertIs(getattr(simpleworkflow, a["python"]), getattr(simpleworkflow, a["of"]))
+                declared[a["python"]] = a["of"]
+        by_object = defaultdict(list)
+        for name in simpleworkflow.__all__:
+            obj = getattr(simpleworkflow, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                by_object[id(obj)].append(name)
+        found = {}
+        for names in by_object.values():
+            canonical = [n for n in names if n not in declared]
+            self.assertEqual(len(canonical), 1,
+                             f"{sorted(names)}: one object, more than one name not declared an alias")
+            found.update({n: canonical[0] for n in names if n in declared})
+        self.assertEqual(found, declared)
 
 if __name__ == "__main__":
     unittest.main()
