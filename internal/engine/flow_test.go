@@ -546,3 +546,88 @@ func TestFlowInsertParksOnlyWhatTheKeyCannotStart(t *testing.T) {
 		t.Errorf("parked %d runs (the first run of a parked: %v), want exactly 2", len(parked), parked[first[0]])
 	}
 }
+
+// A claim reads a type's leased runs and rate windows whole while they are
+// few, and probes each candidate's key once there are thousands: with 2,100
+// keys leased and counted in the window, both limits still hold key by key
+// (a key at its cap starts nothing, a key at its rate starts nothing, a new
+// key starts one), and the window counts every start.
+func TestFlowLimitsHoldPastThousandsOfKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const typ = "flow.manykeys.v1"
+	const keys = 2100
+	b.registerFlow(t, typ, engine.FlowLimits{MaxLeasedPerKey: i32(1), RateLimit: i32(2), RatePeriod: time.Hour, RatePerKey: true})
+	now := b.clockNow(t)
+	b.advanceClock(t, now.Truncate(time.Hour).Add(time.Hour+time.Second).Sub(now))
+	ps := make([]engine.CreateParams, keys)
+	for i := range ps {
+		ps[i] = engine.CreateParams{Type: typ, ConcurrencyKey: fmt.Sprintf("k-%d", i)}
+	}
+	if _, err := b.eng.CreateRuns(b.ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	var leased []engine.ClaimedRun
+	for len(leased) < keys {
+		got := b.claim(t, "w", []string{typ}, 500)
+		if len(got) == 0 {
+			t.Fatalf("claims stopped at %d runs of %d distinct keys", len(leased), keys)
+		}
+		leased = append(leased, got...)
+	}
+	var windows int
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_flow_window where type = $1`, typ).Scan(&windows); err != nil {
+		t.Fatal(err)
+	}
+	if windows != keys {
+		t.Fatalf("%d window rows, want one per key (%d)", windows, keys)
+	}
+
+	// k-5 is at its cap (one leased); "fresh" is new.
+	busy := b.createKeyed(t, typ, "k-5", 2)
+	fresh := b.createKeyed(t, typ, "fresh", 2)
+	got := b.claim(t, "w", []string{typ}, 500)
+	if len(got) != 1 || (got[0].ID != fresh[0] && got[0].ID != fresh[1]) {
+		t.Fatalf("claimed %d runs (%v), want one run of the new key alone", len(got), got)
+	}
+	if r := b.get(t, busy[0]); r.Wait == nil || r.Wait.Kind != "limit" {
+		t.Fatalf("a run of a key at its cap: %s wait %+v, want parked on limit", r.Status, r.Wait)
+	}
+	// k-5's leased run ends: its slot lets the oldest parked run go, whose
+	// start is the key's second in this window; the third waits for the
+	// window's end.
+	var k5 string
+	if err := b.pool.QueryRow(b.ctx, `select id::text from workflow.workflow_run
+		where type = $1 and concurrency_key = 'k-5' and status = 'leased'`, typ).Scan(&k5); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range leased {
+		if r.ID == k5 {
+			b.completeAll(t, "w", []engine.ClaimedRun{r})
+		}
+	}
+	next := b.claim(t, "w", []string{typ}, 500)
+	if len(next) != 1 || (next[0].ID != busy[0] && next[0].ID != busy[1]) {
+		t.Fatalf("after k-5's slot freed, claimed %d runs, want one of k-5's parked runs", len(next))
+	}
+	b.completeAll(t, "w", next)
+	if again := b.claim(t, "w", []string{typ}, 500); len(again) != 0 {
+		t.Fatalf("claimed %d runs; k-5 used its rate and fresh is at its cap", len(again))
+	}
+	third := busy[0]
+	if next[0].ID == busy[0] {
+		third = busy[1]
+	}
+	if r := b.get(t, third); r.Wait == nil || r.Wait.Kind != "limit" || r.Wait.Until == nil ||
+		!r.Wait.Until.Equal(b.clockNow(t).Truncate(time.Hour).Add(time.Hour)) {
+		t.Fatalf("k-5's third run: wait %+v, want parked until the window's end", r.Wait)
+	}
+	var starts int
+	if err := b.pool.QueryRow(b.ctx, `select starts from workflow.workflow_flow_window
+		where type = $1 and concurrency_key = 'k-5'`, typ).Scan(&starts); err != nil {
+		t.Fatal(err)
+	}
+	if starts != 2 {
+		t.Errorf("k-5's window counts %d starts, want 2", starts)
+	}
+}

@@ -1349,14 +1349,14 @@ comment on function workflow.active_types(text[]) is 'Types of pending or leased
 --     after the trigger had looked. It also ends rate windows of idle keys.
 
 -- flow_admit picks which runnable runs of one limited type this claim may
--- lease (at most p_limit), and returns them, locked by this transaction:
--- claim_runs leases them. It parks the runs of keys it finds full and
--- counts the starts against the rate windows.
+-- lease (at most p_limit), and returns their addresses (ctid), locked by
+-- this transaction: claim_runs leases them. It parks the runs of keys it
+-- finds full and counts the starts against the rate windows.
 -- Fires: workflow_source_run_changed (a mirrored run parked or let go).
 -- Locks: the type's flow lock (try only), its rate window rows, candidate
 -- runs (skip locked), then runs of full keys (skip locked).
 create or replace function workflow.flow_admit(p_type text, p_limit integer, p_now timestamptz)
-returns uuid[]
+returns tid[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
 -- Index scans, not bitmap scans: an index scan skips (and marks) entries of
@@ -1366,8 +1366,15 @@ set search_path = pg_catalog, pg_temp
 -- read whole once per key.
 set enable_bitmapscan = off
 set enable_seqscan = off
+-- Joins by nested loop, as in the claim; the passes by key turn hash joins
+-- on for their one statement (the function's settings end with it).
+set enable_hashjoin = off
+set enable_nestloop = on
 as $$
 declare
+    -- A type's leased runs, or its rate window rows, are read whole when
+    -- fewer than this; from this many on, each candidate key is probed.
+    c_whole constant integer := 2000;
     g record;
     v_room integer := p_limit;
     v_period double precision;
@@ -1375,17 +1382,20 @@ declare
     v_starts integer;
     v_by_key boolean;
     v_ids uuid[];
+    v_tids tid[];
     v_keys text[];
-    v_mine_map jsonb;
     v_full text[];
     v_full_until timestamptz[];
-    v_admitted uuid[];
-    v_adm_keys text[];
+    v_admitted uuid[] := '{}';
+    v_adm_tids tid[] := '{}';
+    v_adm_keys text[] := '{}';
+    -- What the passes took per key, with the key's window row address.
+    v_took_keys text[] := '{}';
+    v_took_n integer[] := '{}';
+    v_took_tids tid[] := '{}';
     v_pass integer;
     v_parked bigint;
     v_fetched integer;
-    v_cand uuid[];
-    v_cand_keys text[];
 begin
     select * into g from workflow.workflow_registry r where r.workflow_name = p_type;
     if not found then
@@ -1430,20 +1440,9 @@ begin
         return '{}';
     end if;
 
-    -- Candidates in claim order. With limits per key, when a pass held
-    -- runs of full keys back (and parked their keys' other runs), up to two
-    -- more passes read past them, so that the claim is not left short.
-    v_admitted := '{}';
-    v_adm_keys := '{}';
-    for v_pass in 1 .. case when v_by_key then 3 else 1 end loop
-        -- The candidates: runnable runs of the type in claim order, locked
-        -- (skip locked), past what earlier passes took. Both arrays are
-        -- aggregated from the one ordered stream the subquery yields, so
-        -- they are aligned and in claim order (runs created together in
-        -- the order the index holds them).
-        select coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.concurrency_key), '{}')
-        into v_cand, v_cand_keys
-        from (select r.id, r.concurrency_key, r.priority, r.created_at
+    if not v_by_key then
+        select coalesce(array_agg(c.tid), '{}') into v_adm_tids
+        from (select r.ctid as tid
               from workflow.workflow_run r
               where r.type collate "C" = p_type
                 and coalesce(r.status, '') = 'pending'
@@ -1451,74 +1450,127 @@ begin
                 and r.wait_kind is distinct from 'limit'
                 and r.run_at <= p_now
                 and (r.deadline_at is null or r.deadline_at > p_now)
-                and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
               order by r.priority, r.created_at
-              limit v_room - cardinality(v_admitted)
+              limit v_room
               for update of r skip locked) c;
-        if not v_by_key then
-            v_admitted := v_cand;
-            exit;
-        end if;
-        -- What earlier passes of this claim took, by key.
-        v_mine_map := '{}';
-        if v_pass > 1 then
-            select coalesce(jsonb_object_agg(x.key, x.n), '{}') into v_mine_map
-            from (select a as key, count(*) as n from unnest(v_adm_keys) a where a is not null group by a) x;
-        end if;
+    else
+        -- Hash joins for the keys' counts below (the claim turns them off).
+        perform set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true);
+    end if;
+    -- With limits per key: candidates in claim order, pass by pass. When a
+    -- pass held runs of full keys back (and parked their keys' other runs),
+    -- up to two more passes read past them, so that the claim is not left
+    -- short.
+    for v_pass in 1 .. case when v_by_key then 3 else 0 end loop
         -- One statement per pass, after the type's flow lock was taken, so
-        -- it sees every claim of the type that committed before: for each
-        -- candidate's key, how many runs are leased and how many started in
-        -- the current window, and what earlier passes took. A key's room is
-        -- its free slots or its window's starts left, whichever is fewer,
-        -- less what this claim took already; a candidate is admitted when
-        -- it is among the first `room` of its key. A key is full when its
-        -- candidates reach its room; its held-back runs wait for the
-        -- window's end when the rate binds, else for a slot.
+        -- it sees every claim of the type that committed before. The
+        -- candidates: runnable runs of the type in claim order, locked
+        -- (skip locked), past what earlier passes took. For each of their
+        -- keys: how many runs are leased and how many started in the
+        -- current window (read whole when the type has few leased runs and
+        -- few window rows, else probed key by key), and what earlier passes
+        -- took. A key's room is its free slots or its window's starts left,
+        -- whichever is fewer, less what this claim took already; a
+        -- candidate is admitted when it is among the first `room` of its
+        -- key. A key is full when its candidates reach its room; its
+        -- held-back runs wait for the window's end when the rate binds,
+        -- else for a slot.
         with cand as materialized (
-            select u.id, u.key, u.ord from unnest(v_cand, v_cand_keys) with ordinality u(id, key, ord)
+            select c.id, c.tid, c.key, row_number() over () as ord
+            from (select r.id, r.ctid as tid, r.concurrency_key as key
+                  from workflow.workflow_run r
+                  where r.type collate "C" = p_type
+                    and coalesce(r.status, '') = 'pending'
+                    and r.deleted_at is null
+                    and r.wait_kind is distinct from 'limit'
+                    and r.run_at <= p_now
+                    and (r.deadline_at is null or r.deadline_at > p_now)
+                    and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
+                  order by r.priority, r.created_at
+                  limit v_room - cardinality(v_admitted)
+                  for update of r skip locked) c
+        ),
+        leased_runs as materialized (
+            select r.concurrency_key as key
+            from workflow.workflow_run r
+            where g.max_leased_per_key is not null
+              and r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
+            limit c_whole
+        ),
+        leased as materialized (
+            select l.key, count(*) as n from leased_runs l where l.key is not null group by l.key
+        ),
+        windows as materialized (
+            select w.concurrency_key as key, w.ctid as tid,
+                   case when w.window_start = v_window then w.starts else 0 end as started
+            from workflow.workflow_flow_window w
+            where g.rate_per_key and w.type = p_type and w.concurrency_key <> ''
+            limit c_whole
+        ),
+        mine as materialized (
+            select a.key, count(*) as n from unnest(v_adm_keys) a(key) where a.key is not null group by a.key
+        ),
+        keys as materialized (
+            select k.key,
+                   case when g.max_leased_per_key is null then 0
+                        when (select count(*) from leased_runs) < c_whole then coalesce(l.n, 0)
+                        else (select count(*) from workflow.workflow_run r
+                              where r.type collate "C" = p_type and r.concurrency_key = k.key
+                                and r.status = 'leased' and r.deleted_at is null) end as leased,
+                   coalesce(w.started, p.started, 0) as started,
+                   coalesce(w.tid, p.tid) as tid,
+                   coalesce(m.n, 0) as mine
+            from (select distinct c.key from cand c where c.key is not null) k
+            left join leased l on l.key = k.key
+            left join windows w on w.key = k.key
+            left join mine m on m.key = k.key
+            left join lateral (
+                select x.ctid as tid, case when x.window_start = v_window then x.starts else 0 end as started
+                from workflow.workflow_flow_window x
+                where g.rate_per_key and (select count(*) from windows) >= c_whole
+                  and x.type = p_type and x.concurrency_key = k.key
+                limit 1) p on true
         ),
         ranked as materialized (
-            select c.id, c.key, c.ord, c.nth,
-                   least(coalesce(g.max_leased_per_key - c.leased, 2147483647),
-                         case when g.rate_per_key then g.rate_limit - c.started else 2147483647 end)
-                     - c.mine as room,
-                   g.rate_per_key and g.rate_limit - c.started
-                     < coalesce(g.max_leased_per_key - c.leased, 2147483647) as by_rate
-            from (
-                -- Each key looked up once, by its first candidate (two
-                -- index probes), and handed to its other candidates by the
-                -- window: no join whose plan depends on estimates.
-                select c.id, c.key, c.ord, c.nth,
-                       coalesce(max(case when c.nth = 1 and c.key is not null and g.max_leased_per_key is not null then
-                           (select count(*) from workflow.workflow_run r
-                            where r.type collate "C" = p_type and r.concurrency_key = c.key
-                              and r.status = 'leased' and r.deleted_at is null) end) over k, 0) as leased,
-                       coalesce(max(case when c.nth = 1 and c.key is not null and g.rate_per_key then
-                           (select w.starts from workflow.workflow_flow_window w
-                            where w.type = p_type and w.concurrency_key = c.key
-                              and w.window_start = v_window) end) over k, 0) as started,
-                       coalesce((v_mine_map->>c.key)::integer, 0) as mine
-                from (select c.id, c.key, c.ord,
-                             row_number() over (partition by c.key order by c.ord) as nth
-                      from cand c) c
-                window k as (partition by c.key)
-            ) c
+            select c.id, c.tid, c.key, c.ord, c.nth, k.tid as window_tid,
+                   least(coalesce(g.max_leased_per_key - k.leased, 2147483647),
+                         case when g.rate_per_key then g.rate_limit - k.started else 2147483647 end)
+                     - k.mine as room,
+                   g.rate_per_key and g.rate_limit - k.started
+                     < coalesce(g.max_leased_per_key - k.leased, 2147483647) as by_rate
+            from (select c.*, row_number() over (partition by c.key order by c.ord) as nth from cand c) c
+            left join keys k on k.key = c.key
         ),
-        full_keys as materialized (
-            select r.key, bool_and(r.by_rate) as by_rate
+        per_key as materialized (
+            -- What this pass took of each key, its window row, and whether
+            -- it is now full (and by its rate).
+            select r.key,
+                   (count(*) filter (where r.nth <= r.room))::integer as took,
+                   (array_agg(r.window_tid))[1] as window_tid,
+                   max(r.nth) >= min(r.room) as is_full,
+                   bool_and(r.by_rate) as by_rate
             from ranked r
             where r.key is not null
             group by r.key
-            having max(r.nth) >= min(r.room)
         )
-        select coalesce((select array_agg(r.id order by r.ord) from ranked r where r.key is null or r.nth <= r.room), '{}'),
-               coalesce((select array_agg(r.key order by r.ord) from ranked r where r.key is null or r.nth <= r.room), '{}'),
-               cardinality(v_cand),
-               (select array_agg(f.key) from full_keys f),
-               (select array_agg(case when f.by_rate then v_window + g.rate_period else workflow.far_future() end) from full_keys f)
-        into v_ids, v_keys, v_fetched, v_full, v_full_until;
+        select a.ids, a.tids, a.keys, (select count(*) from cand),
+               k.full_keys, k.full_until, k.took_keys, k.took_n, k.took_tids
+        into v_ids, v_tids, v_keys, v_fetched, v_full, v_full_until, v_took_keys, v_took_n, v_took_tids
+        from (select coalesce(array_agg(r.id), '{}') as ids, coalesce(array_agg(r.tid), '{}') as tids,
+                     coalesce(array_agg(r.key), '{}') as keys
+              from (select r.id, r.tid, r.key from ranked r
+                    where r.key is null or r.nth <= r.room
+                    order by r.ord) r) a,
+             (select array_agg(p.key) filter (where p.is_full) as full_keys,
+                     array_agg(case when p.by_rate then v_window + g.rate_period else workflow.far_future() end)
+                         filter (where p.is_full) as full_until,
+                     v_took_keys || coalesce(array_agg(p.key) filter (where g.rate_per_key and p.took > 0), '{}') as took_keys,
+                     v_took_n || coalesce(array_agg(p.took) filter (where g.rate_per_key and p.took > 0), '{}') as took_n,
+                     v_took_tids || coalesce(array_agg(p.window_tid) filter (where g.rate_per_key and p.took > 0), '{}') as took_tids
+              from per_key p) k;
         exit when v_fetched = 0;
         v_admitted := v_admitted || v_ids;
+        v_adm_tids := v_adm_tids || v_tids;
         v_adm_keys := v_adm_keys || v_keys;
         -- Done when this pass held nothing back (a key it filled parks its
         -- other runs at the next claim that meets them), or the room is
@@ -1527,6 +1579,7 @@ begin
         -- Keys now full (this pass took their last room): their other
         -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
         -- a later claim parks the rest).
+        perform set_config('enable_nestloop', 'on', true);
         with parked as (
             update workflow.workflow_run r
             set wait_kind = 'limit', run_at = p.until, updated_at = p_now
@@ -1543,29 +1596,29 @@ begin
             where r.id = p.id
             returning 1)
         select count(*) into v_parked from parked;
+        perform set_config('enable_nestloop', 'off', true);
     end loop;
-    if v_by_key and g.rate_per_key and cardinality(v_admitted) > 0 then
-        -- Keys seen before: their row is moved to this window (an update,
-        -- HOT in the table's free space, not an upsert's lock and write);
-        -- keys new to the type get a row.
+    if v_by_key then
+        perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
+    end if;
+    if v_by_key and g.rate_per_key and cardinality(v_took_keys) > 0 then
+        -- Keys with a row: moved to this window at the row's address, read
+        -- above under the flow lock (an update, HOT in the table's free
+        -- space, not an upsert's lock and write); keys new to the type get
+        -- a row, as does a key whose ended window flow_recheck deleted
+        -- meanwhile.
         with counted as materialized (
-            select a.key, count(*)::integer as n
-            from unnest(v_adm_keys) a(key)
-            where a.key is not null
-            group by a.key
+            select t.key, sum(t.n)::integer as n, (array_agg(t.tid) filter (where t.tid is not null))[1] as tid
+            from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
+            group by t.key
         ), moved as (
-            -- Each key's row found by its own index probe (lateral), then
-            -- updated by its address: the plan does not depend on what the
-            -- statistics think of the table's size.
             update workflow.workflow_flow_window w
             set starts = case when w.window_start = v_window then w.starts else 0 end + c.n,
                 window_start = v_window
-            from (select c.n, x.ctid as tid
-                  from counted c
-                  cross join lateral (select x.ctid from workflow.workflow_flow_window x
-                                      where x.type = p_type and x.concurrency_key = c.key
-                                      limit 1) x) c -- (limit: kept a probe, never flattened)
-            where w.ctid = c.tid
+            from counted c
+            -- (The row's identity checked, not looked up: "is true" keeps
+            -- the key off the index, so the row is read at its address.)
+            where w.ctid = c.tid and ((w.type, w.concurrency_key) = (p_type, c.key)) is true
             returning w.concurrency_key
         )
         insert into workflow.workflow_flow_window (type, concurrency_key, window_start, starts)
@@ -1574,13 +1627,13 @@ begin
         where c.key not in (select m.concurrency_key from moved m)
         on conflict do nothing;
     end if;
-    if g.rate_limit is not null and not g.rate_per_key and cardinality(v_admitted) > 0 then
+    if g.rate_limit is not null and not g.rate_per_key and cardinality(v_adm_tids) > 0 then
         update workflow.workflow_flow_window w
-        set starts = case when w.window_start = v_window then w.starts else 0 end + cardinality(v_admitted),
+        set starts = case when w.window_start = v_window then w.starts else 0 end + cardinality(v_adm_tids),
             window_start = v_window
         where w.type = p_type and w.concurrency_key = '';
     end if;
-    return v_admitted;
+    return v_adm_tids;
 end
 $$;
 
@@ -1721,7 +1774,7 @@ declare
     v_types text[];
     v_journal_cap bigint;
     v_limited text[];
-    v_admitted uuid[] := '{}';
+    v_admitted tid[] := '{}';
     v_type text;
 begin
     -- workflow.now(), the journal's cap and the types with flow limits (for
@@ -1819,10 +1872,10 @@ begin
                 for update of r skip locked
             ) a
             union all
-            -- Runs flow_admit let start (it locked them).
+            -- Runs flow_admit let start, at the addresses it locked them at.
             select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
             from workflow.workflow_run r
-            where r.id = any (v_admitted)
+            where r.ctid = any (v_admitted)
         ) c
         order by c.priority, c.created_at
         limit p_limit

@@ -5,6 +5,9 @@
 -- defines (finished_last_hour() and namespace_finished_last_hour). The
 -- index of unfinished children's parents takes a predicate of its own
 -- (the file makes it again: a read of the whole run table, while workers
--- wait on its lock).
+-- wait on its lock). flow_admit returns the addresses of the runs it
+-- admits (tid[], was uuid[]): the upgrade drops the old one, which the
+-- file cannot replace.
 -- from: version 4 at d0d0922cc5e549558dcc8afc1b10823dd75fee1c
 drop index if exists workflow.idx_workflow_run_child;
+drop function if exists workflow.flow_admit(text, integer, timestamptz);
