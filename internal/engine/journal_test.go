@@ -240,14 +240,15 @@ func TestRecordStepLimits(t *testing.T) {
 }
 
 // A sleep parks the run: pending, lease and attempt given back, not
-// claimable and not counted by the autoscaler until its time; the claim at
-// that time writes the sleep's entry and a woken event.
+// claimable and not counted by the autoscaler until its time (the database
+// clock, moved forward here); the claim at that time writes the sleep's
+// entry and a woken event.
 func TestSleepParksAndTheTimerWakes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id := b.create(t, engine.CreateParams{Type: "nap.a.v1", MaxAttempts: 1})
 	c := b.claimOne(t, "w", "nap.")
-	res := b.park(t, engine.ParkParams{LeaseRef: c.Ref(), WorkerID: "w", Kind: engine.StepKindSleep, Step: "nap", Position: 0, Delay: dur(700 * time.Millisecond)})
+	res := b.park(t, engine.ParkParams{LeaseRef: c.Ref(), WorkerID: "w", Kind: engine.StepKindSleep, Step: "nap", Position: 0, Delay: dur(time.Hour)})
 	if res.Status != engine.WriteParked || res.WakeAt == nil {
 		t.Fatalf("park: %+v", res)
 	}
@@ -263,12 +264,12 @@ func TestSleepParksAndTheTimerWakes(t *testing.T) {
 	if err != nil || depth[0].Runnable != 0 || depth[0].Leased != 0 {
 		t.Fatalf("queue depth of a parked run: %+v %v", depth, err)
 	}
-	var c2 []engine.ClaimedRun
-	deadline := time.Now().Add(5 * time.Second)
-	for len(c2) == 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-		c2 = b.claim(t, "w", []string{"nap."}, 1)
+	b.advanceClock(t, res.WakeAt.Sub(b.clockNow(t))-time.Second)
+	if got := b.claim(t, "w", []string{"nap."}, 1); len(got) != 0 {
+		t.Fatal("a sleeping run was claimed a second before its time")
 	}
+	b.advanceClock(t, time.Second)
+	c2 := b.claim(t, "w", []string{"nap."}, 1)
 	if len(c2) != 1 || c2[0].Attempt != 1 {
 		t.Fatalf("claim after the sleep: %+v (max_attempts 1: a park must not use up the attempt)", c2)
 	}
@@ -344,17 +345,19 @@ func TestSignals(t *testing.T) {
 	if len(c2.Journal) != 2 || c2.Journal[1].Name != "approve:2" || string(c2.Journal[1].Output) != `"second"` {
 		t.Fatalf("journal %+v", c2.Journal)
 	}
-	// A wait with a timeout ends in a timeout entry when nothing comes.
-	timed := b.park(t, engine.ParkParams{LeaseRef: c2.Ref(), WorkerID: "w", Kind: engine.StepKindSignal, Step: "approve:3", Position: 2, Signal: "approve", Delay: dur(300 * time.Millisecond)})
-	if timed.Status != engine.WriteParked {
+	// A wait with a timeout ends in a timeout entry when nothing comes by
+	// then (the database clock, moved forward here).
+	timed := b.park(t, engine.ParkParams{LeaseRef: c2.Ref(), WorkerID: "w", Kind: engine.StepKindSignal, Step: "approve:3", Position: 2, Signal: "approve", Delay: dur(time.Hour)})
+	if timed.Status != engine.WriteParked || timed.WakeAt == nil {
 		t.Fatalf("timed wait %+v", timed)
 	}
-	var c3 []engine.ClaimedRun
-	for end := time.Now().Add(5 * time.Second); len(c3) == 0 && time.Now().Before(end); {
-		time.Sleep(50 * time.Millisecond)
-		c3 = b.claim(t, "w", []string{"sig."}, 1)
+	b.advanceClock(t, timed.WakeAt.Sub(b.clockNow(t))-time.Second)
+	if got := b.claim(t, "w", []string{"sig."}, 1); len(got) != 0 {
+		t.Fatalf("a timed wait timed out a second before its time: %+v", got)
 	}
-	if len(c3) != 1 || c3[0].Journal[2].Outcome != engine.OutcomeTimeout {
+	b.advanceClock(t, time.Second)
+	c3 := b.claim(t, "w", []string{"sig."}, 1)
+	if len(c3) != 1 || len(c3[0].Journal) != 3 || c3[0].Journal[2].Outcome != engine.OutcomeTimeout {
 		t.Fatalf("after the timeout: %+v", c3)
 	}
 	if types := b.eventTypes(t, id); countOf(types, engine.EventSignalReceived) != 2 || countOf(types, engine.EventWoken) != 2 {
@@ -458,21 +461,32 @@ func TestChildRuns(t *testing.T) {
 }
 
 // Deadlines fail a run wherever it is: pending, parked, leased; a claim
-// never hands out a run past its deadline.
+// never hands out a run past its deadline. The deadlines pass on the
+// database clock, moved forward here.
 func TestDeadlines(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pending := b.create(t, engine.CreateParams{Type: "dl.p.v1", Deadline: 200 * time.Millisecond})
-	parked := b.create(t, engine.CreateParams{Type: "dl.s.v1", Deadline: 200 * time.Millisecond})
-	leased := b.create(t, engine.CreateParams{Type: "dl.l.v1", Deadline: 200 * time.Millisecond})
+	// 10 s: the deadlines pass before the 30 s lease of the leased run does.
+	const deadline = 10 * time.Second
+	pending := b.create(t, engine.CreateParams{Type: "dl.p.v1", Deadline: deadline})
+	parked := b.create(t, engine.CreateParams{Type: "dl.s.v1", Deadline: deadline})
+	leased := b.create(t, engine.CreateParams{Type: "dl.l.v1", Deadline: deadline})
 	cs := b.claimOne(t, "w", "dl.s.")
 	b.park(t, engine.ParkParams{LeaseRef: cs.Ref(), WorkerID: "w", Kind: engine.StepKindSleep, Step: "nap", Position: 0, Delay: dur(time.Hour)})
 	cl := b.claimOne(t, "w", "dl.l.")
-	time.Sleep(300 * time.Millisecond)
+	// Before the deadline nothing is failed.
+	if expired, err := b.eng.ExpireDeadlines(b.ctx, 100); err != nil || len(expired) != 0 {
+		t.Fatalf("expired before the deadline: %v %v", expired, err)
+	}
+	hb, err := b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{cl.Ref()}, time.Minute)
+	if err != nil || len(hb) != 1 || !hb[0].Owned || hb[0].DeadlineExceeded {
+		t.Fatalf("heartbeat before the deadline: %+v %v", hb, err)
+	}
+	b.advanceClock(t, deadline+time.Second)
 	if got := b.claim(t, "w", []string{"dl.p."}, 1); len(got) != 0 {
 		t.Fatal("a run past its deadline was claimed")
 	}
-	hb, err := b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{cl.Ref()}, time.Minute)
+	hb, err = b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{cl.Ref()}, time.Minute)
 	if err != nil || len(hb) != 1 || hb[0].Owned || !hb[0].DeadlineExceeded || hb[0].Status != engine.StatusFailed {
 		t.Fatalf("heartbeat past the deadline: %+v %v", hb, err)
 	}

@@ -109,6 +109,15 @@ class InboxTest(unittest.TestCase):
         return wait_for(lambda: (r := self.client.get(run_id)).status == status and r, timeout,
                         what=f"run {run_id} to be {status}")
 
+    def clock_now(self):
+        """The database's clock: workflow.now(), which every rule reads."""
+        return self.sql("select workflow.now()")[0][0]
+
+    def advance_clock(self, delta):
+        """Move the database's clock (workflow.now()) forward by delta, a timedelta, as the schema's owner
+        may: timers and retries come due, and leases and deadlines pass, without waiting."""
+        self.sql("update workflow.workflow_settings set clock_offset = clock_offset + %s", (delta,))
+
     def expire_lease(self, run_id):
         """Move the database clock an hour on, past the run's lease, and reap it in the same
         transaction (no heartbeat renews it in between); fail unless the run's lease was reaped."""

@@ -23,7 +23,7 @@ import simpleworkflow  # noqa: E402
 import simpleworkflow.client as sw_client  # noqa: E402
 from simpleworkflow import Client, InvalidInputError, Poller, Task  # noqa: E402
 from tests import support  # noqa: E402
-from tests.support import InboxTest  # noqa: E402
+from tests.support import InboxTest, wait_for  # noqa: E402
 
 logging.basicConfig(level=logging.WARNING)
 
@@ -248,12 +248,18 @@ class ContractTest(InboxTest):
 
             return handler
 
-        poller, _, _ = self.start_poller(type_prefixes=["contract.replay"])
+        poller, _, _ = self.start_poller(type_prefixes=["contract.replay"], poll_interval=0.1)
         runs = []
         for i, scenario in enumerate(scenarios):
             wtype = f"contract.replay{i}.v1"
             poller.handle(wtype, handler_of(scenario))
-            runs.append(self.client.create(wtype, {}, max_attempts=5, retry_base_delay=timedelta(milliseconds=100)).id)
+            runs.append(self.client.create(wtype, {}, max_attempts=5, retry_base_delay=timedelta(hours=1)).id)
+        # Every first attempt fails; the second comes once the database clock
+        # passes the backoff (an hour, plus up to 10 %).
+        for run_id in runs:
+            wait_for(lambda: (r := self.client.get(run_id)).status == "pending" and r.attempt == 1,
+                     timeout=30, what=f"the first attempt of run {run_id} to fail")
+        self.advance_clock(timedelta(hours=2))
         for run_id, scenario in zip(runs, scenarios):
             with self.subTest(scenario=scenario["name"]):
                 if scenario["expect"] == "succeeded":

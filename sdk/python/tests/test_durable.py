@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import unittest
 from datetime import timedelta
 
@@ -159,14 +158,14 @@ class StepTest(InboxTest):
 
 
 class SleepTest(InboxTest):
-    def test_a_sleep_parks_frees_the_slot_and_wakes_on_time(self):
-        poller, _, _ = self.start_poller(type_prefixes=["py."], concurrency=1, poll_interval=1.0)
+    def test_a_sleep_parks_frees_the_slot_and_wakes_when_the_clock_reaches_it(self):
+        poller, _, _ = self.start_poller(type_prefixes=["py."], concurrency=1, poll_interval=0.1)
         executions = []
 
         def sleeper(run):
             executions.append(run.attempt)
             try:
-                run.sleep("nap", 1.5)
+                run.sleep("nap", timedelta(hours=1))
             except Exception:  # Parked is a BaseException: this does not swallow it
                 return {"swallowed": True}
             return {"slept": True}
@@ -181,27 +180,53 @@ class SleepTest(InboxTest):
         # The only slot is free while the sleeper is parked.
         quick = self.client.create("py.quick.v1", {})
         self.wait_status(quick.id, "succeeded", timeout=1.0)
+        # A minute before its time the sleeper stays parked: the poller claims
+        # a newer run and leaves it (an older due run would be claimed first).
+        self.advance_clock(parked.wait.until - self.clock_now() - timedelta(minutes=1))
+        quick = self.client.create("py.quick.v1", {})
+        self.wait_status(quick.id, "succeeded")
         self.assertIsNotNone(self.client.get(res.id).wait, "the sleeper woke early")
+        self.assertEqual(executions, [1])
+        self.advance_clock(timedelta(minutes=1))
         done = self.wait_status(res.id, "succeeded")
-        late = (done.finished_at - parked.wait.until).total_seconds()
-        self.assertGreaterEqual(late, 0)
-        self.assertLess(late, 1.0, "woke more than a second after its time")
+        self.assertGreaterEqual(done.finished_at, parked.wait.until)
         self.assertEqual(done.result, {"slept": True})
         self.assertEqual((done.attempt, executions), (1, [1, 1]))
         self.assertEqual(self.trail(res.id), ["created", "started", "waiting", "woken",
                                               "started", "succeeded"])
         self.assertEqual(journal(self.client, res.id), [("nap", 0, "sleep", "ok", None)])
 
+    def test_the_worker_that_parks_a_sleep_wakes_it_on_time(self):
+        # Real time on purpose: the worker that parks a sleep sets a timer of
+        # its own, on the machine's clock, to claim the run when it is due;
+        # moving the database clock cannot fire it. A poll interval of a
+        # minute leaves that timer the only thing that claims the run again.
+        poller, _, _ = self.start_poller(type_prefixes=["py."], poll_interval=60)
+
+        def sleeper(run):
+            run.sleep("nap", 0.3)
+            return {"slept": True}
+
+        poller.handle("py.sleeper.v1", sleeper)
+        res = self.client.create("py.sleeper.v1", {})
+        parked = wait_for(lambda: (r := self.client.get(res.id)).wait is not None and r, what="the sleeper to park")
+        done = self.wait_status(res.id, "succeeded", timeout=10)
+        late = (done.finished_at - parked.wait.until).total_seconds()
+        self.assertGreaterEqual(late, 0)
+        self.assertLess(late, 1.0, "woke more than a second after its time")
+        self.assertEqual(done.result, {"slept": True})
+
     def test_a_sleeping_run_cancelled_with_plain_sql_stays_cancelled(self):
-        poller, _, _ = self.start_poller(type_prefixes=["py."])
+        poller, _, _ = self.start_poller(type_prefixes=["py."], poll_interval=0.1)
         executions = []
 
         def sleeper(run):
             executions.append(run.attempt)
-            run.sleep("nap", timedelta(milliseconds=500))
+            run.sleep("nap", timedelta(hours=1))
             return {}
 
         poller.handle("py.sleeper.v1", sleeper)
+        poller.handle("py.quick.v1", lambda run: {"quick": True})
         res = self.client.create("py.sleeper.v1", {})
         wait_for(lambda: self.client.get(res.id).wait is not None, what="the sleeper to park")
         self.sql("update workflow.workflow_run set status = 'cancelled' where id = %s", (res.id,))
@@ -209,7 +234,11 @@ class SleepTest(InboxTest):
         self.assertEqual(run.status, "cancelled")
         self.assertIsNone(run.wait)
         self.assertIsNotNone(run.finished_at)
-        time.sleep(1.0)
+        # Past the sleep's time the poller claims a newer run and not the
+        # cancelled one (an older claimable run would be claimed first).
+        self.advance_clock(timedelta(hours=2))
+        quick = self.client.create("py.quick.v1", {})
+        self.wait_status(quick.id, "succeeded")
         self.assertEqual(self.client.get(res.id).status, "cancelled")
         self.assertEqual(executions, [1])
         self.assertEqual(self.trail(res.id)[-2:], ["waiting", "cancelled"])

@@ -277,8 +277,8 @@ class PollerTest(InboxTest):
         run = self.client.get(v2.id)
         self.assertEqual((run.status, run.attempt), ("pending", 0))
 
-    def test_retries_then_fails_for_good(self):
-        poller, _, _ = self.start_poller(type_prefixes=["py."])
+    def test_retries_after_the_backoff_then_fails_for_good(self):
+        poller, _, _ = self.start_poller(type_prefixes=["py."], poll_interval=0.1)
 
         def flaky(run):
             if run.attempt < 2:
@@ -287,14 +287,26 @@ class PollerTest(InboxTest):
 
         poller.handle("py.flaky.v1", flaky)
         poller.handle("py.doomed.v1", lambda run: (_ for _ in ()).throw(PermanentError("bad input")))
-        ok = self.client.create("py.flaky.v1", {}, retry_base_delay=timedelta(milliseconds=100))
+        ok = self.client.create("py.flaky.v1", {}, retry_base_delay=timedelta(hours=1))
+        # The failed first attempt makes the run pending again after its
+        # backoff, on the database clock: attempt² × base plus up to 10 %.
+        retried = wait_for(lambda: (r := self.client.get(ok.id)).status == "pending" and r.attempt == 1 and r,
+                           what="the first attempt to fail")
+        backoff = retried.run_at - self.clock_now()
+        self.assertTrue(timedelta(minutes=59) < backoff <= timedelta(hours=1.1), f"backoff {backoff}")
+        # Within the backoff the poller claims a newer run and leaves this one
+        # (an older claimable run would be claimed first); a permanent error
+        # fails that run for good at once.
         doomed = self.client.create("py.doomed.v1", {}, max_attempts=5)
-        run = wait_for(lambda: (r := self.client.get(ok.id)).status == "succeeded" and r, what="success")
-        self.assertEqual(run.attempt, 2)
-        self.assertEqual(self.trail(ok.id), ["created", "started", "retried", "started", "succeeded"])
-        run = wait_for(lambda: (r := self.client.get(doomed.id)).status == "failed" and r, what="failure")
+        run = self.wait_status(doomed.id, "failed")
         self.assertEqual(run.attempt, 1)
         self.assertEqual(run.last_error, "bad input")
+        run = self.client.get(ok.id)
+        self.assertEqual((run.status, run.attempt), ("pending", 1), "retried before its backoff ended")
+        self.advance_clock(retried.run_at - self.clock_now())
+        run = self.wait_status(ok.id, "succeeded")
+        self.assertEqual(run.attempt, 2)
+        self.assertEqual(self.trail(ok.id), ["created", "started", "retried", "started", "succeeded"])
 
     def test_cancellation_reaches_the_handler(self):
         poller, _, _ = self.start_poller(type_prefixes=["py."], lease_duration=3)
