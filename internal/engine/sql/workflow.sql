@@ -1511,56 +1511,69 @@ begin
             select a.key, count(*) as n from unnest(v_adm_keys) a(key) where a.key is not null group by a.key
         ),
         keys as materialized (
-            select k.key,
-                   case when g.max_leased_per_key is null then 0
-                        when (select count(*) from leased_runs) < c_whole then coalesce(l.n, 0)
-                        else (select count(*) from workflow.workflow_run r
-                              where r.type collate "C" = p_type and r.concurrency_key = k.key
-                                and r.status = 'leased' and r.deleted_at is null) end as leased,
-                   coalesce(w.started, p.started, 0) as started,
-                   coalesce(w.tid, p.tid) as tid,
-                   coalesce(m.n, 0) as mine
-            from (select distinct c.key from cand c where c.key is not null) k
-            left join leased l on l.key = k.key
-            left join windows w on w.key = k.key
-            left join mine m on m.key = k.key
-            left join lateral (
-                select x.ctid as tid, case when x.window_start = v_window then x.starts else 0 end as started
-                from workflow.workflow_flow_window x
-                where g.rate_per_key and (select count(*) from windows) >= c_whole
-                  and x.type = p_type and x.concurrency_key = k.key
-                limit 1) p on true
-        ),
-        ranked as materialized (
-            select c.id, c.tid, c.key, c.ord, c.nth, k.tid as window_tid,
+            -- Each candidate key once: its candidates in this pass, its
+            -- counts, its window row, and its room.
+            select k.key, k.n, k.tid,
                    least(coalesce(g.max_leased_per_key - k.leased, 2147483647),
                          case when g.rate_per_key then g.rate_limit - k.started else 2147483647 end)
                      - k.mine as room,
                    g.rate_per_key and g.rate_limit - k.started
                      < coalesce(g.max_leased_per_key - k.leased, 2147483647) as by_rate
+            from (
+                select k.key, k.n,
+                       case when g.max_leased_per_key is null then 0
+                            when (select count(*) from leased_runs) < c_whole then coalesce(l.n, 0)
+                            else (select count(*) from workflow.workflow_run r
+                                  where r.type collate "C" = p_type and r.concurrency_key = k.key
+                                    and r.status = 'leased' and r.deleted_at is null) end as leased,
+                       coalesce(w.started, p.started, 0) as started,
+                       coalesce(w.tid, p.tid) as tid,
+                       coalesce(m.n, 0) as mine
+                from (select c.key, count(*) as n from cand c where c.key is not null group by c.key) k
+                left join leased l on l.key = k.key
+                left join windows w on w.key = k.key
+                left join mine m on m.key = k.key
+                left join lateral (
+                    select x.ctid as tid, case when x.window_start = v_window then x.starts else 0 end as started
+                    from workflow.workflow_flow_window x
+                    where g.rate_per_key and (select count(*) from windows) >= c_whole
+                      and x.type = p_type and x.concurrency_key = k.key
+                    limit 1) p on true
+            ) k
+        ),
+        fit as materialized (
+            -- Every key has room for all its candidates: the common case,
+            -- decided without ranking the candidates.
+            select coalesce(bool_and(k.n <= k.room), true) as all_fit from keys k
+        ),
+        ranked as materialized (
+            -- Only when some key has not: a candidate is admitted when it
+            -- is among the first `room` of its key.
+            select c.id, c.tid, c.key, c.nth, k.tid as window_tid, k.room, k.by_rate
             from (select c.*, row_number() over (partition by c.key order by c.ord) as nth from cand c) c
             left join keys k on k.key = c.key
         ),
         per_key as materialized (
-            -- What this pass took of each key, its window row, and whether
-            -- it is now full (and by its rate).
-            select r.key,
-                   (count(*) filter (where r.nth <= r.room))::integer as took,
-                   (array_agg(r.window_tid))[1] as window_tid,
-                   max(r.nth) >= min(r.room) as is_full,
-                   bool_and(r.by_rate) as by_rate
-            from ranked r
-            where r.key is not null
-            group by r.key
+            -- What this pass took of each key (its first `room`
+            -- candidates), its window row, and whether it is now full (and
+            -- by its rate).
+            select k.key, k.tid as window_tid, k.by_rate,
+                   least(k.n, greatest(k.room, 0))::integer as took,
+                   k.n >= k.room as is_full
+            from keys k
         )
-        select a.ids, a.tids, a.keys, (select count(*) from cand),
+        -- (The arrays come from one tuple store each, in the same order;
+        -- the claim orders what it leases.)
+        select case when f.all_fit then (select coalesce(array_agg(c.id), '{}') from cand c)
+                    else (select coalesce(array_agg(r.id), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
+               case when f.all_fit then (select coalesce(array_agg(c.tid), '{}') from cand c)
+                    else (select coalesce(array_agg(r.tid), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
+               case when f.all_fit then (select coalesce(array_agg(c.key), '{}') from cand c)
+                    else (select coalesce(array_agg(r.key), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
+               (select count(*) from cand),
                k.full_keys, k.full_until, k.took_keys, k.took_n, k.took_tids
         into v_ids, v_tids, v_keys, v_fetched, v_full, v_full_until, v_took_keys, v_took_n, v_took_tids
-        from (select coalesce(array_agg(r.id), '{}') as ids, coalesce(array_agg(r.tid), '{}') as tids,
-                     coalesce(array_agg(r.key), '{}') as keys
-              from (select r.id, r.tid, r.key from ranked r
-                    where r.key is null or r.nth <= r.room
-                    order by r.ord) r) a,
+        from fit f,
              (select array_agg(p.key) filter (where p.is_full) as full_keys,
                      array_agg(case when p.by_rate then v_window + g.rate_period else workflow.far_future() end)
                          filter (where p.is_full) as full_until,
