@@ -115,7 +115,13 @@
 -- moves it forward (as the owner) to see a lease expire, a retry come due,
 -- a sleep end, a deadline pass or retention delete, without waiting. A
 -- client's clock is never read. Timestamps that only record when something
--- happened (column defaults, the audit trail's created_at) are real time.
+-- happened (column defaults, the audit trail's created_at) are real time,
+-- as are run ids (new_run_id), which carry their creation time. The audit
+-- trail's partitions are spans of run ids, so making and dropping them
+-- reads the real clock (clock_timestamp()) too: a moved clock would drop
+-- the span new ids still fall in. Tests of partitions give them spans in
+-- the past instead of moving the clock; row-by-row retention of finished
+-- runs (delete_finished_runs) follows workflow.now().
 --
 -- LIMITS: the owner's, in workflow_settings (one row), never the caller's
 -- session: a payload is at most max_payload_bytes (1 MiB by default); a
