@@ -1400,6 +1400,11 @@ declare
     v_took_n integer[] := '{}';
     v_took_tids tid[] := '{}';
     v_pass integer;
+    v_took_passes integer := 0;
+    v_leased_read integer;
+    v_leased_whole boolean := false;
+    v_leased_keys text[];
+    v_leased_n integer[];
     v_parked bigint;
     v_fetched integer;
 begin
@@ -1427,12 +1432,28 @@ begin
     if not pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_type), 0) then
         return '{}';
     end if;
+    if g.max_leased is not null or g.max_leased_per_key is not null then
+        -- The type's leased runs, read whole while fewer than c_whole: how
+        -- many (the cap per type) and how many of each key (the cap per
+        -- key), in one range of idx_workflow_run_depth.
+        select coalesce(sum(x.n), 0)::integer,
+               coalesce(array_agg(x.key) filter (where x.key is not null), '{}'),
+               coalesce(array_agg(x.n::integer) filter (where x.key is not null), '{}')
+        into v_leased_read, v_leased_keys, v_leased_n
+        from (select l.key, count(*) as n
+              from (select r.concurrency_key as key
+                    from workflow.workflow_run r
+                    where r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
+                    limit c_whole) l
+              group by l.key) x;
+        v_leased_whole := v_leased_read < c_whole;
+    end if;
     if g.max_leased is not null then
-        v_room := least(v_room, g.max_leased - (
+        v_room := least(v_room, g.max_leased - case when v_leased_whole then v_leased_read else (
             select count(*) from (
                 select 1 from workflow.workflow_run r
                 where r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
-                limit g.max_leased) x)::integer);
+                limit g.max_leased) x)::integer end);
     end if;
     if g.rate_limit is not null and not g.rate_per_key then
         insert into workflow.workflow_flow_window (type, concurrency_key, window_start)
@@ -1496,15 +1517,8 @@ begin
                   limit v_room - cardinality(v_admitted)
                   for update of r skip locked) c
         ),
-        leased_runs as materialized (
-            select r.concurrency_key as key
-            from workflow.workflow_run r
-            where g.max_leased_per_key is not null
-              and r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
-            limit c_whole
-        ),
         leased as materialized (
-            select l.key, count(*) as n from leased_runs l where l.key is not null group by l.key
+            select l.key, l.n from unnest(v_leased_keys, v_leased_n) l(key, n)
         ),
         windows as materialized (
             select w.concurrency_key as key, w.ctid as tid,
@@ -1528,7 +1542,7 @@ begin
             from (
                 select k.key, k.n,
                        case when g.max_leased_per_key is null then 0
-                            when (select count(*) from leased_runs) < c_whole then coalesce(l.n, 0)
+                            when v_leased_whole then coalesce(l.n, 0)
                             else (select count(*) from workflow.workflow_run r
                                   where r.type collate "C" = p_type and r.concurrency_key = k.key
                                     and r.status = 'leased' and r.deleted_at is null) end as leased,
@@ -1588,6 +1602,9 @@ begin
                      v_took_tids || coalesce(array_agg(p.window_tid) filter (where g.rate_per_key and p.took > 0), '{}') as took_tids
               from per_key p) k;
         exit when v_fetched = 0;
+        if cardinality(v_ids) > 0 then
+            v_took_passes := v_took_passes + 1;
+        end if;
         v_admitted := v_admitted || v_ids;
         v_adm_tids := v_adm_tids || v_tids;
         v_adm_keys := v_adm_keys || v_keys;
@@ -1597,7 +1614,10 @@ begin
         exit when cardinality(v_ids) = v_fetched or cardinality(v_admitted) >= v_room;
         -- Keys now full (this pass took their last room): their other
         -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
-        -- a later claim parks the rest).
+        -- a later claim parks the rest). A key full by its cap is counted
+        -- again first, in this statement's snapshot: a run of it that
+        -- ended since the claim counted frees a slot whose trigger saw
+        -- nothing parked yet, and the key is then left runnable.
         perform set_config('enable_nestloop', 'on', true);
         with parked as (
             update workflow.workflow_run r
@@ -1605,11 +1625,19 @@ begin
             from (select x.id, f.until
                   from unnest(v_full, v_full_until) f(key, until)
                   cross join lateral (
+                      select f.until <> workflow.far_future() -- full by its rate: no end frees it
+                             or (select count(*) from workflow.workflow_run r
+                                 where r.type collate "C" = p_type and r.concurrency_key = f.key
+                                   and r.status = 'leased' and r.deleted_at is null)
+                                + (select count(*) from unnest(v_adm_keys) a where a = f.key)
+                                >= g.max_leased_per_key as still_full) s
+                  cross join lateral (
                       select x.id from workflow.workflow_run x
                       where x.type collate "C" = p_type and x.concurrency_key = f.key
                         and x.status = 'pending' and x.deleted_at is null
                         and x.wait_kind is null and x.run_at <= p_now
                         and x.id not in (select a from unnest(v_admitted) a)
+                        and s.still_full
                       for update skip locked) x
                   limit 10000) p
             where r.id = p.id
@@ -1627,8 +1655,14 @@ begin
         -- a row, as does a key whose ended window flow_recheck deleted
         -- meanwhile.
         with counted as materialized (
-            select t.key, sum(t.n)::integer as n, (array_agg(t.tid) filter (where t.tid is not null))[1] as tid
+            -- (One pass took each key once: no grouping.)
+            select t.key, t.n, t.tid
             from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
+            where v_took_passes = 1
+            union all
+            select t.key, sum(t.n)::integer, (array_agg(t.tid) filter (where t.tid is not null))[1]
+            from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
+            where v_took_passes > 1
             group by t.key
         ), moved as (
             update workflow.workflow_flow_window w
