@@ -1,36 +1,43 @@
-"""Worker-side API: Poller claims runs by type prefix and runs handlers."""
+"""Worker-side API: Poller claims runs by type prefix and runs handlers.
+
+:class:`Poller` owns the handler slots (the active attempts, and the older
+ones still writing their outcome) and wires the parts, each in its own module
+as in the Go SDK: claiming and what wakes it (``_claim``), heartbeating
+(``_heartbeat``), reaping (``_reap``), step writing (``_step_writer``) and
+completing, one function per kind of outcome (``_outcomes``); what the two
+writers share is in ``_writes``. Here are its settings and defaults, the
+handlers' execution, and the shutdown.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import queue
-import select
 import signal
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Set, Tuple, TypeVar
+from datetime import datetime
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import psycopg
 
 from . import __version__
-from .client import _REFUSED_STATES, _primary_message, validate_type
+from ._claim import claim_loop, connect_until_ready, listen_loop, wake_at
+from ._heartbeat import heartbeat_loop
+from ._outcomes import _COMPLETE, _DROP, _FAIL, _RELEASE, _RELEASE_RUNS, _Outcome, outcome_loop
+from ._reap import reap_loop
+from ._step_writer import _StepRequest, record_step, step_loop
+from ._writes import _BatchQueue
+from .client import validate_type
 from .durable import REASON_CANCELLED, REASON_DEADLINE, REASON_LEASE_LOST, REASON_SHUTDOWN, Task
 from .errors import InvalidInputError, PermanentError, StoppedError
 from .tracing import (
-    OUTCOME_CANCELLED,
-    OUTCOME_DEADLINE_EXCEEDED,
-    OUTCOME_FAILED,
     OUTCOME_LEASE_LOST,
-    OUTCOME_PARKED,
     OUTCOME_RELEASED,
-    OUTCOME_RETRYING,
-    OUTCOME_SUCCEEDED,
     OUTCOME_UNRECORDED,
     Tracing,
 )
@@ -63,32 +70,6 @@ MAX_CLAIM_BATCH_SIZE = 1000
 #: (engine.WakeFollowUp in Go).
 WAKE_FOLLOW_UP = 0.05
 
-#: A parked run due within this many seconds gets a timer that wakes the claim
-#: loop on time; later ones are found by the regular poll.
-_WAKE_TIMER_HORIZON = 600.0
-
-#: The most steps, and outcomes, written in one call (as the Go SDK).
-_MAX_WRITE_BATCH = 1000
-
-_RECORD_STEPS = ("select idx, status, output, message from workflow.record_steps("
-                 "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])")
-_COMPLETE_RUNS = "select id::text, status, error from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])"
-_FAIL_RUNS = "select id::text, status, run_at from workflow.fail_runs(%s, %s::uuid[], %s::bigint[], %s::text[], %s::boolean[])"
-_RELEASE_RUNS = "select id::text from workflow.release_runs(%s, %s::uuid[], %s::bigint[])"
-
-
-def _literal_prefix(prefix: str) -> str:
-    return prefix[:-1] if prefix.endswith("%") else prefix
-
-
-_CLEANED_NOTE = " [cleaned: NUL bytes removed, invalid UTF-8 replaced]"
-
-
-def _clean_text(s: str) -> str:
-    """Return s as Postgres text can hold it (no NUL, no lone surrogates), saying so when it changed."""
-    cleaned = s.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-    return s if cleaned == s else cleaned + _CLEANED_NOTE
-
 
 @dataclass(frozen=True)
 class PollerConfig:
@@ -107,126 +88,6 @@ class PollerConfig:
     shutdown_grace_period: float
     reap_interval: float
     claim_batch_size: int
-
-
-class _Refused(Exception):
-    """The database refused a value of a write (a NUL escape, a value past a limit): a retry cannot help."""
-
-
-def _is_refused(e: psycopg.Error) -> bool:
-    return getattr(e, "sqlstate", None) in _REFUSED_STATES or isinstance(e, psycopg.DataError)
-
-
-T = TypeVar("T")
-
-
-class _Reply(Generic[T]):
-    """The answer a handler thread waits for."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: Optional[T] = None
-        self.error: Optional[BaseException] = None
-
-    def set(self, value: T) -> None:
-        self.value = value
-        self.done.set()
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
-
-
-@dataclass
-class _StepRequest:
-    run_id: str
-    token: int
-    name: str
-    position: int
-    raw: str
-    reply: _Reply[Tuple[str, Any, Optional[str]]]
-
-
-@dataclass
-class _Outcome:
-    """What a finished handler asks to record: complete, fail, release or drop (nothing to write)."""
-
-    task: Task
-    kind: str
-    raw_result: Optional[str] = None
-    error: Optional[BaseException] = None
-    message: str = ""
-    retryable: bool = True
-    #: Why an attempt whose outcome is not written ended (parked, cancelled ...).
-    reason: Optional[str] = None
-
-
-_COMPLETE, _FAIL, _RELEASE, _DROP = "complete", "fail", "release", "drop"
-
-
-class _Conn:
-    """One connection of a background writer, opened on first use and again after it broke."""
-
-    def __init__(self, open_conn: Callable[[], psycopg.Connection[Any]]) -> None:
-        self._open = open_conn
-        self._conn: Optional[psycopg.Connection[Any]] = None
-
-    def get(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._open()
-        return self._conn
-
-    def reset(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        self._conn = None
-
-    close = reset
-
-
-class _BatchQueue(Generic[T]):
-    """A queue a background thread drains in batches: whatever accumulated while the previous batch was
-    being written goes in the next one. After close, put raises StoppedError and the thread ends once
-    the queue is empty."""
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self._queue: "queue.Queue[Optional[T]]" = queue.Queue()
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def put(self, item: T) -> None:
-        with self._lock:
-            if self._closed:
-                raise StoppedError(f"{self._what}: {REASON_SHUTDOWN}", REASON_SHUTDOWN)
-            self._queue.put(item)
-
-    def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._queue.put(None)
-
-    def batches(self) -> Any:
-        """Yield batches until closed and drained."""
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            last = False
-            while len(batch) < _MAX_WRITE_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    last = True
-                    break
-                batch.append(item)
-            yield batch
-            if last:
-                return
 
 
 class Poller:
@@ -372,22 +233,24 @@ class Poller:
                              "type_prefixes": self.type_prefixes, "concurrency": self.concurrency,
                              "claim_batch_size": self.claim_batch_size}))
         background = [
-            threading.Thread(target=self._listen_loop, name="sw-listen", daemon=True),
-            threading.Thread(target=self._heartbeat_loop, name="sw-heartbeat", daemon=True),
+            # WAKE_FOLLOW_UP is read at each notification, from this module.
+            threading.Thread(target=listen_loop, args=(self, lambda: WAKE_FOLLOW_UP), name="sw-listen",
+                             daemon=True),
+            threading.Thread(target=heartbeat_loop, args=(self,), name="sw-heartbeat", daemon=True),
         ]
         if self.reap_interval > 0:
-            background.append(threading.Thread(target=self._reap_loop, name="sw-reap", daemon=True))
+            background.append(threading.Thread(target=reap_loop, args=(self,), name="sw-reap", daemon=True))
         writers = [
-            threading.Thread(target=self._step_loop, name="sw-steps", daemon=True),
-            threading.Thread(target=self._outcome_loop, name="sw-outcomes", daemon=True),
+            threading.Thread(target=step_loop, args=(self,), name="sw-steps", daemon=True),
+            threading.Thread(target=outcome_loop, args=(self,), name="sw-outcomes", daemon=True),
         ]
         for t in background + writers:
             t.start()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sw-handler")
-        conn = self._connect_until_ready()
+        conn = connect_until_ready(self)
         try:
             if conn is not None:
-                self._claim_loop(conn, pool)
+                claim_loop(self, conn, pool)
             self._shutdown(pool)
         finally:
             self._stopping.set()
@@ -421,97 +284,7 @@ class Poller:
             conn.autocommit = True
         return conn
 
-    def _connect_until_ready(self) -> Optional[psycopg.Connection[Any]]:
-        """Connect, retrying with backoff while the database is unreachable; None once stopping."""
-        backoff = 0.05
-        while not self._stopping.is_set():
-            try:
-                return self._open()
-            except psycopg.OperationalError as e:
-                log.warning(json.dumps({"msg": "Database unreachable; retrying", "error": str(e),
-                                        "backoff_seconds": backoff}))
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-        return None
-
-    def _claim_loop(self, conn: psycopg.Connection[Any], pool: ThreadPoolExecutor) -> None:
-        lease_ms = int(self.lease_duration * 1000)
-        while not self._stopping.is_set():
-            with self._lock:
-                free = self.concurrency - len(self._active) - len(self._older)
-            if free <= 0:
-                self._wake.wait(self.poll_interval)
-                self._wake.clear()
-                continue
-            limit = min(free, self.claim_batch_size)
-            try:
-                # Payload and journal as text, decoded run by run below: a
-                # value this worker cannot decode fails its own run only.
-                rows = conn.execute(
-                    "select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
-                    "journal::text, traceparent "
-                    "from workflow.claim_runs(%s, %s, %s, %s, %s, %s)",
-                    # Only the types this worker has handlers for.
-                    (self.worker_id, self.type_prefixes, self.runtime, limit, lease_ms,
-                     sorted(self._handlers) or None),
-                ).fetchall()
-            except psycopg.OperationalError as e:
-                log.error(json.dumps({"msg": "Claim failed; reconnecting", "error": str(e)}))
-                conn.close()
-                reconnected = self._connect_until_ready()
-                if reconnected is None:
-                    return
-                conn = reconnected
-                continue
-            for run_id, wtype, payload_text, attempt, max_attempts, token, deadline_at, journal_text, traceparent in rows:
-                try:
-                    payload = _decode("payload", payload_text)
-                    journal = _decode("journal", journal_text)
-                    if isinstance(journal, str):
-                        # The database's word that the journal is too large to load.
-                        raise _UndecodableError(f"the run's journal cannot be loaded: {journal}")
-                except _UndecodableError as e:
-                    self._fail_undecodable(conn, run_id, wtype, attempt, token, str(e))
-                    continue
-                span = self._tracing.start_attempt(run_id, wtype, attempt, max_attempts, self.worker_id, token,
-                                                   len(journal or []), traceparent)
-                task = Task(run_id, wtype, payload, attempt, max_attempts, self.worker_id,
-                            lease_token=token, deadline_at=deadline_at, traceparent=traceparent,
-                            journal=journal, connect=self._conn, on_park=self._wake_at,
-                            record_step=self._record_step, tracing=self._tracing, span=span)
-                with self._lock:
-                    older = self._active.get(run_id)
-                    if older is not None:
-                        # An attempt of this worker lost the lease (reaped
-                        # while its handler still ran) and the run came back
-                        # here: the older attempt is told, and the run's
-                        # entry is the new attempt from now on.
-                        older._cancel(REASON_LEASE_LOST)
-                        self._older.add(older)
-                    self._active[run_id] = task
-                fields = {"worker_id": self.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
-                if journal:
-                    log.info(json.dumps({"msg": "Run resumed", **fields, "journal": len(journal)}))
-                else:
-                    log.info(json.dumps({"msg": "Run started", **fields}))
-                pool.submit(self._execute, task)
-            if len(rows) == limit:
-                continue
-            self._wake.wait(self.poll_interval)
-            self._wake.clear()
-
-    def _fail_undecodable(self, conn: psycopg.Connection[Any], run_id: str, wtype: str, attempt: int,
-                          token: int, why: str) -> None:
-        """Fail a claimed run this worker cannot decode, alone and for good, saying why."""
-        message = _clean_text(why)
-        base = {"worker_id": self.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
-        try:
-            conn.execute(_FAIL_RUNS, (self.worker_id, [run_id], [token], [message], [False])).fetchall()
-        except psycopg.Error as e:
-            # The lease runs out and the run is reclaimed; nothing else is held up.
-            log.error(json.dumps({"msg": "Failing an undecodable run failed", "error": str(e), **base}))
-            return
-        log.info(json.dumps({"msg": "Run failed", "error": message, **base}))
+    # What a claimed run's Task calls ---------------------------------------------
 
     def _conn(self) -> psycopg.Connection[Any]:
         """The connection of the calling handler thread (parks, children)."""
@@ -524,22 +297,18 @@ class Poller:
         return conn
 
     def _wake_at(self, at: Optional[datetime]) -> None:
-        """Wake the claim loop when a run this worker parked is due, so that a sleep ends on time."""
-        if at is None or self._stopping.is_set():
-            return
-        delay = (at - datetime.now(timezone.utc)).total_seconds() + 0.02
-        if delay > _WAKE_TIMER_HORIZON:
-            return
-        timer = threading.Timer(max(delay, 0.0), self._wake.set)
-        timer.daemon = True
-        with self._lock:
-            self._timers = [t for t in self._timers if t.is_alive()]
-            self._timers.append(timer)
-        timer.start()
+        """Wake the claim loop when a run this worker parked is due (see _claim.wake_at)."""
+        wake_at(self, at)
+
+    def _record_step(self, run_id: str, token: int, name: str, position: int,
+                     raw: str) -> Tuple[str, Any, Optional[str]]:
+        """Hand a completed step to the step writer and wait for its row's answer (see _step_writer)."""
+        return record_step(self, run_id, token, name, position, raw)
 
     # Handlers ---------------------------------------------------------------------
 
     def _execute(self, task: Task) -> None:
+        """Run the handler of a claimed run (in a slot of the pool) and queue the outcome to write."""
         handler = self._handlers.get(task.type)
         result: Any = None
         raw: Optional[str] = None
@@ -583,6 +352,17 @@ class Poller:
         else:
             self._older.discard(task)
 
+    def _free_slots(self, tasks: Iterable[Task]) -> None:
+        """Free the slots of attempts whose outcomes are written (or never will be), and wake the claim loop.
+
+        A slot is free once its outcome is written, so that the runs a worker
+        holds leased never exceed its concurrency.
+        """
+        with self._lock:
+            for task in tasks:
+                self._forget(task)
+        self._wake.set()
+
     def _outcome(self, task: Task, raw: Optional[str], error: Optional[BaseException]) -> _Outcome:
         """What to record for a finished attempt."""
         parked, failure = task._state()
@@ -603,383 +383,10 @@ class Poller:
         return _Outcome(task, _FAIL, error=error, message=_message(error),
                         retryable=not isinstance(error, PermanentError))
 
-    # Batched writes ---------------------------------------------------------------
-
-    def _with_retry(self, conn: _Conn, query: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
-        """Run one write, reconnecting through a database outage while the leases may still hold.
-
-        Every write is fenced by the lease tokens, so a retry after a write
-        that did land changes nothing. A value the database refuses raises
-        _Refused at once.
-        """
-        deadline = time.monotonic() + max(self.lease_duration, 5.0)
-        backoff = 0.1
-        while True:
-            try:
-                return conn.get().execute(query, params).fetchall()
-            except psycopg.OperationalError:
-                conn.reset()
-                if time.monotonic() + backoff > deadline:
-                    raise
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except psycopg.Error as e:
-                if _is_refused(e):
-                    raise _Refused(_primary_message(e)) from None
-                raise
-
-    def _record_step(self, run_id: str, token: int, name: str, position: int,
-                     raw: str) -> Tuple[str, Any, Optional[str]]:
-        """Hand a completed step to the step writer and wait for its row's answer."""
-        reply: _Reply[Tuple[str, Any, Optional[str]]] = _Reply()
-        self._steps.put(_StepRequest(run_id, token, name, position, raw, reply))
-        reply.done.wait()
-        if reply.error is not None:
-            raise reply.error
-        assert reply.value is not None
-        return reply.value
-
-    def _step_loop(self) -> None:
-        """Journal the steps of concurrent handlers, one workflow.record_steps call per batch."""
-        conn = _Conn(self._open)
-        try:
-            for batch in self._steps.batches():
-                try:
-                    self._write_steps(conn, batch)
-                except BaseException as e:  # noqa: BLE001 - no handler may wait for ever
-                    for r in batch:
-                        if not r.reply.done.is_set():
-                            r.reply.fail(e)
-        finally:
-            conn.close()
-
-    def _write_steps(self, conn: _Conn, batch: List[_StepRequest]) -> None:
-        params = (self.worker_id, [r.run_id for r in batch], [r.token for r in batch], [r.name for r in batch],
-                  [r.position for r in batch], [r.raw for r in batch])
-        try:
-            rows = self._with_retry(conn, _RECORD_STEPS, params)
-        except _Refused as e:
-            if len(batch) > 1:
-                # A value the database cannot take (a NUL escape) refuses the
-                # whole call: each step is written alone, so only its own
-                # handler hears of it.
-                for r in batch:
-                    self._write_steps(conn, [r])
-                return
-            batch[0].reply.fail(PermanentError(f"invalid input: {e}"))
-            return
-        except BaseException as e:  # noqa: BLE001
-            for r in batch:
-                r.reply.fail(e)
-            return
-        for idx, status, output, message in rows:
-            batch[idx - 1].reply.set((status, output, message))
-        for r in batch:
-            if not r.reply.done.is_set():
-                r.reply.fail(RuntimeError(f'record step "{r.name}": the database gave no answer'))
-
-    def _outcome_loop(self) -> None:
-        """Record the outcomes of concurrent handlers in batches, then free their slots."""
-        conn = _Conn(self._open)
-        try:
-            for batch in self._outcomes.batches():
-                try:
-                    self._flush(conn, batch)
-                except Exception as e:  # noqa: BLE001 - the leases run out; the runs are retried
-                    log.error(json.dumps({"msg": "Recording outcomes failed; the runs are retried after their "
-                                                 "lease expires", "error": str(e), "runs": len(batch)}))
-                    with self._lock:
-                        for o in batch:
-                            self._forget(o.task)
-                    self._wake.set()
-        finally:
-            conn.close()
-
-    def _flush(self, conn: _Conn, batch: List[_Outcome]) -> None:
-        """Write a batch of outcomes, log each run's answer, end the attempts' spans and free the slots.
-
-        The database's answers are matched to outcomes by run id, so a write
-        holds one outcome per run. Two meet when an attempt that lost its lease
-        and the attempt of the same run that followed it on this worker end
-        together: the later one is written after, on its own.
-        """
-        seen: Set[str] = set()
-        first: List[_Outcome] = []
-        later: List[_Outcome] = []
-        for o in batch:
-            (later if o.task.id in seen else first).append(o)
-            seen.add(o.task.id)
-        self._flush_unique(conn, first)
-        if later:
-            self._flush(conn, later)
-
-    def _flush_unique(self, conn: _Conn, batch: List[_Outcome]) -> None:
-        """_flush for a batch with one outcome per run."""
-        completions = [o for o in batch if o.kind == _COMPLETE]
-        failures = [o for o in batch if o.kind == _FAIL]
-        releases = [o for o in batch if o.kind == _RELEASE]
-        # How each attempt ended, for its span; the default covers an outcome
-        # whose write failed.
-        ends: Dict[str, Tuple[str, Optional[BaseException], Optional[datetime]]] = {
-            o.task.id: (OUTCOME_UNRECORDED, o.error, None) for o in batch}
-
-        def base(o: _Outcome) -> Dict[str, Any]:
-            return {"worker_id": self.worker_id, "run_id": o.task.id, "type": o.task.type, "attempt": o.task.attempt}
-
-        for o in batch:
-            if o.kind != _DROP:
-                continue
-            ends[o.task.id] = (_drop_outcome(o.reason), None, None)
-            if o.reason == "parked":
-                log.info(json.dumps({"msg": "Run parked", **base(o)}))
-            else:
-                log.info(json.dumps({"msg": "Run stopped", "reason": o.reason, **base(o)}))
-
-        if completions:
-            by_id = {o.task.id: o for o in completions}
-            done, unstorable, err = self._write_completions(conn, completions)
-            for o, message in unstorable:
-                # A result Postgres cannot store (such as one holding \u0000)
-                # fails its run for good, saying why, instead of leaving it
-                # leased to be executed again.
-                o.kind, o.message, o.retryable = _FAIL, message, False
-                o.error = PermanentError(message)
-                failures.append(o)
-            if err is not None:
-                log.error(json.dumps({"msg": "Recording results failed; the runs are retried after their lease "
-                                             "expires", "error": str(err), "runs": len(completions)}))
-            answered: Set[str] = set()
-            for run_id, status, error in done:
-                answered.add(run_id)
-                o = by_id[run_id]
-                if status == "failed":
-                    # The database refused the result (too large, nested too
-                    # deeply): the run failed alone, for good.
-                    ends[run_id] = (OUTCOME_FAILED, PermanentError(error), None)
-                    log.info(json.dumps({"msg": "Run failed", "error": error, **base(o)}))
-                else:
-                    ends[run_id] = (OUTCOME_SUCCEEDED, None, None)
-                    log.info(json.dumps({"msg": "Run succeeded", **base(o)}))
-            if err is None:
-                for o in completions:
-                    if o.kind == _COMPLETE and o.task.id not in answered:
-                        ends[o.task.id] = (OUTCOME_LEASE_LOST, None, None)
-                        log.warning(json.dumps({"msg": "Run result discarded: the lease was no longer held",
-                                                **base(o)}))
-
-        if failures:
-            by_id = {o.task.id: o for o in failures}
-            for o in failures:
-                o.message = _clean_text(o.message)
-            res, err = self._write_failures(conn, failures)
-            if err is not None:
-                log.error(json.dumps({"msg": "Recording failures failed; the runs are retried after their lease "
-                                             "expires", "error": str(err), "runs": len(failures)}))
-            else:
-                for o in failures:  # written, but not for the runs whose lease had gone
-                    ends[o.task.id] = (OUTCOME_LEASE_LOST, None, None)
-            for run_id, status, run_at in res:
-                o = by_id[run_id]
-                if status == "pending":
-                    ends[run_id] = (OUTCOME_RETRYING, o.error, run_at)
-                    log.info(json.dumps({"msg": "Run failed; retrying", "error": o.message,
-                                         "next_attempt_at": run_at.isoformat(), **base(o)}))
-                else:
-                    ends[run_id] = (OUTCOME_FAILED, o.error, None)
-                    log.info(json.dumps({"msg": "Run failed", "error": o.message, **base(o)}))
-
-        if releases:
-            by_id = {o.task.id: o for o in releases}
-            try:
-                rows = self._with_retry(conn, _RELEASE_RUNS, (self.worker_id, [o.task.id for o in releases],
-                                                              [o.task.lease_token for o in releases]))
-            except Exception as e:  # noqa: BLE001
-                log.error(json.dumps({"msg": "Handing runs back failed; they are retried after their lease "
-                                             "expires", "error": str(e), "runs": len(releases)}))
-                rows = []
-            else:
-                for o in releases:
-                    ends[o.task.id] = (OUTCOME_LEASE_LOST, None, None)
-            for (run_id,) in rows:
-                ends[run_id] = (OUTCOME_RELEASED, None, None)
-                log.info(json.dumps({"msg": "Run handed back", "reason": by_id[run_id].reason, **base(by_id[run_id])}))
-
-        for o in batch:
-            outcome, error, next_at = ends[o.task.id]
-            self._tracing.end_attempt(o.task._span, outcome, error, next_at)
-        # A slot is free once its outcome is written, so that the runs a
-        # worker holds leased never exceed its concurrency.
-        with self._lock:
-            for o in batch:
-                self._forget(o.task)
-        self._wake.set()
-
-    def _write_completions(
-        self, conn: _Conn, completions: List[_Outcome]
-    ) -> Tuple[List[Tuple[Any, ...]], List[Tuple[_Outcome, str]], Optional[BaseException]]:
-        """complete_runs for a batch: (rows, [(outcome, why) unstorable], error)."""
-
-        def call(batch: List[_Outcome]) -> List[Tuple[Any, ...]]:
-            return self._with_retry(conn, _COMPLETE_RUNS, (
-                self.worker_id, [o.task.id for o in batch], [o.task.lease_token for o in batch],
-                [o.raw_result for o in batch]))
-
-        try:
-            return call(completions), [], None
-        except _Refused as e:
-            if len(completions) == 1:
-                return [], [(completions[0], _clean_text(f"the handler's result could not be stored: {e}"))], None
-        except Exception as e:  # noqa: BLE001
-            return [], [], e
-        # The batch is refused as invalid: row by row, so only the bad row is affected.
-        done: List[Tuple[Any, ...]] = []
-        unstorable: List[Tuple[_Outcome, str]] = []
-        for o in completions:
-            try:
-                done += call([o])
-            except _Refused as e:
-                unstorable.append((o, _clean_text(f"the handler's result could not be stored: {e}")))
-            except Exception as e:  # noqa: BLE001
-                return done, unstorable, e
-        return done, unstorable, None
-
-    def _write_failures(self, conn: _Conn, failures: List[_Outcome]) -> Tuple[List[Tuple[Any, ...]], Optional[BaseException]]:
-        """fail_runs for a batch, row by row when the database refuses the batch; a row still refused
-        is recorded with a replacement message."""
-
-        def call(batch: List[_Outcome]) -> List[Tuple[Any, ...]]:
-            return self._with_retry(conn, _FAIL_RUNS, (
-                self.worker_id, [o.task.id for o in batch], [o.task.lease_token for o in batch],
-                [o.message for o in batch], [o.retryable for o in batch]))
-
-        try:
-            return call(failures), None
-        except _Refused:
-            pass
-        except Exception as e:  # noqa: BLE001
-            return [], e
-        res: List[Tuple[Any, ...]] = []
-        for o in failures:
-            try:
-                try:
-                    res += call([o])
-                except _Refused as e:
-                    o.message = f"the handler's error could not be stored: {e}"
-                    res += call([o])
-            except Exception as e:  # noqa: BLE001
-                return res, e
-        return res, None
-
-    # Background loops ---------------------------------------------------------------
-
-    def _listen_loop(self) -> None:
-        prefixes = [_literal_prefix(p) for p in self.type_prefixes]
-        while not self._stopping.is_set():
-            try:
-                conn = self._open()
-                try:
-                    conn.execute("listen workflow_run_created")
-                    conn.execute("listen workflow_run_cancelled")
-                    self._wake.set()  # catch up on anything missed while disconnected
-                    follow_up_at = None
-                    while not self._stopping.is_set():
-                        timeout = 0.5
-                        if follow_up_at is not None:
-                            timeout = max(0.0, min(timeout, follow_up_at - time.monotonic()))
-                        ready, _, _ = select.select([conn.fileno()], [], [], timeout)
-                        if follow_up_at is not None and time.monotonic() >= follow_up_at:
-                            # Runs committed right after the notifying transaction
-                            # were not announced on their own (see WAKE_FOLLOW_UP).
-                            follow_up_at = None
-                            self._wake.set()
-                        if not ready:
-                            continue
-                        conn.pgconn.consume_input()
-                        while True:
-                            n = conn.pgconn.notifies()
-                            if n is None:
-                                break
-                            channel, payload = n.relname.decode(), n.extra.decode()
-                            if channel == "workflow_run_created":
-                                if not prefixes or any(payload.startswith(p) for p in prefixes):
-                                    self._wake.set()
-                                    follow_up_at = time.monotonic() + WAKE_FOLLOW_UP
-                            elif channel == "workflow_run_cancelled":
-                                with self._lock:
-                                    task = self._active.get(payload)
-                                if task is not None:
-                                    task._cancel(REASON_CANCELLED)
-                finally:
-                    conn.close()
-            except (psycopg.Error, OSError) as e:
-                log.warning(json.dumps({"msg": "Listen connection lost; reconnecting", "error": str(e)}))
-                time.sleep(0.5)
-
-    def _heartbeat_loop(self) -> None:
-        lease_ms = int(self.lease_duration * 1000)
-        conn: Optional[psycopg.Connection[Any]] = None
-        while not self._closed.wait(self.heartbeat_interval):
-            try:
-                if conn is None or conn.closed:
-                    conn = self._open()
-                with self._lock:
-                    refs = [(t.id, t.lease_token) for t in self._active.values()]
-                sent = dict(refs)
-                if refs:
-                    rows = conn.execute(
-                        "select id::text, status, owned, deadline_exceeded "
-                        "from workflow.heartbeat_runs(%s, %s::uuid[], %s::bigint[], %s)",
-                        (self.worker_id, [r[0] for r in refs], [r[1] for r in refs], lease_ms),
-                    ).fetchall()
-                    for run_id, status, owned, deadline_exceeded in rows:
-                        if owned:
-                            continue
-                        with self._lock:
-                            task = self._active.get(run_id)
-                        # The attempt asked about, not a later one of the same
-                        # run that this worker claimed since.
-                        if task is None or task.lease_token != sent[run_id]:
-                            continue
-                        if status == "cancelled":
-                            task._cancel(REASON_CANCELLED)
-                        elif deadline_exceeded:
-                            task._cancel(REASON_DEADLINE)
-                        else:
-                            task._cancel(REASON_LEASE_LOST)
-            except psycopg.Error as e:
-                log.error(json.dumps({"msg": "Heartbeat failed", "error": str(e)}))
-                if conn is not None:
-                    conn.close()
-                conn = None
-        if conn is not None:
-            conn.close()
-
-    def _reap_loop(self) -> None:
-        """Every reap_interval: return runs whose lease expired to the queue, and fail runs past their deadline."""
-        conn: Optional[psycopg.Connection[Any]] = None
-        while not self._closed.wait(self.reap_interval):
-            try:
-                if conn is None or conn.closed:
-                    conn = self._open()
-                reaped = conn.execute("select id::text, status from workflow.reap_expired_leases(500)").fetchall()
-                for run_id, status in reaped:
-                    log.info(json.dumps({"msg": "Lease expired; run reclaimed", "run_id": run_id, "status": status}))
-                if reaped:
-                    self._wake.set()
-                expired = conn.execute("select id::text from workflow.expire_deadlines(null, 500)").fetchall()
-                if expired:
-                    # One line a batch: a flood of overdue runs is not a flood of logs.
-                    log.info(json.dumps({"msg": "Runs failed: deadline exceeded", "runs": len(expired),
-                                         "run_ids": [r[0] for r in expired[:10]]}))
-            except psycopg.Error as e:
-                log.error(json.dumps({"msg": "Reaping failed", "error": str(e)}))
-                if conn is not None:
-                    conn.close()
-                conn = None
-        if conn is not None:
-            conn.close()
+    # Shutdown ---------------------------------------------------------------------
 
     def _shutdown(self, pool: ThreadPoolExecutor) -> None:
+        """Wait for in-flight handlers within the grace period, then cancel the rest and hand their runs back."""
         with self._lock:
             n = len(self._active)
         if n:
@@ -1037,31 +444,3 @@ IntentPoller = Poller
 
 def _message(error: BaseException) -> str:
     return str(error) or type(error).__name__
-
-
-def _drop_outcome(reason: Optional[str]) -> str:
-    """The span outcome of an attempt whose outcome is not written."""
-    if reason == "parked":
-        return OUTCOME_PARKED
-    if reason == REASON_CANCELLED:
-        return OUTCOME_CANCELLED
-    if reason == REASON_DEADLINE:
-        return OUTCOME_DEADLINE_EXCEEDED
-    return OUTCOME_LEASE_LOST
-
-
-class _UndecodableError(Exception):
-    """A claimed run's payload or journal that this worker cannot decode."""
-
-
-def _decode(what: str, text: Optional[str]) -> Any:
-    """Decode a claimed run's JSON column; raise _UndecodableError saying why it cannot be."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except RecursionError as e:
-        raise _UndecodableError(f"the run's {what} cannot be decoded: nested too deeply for this worker "
-                                f"(RecursionError)") from e
-    except (ValueError, MemoryError) as e:
-        raise _UndecodableError(f"the run's {what} cannot be decoded: {type(e).__name__}: {e}") from e

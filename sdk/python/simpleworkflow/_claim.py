@@ -1,0 +1,219 @@
+"""Claiming (Go: claim.go): runs claimed into the free handler slots, and what wakes the claim loop.
+
+The claim loop (:func:`claim_loop`) takes up to the free slots' worth of runs in
+one ``workflow.claim_runs`` call, at once when woken, otherwise every
+``poll_interval``; each claimed run is decoded, given a slot and its handler
+started. The claim loop is woken by the listening connection
+(:func:`listen_loop`: a new run of a type this worker claims, and once more
+``WAKE_FOLLOW_UP`` after it; a cancelled run's handler is cancelled), by the
+timers of parked runs (:func:`wake_at`), by the reaper and by freed slots. A
+run this worker cannot decode fails alone, for good (:func:`fail_undecodable`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import psycopg
+
+from ._outcomes import _FAIL_RUNS, _clean_text
+from .durable import REASON_CANCELLED, REASON_LEASE_LOST, Task
+
+if TYPE_CHECKING:
+    from .poller import Poller
+
+log = logging.getLogger("simpleworkflow")
+
+#: A parked run due within this many seconds gets a timer that wakes the claim
+#: loop on time; later ones are found by the regular poll.
+_WAKE_TIMER_HORIZON = 600.0
+
+
+def _literal_prefix(prefix: str) -> str:
+    return prefix[:-1] if prefix.endswith("%") else prefix
+
+
+class _UndecodableError(Exception):
+    """A claimed run's payload or journal that this worker cannot decode."""
+
+
+def _decode(what: str, text: Optional[str]) -> Any:
+    """Decode a claimed run's JSON column; raise _UndecodableError saying why it cannot be."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError as e:
+        raise _UndecodableError(f"the run's {what} cannot be decoded: nested too deeply for this worker "
+                                f"(RecursionError)") from e
+    except (ValueError, MemoryError) as e:
+        raise _UndecodableError(f"the run's {what} cannot be decoded: {type(e).__name__}: {e}") from e
+
+
+def listen_loop(p: Poller, follow_up: Callable[[], float]) -> None:
+    """LISTEN for new runs and cancellations until the poller stops, reconnecting when the connection is lost.
+
+    A new run of a type this worker claims wakes the claim loop, and again
+    follow_up() seconds later (WAKE_FOLLOW_UP, read at each notification); a
+    cancelled run's handler is cancelled.
+    """
+    prefixes = [_literal_prefix(x) for x in p.type_prefixes]
+    while not p._stopping.is_set():
+        try:
+            conn = p._open()
+            try:
+                conn.execute("listen workflow_run_created")
+                conn.execute("listen workflow_run_cancelled")
+                p._wake.set()  # catch up on anything missed while disconnected
+                follow_up_at = None
+                while not p._stopping.is_set():
+                    timeout = 0.5
+                    if follow_up_at is not None:
+                        timeout = max(0.0, min(timeout, follow_up_at - time.monotonic()))
+                    ready, _, _ = select.select([conn.fileno()], [], [], timeout)
+                    if follow_up_at is not None and time.monotonic() >= follow_up_at:
+                        # Runs committed right after the notifying transaction
+                        # were not announced on their own (see WAKE_FOLLOW_UP).
+                        follow_up_at = None
+                        p._wake.set()
+                    if not ready:
+                        continue
+                    conn.pgconn.consume_input()
+                    while True:
+                        n = conn.pgconn.notifies()
+                        if n is None:
+                            break
+                        channel, payload = n.relname.decode(), n.extra.decode()
+                        if channel == "workflow_run_created":
+                            if not prefixes or any(payload.startswith(x) for x in prefixes):
+                                p._wake.set()
+                                follow_up_at = time.monotonic() + follow_up()
+                        elif channel == "workflow_run_cancelled":
+                            with p._lock:
+                                task = p._active.get(payload)
+                            if task is not None:
+                                task._cancel(REASON_CANCELLED)
+            finally:
+                conn.close()
+        except (psycopg.Error, OSError) as e:
+            log.warning(json.dumps({"msg": "Listen connection lost; reconnecting", "error": str(e)}))
+            time.sleep(0.5)
+
+
+def connect_until_ready(p: Poller) -> Optional[psycopg.Connection[Any]]:
+    """Connect, retrying with backoff while the database is unreachable; None once stopping."""
+    backoff = 0.05
+    while not p._stopping.is_set():
+        try:
+            return p._open()
+        except psycopg.OperationalError as e:
+            log.warning(json.dumps({"msg": "Database unreachable; retrying", "error": str(e),
+                                    "backoff_seconds": backoff}))
+            p._stopping.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+    return None
+
+
+def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecutor) -> None:
+    """Claim runs into the free slots until the poller stops: at once when woken, otherwise every
+    poll_interval; each claimed run takes a slot and its handler is submitted to pool."""
+    lease_ms = int(p.lease_duration * 1000)
+    while not p._stopping.is_set():
+        with p._lock:
+            free = p.concurrency - len(p._active) - len(p._older)
+        if free <= 0:
+            p._wake.wait(p.poll_interval)
+            p._wake.clear()
+            continue
+        limit = min(free, p.claim_batch_size)
+        try:
+            # Payload and journal as text, decoded run by run below: a
+            # value this worker cannot decode fails its own run only.
+            rows = conn.execute(
+                "select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
+                "journal::text, traceparent "
+                "from workflow.claim_runs(%s, %s, %s, %s, %s, %s)",
+                # Only the types this worker has handlers for.
+                (p.worker_id, p.type_prefixes, p.runtime, limit, lease_ms,
+                 sorted(p._handlers) or None),
+            ).fetchall()
+        except psycopg.OperationalError as e:
+            log.error(json.dumps({"msg": "Claim failed; reconnecting", "error": str(e)}))
+            conn.close()
+            reconnected = connect_until_ready(p)
+            if reconnected is None:
+                return
+            conn = reconnected
+            continue
+        for run_id, wtype, payload_text, attempt, max_attempts, token, deadline_at, journal_text, traceparent in rows:
+            try:
+                payload = _decode("payload", payload_text)
+                journal = _decode("journal", journal_text)
+                if isinstance(journal, str):
+                    # The database's word that the journal is too large to load.
+                    raise _UndecodableError(f"the run's journal cannot be loaded: {journal}")
+            except _UndecodableError as e:
+                fail_undecodable(p, conn, run_id, wtype, attempt, token, str(e))
+                continue
+            span = p._tracing.start_attempt(run_id, wtype, attempt, max_attempts, p.worker_id, token,
+                                            len(journal or []), traceparent)
+            task = Task(run_id, wtype, payload, attempt, max_attempts, p.worker_id,
+                        lease_token=token, deadline_at=deadline_at, traceparent=traceparent,
+                        journal=journal, connect=p._conn, on_park=p._wake_at,
+                        record_step=p._record_step, tracing=p._tracing, span=span)
+            with p._lock:
+                older = p._active.get(run_id)
+                if older is not None:
+                    # An attempt of this worker lost the lease (reaped
+                    # while its handler still ran) and the run came back
+                    # here: the older attempt is told, and the run's
+                    # entry is the new attempt from now on.
+                    older._cancel(REASON_LEASE_LOST)
+                    p._older.add(older)
+                p._active[run_id] = task
+            fields = {"worker_id": p.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
+            if journal:
+                log.info(json.dumps({"msg": "Run resumed", **fields, "journal": len(journal)}))
+            else:
+                log.info(json.dumps({"msg": "Run started", **fields}))
+            pool.submit(p._execute, task)
+        if len(rows) == limit:
+            continue
+        p._wake.wait(p.poll_interval)
+        p._wake.clear()
+
+
+def fail_undecodable(p: Poller, conn: psycopg.Connection[Any], run_id: str, wtype: str, attempt: int,
+                     token: int, why: str) -> None:
+    """Fail a claimed run this worker cannot decode, alone and for good, saying why."""
+    message = _clean_text(why)
+    base = {"worker_id": p.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
+    try:
+        conn.execute(_FAIL_RUNS, (p.worker_id, [run_id], [token], [message], [False])).fetchall()
+    except psycopg.Error as e:
+        # The lease runs out and the run is reclaimed; nothing else is held up.
+        log.error(json.dumps({"msg": "Failing an undecodable run failed", "error": str(e), **base}))
+        return
+    log.info(json.dumps({"msg": "Run failed", "error": message, **base}))
+
+
+def wake_at(p: Poller, at: Optional[datetime]) -> None:
+    """Wake the claim loop when a run this worker parked is due, so that a sleep ends on time."""
+    if at is None or p._stopping.is_set():
+        return
+    delay = (at - datetime.now(timezone.utc)).total_seconds() + 0.02
+    if delay > _WAKE_TIMER_HORIZON:
+        return
+    timer = threading.Timer(max(delay, 0.0), p._wake.set)
+    timer.daemon = True
+    with p._lock:
+        p._timers = [t for t in p._timers if t.is_alive()]
+        p._timers.append(timer)
+    timer.start()
