@@ -631,3 +631,45 @@ func TestFlowLimitsHoldPastThousandsOfKeys(t *testing.T) {
 		t.Errorf("k-5's window counts %d starts, want 2", starts)
 	}
 }
+
+// A claim over a limited type and an unlimited one leases every run the
+// limits let start, whatever the other type's priority: the window counts
+// only runs that started, and the unlimited type fills what is left.
+func TestFlowAdmittedRunsAreAllLeased(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const limited, plain = "flow.mixed.limited.v1", "flow.mixed.plain.v1"
+	b.registerFlow(t, limited, engine.FlowLimits{RateLimit: i32(100), RatePeriod: time.Hour})
+	now := b.clockNow(t)
+	b.advanceClock(t, now.Truncate(time.Hour).Add(time.Hour+time.Second).Sub(now))
+	// The limited type's runs come last by priority.
+	urgent, late := 0, 1000
+	ps := make([]engine.CreateParams, 15)
+	for i := range ps {
+		ps[i] = engine.CreateParams{Type: plain, Priority: &urgent}
+		if i < 5 {
+			ps[i] = engine.CreateParams{Type: limited, Priority: &late}
+		}
+	}
+	if _, err := b.eng.CreateRuns(b.ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	lim := ps[:5]
+
+	got := b.claim(t, "w", []string{"flow.mixed."}, 10)
+	byType := map[string]int{}
+	for _, r := range got {
+		byType[r.Type]++
+	}
+	if byType[limited] != len(lim) || byType[plain] != 10-len(lim) {
+		t.Fatalf("claimed %v, want all %d runs the limit let start and %d of the other type", byType, len(lim), 10-len(lim))
+	}
+	var starts int
+	if err := b.pool.QueryRow(b.ctx, `select starts from workflow.workflow_flow_window
+		where type = $1 and concurrency_key = ''`, limited).Scan(&starts); err != nil {
+		t.Fatal(err)
+	}
+	if starts != len(lim) {
+		t.Errorf("the window counts %d starts, want the %d runs leased", starts, len(lim))
+	}
+}

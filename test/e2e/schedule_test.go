@@ -17,11 +17,16 @@ import (
 var _ = Describe("a WorkflowSchedule across a manager kill", Ordered, func() {
 	const ns, name = "e2e-schedule", "every-minute"
 
-	// advance moves the database clock (workflow.now()) by a minute and a
-	// second, so the schedule's next tick is due.
+	// advance moves the database clock (workflow.now()) to a second past
+	// the next whole minute, so the schedule's next tick is due and the one
+	// after it is 59 s of real time away: the test's own time (a failover
+	// takes seconds) never brings a tick of its own. (Moving it by 61 s
+	// from wherever it was could leave it just short of the following
+	// minute, which real time then reached.)
 	advance := func() {
 		_, err := sdkPool().Exec(ctx, `update workflow.workflow_settings
-			set clock_offset = clock_offset + interval '61 seconds'`)
+			set clock_offset = clock_offset
+				+ (date_trunc('minute', workflow.now()) + interval '61 seconds' - workflow.now())`)
 		Expect(err).NotTo(HaveOccurred())
 	}
 	// scheduled lists the schedule's WorkflowRuns as name=runID.

@@ -1350,17 +1350,20 @@ comment on function workflow.active_types(text[]) is 'Types of pending or leased
 --     as the limits let start, so the autoscaler does not scale for them.
 --   * flow_recheck (from reap_expired_leases, so workers and the manager
 --     run it every few seconds) lets parked runs go wherever a slot is
---     free: the one case the trigger cannot see is a claim that counted a
---     key full just before a run of it finished, and parked the key's runs
---     after the trigger had looked. It also ends rate windows of idle keys.
+--     free: the one case the trigger cannot see is a run of a key that
+--     finishes after the statement parking the key's runs took its
+--     snapshot (it counts the key's leased runs again) and before that
+--     claim commits. It also ends rate windows of idle keys.
 
 -- flow_admit picks which runnable runs of one limited type this claim may
 -- lease (at most p_limit), and returns their addresses (ctid), locked by
 -- this transaction: claim_runs leases them. It parks the runs of keys it
 -- finds full and counts the starts against the rate windows.
 -- Fires: workflow_source_run_changed (a mirrored run parked or let go).
--- Locks: the type's flow lock (try only), its rate window rows, candidate
--- runs (skip locked), then runs of full keys (skip locked).
+-- Locks: runs whose rate window ended (skip locked), the type's flow lock
+-- (try only), the type's own rate window row (a rate per type), candidate
+-- runs (skip locked), runs of full keys (skip locked), then the window
+-- rows of the keys it started runs of.
 create or replace function workflow.flow_admit(p_type text, p_limit integer, p_now timestamptz)
 returns tid[]
 language plpgsql
@@ -1372,8 +1375,9 @@ set search_path = pg_catalog, pg_temp
 -- read whole once per key.
 set enable_bitmapscan = off
 set enable_seqscan = off
--- Joins by nested loop, as in the claim; the passes by key turn hash joins
--- on for their one statement (the function's settings end with it).
+-- Joins by nested loop, as in the claim; each pass by key turns hash joins
+-- on (and nested loops off) for its deciding statement alone (the
+-- function's settings end with it).
 set enable_hashjoin = off
 set enable_nestloop = on
 as $$
@@ -1435,7 +1439,8 @@ begin
     if g.max_leased is not null or g.max_leased_per_key is not null then
         -- The type's leased runs, read whole while fewer than c_whole: how
         -- many (the cap per type) and how many of each key (the cap per
-        -- key), in one range of idx_workflow_run_depth.
+        -- key), in one range of idx_workflow_run_depth (and the rows, for
+        -- their keys).
         select coalesce(sum(x.n), 0)::integer,
                coalesce(array_agg(x.key) filter (where x.key is not null), '{}'),
                coalesce(array_agg(x.n::integer) filter (where x.key is not null), '{}')
@@ -1458,9 +1463,12 @@ begin
     if g.rate_limit is not null and not g.rate_per_key then
         insert into workflow.workflow_flow_window (type, concurrency_key, window_start)
         values (p_type, '', v_window) on conflict do nothing;
+        -- Locked until the claim commits: flow_recheck (skip locked) cannot
+        -- delete it meanwhile and lose this claim's starts.
         select case when w.window_start = v_window then w.starts else 0 end into v_starts
         from workflow.workflow_flow_window w
-        where w.type = p_type and w.concurrency_key = '';
+        where w.type = p_type and w.concurrency_key = ''
+        for update;
         v_room := least(v_room, g.rate_limit - v_starts);
     end if;
     if v_room <= 0 then
@@ -1618,7 +1626,7 @@ begin
         -- again first, in this statement's snapshot: a run of it that
         -- ended since the claim counted frees a slot whose trigger saw
         -- nothing parked yet, and the key is then left runnable.
-        perform set_config('enable_nestloop', 'on', true);
+        perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
         with parked as (
             update workflow.workflow_run r
             set wait_kind = 'limit', run_at = p.until, updated_at = p_now
@@ -1643,7 +1651,7 @@ begin
             where r.id = p.id
             returning 1)
         select count(*) into v_parked from parked;
-        perform set_config('enable_nestloop', 'off', true);
+        perform set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true);
     end loop;
     if v_by_key then
         perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
@@ -1887,8 +1895,12 @@ begin
 
     return query
     with candidates as (
+        -- What flow_admit let start is leased whole; the other types fill
+        -- the rest of the claim, best priority first, then oldest.
         select c.id, c.wait_kind, c.wait_step
         from (
+          select c.id, c.wait_kind, c.wait_step, c.priority, c.created_at
+          from (
             select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
             from unnest(v_types) t(type)
             cross join lateral (
@@ -1901,7 +1913,7 @@ begin
                   and r.run_at <= v_now
                   and (r.deadline_at is null or r.deadline_at > v_now)
                 order by r.priority, r.created_at
-                limit p_limit
+                limit p_limit - cardinality(v_admitted)
                 for update of r skip locked
             ) r
             union all
@@ -1921,17 +1933,19 @@ begin
                         and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)
                              or g.workflow_name = any (v_limited)))
                 order by r.priority, r.created_at
-                limit p_limit
+                limit p_limit - cardinality(v_admitted)
                 for update of r skip locked
             ) a
-            union all
-            -- Runs flow_admit let start, at the addresses it locked them at.
-            select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
-            from workflow.workflow_run r
-            where r.ctid = any (v_admitted)
+          ) c
+          order by c.priority, c.created_at
+          limit p_limit - cardinality(v_admitted)
         ) c
-        order by c.priority, c.created_at
-        limit p_limit
+        union all
+        -- Runs flow_admit let start, at the addresses it locked them at.
+        select r.id, r.wait_kind, r.wait_step
+        from workflow.workflow_run r
+        where r.ctid = any (v_admitted)
+          and coalesce(r.status, '') = 'pending'
     ), claimed as (
         update workflow.workflow_run r
         set status      = 'leased',
