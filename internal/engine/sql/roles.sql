@@ -20,11 +20,13 @@
 --   create role app_worker login password '...';
 --   grant workflow_worker to app_worker;
 --
--- Run this after the migrations (engine.CreateRoles does, or
--- psql -v ON_ERROR_STOP=1 -f roles.sql), and again after every upgrade: it
--- is idempotent, and it brings the grants in line with the functions the
--- migrations define. Whoever runs it must own the workflow schema's tables
--- and functions (the user that ran the migrations), and needs CREATEROLE
+-- Run this after the schema is installed or upgraded (engine.Migrate, which
+-- runs workflow.sql and the release-to-release migrations; then
+-- engine.CreateRoles does it, or psql -v ON_ERROR_STOP=1 -f roles.sql), and
+-- again after every upgrade: it is idempotent, and it brings the grants in
+-- line with the functions workflow.sql defines. Whoever runs it must own
+-- the workflow schema's tables and functions (the user that installed the
+-- schema), and needs CREATEROLE
 -- only while a role is missing: a DBA may create the three roles beforehand
 -- (create role workflow_worker nologin; ...) and leave the rest to the owner.
 --
