@@ -237,7 +237,7 @@ func (t *Task) wait(ctx context.Context, step string, kind engine.StepKind, sign
 func (t *Task) park(ctx context.Context, r *replay, p engine.ParkParams) (engine.JournalEntry, error) {
 	res, err := r.s.eng.ParkRun(ctx, p)
 	if err != nil {
-		return engine.JournalEntry{}, fmt.Errorf("%s %q: %w", p.Kind, p.Step, err)
+		return engine.JournalEntry{}, fmt.Errorf("%s %q: %w", p.Kind, p.Step, withCause(ctx, err))
 	}
 	switch res.Status {
 	case engine.WriteResolved:
@@ -314,7 +314,7 @@ func (t *Task) StartChild(ctx context.Context, name, workflowType string, opts *
 		if errors.Is(err, ErrInvalid) {
 			return "", Permanent(fmt.Errorf("start child %q: %w", name, err))
 		}
-		return "", fmt.Errorf("start child %q: %w", name, err)
+		return "", fmt.Errorf("start child %q: %w", name, withCause(ctx, err))
 	}
 	switch res.Status {
 	case engine.WriteStarted, engine.WriteDuplicate:

@@ -1,6 +1,7 @@
 package simpleworkflow
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -78,4 +79,19 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p permanentError
 	return errors.As(err, &p)
+}
+
+// withCause adds why ctx ended (ErrLeaseLost, ErrRunCancelled, ...) to err,
+// an error of a call that ctx cut off: a step, wait or child cut off by the
+// end of its attempt then says why, and errors.Is finds the cause as well
+// as the context error.
+func withCause(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", cause, err)
 }

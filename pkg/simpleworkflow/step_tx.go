@@ -47,7 +47,7 @@ func (t *Task) StepTx(ctx context.Context, name string, fn func(ctx context.Cont
 	}
 	tx, err := r.s.pool.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("step %q: begin its transaction: %w", name, err)
+		return nil, fmt.Errorf("step %q: begin its transaction: %w", name, withCause(ctx, err))
 	}
 	// A no-op once committed; otherwise nothing of the body survives.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -61,7 +61,7 @@ func (t *Task) StepTx(ctx context.Context, name string, fn func(ctx context.Cont
 	res, err := r.s.eng.RecordStepsIn(ctx, tx, r.s.cfg.WorkerID,
 		[]engine.StepWrite{{LeaseRef: r.ref, Name: name, Position: pos, Output: out}})
 	if err != nil {
-		return nil, recordStepError(name, err)
+		return nil, recordStepError(name, withCause(ctx, err))
 	}
 	if res[0].Status != engine.WriteRecorded {
 		// Lease lost, a duplicate (the step's first output wins), or a
@@ -75,7 +75,7 @@ func (t *Task) StepTx(ctx context.Context, name string, fn func(ctx context.Cont
 		// Whether it committed is unknown only if the connection broke:
 		// either way the writes and the journal entry went together, and
 		// the next attempt runs the body again or replays it.
-		return nil, fmt.Errorf("step %q: commit: %w", name, err)
+		return nil, fmt.Errorf("step %q: commit: %w", name, withCause(ctx, err))
 	}
 	return r.stepRecorded(name, pos, out, res[0])
 }

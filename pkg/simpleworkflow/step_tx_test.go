@@ -173,6 +173,66 @@ func TestStepTxWithoutTheLeaseCommitsNothing(t *testing.T) {
 	}
 }
 
+// A transactional step whose attempt is cut off by the run's reclaim (the
+// worker claimed the run again: the first attempt's context is cancelled)
+// before it writes its journal entry says why: ErrLeaseLost, not only the
+// context's error, and its writes are rolled back.
+func TestStepTxCutOffByItsReclaimSaysLeaseLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createLedger(t)
+	inBody := make(chan struct{})
+	release := make(chan struct{})
+	lost := make(chan error, 1)
+	handler := func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+		_, err := simpleworkflow.StepTx(ctx, task, "debit", func(ctx context.Context, tx pgx.Tx) (int, error) {
+			if _, err := tx.Exec(ctx, `insert into public.tx_ledger values ($1, 'debit', $2)`, task.ID, task.Attempt); err != nil {
+				return 0, err
+			}
+			if task.Attempt == 1 {
+				close(inBody)
+				<-release
+			}
+			return 1, nil
+		})
+		if task.Attempt == 1 {
+			lost <- err
+		}
+		if err != nil {
+			return nil, err
+		}
+		return simpleworkflow.JSONResult(map[string]bool{"done": true})
+	}
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"txcut."}},
+		map[string]simpleworkflow.HandlerFunc{"txcut.a.v1": handler})
+	res, err := b.client.Create(b.ctx, "txcut.a.v1", nil, &simpleworkflow.CreateOptions{
+		RetryPolicy: &simpleworkflow.RetryPolicy{BaseDelay: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inBody:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the body never ran")
+	}
+	// Reaped, then claimed again by the same worker and finished by the
+	// second attempt, while the first still holds its body.
+	b.expireLease(t, res.ID)
+	b.waitStatus(t, res.ID, simpleworkflow.StatusSucceeded, 30*time.Second)
+	close(release)
+	select {
+	case err := <-lost:
+		if !errors.Is(err, simpleworkflow.ErrLeaseLost) {
+			t.Fatalf("the first attempt's step returned %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first attempt's step never returned")
+	}
+	if got := b.ledgerRows(t, res.ID); got["debit"] != 1 {
+		t.Fatalf("ledger rows %v, want the second attempt's one write", got)
+	}
+}
+
 // A run that failed for good after a transactional step is retried with
 // Client.Retry: the next attempt replays the step (no second write) and
 // finishes; what cannot be retried is refused with the reason.
