@@ -49,31 +49,26 @@ func TestContractDatabaseRefusesAlone(t *testing.T) {
 	}
 	checked := 0
 
-	var types validInvalid
-	loadContract(t, "types.json", &types)
-	for i, bad := range types.Invalid {
-		if strings.ContainsRune(bad.Value, 0) {
-			continue
-		}
-		key := fmt.Sprintf("db-type-%d", i)
-		_, err := pool.Exec(b.ctx, `select * from workflow.create_run($1, '{}'::jsonb, p_idempotency_key => $2)`, bad.Value, key)
-		refused(err, "type "+bad.Why)
-		nothingFor(key, "type "+bad.Why)
-		checked++
+	// Each invalid type and traceparent, through create_run: the file, the
+	// statement, and what the case puts where.
+	creates := []struct{ file, what, sql string }{
+		{"types.json", "type", `select * from workflow.create_run($1, '{}'::jsonb, p_idempotency_key => $2)`},
+		{"traceparents.json", "traceparent", `select * from workflow.create_run('contract.trace.v1', '{}'::jsonb,
+			p_traceparent => $1, p_idempotency_key => $2)`},
 	}
-
-	var tps validInvalid
-	loadContract(t, "traceparents.json", &tps)
-	for i, bad := range tps.Invalid {
-		if strings.ContainsRune(bad.Value, 0) {
-			continue
+	for _, c := range creates {
+		var cases validInvalid
+		loadContract(t, c.file, &cases)
+		for i, bad := range cases.Invalid {
+			if strings.ContainsRune(bad.Value, 0) {
+				continue
+			}
+			key := fmt.Sprintf("db-%s-%d", c.what, i)
+			_, err := pool.Exec(b.ctx, c.sql, bad.Value, key)
+			refused(err, c.what+" "+bad.Why)
+			nothingFor(key, c.what+" "+bad.Why)
+			checked++
 		}
-		key := fmt.Sprintf("db-trace-%d", i)
-		_, err := pool.Exec(b.ctx, `select * from workflow.create_run('contract.trace.v1', '{}'::jsonb,
-			p_idempotency_key => $1, p_traceparent => $2)`, key, bad.Value)
-		refused(err, "traceparent "+bad.Why)
-		nothingFor(key, "traceparent "+bad.Why)
-		checked++
 	}
 
 	var names validInvalid

@@ -105,71 +105,96 @@ func TestStepTxWritesOnceAcrossRetries(t *testing.T) {
 	}
 }
 
-// A worker that lost its lease while a transactional step's body ran
-// commits nothing: its write is rolled back with the refused journal
-// entry, and the attempt that follows writes once.
-func TestStepTxWithoutTheLeaseCommitsNothing(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.createLedger(t)
-	inBody := make(chan struct{})
-	release := make(chan struct{})
-	var runs counters
-	lost := make(chan error, 1)
-	handler := func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
-		_, err := simpleworkflow.StepTx(ctx, task, "debit", func(ctx context.Context, tx pgx.Tx) (int, error) {
-			runs.inc("debit")
-			if _, err := tx.Exec(ctx, `insert into public.tx_ledger values ($1, 'debit', $2)`, task.ID, task.Attempt); err != nil {
-				return 0, err
-			}
-			if task.Attempt == 1 {
-				close(inBody)
-				<-release
-			}
-			return 1, nil
-		})
-		if task.Attempt == 1 {
-			lost <- err
-		}
-		if err != nil {
-			return nil, err
-		}
-		return simpleworkflow.JSONResult(map[string]bool{"done": true})
-	}
-	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"txlost."}},
-		map[string]simpleworkflow.HandlerFunc{"txlost.a.v1": handler})
-	res, err := b.client.Create(b.ctx, "txlost.a.v1", nil, &simpleworkflow.CreateOptions{
-		RetryPolicy: &simpleworkflow.RetryPolicy{BaseDelay: time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+// heldStepTx is a run whose first attempt holds its transactional step's
+// body (an uncommitted ledger write) until release is closed; lost gets
+// what that attempt's step returned, bodies counts the body's runs.
+type heldStepTx struct {
+	id      string
+	release chan struct{}
+	lost    chan error
+	bodies  *counters
+}
+
+// wantLeaseLost waits for the first attempt's step to return ErrLeaseLost.
+func (h heldStepTx) wantLeaseLost(t *testing.T) {
+	t.Helper()
 	select {
-	case <-inBody:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the body never ran")
-	}
-	// The lease expires and is reaped while the body holds its uncommitted
-	// write.
-	b.expireLease(t, res.ID)
-	close(release)
-	select {
-	case err := <-lost:
+	case err := <-h.lost:
 		if !errors.Is(err, simpleworkflow.ErrLeaseLost) {
 			t.Fatalf("the first attempt's step returned %v, want ErrLeaseLost", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first attempt's step never returned")
 	}
-	b.waitStatus(t, res.ID, simpleworkflow.StatusSucceeded, 30*time.Second)
-	if got := b.ledgerRows(t, res.ID); got["debit"] != 1 {
+}
+
+// startHeldStepTx starts a poller of prefix+".a.v1" whose handler writes
+// the ledger in a transactional step, records a run (retried after 1 ms),
+// and returns once its first attempt is inside the step's body.
+func (b *bundle) startHeldStepTx(t *testing.T, prefix string) heldStepTx {
+	t.Helper()
+	b.createLedger(t)
+	h := heldStepTx{release: make(chan struct{}), lost: make(chan error, 1), bodies: &counters{}}
+	inBody := make(chan struct{})
+	handler := func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+		_, err := simpleworkflow.StepTx(ctx, task, "debit", func(ctx context.Context, tx pgx.Tx) (int, error) {
+			h.bodies.inc("debit")
+			if _, err := tx.Exec(ctx, `insert into public.tx_ledger values ($1, 'debit', $2)`, task.ID, task.Attempt); err != nil {
+				return 0, err
+			}
+			if task.Attempt == 1 {
+				close(inBody)
+				<-h.release
+			}
+			return 1, nil
+		})
+		if task.Attempt == 1 {
+			h.lost <- err
+		}
+		if err != nil {
+			return nil, err
+		}
+		return simpleworkflow.JSONResult(map[string]bool{"done": true})
+	}
+	typ := prefix + ".a.v1"
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{prefix + "."}},
+		map[string]simpleworkflow.HandlerFunc{typ: handler})
+	res, err := b.client.Create(b.ctx, typ, nil, &simpleworkflow.CreateOptions{
+		RetryPolicy: &simpleworkflow.RetryPolicy{BaseDelay: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.id = res.ID
+	select {
+	case <-inBody:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the body never ran")
+	}
+	return h
+}
+
+// A worker that lost its lease while a transactional step's body ran
+// commits nothing: its write is rolled back with the refused journal
+// entry, and the attempt that follows writes once.
+func TestStepTxWithoutTheLeaseCommitsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	run := b.startHeldStepTx(t, "txlost")
+	// The lease expires and is reaped while the body holds its uncommitted
+	// write.
+	b.expireLease(t, run.id)
+	close(run.release)
+	run.wantLeaseLost(t)
+	b.waitStatus(t, run.id, simpleworkflow.StatusSucceeded, 30*time.Second)
+	if got := b.ledgerRows(t, run.id); got["debit"] != 1 {
 		t.Fatalf("ledger rows %v, want the second attempt's one write", got)
 	}
 	var attempt int
-	if err := b.client.Pool().QueryRow(b.ctx, `select attempt from public.tx_ledger where run_id = $1`, res.ID).Scan(&attempt); err != nil || attempt != 2 {
+	if err := b.client.Pool().QueryRow(b.ctx, `select attempt from public.tx_ledger where run_id = $1`, run.id).Scan(&attempt); err != nil || attempt != 2 {
 		t.Fatalf("the surviving write is from attempt %d (%v), want 2", attempt, err)
 	}
-	if runs.get("debit") != 2 {
-		t.Fatalf("the body ran %d times, want twice", runs.get("debit"))
+	if run.bodies.get("debit") != 2 {
+		t.Fatalf("the body ran %d times, want twice", run.bodies.get("debit"))
 	}
 }
 
@@ -180,55 +205,14 @@ func TestStepTxWithoutTheLeaseCommitsNothing(t *testing.T) {
 func TestStepTxCutOffByItsReclaimSaysLeaseLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createLedger(t)
-	inBody := make(chan struct{})
-	release := make(chan struct{})
-	lost := make(chan error, 1)
-	handler := func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
-		_, err := simpleworkflow.StepTx(ctx, task, "debit", func(ctx context.Context, tx pgx.Tx) (int, error) {
-			if _, err := tx.Exec(ctx, `insert into public.tx_ledger values ($1, 'debit', $2)`, task.ID, task.Attempt); err != nil {
-				return 0, err
-			}
-			if task.Attempt == 1 {
-				close(inBody)
-				<-release
-			}
-			return 1, nil
-		})
-		if task.Attempt == 1 {
-			lost <- err
-		}
-		if err != nil {
-			return nil, err
-		}
-		return simpleworkflow.JSONResult(map[string]bool{"done": true})
-	}
-	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"txcut."}},
-		map[string]simpleworkflow.HandlerFunc{"txcut.a.v1": handler})
-	res, err := b.client.Create(b.ctx, "txcut.a.v1", nil, &simpleworkflow.CreateOptions{
-		RetryPolicy: &simpleworkflow.RetryPolicy{BaseDelay: time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-inBody:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the body never ran")
-	}
+	run := b.startHeldStepTx(t, "txcut")
 	// Reaped, then claimed again by the same worker and finished by the
 	// second attempt, while the first still holds its body.
-	b.expireLease(t, res.ID)
-	b.waitStatus(t, res.ID, simpleworkflow.StatusSucceeded, 30*time.Second)
-	close(release)
-	select {
-	case err := <-lost:
-		if !errors.Is(err, simpleworkflow.ErrLeaseLost) {
-			t.Fatalf("the first attempt's step returned %v, want ErrLeaseLost", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first attempt's step never returned")
-	}
-	if got := b.ledgerRows(t, res.ID); got["debit"] != 1 {
+	b.expireLease(t, run.id)
+	b.waitStatus(t, run.id, simpleworkflow.StatusSucceeded, 30*time.Second)
+	close(run.release)
+	run.wantLeaseLost(t)
+	if got := b.ledgerRows(t, run.id); got["debit"] != 1 {
 		t.Fatalf("ledger rows %v, want the second attempt's one write", got)
 	}
 }
