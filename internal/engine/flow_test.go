@@ -673,3 +673,72 @@ func TestFlowAdmittedRunsAreAllLeased(t *testing.T) {
 		t.Errorf("the window counts %d starts, want the %d runs leased", starts, len(lim))
 	}
 }
+
+// Keys that are valid but hostile to whatever builds text from them (255
+// characters; quotes, backslashes, braces and commas of array and JSON
+// literals; SQL; non-ASCII; leading and trailing space) are each limited
+// on their own through the claim's key reads and window writes, and leave
+// another team's runs of an unlimited type, claimed in the same calls,
+// untouched.
+func TestFlowHostileKeysBesideAnotherTeam(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const typ, other = "flow.hostile.keys.v1", "flow.hostile.other.v1"
+	b.registerFlow(t, typ, engine.FlowLimits{MaxLeasedPerKey: i32(1), RateLimit: i32(1), RatePeriod: time.Hour, RatePerKey: true})
+	now := b.clockNow(t)
+	b.advanceClock(t, now.Truncate(time.Hour).Add(time.Hour+time.Second).Sub(now))
+	keys := []string{
+		strings.Repeat("k", 255), `a"b`, `a\b`, `{x,y}`, `"{}"`, `NULL`, `'); drop table workflow.workflow_run; --`,
+		"ключ-😀", " padded ", `{"k":1}`,
+	}
+	for _, k := range keys {
+		b.createKeyed(t, typ, k, 2)
+	}
+	bystanders := b.createKeyed(t, other, "", 20)
+
+	claimed := map[string]int{}
+	for {
+		got := b.claim(t, "w", []string{"flow.hostile."}, 500)
+		if len(got) == 0 {
+			break
+		}
+		for _, r := range got {
+			claimed[r.ID]++
+		}
+		b.completeAll(t, "w", got)
+	}
+	for _, id := range bystanders {
+		if claimed[id] != 1 {
+			t.Errorf("another team's run %s claimed %d times, want once", id, claimed[id])
+		}
+	}
+	// One start per key in the window (its rate), the key's second run
+	// parked until the window's end, and the window row holds the key as given.
+	rows, err := b.pool.Query(b.ctx, `select r.concurrency_key, count(*) filter (where r.status = 'succeeded'),
+			count(*) filter (where r.wait_kind = 'limit'),
+			(select w.starts from workflow.workflow_flow_window w where w.type = r.type and w.concurrency_key = r.concurrency_key)
+		from workflow.workflow_run r where r.type = $1 group by r.type, r.concurrency_key`, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var key string
+		var done, parked int
+		var starts *int
+		if err := rows.Scan(&key, &done, &parked, &starts); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		if done != 1 || parked != 1 || starts == nil || *starts != 1 {
+			t.Errorf("key %q: %d succeeded, %d parked, window starts %v; want 1, 1, 1", key, done, parked, starts)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if seen != len(keys) {
+		t.Errorf("%d keys in the inbox, want %d", seen, len(keys))
+	}
+}
