@@ -184,7 +184,11 @@ type WorkflowScheduleStatus struct {
 	// +kubebuilder:validation:MaxItems=100
 	Active []ScheduledRunReference `json:"active,omitempty"`
 	// ActiveCount counts the unfinished WorkflowRuns the schedule made.
+	// Defaulted to 0 by the API server: a status patch leaves out a count
+	// that did not change, so a schedule whose runs were never seen active
+	// would otherwise have none, and kubectl would print it blank.
 	// +optional
+	// +kubebuilder:default=0
 	ActiveCount int32 `json:"activeCount"`
 	// ObservedGeneration is the generation last mirrored.
 	// +optional
