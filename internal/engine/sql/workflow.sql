@@ -1405,6 +1405,7 @@ declare
     v_took_tids tid[] := '{}';
     v_pass integer;
     v_took_passes integer := 0;
+    v_moved bigint;
     v_leased_read integer;
     v_leased_whole boolean := false;
     v_leased_keys text[];
@@ -1511,19 +1512,18 @@ begin
         -- held-back runs wait for the window's end when the rate binds,
         -- else for a slot.
         with cand as materialized (
-            select c.id, c.tid, c.key, row_number() over () as ord
-            from (select r.id, r.ctid as tid, r.concurrency_key as key
-                  from workflow.workflow_run r
-                  where r.type collate "C" = p_type
-                    and coalesce(r.status, '') = 'pending'
-                    and r.deleted_at is null
-                    and r.wait_kind is distinct from 'limit'
-                    and r.run_at <= p_now
-                    and (r.deadline_at is null or r.deadline_at > p_now)
-                    and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
-                  order by r.priority, r.created_at
-                  limit v_room - cardinality(v_admitted)
-                  for update of r skip locked) c
+            select r.id, r.ctid as tid, r.concurrency_key as key, r.priority, r.created_at
+            from workflow.workflow_run r
+            where r.type collate "C" = p_type
+              and coalesce(r.status, '') = 'pending'
+              and r.deleted_at is null
+              and r.wait_kind is distinct from 'limit'
+              and r.run_at <= p_now
+              and (r.deadline_at is null or r.deadline_at > p_now)
+              and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
+            order by r.priority, r.created_at
+            limit v_room - cardinality(v_adm_tids)
+            for update of r skip locked
         ),
         leased as materialized (
             select l.key, l.n from unnest(v_leased_keys, v_leased_n) l(key, n)
@@ -1569,57 +1569,54 @@ begin
                     limit 1) p on true
             ) k
         ),
-        fit as materialized (
-            -- Every key has room for all its candidates: the common case,
-            -- decided without ranking the candidates.
-            select coalesce(bool_and(k.n <= k.room), true) as all_fit from keys k
+        summary as materialized (
+            -- Over the candidate keys at once: whether every key has room
+            -- for all its candidates (the common case, decided without
+            -- ranking the candidates); the keys now full, and until when
+            -- (the window's end when the rate binds); what this pass took
+            -- of each key (its first `room` candidates) with its window row.
+            select coalesce(bool_and(k.n <= k.room), true) as all_fit,
+                   array_agg(k.key) filter (where k.n >= k.room) as full_keys,
+                   array_agg(case when k.by_rate then v_window + g.rate_period else workflow.far_future() end)
+                       filter (where k.n >= k.room) as full_until,
+                   coalesce(array_agg(k.key) filter (where g.rate_per_key and k.room > 0), '{}') as took_keys,
+                   coalesce(array_agg(least(k.n, k.room)::integer) filter (where g.rate_per_key and k.room > 0), '{}') as took_n,
+                   coalesce(array_agg(k.tid) filter (where g.rate_per_key and k.room > 0), '{}') as took_tids
+            from keys k
         ),
         ranked as materialized (
             -- Only when some key has not: a candidate is admitted when it
             -- is among the first `room` of its key.
-            select c.id, c.tid, c.key, c.nth, k.tid as window_tid, k.room, k.by_rate
-            from (select c.*, row_number() over (partition by c.key order by c.ord) as nth from cand c) c
+            select c.id, c.tid, c.key, c.nth, k.room
+            from (select c.*, row_number() over (partition by c.key order by c.priority, c.created_at) as nth
+                  from cand c) c
             left join keys k on k.key = c.key
-        ),
-        per_key as materialized (
-            -- What this pass took of each key (its first `room`
-            -- candidates), its window row, and whether it is now full (and
-            -- by its rate).
-            select k.key, k.tid as window_tid, k.by_rate,
-                   least(k.n, greatest(k.room, 0))::integer as took,
-                   k.n >= k.room as is_full
-            from keys k
         )
         -- (The arrays come from one tuple store each, in the same order;
-        -- the claim orders what it leases.)
-        select case when f.all_fit then (select coalesce(array_agg(c.id), '{}') from cand c)
+        -- the claim orders what it leases. When every candidate fits, the
+        -- loop ends with this pass: the ids and keys that later passes and
+        -- the parking would read are left empty.)
+        select case when s.all_fit then '{}'
                     else (select coalesce(array_agg(r.id), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
-               case when f.all_fit then (select coalesce(array_agg(c.tid), '{}') from cand c)
+               case when s.all_fit then (select coalesce(array_agg(c.tid), '{}') from cand c)
                     else (select coalesce(array_agg(r.tid), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
-               case when f.all_fit then (select coalesce(array_agg(c.key), '{}') from cand c)
+               case when s.all_fit then '{}'
                     else (select coalesce(array_agg(r.key), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
                (select count(*) from cand),
-               k.full_keys, k.full_until, k.took_keys, k.took_n, k.took_tids
+               s.full_keys, s.full_until, v_took_keys || s.took_keys, v_took_n || s.took_n, v_took_tids || s.took_tids
         into v_ids, v_tids, v_keys, v_fetched, v_full, v_full_until, v_took_keys, v_took_n, v_took_tids
-        from fit f,
-             (select array_agg(p.key) filter (where p.is_full) as full_keys,
-                     array_agg(case when p.by_rate then v_window + g.rate_period else workflow.far_future() end)
-                         filter (where p.is_full) as full_until,
-                     v_took_keys || coalesce(array_agg(p.key) filter (where g.rate_per_key and p.took > 0), '{}') as took_keys,
-                     v_took_n || coalesce(array_agg(p.took) filter (where g.rate_per_key and p.took > 0), '{}') as took_n,
-                     v_took_tids || coalesce(array_agg(p.window_tid) filter (where g.rate_per_key and p.took > 0), '{}') as took_tids
-              from per_key p) k;
+        from summary s;
         exit when v_fetched = 0;
-        if cardinality(v_ids) > 0 then
+        if cardinality(v_tids) > 0 then
             v_took_passes := v_took_passes + 1;
         end if;
-        v_admitted := v_admitted || v_ids;
         v_adm_tids := v_adm_tids || v_tids;
-        v_adm_keys := v_adm_keys || v_keys;
         -- Done when this pass held nothing back (a key it filled parks its
         -- other runs at the next claim that meets them), or the room is
         -- used up.
-        exit when cardinality(v_ids) = v_fetched or cardinality(v_admitted) >= v_room;
+        exit when cardinality(v_tids) = v_fetched or cardinality(v_adm_tids) >= v_room;
+        v_admitted := v_admitted || v_ids;
+        v_adm_keys := v_adm_keys || v_keys;
         -- Keys now full (this pass took their last room): their other
         -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
         -- a later claim parks the rest). A key full by its cap is counted
@@ -1657,36 +1654,36 @@ begin
         perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
     end if;
     if v_by_key and g.rate_per_key and cardinality(v_took_keys) > 0 then
+        if v_took_passes > 1 then
+            -- Several passes took runs of one key: one entry per key.
+            select array_agg(t.key), array_agg(t.n), array_agg(t.tid)
+            into v_took_keys, v_took_n, v_took_tids
+            from (select t.key, sum(t.n)::integer as n, (array_agg(t.tid) filter (where t.tid is not null))[1] as tid
+                  from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
+                  group by t.key) t;
+        end if;
         -- Keys with a row: moved to this window at the row's address, read
         -- above under the flow lock (an update, HOT in the table's free
-        -- space, not an upsert's lock and write); keys new to the type get
-        -- a row, as does a key whose ended window flow_recheck deleted
-        -- meanwhile.
-        with counted as materialized (
-            -- (One pass took each key once: no grouping.)
-            select t.key, t.n, t.tid
-            from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
-            where v_took_passes = 1
-            union all
-            select t.key, sum(t.n)::integer, (array_agg(t.tid) filter (where t.tid is not null))[1]
-            from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
-            where v_took_passes > 1
-            group by t.key
-        ), moved as (
-            update workflow.workflow_flow_window w
-            set starts = case when w.window_start = v_window then w.starts else 0 end + c.n,
-                window_start = v_window
-            from counted c
-            -- (The row's identity checked, not looked up: "is true" keeps
-            -- the key off the index, so the row is read at its address.)
-            where w.ctid = c.tid and ((w.type, w.concurrency_key) = (p_type, c.key)) is true
-            returning w.concurrency_key
-        )
-        insert into workflow.workflow_flow_window (type, concurrency_key, window_start, starts)
-        select p_type, c.key, v_window, c.n
-        from counted c
-        where c.key not in (select m.concurrency_key from moved m)
-        on conflict do nothing;
+        -- space, not an upsert's lock and write).
+        update workflow.workflow_flow_window w
+        set starts = case when w.window_start = v_window then w.starts else 0 end + t.n,
+            window_start = v_window
+        from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
+        -- (The row's identity checked, not looked up: "is true" keeps the
+        -- key off the index, so the row is read at its address.)
+        where w.ctid = t.tid and ((w.type, w.concurrency_key) = (p_type, t.key)) is true;
+        get diagnostics v_moved = row_count;
+        if v_moved < cardinality(v_took_keys) then
+            -- Keys new to the type get a row, as does a key whose ended
+            -- window flow_recheck deleted meanwhile (the update above
+            -- waited for that delete to commit).
+            insert into workflow.workflow_flow_window (type, concurrency_key, window_start, starts)
+            select p_type, t.key, v_window, t.n
+            from unnest(v_took_keys, v_took_n) t(key, n)
+            where not exists (select 1 from workflow.workflow_flow_window w
+                              where w.type = p_type and w.concurrency_key = t.key)
+            on conflict do nothing;
+        end if;
     end if;
     if g.rate_limit is not null and not g.rate_per_key and cardinality(v_adm_tids) > 0 then
         update workflow.workflow_flow_window w
