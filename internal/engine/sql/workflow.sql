@@ -1525,18 +1525,12 @@ begin
             limit v_room - cardinality(v_adm_tids)
             for update of r skip locked
         ),
-        leased as materialized (
-            select l.key, l.n from unnest(v_leased_keys, v_leased_n) l(key, n)
-        ),
         windows as materialized (
             select w.concurrency_key as key, w.ctid as tid,
                    case when w.window_start = v_window then w.starts else 0 end as started
             from workflow.workflow_flow_window w
             where g.rate_per_key and w.type = p_type and w.concurrency_key <> ''
             limit c_whole
-        ),
-        mine as materialized (
-            select a.key, count(*) as n from unnest(v_adm_keys) a(key) where a.key is not null group by a.key
         ),
         keys as materialized (
             -- Each candidate key once: its candidates in this pass, its
@@ -1550,17 +1544,25 @@ begin
             from (
                 select k.key, k.n,
                        case when g.max_leased_per_key is null then 0
-                            when v_leased_whole then coalesce(l.n, 0)
+                            when v_leased_whole then k.leased
                             else (select count(*) from workflow.workflow_run r
                                   where r.type collate "C" = p_type and r.concurrency_key = k.key
                                     and r.status = 'leased' and r.deleted_at is null) end as leased,
                        coalesce(w.started, p.started, 0) as started,
                        coalesce(w.tid, p.tid) as tid,
-                       coalesce(m.n, 0) as mine
-                from (select c.key, count(*) as n from cand c where c.key is not null group by c.key) k
-                left join leased l on l.key = k.key
+                       k.mine
+                from (
+                    -- The candidates' keys, with what the leased runs read
+                    -- above and earlier passes took of each, in one grouping.
+                    select u.key, sum(u.n) as n, sum(u.leased) as leased, sum(u.mine) as mine
+                    from (select c.key, 1 as n, 0 as leased, 0 as mine from cand c where c.key is not null
+                          union all
+                          select l.key, 0, l.n, 0 from unnest(v_leased_keys, v_leased_n) l(key, n)
+                          union all
+                          select a.key, 0, 0, 1 from unnest(v_adm_keys) a(key) where a.key is not null) u
+                    group by u.key
+                    having sum(u.n) > 0) k
                 left join windows w on w.key = k.key
-                left join mine m on m.key = k.key
                 left join lateral (
                     select x.ctid as tid, case when x.window_start = v_window then x.starts else 0 end as started
                     from workflow.workflow_flow_window x
