@@ -1441,7 +1441,9 @@ begin
         -- The type's leased runs, read whole while fewer than c_whole: how
         -- many (the cap per type) and how many of each key (the cap per
         -- key), in one range of idx_workflow_run_depth (and the rows, for
-        -- their keys).
+        -- their keys). The order names that index: statistics taken while
+        -- few runs were leased would otherwise send the read through the
+        -- index of every leased run, other teams' types included.
         select coalesce(sum(x.n), 0)::integer,
                coalesce(array_agg(x.key) filter (where x.key is not null), '{}'),
                coalesce(array_agg(x.n::integer) filter (where x.key is not null), '{}')
@@ -1450,6 +1452,7 @@ begin
               from (select r.concurrency_key as key
                     from workflow.workflow_run r
                     where r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
+                    order by r.type collate "C", r.status, r.run_at
                     limit c_whole) l
               group by l.key) x;
         v_leased_whole := v_leased_read < c_whole;
@@ -1459,6 +1462,7 @@ begin
             select count(*) from (
                 select 1 from workflow.workflow_run r
                 where r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
+                order by r.type collate "C", r.status, r.run_at
                 limit g.max_leased) x)::integer end);
     end if;
     if g.rate_limit is not null and not g.rate_per_key then
@@ -4258,6 +4262,7 @@ begin
                 select count(*) from (
                     select 1 from workflow.workflow_run r
                     where r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
+                    order by r.type collate "C", r.status, r.run_at
                     limit v_flow.max_leased) x), 0));
         end if;
         if v_flow.rate_limit is not null and not v_flow.rate_per_key then
