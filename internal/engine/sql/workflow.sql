@@ -1682,7 +1682,8 @@ begin
         if v_moved < cardinality(v_took_keys) then
             -- Keys new to the type get a row, as does a key whose ended
             -- window flow_recheck deleted meanwhile (the update above
-            -- waited for that delete to commit).
+            -- skipped it, after waiting for the delete if it was still
+            -- in progress).
             insert into workflow.workflow_flow_window (type, concurrency_key, window_start, starts)
             select p_type, t.key, v_window, t.n
             from unnest(v_took_keys, v_took_n) t(key, n)
