@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING
 
 import psycopg
 
+from ._writes import _Conn
 from .durable import REASON_CANCELLED, REASON_DEADLINE, REASON_LEASE_LOST
 
 if TYPE_CHECKING:
@@ -25,16 +26,14 @@ def heartbeat_loop(p: Poller) -> None:
     """Extend the leases of every active run until the poller closes, and cancel the handlers of runs
     that were cancelled, passed their deadline or whose lease was lost."""
     lease_ms = int(p.lease_duration * 1000)
-    conn: Optional[psycopg.Connection[Any]] = None
+    conn = _Conn(p._open)
     while not p._closed.wait(p.heartbeat_interval):
         try:
-            if conn is None or conn.closed:
-                conn = p._open()
             with p._lock:
                 refs = [(t.id, t.lease_token) for t in p._active.values()]
             sent = dict(refs)
             if refs:
-                rows = conn.execute(
+                rows = conn.get().execute(
                     "select id::text, status, owned, deadline_exceeded "
                     "from workflow.heartbeat_runs(%s, %s::uuid[], %s::bigint[], %s)",
                     (p.worker_id, [r[0] for r in refs], [r[1] for r in refs], lease_ms),
@@ -56,8 +55,5 @@ def heartbeat_loop(p: Poller) -> None:
                         task._cancel(REASON_LEASE_LOST)
         except psycopg.Error as e:
             log.error(json.dumps({"msg": "Heartbeat failed", "error": str(e)}))
-            if conn is not None:
-                conn.close()
-            conn = None
-    if conn is not None:
-        conn.close()
+            conn.reset()
+    conn.close()

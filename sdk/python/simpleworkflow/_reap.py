@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING
 
 import psycopg
+
+from ._writes import _Conn
 
 if TYPE_CHECKING:
     from .poller import Poller
@@ -20,25 +22,20 @@ log = logging.getLogger("simpleworkflow")
 
 def reap_loop(p: Poller) -> None:
     """Every reap_interval: return runs whose lease expired to the queue, and fail runs past their deadline."""
-    conn: Optional[psycopg.Connection[Any]] = None
+    conn = _Conn(p._open)
     while not p._closed.wait(p.reap_interval):
         try:
-            if conn is None or conn.closed:
-                conn = p._open()
-            reaped = conn.execute("select id::text, status from workflow.reap_expired_leases(500)").fetchall()
+            reaped = conn.get().execute("select id::text, status from workflow.reap_expired_leases(500)").fetchall()
             for run_id, status in reaped:
                 log.info(json.dumps({"msg": "Lease expired; run reclaimed", "run_id": run_id, "status": status}))
             if reaped:
                 p._wake.set()
-            expired = conn.execute("select id::text from workflow.expire_deadlines(null, 500)").fetchall()
+            expired = conn.get().execute("select id::text from workflow.expire_deadlines(null, 500)").fetchall()
             if expired:
                 # One line a batch: a flood of overdue runs is not a flood of logs.
                 log.info(json.dumps({"msg": "Runs failed: deadline exceeded", "runs": len(expired),
                                      "run_ids": [r[0] for r in expired[:10]]}))
         except psycopg.Error as e:
             log.error(json.dumps({"msg": "Reaping failed", "error": str(e)}))
-            if conn is not None:
-                conn.close()
-            conn = None
-    if conn is not None:
-        conn.close()
+            conn.reset()
+    conn.close()

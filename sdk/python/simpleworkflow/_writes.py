@@ -35,7 +35,8 @@ T = TypeVar("T")
 
 
 class _Conn:
-    """One connection of a background writer, opened on first use and again after it broke."""
+    """One connection of a background thread (a writer, the heartbeat, the reaper), opened on first use
+    and again after it broke."""
 
     def __init__(self, open_conn: Callable[[], psycopg.Connection[Any]]) -> None:
         self._open = open_conn
