@@ -1480,28 +1480,15 @@ begin
         return '{}';
     end if;
 
-    if not v_by_key then
-        select coalesce(array_agg(c.tid), '{}') into v_adm_tids
-        from (select r.ctid as tid
-              from workflow.workflow_run r
-              where r.type collate "C" = p_type
-                and coalesce(r.status, '') = 'pending'
-                and r.deleted_at is null
-                and r.wait_kind is distinct from 'limit'
-                and r.run_at <= p_now
-                and (r.deadline_at is null or r.deadline_at > p_now)
-              order by r.priority, r.created_at
-              limit v_room
-              for update of r skip locked) c;
-    else
-        -- Hash joins for the keys' counts below (the claim turns them off).
-        perform set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true);
-    end if;
-    -- With limits per key: candidates in claim order, pass by pass. When a
-    -- pass held runs of full keys back (and parked their keys' other runs),
-    -- up to two more passes read past them, so that the claim is not left
-    -- short.
-    for v_pass in 1 .. case when v_by_key then 3 else 0 end loop
+    -- Hash joins for the keys' counts below (the claim turns them off),
+    -- with or without limits per key: the pass's plan is cached for the
+    -- session under the settings of its first call, whatever the type.
+    perform set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true);
+    -- Candidates in claim order, pass by pass (one pass without limits per
+    -- key: every candidate fits). When a pass held runs of full keys back
+    -- (and parked their keys' other runs), up to two more passes read past
+    -- them, so that the claim is not left short.
+    for v_pass in 1 .. case when v_by_key then 3 else 1 end loop
         -- One statement per pass, after the type's flow lock was taken, so
         -- it sees every claim of the type that committed before. The
         -- candidates: runnable runs of the type in claim order, locked
@@ -1656,9 +1643,7 @@ begin
         select count(*) into v_parked from parked;
         perform set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true);
     end loop;
-    if v_by_key then
-        perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
-    end if;
+    perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
     if v_by_key and g.rate_per_key and cardinality(v_took_keys) > 0 then
         if v_took_passes > 1 then
             -- Several passes took runs of one key: one entry per key.
