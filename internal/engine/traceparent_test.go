@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -209,4 +210,38 @@ func TestTraceParentChildInherits(t *testing.T) {
 		t.Errorf("DAG %s step claimed as %+v, want traceparent %s", dag, steps, tpValid2)
 	}
 	_ = parent
+
+	// Its later steps, the elements of a fan-out and the final step too,
+	// and a child a producer records with plain SQL.
+	b.register(t, "tpf.flow.v1", step("first", "tpf.first.v1"),
+		forEachStep("each", "tpf.each.v1", "$.payload.items", "", "first"),
+		engine.DAGStepDefinition{Name: "end", Type: "tpf.end.v1", Final: true})
+	b.create(t, engine.CreateParams{Type: "tpf.flow.v1", TraceParent: tpValid, Payload: json.RawMessage(`{"items": [1, 2]}`)})
+	for _, want := range []struct {
+		prefix string
+		n      int
+	}{{"tpf.first.", 1}, {"tpf.each.", 2}, {"tpf.end.", 1}} {
+		got := b.claim(t, "w", []string{want.prefix}, 10)
+		if len(got) != want.n {
+			t.Fatalf("claimed %d runs of %s, want %d", len(got), want.prefix, want.n)
+		}
+		var cs []engine.Completion
+		for _, c := range got {
+			if c.TraceParent != tpValid {
+				t.Errorf("step %s claimed with traceparent %q, want its workflow's %q", c.Type, c.TraceParent, tpValid)
+			}
+			cs = append(cs, engine.Completion{LeaseRef: c.Ref()})
+		}
+		if _, err := b.eng.CompleteRuns(b.ctx, "w", cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sqlChild string
+	if err := b.pool.QueryRow(b.ctx, `insert into workflow.workflow_run (type, parent_id, parent_step)
+		values ('tpc.sqlchild.v1', $1, 'by-sql') returning coalesce(traceparent, '')`, parent).Scan(&sqlChild); err != nil {
+		t.Fatal(err)
+	}
+	if sqlChild != tpValid {
+		t.Errorf("a child inserted by plain SQL has traceparent %q, want its parent's %q", sqlChild, tpValid)
+	}
 }
