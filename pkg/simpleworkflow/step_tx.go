@@ -65,8 +65,10 @@ func (t *Task) StepTx(ctx context.Context, name string, fn func(ctx context.Cont
 	}
 	if res[0].Status != engine.WriteRecorded {
 		// Lease lost, a duplicate (the step's first output wins), or a
-		// refusal: the body's writes must not stay.
-		if err := tx.Rollback(ctx); err != nil {
+		// refusal: the body's writes must not stay. The attempt's context
+		// may be cancelled by now (a lost lease is heard by the heartbeat
+		// too): the rollback runs anyway, and the answer is the database's.
+		if err := tx.Rollback(context.WithoutCancel(ctx)); err != nil {
 			return nil, fmt.Errorf("step %q: roll back: %w", name, err)
 		}
 		return r.stepRecorded(name, pos, out, res[0])
