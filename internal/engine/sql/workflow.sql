@@ -2869,16 +2869,16 @@ $$;
 -- next steps (or ends the DAG); under a durable parent, the child's journal
 -- entry is resolved (ok with its result, or error) and the parent, if it
 -- is parked on that child, is woken ('woken', NOTIFY to its workers).
--- A DAG step that succeeded while other steps of its DAG still run leaves
--- dag_advance nothing to do when no step depends on it, or when it is an
--- element of a fan-out whose other elements still run: nothing can start
--- and the DAG cannot end. To see that, the DAG run is locked first, as
--- dag_advance would (the callers that end runs locked it already), so of
--- two steps ending together the later one sees the earlier one ended. A
--- step that a later step waits for (a chain's) goes to dag_advance at
--- once. (dag_advance reads every step of its DAG: called on each step's
--- end, a 100-wide fan-out whose steps ended apart read its steps 10,000
--- times.)
+-- A DAG's run is locked first, as dag_advance would (the callers that end
+-- runs locked it already), so of two steps ending together the later one
+-- sees the earlier one ended. A DAG that ended is left alone. A step that
+-- succeeded while other steps of the DAG still run leaves dag_advance
+-- nothing to do when no step depends on it, or when it is an element of a
+-- fan-out whose other elements still run: nothing can start and the DAG
+-- cannot end. A step that a later step waits for (a chain's) goes to
+-- dag_advance at once. (dag_advance reads every step of its DAG: called on
+-- each step's end, a 100-wide fan-out whose steps ended apart read its
+-- steps 10,000 times.)
 -- Locks: the parent (the DAG run, or a durable parent woken).
 create or replace function workflow.on_child_finished() returns trigger
 language plpgsql security definer
@@ -2891,16 +2891,19 @@ declare
     v_step text;
     v_awaited boolean;
 begin
-    select p.dag, p.status = 'pending' into v_dag, v_pending from workflow.workflow_run p where p.id = new.parent_id;
+    select p.dag into v_dag from workflow.workflow_run p where p.id = new.parent_id;
     if v_dag is not null then
-        -- (A DAG that ended, as when the steps that ended it are updated in
-        -- one statement, goes straight to dag_advance, which returns.)
-        if v_pending and new.status = 'succeeded' then
+        select p.status = 'pending' into v_pending from workflow.workflow_run p where p.id = new.parent_id for update;
+        if not v_pending then
+            -- Ended, as when the steps that ended it were updated in one
+            -- statement: dag_advance would return at once.
+            return null;
+        end if;
+        if new.status = 'succeeded' then
             v_step := regexp_replace(new.parent_step, '\[[0-9]+\]$', ''); -- an element's step
             v_awaited := jsonb_path_exists(v_dag, '$.steps[*].dependsOn[*] ? (@ == $s)', jsonb_build_object('s', v_step));
             if (not v_awaited or v_step <> new.parent_step)
                and v_step is distinct from workflow.dag_final_step(v_dag)->>'name' then
-                perform 1 from workflow.workflow_run p where p.id = new.parent_id for update;
                 if exists (select 1 from workflow.workflow_run c
                            where c.parent_id = new.parent_id and c.id <> new.id
                              and c.status in ('pending', 'leased')
