@@ -3,11 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -50,30 +46,7 @@ func TestDAGStepEndsReadTheirDAGByIndex(t *testing.T) {
 		}
 	}
 
-	cfg, err := pgx.ParseConfig(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var plans []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		plans = append(plans, n.Message)
-		mu.Unlock()
-	}
-	conn, err := pgx.ConnectConfig(b.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(b.ctx) })
-	set := func(statements ...string) {
-		t.Helper()
-		for _, s := range statements {
-			if _, err := conn.Exec(b.ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-		}
-	}
+	conn, notices, set := b.noticeConn(t)
 
 	// The premise.
 	set(`set plan_cache_mode = force_generic_plan`, `set enable_nestloop = off`)
@@ -98,9 +71,7 @@ func TestDAGStepEndsReadTheirDAGByIndex(t *testing.T) {
 			t.Fatalf("%s steps: claimed %d, want 40", round, len(steps))
 		}
 		for i := 0; i < len(steps); i += 10 {
-			mu.Lock()
-			plans = nil
-			mu.Unlock()
+			notices()
 			ids, tokens, results := make([]string, 10), make([]int64, 10), make([]string, 10)
 			for j, c := range steps[i : i+10] {
 				ids[j], tokens[j], results[j] = c.ID, c.LeaseToken, `{"ok": true}`
@@ -110,9 +81,7 @@ func TestDAGStepEndsReadTheirDAGByIndex(t *testing.T) {
 				ids, tokens, results).Scan(&n); err != nil || n != 10 {
 				t.Fatalf("%s steps %d-%d: completed %d (%v)", round, i, i+9, n, err)
 			}
-			mu.Lock()
-			all := strings.Join(plans, "\n")
-			mu.Unlock()
+			all := notices()
 			if !strings.Contains(all, "dag_advance") && !strings.Contains(all, "dag_ready_steps") && round == "ninth" {
 				t.Fatalf("no plan of dag_advance's statements was logged:\n%s", all)
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,4 +158,44 @@ func genericPlan(t *testing.T, ctx context.Context, conn querier, name, query st
 		t.Fatalf("explain %s: %v", name, err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// noticeConn opens a connection of its own that keeps the notices the
+// server sends it (auto_explain's plans, once the caller loads it with
+// log_level notice). notices returns those received since its last call and
+// forgets them; set runs statements on the connection.
+func (b *bundle) noticeConn(t *testing.T) (conn *pgx.Conn, notices func() string, set func(statements ...string)) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		got = append(got, n.Message)
+		mu.Unlock()
+	}
+	conn, err = pgx.ConnectConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	notices = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		all := strings.Join(got, "\n")
+		got = nil
+		return all
+	}
+	set = func(statements ...string) {
+		t.Helper()
+		for _, s := range statements {
+			if _, err := conn.Exec(b.ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+	}
+	return conn, notices, set
 }

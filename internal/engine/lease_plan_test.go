@@ -2,12 +2,8 @@ package engine_test
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -33,30 +29,7 @@ func TestLeaseChecksFindTheirRunsByPrimaryKey(t *testing.T) {
 	}
 
 	// Every statement the functions run, with its plan, as a notice.
-	cfg, err := pgx.ParseConfig(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var plans []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		plans = append(plans, n.Message)
-		mu.Unlock()
-	}
-	conn, err := pgx.ConnectConfig(b.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(b.ctx) })
-	setAll := func(statements ...string) {
-		t.Helper()
-		for _, s := range statements {
-			if _, err := conn.Exec(b.ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-		}
-	}
+	conn, notices, setAll := b.noticeConn(t)
 	setAll(`load 'auto_explain'`, `set auto_explain.log_min_duration = 0`,
 		`set auto_explain.log_nested_statements = on`, `set auto_explain.log_level = notice`)
 	ids := make([]string, 300)
@@ -87,9 +60,7 @@ func TestLeaseChecksFindTheirRunsByPrimaryKey(t *testing.T) {
 			[]any{"plan-worker", ids[100:200], tokens[100:200]}},
 	}
 	for _, c := range calls {
-		mu.Lock()
-		plans = nil
-		mu.Unlock()
+		notices()
 		var n int
 		if err := conn.QueryRow(b.ctx, c.sql, c.args...).Scan(&n); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -97,9 +68,7 @@ func TestLeaseChecksFindTheirRunsByPrimaryKey(t *testing.T) {
 		if n == 0 {
 			t.Fatalf("%s answered nothing", c.name)
 		}
-		mu.Lock()
-		all := strings.Join(plans, "\n")
-		mu.Unlock()
+		all := notices()
 		if strings.Contains(all, "idx_workflow_run_lease_until") {
 			t.Errorf("%s reads its runs through the index of every leased run:\n%s", c.name, all)
 		}
