@@ -2894,9 +2894,13 @@ declare
     v_step text;
     v_awaited boolean;
 begin
-    select p.dag into v_dag from workflow.workflow_run p where p.id = new.parent_id;
-    if v_dag is not null then
-        select p.status = 'pending' into v_pending from workflow.workflow_run p where p.id = new.parent_id for update;
+    -- A DAG parent is read once, locked (a durable parent is not: it is
+    -- locked below only if it waits for this child).
+    select p.dag, p.status = 'pending' into v_dag, v_pending
+    from workflow.workflow_run p
+    where p.id = new.parent_id and p.dag is not null
+    for update;
+    if found then
         if not v_pending then
             -- Ended, as when the steps that ended it were updated in one
             -- statement: dag_advance would return at once.
