@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,5 +230,80 @@ func TestDAGLastStepsEndedTogetherByPlainSQLEndTheWorkflow(t *testing.T) {
 	}
 	if run := b.get(t, id); run.Status != engine.StatusSucceeded {
 		t.Fatalf("workflow %s after both steps ended, want succeeded", run.Status)
+	}
+}
+
+// Another team's fan-out ends step by step in the same calls as a hostile
+// workflow's elements (a step name as long as a fanned-out step's may be,
+// a result over 1 MiB, one nested 70 levels deep): the hostile workflow
+// fails on its own refused result, and the other team's workflow starts
+// its join with the last step the join waits for (while another of its
+// steps still runs), then succeeds with every result.
+func TestDAGStepEndsBesideAnotherTeamsHostileSteps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	long := strings.Repeat("e", 57)
+	b.register(t, "dagteam.hostile.v1",
+		forEachStep(long, "dagteamh.each.v1", "$.payload.items", ""),
+		step("after", "dagteamh.after.v1", long))
+	b.register(t, "dagteam.other.v1",
+		step("b0", "dagteamo.step.v1"), step("b1", "dagteamo.step.v1"),
+		step("b2", "dagteamo.step.v1"), step("b3", "dagteamo.step.v1"),
+		step("join", "dagteamo.join.v1", "b0", "b1", "b2", "b3"),
+		step("slow", "dagteamo.slow.v1"))
+	other := b.create(t, engine.CreateParams{Type: "dagteam.other.v1",
+		Source: &engine.Source{Namespace: "team-b", Name: "keep-me", UID: "u-keep"}})
+	hostile := b.insertSQL(t, "dagteam.hostile.v1", `{"items": [1, 2, 3, 4]}`)
+	elems := b.claimElements(t, "dagteamh.", 4)
+	steps := b.claim(t, "w1", []string{"dagteamo.step."}, 10)
+	if len(steps) != 4 {
+		t.Fatalf("claimed %d of the other team's steps, want 4", len(steps))
+	}
+	deep := strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70)
+	hostileResults := []string{`{"ok": 1}`, `"` + strings.Repeat("x", 1<<20) + `"`, deep, `{"ok": 2}`}
+	for i := range 4 {
+		res, err := b.eng.CompleteRuns(b.ctx, "w1", []engine.Completion{
+			{LeaseRef: elems[i].Ref(), Result: json.RawMessage(hostileResults[i])},
+			{LeaseRef: steps[i].Ref(), Result: json.RawMessage(fmt.Sprintf(`{"b": %d}`, i))},
+		})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		byID := map[string]string{}
+		for _, r := range res {
+			byID[r.ID] = string(r.Status)
+		}
+		if byID[steps[i].ID] != string(engine.StatusSucceeded) {
+			t.Fatalf("call %d: the other team's step is %q", i, byID[steps[i].ID])
+		}
+		var joins int
+		if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_run where parent_id = $1 and parent_step = 'join'`,
+			other).Scan(&joins); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 1, false: 0}[i == 3]; joins != want {
+			t.Fatalf("after %d of the other team's steps its join started %d times, want %d", i+1, joins, want)
+		}
+	}
+	if r := b.get(t, hostile); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, long) {
+		t.Fatalf("the hostile workflow is %s (%s), want failed on its step", r.Status, r.LastError)
+	}
+	join := b.claim(t, "w1", []string{"dagteamo.join."}, 1)
+	slow := b.claim(t, "w1", []string{"dagteamo.slow."}, 1)
+	if len(join) != 1 || len(slow) != 1 {
+		t.Fatalf("claimed %d joins and %d slow steps, want 1 and 1", len(join), len(slow))
+	}
+	b.completeWith(t, join[0], `{"joined": true}`)
+	if r := b.get(t, other); r.Status != engine.StatusPending {
+		t.Fatalf("the other team's workflow is %s while a step runs, want pending", r.Status)
+	}
+	b.completeWith(t, slow[0], `{"slow": true}`)
+	run := b.get(t, other)
+	var result struct {
+		Steps map[string]json.RawMessage `json:"steps"`
+	}
+	if err := json.Unmarshal(run.Result, &result); err != nil || run.Status != engine.StatusSucceeded || len(result.Steps) != 6 ||
+		string(result.Steps["b2"]) != `{"b": 2}` {
+		t.Fatalf("the other team's workflow is %s with %s (%v), want succeeded with its 6 results", run.Status, run.Result, err)
 	}
 }
