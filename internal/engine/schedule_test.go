@@ -726,10 +726,17 @@ func TestScheduleKubernetesKey(t *testing.T) {
 // neither counted nor cancelled nor changed by firing.
 func TestScheduleBystanders(t *testing.T) {
 	b := setupSchedules(t)
+	// Both schedules are made in one minute, so that their next ticks are
+	// the same (made across a minute's end, the second's came a minute
+	// later and a firing found one schedule due, not two).
+	b.clockTo(t, b.clockNow(t).Truncate(time.Minute).Add(time.Minute+time.Second))
 	sqlS := b.putSchedule(t, engine.ScheduleSpec{Name: "nightly", Cron: "* * * * *", Type: "sched.mine.v1",
 		ConcurrencyPolicy: engine.ConcurrencyReplace})
 	k8sS := b.putSchedule(t, engine.ScheduleSpec{Namespace: "shop", UID: "u", Name: "nightly", Cron: "* * * * *",
 		Type: "sched.mine.v1", ConcurrencyPolicy: engine.ConcurrencyReplace})
+	if !k8sS.NextTickAt.Equal(sqlS.NextTickAt) {
+		t.Fatalf("the schedules' next ticks differ: %s and %s", sqlS.NextTickAt, k8sS.NextTickAt)
+	}
 	bystanders := []engine.CreateParams{
 		{Type: "other.thing.v1"},
 		{Type: "sched.mine.v1", IdempotencyKey: "schedule:not-a-uuid:1"},
