@@ -42,6 +42,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/simple-workflow/simple-workflow/hack/internal/cpu"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
@@ -79,6 +80,9 @@ type config struct {
 
 	// only names the measurement groups to run (empty: all of them).
 	only map[string]bool
+	// meter reads the processor time of the server and of this process
+	// (set once connected).
+	meter cpu.Meter
 }
 
 // groups are the measurement groups -only may name, in the order they run.
@@ -162,6 +166,7 @@ func run() error {
 		return err
 	}
 	defer pool.Close()
+	cfg.meter = cpu.ForServer(ctx, pool)
 	if _, err := engine.Migrate(ctx, pool); err != nil {
 		return err
 	}
@@ -183,7 +188,7 @@ func run() error {
 	}
 	var peer *river
 	if cfg.river && (cfg.measures("burn") || cfg.measures("pickup")) {
-		if peer, err = newRiver(ctx, url); err != nil {
+		if peer, err = newRiver(ctx, url, cfg.meter); err != nil {
 			return err
 		}
 		defer peer.close()
@@ -299,6 +304,12 @@ func run() error {
 		}
 		fmt.Printf("WAL per burnt-down run: engine %d bytes, river %d bytes\n",
 			eb.walPerRun(), rb.walPerRun())
+		es, ew, eok := eb.cpuPerRun()
+		rs, rw, rok := rb.cpuPerRun()
+		if eok && rok {
+			fmt.Printf("CPU per burnt-down run (median rounds): engine server %.0f µs, workers %.0f µs; river server %.0f µs, workers %.0f µs; server %.2fx, workers %.2fx\n",
+				es, ew, rs, rw, es/rs, ew/rw)
+		}
 	}
 	if cfg.measures("producers") {
 		if err := producerBench(ctx, pool, cfg); err != nil {
@@ -377,6 +388,10 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Cl
 	if err != nil {
 		return burnResult{}, err
 	}
+	cpu0, err := cfg.meter.Read()
+	if err != nil {
+		return burnResult{}, err
+	}
 	start := time.Now()
 	stop, err := startPollers(ctx, client, cfg, "bench.noop.", noop, "bench.noop.v1")
 	if err != nil {
@@ -403,6 +418,9 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, client *simpleworkflow.Cl
 		time.Sleep(2 * time.Millisecond)
 	}
 	res := burnResult{n: cfg.runs, elapsed: time.Since(start), workers: cfg.pollers * cfg.concurrency}
+	if end, err := cfg.meter.Read(); err == nil {
+		res.cpu = end.Since(cpu0)
+	}
 	wal1, err := walPosition(ctx, pool)
 	if err != nil {
 		return burnResult{}, err

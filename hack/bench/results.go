@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/simple-workflow/simple-workflow/hack/internal/cpu"
 )
 
 // burnResult is one burn-down: n runs (or jobs) done in elapsed by workers
@@ -12,7 +14,8 @@ type burnResult struct {
 	n        int
 	elapsed  time.Duration
 	workers  int
-	walBytes int64 // WAL the server wrote meanwhile
+	walBytes int64   // WAL the server wrote meanwhile
+	cpu      cpu.Use // processor time used meanwhile (zero: not read)
 }
 
 func (r burnResult) perSecond() float64 { return float64(r.n) / r.elapsed.Seconds() }
@@ -22,6 +25,18 @@ func (r burnResult) perSecond() float64 { return float64(r.n) / r.elapsed.Second
 func (r burnResult) line(who, unit string) string {
 	return fmt.Sprintf("%s burn-down: %d %s in %.2f s = %.0f %s/s (workers=%d)",
 		who, r.n, unit, r.elapsed.Seconds(), r.perSecond(), unit, r.workers)
+}
+
+// cpuPerRun is the processor time one run (or job) of the burn-down cost
+// the server and everything else on the machine (the workers, in the
+// benchmark's process or the peer's), in microseconds; ok is false when
+// the server's time could not be read.
+func (r burnResult) cpuPerRun() (server, rest float64, ok bool) {
+	if !r.cpu.HasServer() {
+		return 0, 0, false
+	}
+	server, self, other := r.cpu.PerRun(int64(r.n))
+	return server, self + other, true
 }
 
 // walPerRun is the WAL written per run (or job) of the burn-down.

@@ -59,6 +59,13 @@ func newClient(pool *pgxpool.Pool, cfg config, w *noopWorker) (*river.Client[pgx
 	return c, nil
 }
 
+// The lines printed just before the burn-down's timed part begins and just
+// after it ends.
+const (
+	timingBegins = "river burn-down: timing begins"
+	timingEnds   = "river burn-down: timing ends"
+)
+
 func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	w := &noopWorker{}
 	clients := make([]*river.Client[pgx.Tx], cfg.clients)
@@ -86,6 +93,9 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	if err != nil {
 		return err
 	}
+	// The lines around the timed part let the parent read the processor
+	// time the server and this process use in it.
+	fmt.Println(timingBegins)
 	start := time.Now()
 	for _, c := range clients {
 		if err := c.Start(ctx); err != nil {
@@ -113,6 +123,7 @@ func burnDown(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		time.Sleep(2 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	fmt.Println(timingEnds)
 	wal1, err := walPosition(ctx, pool)
 	if err != nil {
 		return err

@@ -36,6 +36,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/simple-workflow/simple-workflow/hack/internal/cpu"
 	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 	"github.com/simple-workflow/simple-workflow/internal/pgtest"
@@ -161,17 +162,29 @@ func run() error {
 
 	fmt.Printf("soak: %.0f runs/s for %s, retention %s (every %s), history partitions of %s, a line every %s\n",
 		cfg.rate, cfg.duration, cfg.retention, cfg.retentionInterval, cfg.historyPartition, cfg.interval)
-	engineVerdict, err := soak(ctx, pool, w, cfg)
+	meter := cpu.ForServer(ctx, pool)
+	engineVerdict, err := soak(ctx, pool, w, meter, cfg)
 	if err != nil || cfg.peer == "none" {
 		return err
 	}
 	// River runs alone: the engine's workers and maintenance stop first.
 	stopMaint()
 	stopEngine()
+	before, err := meter.Read()
+	if err != nil {
+		return err
+	}
 	riverVerdict, err := soakRiver(ctx, url, cfg)
 	if err != nil {
 		return err
 	}
+	after, err := meter.Read()
+	if err != nil {
+		return err
+	}
+	// River's workers and producer run in its own process: the rest of
+	// the machine.
+	riverVerdict.cpu = after.Since(before)
 	printSideBySide(engineVerdict, riverVerdict)
 	return nil
 }

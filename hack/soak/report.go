@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simple-workflow/simple-workflow/hack/internal/cpu"
 )
 
 // tableSize is what a table occupies and how many dead tuples it holds.
@@ -62,11 +64,13 @@ type sample struct {
 	run       tableSize
 	event     tableSize
 	parts     int // time partitions of the audit trail
+	cpu       cpu.Use
+	runs      int64 // runs started in the interval
 }
 
 // soak runs the steady load for cfg.duration and prints a line every
 // cfg.interval, then a verdict comparing the last interval with the first.
-func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) (verdict, error) {
+func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, meter cpu.Meter, cfg config) (verdict, error) {
 	lctx, stopLoad := context.WithTimeout(ctx, cfg.duration)
 	defer stopLoad()
 	loadErr := make(chan error, 1)
@@ -81,7 +85,12 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) (verd
 	t := time.NewTicker(cfg.interval)
 	defer t.Stop()
 	last, lastAt := w.started.Load(), time.Now()
-	begin := lastAt
+	begin, startRuns := lastAt, last
+	first, err := meter.Read()
+	if err != nil {
+		return verdict{}, err
+	}
+	lastCPU := first
 	w.takeLatencies()
 	for {
 		select {
@@ -93,16 +102,19 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) (verd
 		}
 		now, at := w.started.Load(), time.Now()
 		lat := w.takeLatencies()
+		reading, err := meter.Read()
+		if err != nil {
+			return verdict{}, err
+		}
 		s := sample{elapsed: at.Sub(begin).Round(time.Second), perSecond: float64(now-last) / at.Sub(lastAt).Seconds(),
-			p50: quantile(lat, 0.5), p99: quantile(lat, 0.99)}
-		last, lastAt = now, at
-		var err error
+			p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), cpu: reading.Since(lastCPU), runs: now - last}
+		last, lastAt, lastCPU = now, at, reading
 		if s.run, s.event, s.parts, err = sizes(ctx, pool); err != nil {
 			return verdict{}, err
 		}
 		samples = append(samples, s)
-		fmt.Printf("soak %s: %.0f runs/s, pickup p50=%s p99=%s, workflow_run %s, workflow_event %s in %d time partitions\n",
-			s.elapsed, s.perSecond, s.p50, s.p99, s.run, s.event, s.parts)
+		fmt.Printf("soak %s: %.0f runs/s, pickup p50=%s p99=%s, workflow_run %s, workflow_event %s in %d time partitions; %s\n",
+			s.elapsed, s.perSecond, s.p50, s.p99, s.run, s.event, s.parts, perRun(s.cpu, s.runs, "workers"))
 		if lctx.Err() != nil {
 			break
 		}
@@ -111,6 +123,11 @@ func soak(ctx context.Context, pool *pgxpool.Pool, w *workers, cfg config) (verd
 		return verdict{}, err
 	}
 	v := printVerdict(samples, cfg.retention+cfg.retentionInterval+2*autovacuumNaptime)
+	if end, err := meter.Read(); err == nil {
+		v.cpu = end.Since(first)
+		v.runs = w.started.Load() - startRuns
+		fmt.Printf("soak CPU over the load: %s\n", perRun(v.cpu, v.runs, "workers"))
+	}
 	attribute(w.seconds.take(), inserts.take(), <-watched)
 	printWaits(<-waits)
 	return v, nil
@@ -127,6 +144,19 @@ type verdict struct {
 	p99First   time.Duration // pickup p99 of the first interval
 	worstP99   float64       // the worst interval's p99 / the first's
 	sizes      string        // tables' size at the end / once settled ("n/a": too short)
+	cpu        cpu.Use       // processor time over the whole load
+	runs       int64         // runs started over the whole load
+}
+
+// perRun says what the machine's processors did and what one run cost the
+// server, the process named self, and the rest of the machine, e.g.
+// "machine 92% (server 61%, this process 27%): server 110 µs/run, workers 45 µs/run, rest 3 µs/run".
+func perRun(u cpu.Use, runs int64, self string) string {
+	server, own, rest := u.PerRun(runs)
+	if !u.HasServer() {
+		return fmt.Sprintf("%s: %s %.0f µs/run", u, self, own)
+	}
+	return fmt.Sprintf("%s: server %.0f µs/run, %s %.0f µs/run, rest %.0f µs/run", u, server, self, own, rest)
 }
 
 // printVerdict compares the last interval with the first: throughput and p99

@@ -17,6 +17,8 @@ import (
 // server.
 const riverSoakDatabase = "river_soak"
 
+var riverMinuteLine = regexp.MustCompile(`(?m)^river soak \S+: ([0-9.]+) jobs/s`)
+
 var riverVerdictLine = regexp.MustCompile(`river soak verdict: throughput last/first ([0-9.]+)x, pickup p99 first=(\S+) worst minute ([0-9.]+)x first, river_job last/settled (\S+)`)
 
 // soakRiver runs River (hack/riverbench -mode soak) under the load the
@@ -43,6 +45,10 @@ func soakRiver(ctx context.Context, serverURL string, cfg config) (verdict, erro
 		return verdict{}, fmt.Errorf("river's soak printed no verdict line")
 	}
 	v := verdict{sizes: m[4]}
+	for _, l := range riverMinuteLine.FindAllStringSubmatch(out.String(), -1) {
+		perSecond, _ := strconv.ParseFloat(l[1], 64)
+		v.runs += int64(perSecond * cfg.interval.Seconds())
+	}
 	v.throughput, _ = strconv.ParseFloat(m[1], 64)
 	v.worstP99, _ = strconv.ParseFloat(m[3], 64)
 	if v.p99First, err = time.ParseDuration(m[2]); err != nil {
@@ -51,8 +57,19 @@ func soakRiver(ctx context.Context, serverURL string, cfg config) (verdict, erro
 	return v, nil
 }
 
-// printSideBySide prints the engine's and River's verdicts in one table.
+// printSideBySide prints the engine's and River's verdicts in one table,
+// and what a run cost each: the server's processor time, and the rest of
+// the machine's (the workers and the producer: the engine's in this
+// process, River's in its own).
 func printSideBySide(engine, river verdict) {
+	if engine.cpu.HasServer() && river.cpu.HasServer() && engine.runs > 0 && river.runs > 0 {
+		es, eself, erest := engine.cpu.PerRun(engine.runs)
+		rs, rself, rrest := river.cpu.PerRun(river.runs)
+		em, _, _ := engine.cpu.Busy()
+		rm, _, _ := river.cpu.Busy()
+		fmt.Printf("soak CPU per run (engine | river): server %.0f | %.0f µs (%.2fx), workers and producer %.0f | %.0f µs (%.2fx); machine busy %.0f%% | %.0f%%\n",
+			es, rs, es/rs, eself+erest, rself+rrest, (eself+erest)/(rself+rrest), 100*em, 100*rm)
+	}
 	fmt.Printf("soak side by side (engine | river): pickup p99 of minute 1 %s | %s; worst minute's p99 / minute 1 %.2fx | %.2fx; throughput last/first %.2fx | %.2fx; tables last/settled %s | %s\n",
 		engine.p99First, river.p99First, engine.worstP99, river.worstP99, engine.throughput, river.throughput,
 		engine.sizes, river.sizes)
