@@ -307,8 +307,10 @@ func run() error {
 		es, ew, eok := eb.cpuPerRun()
 		rs, rw, rok := rb.cpuPerRun()
 		if eok && rok {
-			fmt.Printf("CPU per burnt-down run (median rounds): engine server %.0f µs, workers %.0f µs; river server %.0f µs, workers %.0f µs; server %.2fx, workers %.2fx\n",
-				es, ew, rs, rw, es/rs, ew/rw)
+			em, _, _ := eb.cpu.Busy()
+			rm, _, _ := rb.cpu.Busy()
+			fmt.Printf("CPU per burnt-down run (median rounds): engine server %.0f µs, workers %.0f µs; river server %.0f µs, workers %.0f µs; server %.2fx, workers %.2fx; machine busy %.0f%% and %.0f%%\n",
+				es, ew, rs, rw, es/rs, ew/rw, 100*em, 100*rm)
 		}
 	}
 	if cfg.measures("producers") {
