@@ -244,6 +244,9 @@ func run() error {
 	if len(spreadBurn) > 0 {
 		fmt.Println(medianBurn(spreadBurn).line(spread.spreadLabel(), "runs"))
 	}
+	if len(riverBurn) > 0 && len(engineBurn) > 0 {
+		printBurnCPU(medianBurn(engineBurn), medianBurn(riverBurn))
+	}
 	var dbosPeer *dbos
 	if cfg.dbos && (cfg.measures("steps") || cfg.measures("dag") || cfg.measures("pickup")) {
 		if dbosPeer, err = newDBOS(ctx, url); err != nil {
@@ -304,14 +307,6 @@ func run() error {
 		}
 		fmt.Printf("WAL per burnt-down run: engine %d bytes, river %d bytes\n",
 			eb.walPerRun(), rb.walPerRun())
-		es, ew, eok := eb.cpuPerRun()
-		rs, rw, rok := rb.cpuPerRun()
-		if eok && rok {
-			em, _, _ := eb.cpu.Busy()
-			rm, _, _ := rb.cpu.Busy()
-			fmt.Printf("CPU per burnt-down run (median rounds): engine server %.0f µs, workers %.0f µs; river server %.0f µs, workers %.0f µs; server %.2fx, workers %.2fx; machine busy %.0f%% and %.0f%%\n",
-				es, ew, rs, rw, es/rs, ew/rw, 100*em, 100*rm)
-		}
 	}
 	if cfg.measures("producers") {
 		if err := producerBench(ctx, pool, cfg); err != nil {
@@ -332,6 +327,20 @@ func run() error {
 		return nil
 	}
 	return depthBench(ctx, pool, cfg)
+}
+
+// printBurnCPU prints what one run of the median burn-down rounds cost the
+// server and the workers, the engine's beside River's, when both were read.
+func printBurnCPU(engine, river burnResult) {
+	es, ew, eok := engine.cpuPerRun()
+	rs, rw, rok := river.cpuPerRun()
+	if !eok || !rok {
+		return
+	}
+	em, _, _ := engine.cpu.Busy()
+	rm, _, _ := river.cpu.Busy()
+	fmt.Printf("CPU per burnt-down run (median rounds): engine server %.0f µs, workers %.0f µs; river server %.0f µs, workers %.0f µs; server %.2fx, workers %.2fx; machine busy %.0f%% and %.0f%%\n",
+		es, ew, rs, rw, es/rs, ew/rw, 100*em, 100*rm)
 }
 
 // startPollers runs cfg.pollers pollers with handler until the returned stop
