@@ -91,14 +91,16 @@ func (r Reading) Since(earlier Reading) Use {
 }
 
 // PerRun returns microseconds per run of the server, this process and the
-// rest of the machine (busy time neither the server nor this process used),
-// over n runs.
+// rest of the machine (busy time neither the server nor this process used,
+// never below zero), over n runs.
 func (u Use) PerRun(n int64) (server, self, rest float64) {
 	if n <= 0 {
 		return 0, 0, 0
 	}
 	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-	return us(u.Server), us(u.Self), us(u.Machine - u.Server - u.Self)
+	// The machine's and the processes' times are counted in ticks by
+	// different means: what is left can come out a few ticks below zero.
+	return us(u.Server), us(u.Self), us(max(u.Machine-u.Server-u.Self, 0))
 }
 
 // Busy returns the share of the machine's processors that were busy, and of
