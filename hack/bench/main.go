@@ -107,7 +107,7 @@ func (c config) riverSpreadLabel() string {
 
 func run() error {
 	var cfg config
-	flag.IntVar(&cfg.runs, "runs", 50000, "runs to burn down")
+	flag.IntVar(&cfg.runs, "runs", 200000, "runs to burn down (a backlog large enough for the steady state: each round takes seconds, not a moment)")
 	flag.IntVar(&cfg.pollers, "pollers", 1, "pollers (each with its own listen connection); one of 1,000 handlers is River's shape")
 	flag.IntVar(&cfg.concurrency, "concurrency", 1000, "handlers per poller")
 	flag.IntVar(&cfg.spreadPollers, "spread-pollers", 4, "pollers of the second burn-down, as several worker processes claim one queue (0 skips it)")
