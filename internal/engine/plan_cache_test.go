@@ -1,0 +1,141 @@
+package engine_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A worker's session keeps the generic plans of its calls (claim, heartbeat,
+// journal, complete, fail, release) until the run table's statistics
+// change. Plans made while the table was small and never analyzed (a fresh
+// install whose workers connected before the first runs) must still read it
+// by index once it has grown: each plan of every statement those calls run
+// is read from auto_explain, with no scan of the run or step table and no
+// JIT compilation. The premise is asserted too: a generic read of runs by id
+// planned in the same session at the same time scans the table.
+func TestWorkerCallsKeepIndexPlansMadeWhileTheTableWasSmall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, exec := session(t, b.ctx, b.pool)
+	// No autoanalyze in this test's database: the statistics stay those of
+	// a table never analyzed.
+	exec(`alter table workflow.workflow_run set (autovacuum_enabled = false)`)
+	exec(`alter table workflow.workflow_step set (autovacuum_enabled = false)`)
+	conn, notices, set := b.noticeConn(t)
+
+	// cycle claims up to n runs on conn and puts them through every worker
+	// call: a heartbeat, a journaled step each, then a third completed, a
+	// third failed (to be retried) and the rest released.
+	cycle := func(n int) int {
+		t.Helper()
+		rows, err := conn.Query(b.ctx, `select id::text, lease_token from workflow.claim_runs('plan-w', '{plancache.}', null, $1, 30000)`, n)
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		type claimed struct {
+			ID    string
+			Token int64
+		}
+		runs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claimed])
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		ids, tokens := make([]string, len(runs)), make([]int64, len(runs))
+		names, positions, outputs := make([]string, len(runs)), make([]int32, len(runs)), make([]string, len(runs))
+		for i, r := range runs {
+			ids[i], tokens[i] = r.ID, r.Token
+			names[i], positions[i], outputs[i] = "s1", 0, `{"n": 1}`
+		}
+		call := func(what, sql string, args ...any) {
+			t.Helper()
+			var got int
+			if err := conn.QueryRow(b.ctx, sql, args...).Scan(&got); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+		call("heartbeat", `select count(*) from workflow.heartbeat_runs('plan-w', $1::uuid[], $2, 30000)`, ids, tokens)
+		call("record steps", `select count(*) from workflow.record_steps('plan-w', $1::uuid[], $2, $3, $4, $5::jsonb[])`,
+			ids, tokens, names, positions, outputs)
+		third := len(runs) / 3
+		results := make([]string, third)
+		for i := range results {
+			results[i] = `{"ok": true}`
+		}
+		call("complete", `select count(*) from workflow.complete_runs('plan-w', $1::uuid[], $2, $3::jsonb[])`,
+			ids[:third], tokens[:third], results)
+		errs, retry := make([]string, third), make([]bool, third)
+		for i := range errs {
+			errs[i], retry[i] = "boom", true
+		}
+		call("fail", `select count(*) from workflow.fail_runs('plan-w', $1::uuid[], $2, $3, $4)`,
+			ids[third:2*third], tokens[third:2*third], errs, retry)
+		call("release", `select count(*) from workflow.release_runs('plan-w', $1::uuid[], $2)`,
+			ids[2*third:], tokens[2*third:])
+		return len(runs)
+	}
+
+	exec(`insert into workflow.workflow_run (type) select 'plancache.a.v1' from generate_series(1, 9)`)
+	// Twice: the second call of each uses the plans the first made.
+	if got := cycle(9); got != 9 {
+		t.Fatalf("first cycle claimed %d runs, want 9", got)
+	}
+	set(`set plan_cache_mode = force_generic_plan`, `set enable_nestloop = off`)
+	if _, err := conn.Exec(b.ctx, `prepare by_ids as select r.id from workflow.workflow_run r
+		where r.id = any ($1::uuid[]) and coalesce(r.status, '') = 'leased'`); err != nil {
+		t.Fatal(err)
+	}
+	explain := func() string {
+		t.Helper()
+		rows, err := conn.Query(b.ctx, `explain execute by_ids('{}')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	explain() // planned now, with the table small
+	cycle(9)
+
+	exec(`insert into workflow.workflow_run (type) select 'plancache.a.v1' from generate_series(1, 20000)`)
+	if p := explain(); !strings.Contains(p, "Seq Scan on workflow_run") {
+		t.Fatalf("a generic read by id planned while the table was small no longer scans it once grown, so the worker calls are not put to the test:\n%s", p)
+	}
+	set(`reset plan_cache_mode`, `reset enable_nestloop`)
+
+	set(`load 'auto_explain'`, `set auto_explain.log_min_duration = 0`,
+		`set auto_explain.log_nested_statements = on`, `set auto_explain.log_level = notice`)
+	notices()
+	for round := range 3 {
+		if got := cycle(60); got != 60 {
+			t.Fatalf("round %d claimed %d runs, want 60", round, got)
+		}
+		all := notices()
+		for _, call := range []string{"claim_runs", "heartbeat_runs", "record_steps", "complete_runs", "fail_runs", "release_runs"} {
+			if !strings.Contains(all, call) {
+				t.Fatalf("round %d: no plan of a %s call was logged", round, call)
+			}
+		}
+		for _, bad := range []string{"Seq Scan on workflow_run", "Seq Scan on workflow_step", "JIT:"} {
+			if strings.Contains(all, bad) {
+				t.Fatalf("round %d: a worker call's plan holds %q:\n%s", round, bad, excerpt(all, bad))
+			}
+		}
+	}
+}
+
+// excerpt returns the plan of all that holds what, with a few lines around.
+func excerpt(all, what string) string {
+	i := strings.Index(all, what)
+	start := strings.LastIndex(all[:i], "Query Text:")
+	if start < 0 {
+		start = max(0, i-2000)
+	}
+	end := min(len(all), i+500)
+	return fmt.Sprintf("...%s...", all[start:end])
+}
