@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,13 +15,27 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// spin keeps this process's processor busy for d.
-func spin(d time.Duration) int {
-	n := 0
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		n++
+// rusageSelf returns this process's processor time as getrusage counts it:
+// a source independent of /proc's per-process times.
+func rusageSelf(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
 	}
-	return n
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// spin keeps this process's processor busy until it has used d more of it
+// (however long that takes on a loaded machine).
+func spin(t *testing.T, d time.Duration) {
+	t.Helper()
+	end := rusageSelf(t) + d
+	for n := 0; rusageSelf(t) < end; n++ {
+		for i := 0; i < 100000; i++ {
+			n ^= i
+		}
+	}
 }
 
 func TestMeterCountsThisProcessAndTheMachine(t *testing.T) {
@@ -29,14 +44,17 @@ func TestMeterCountsThisProcessAndTheMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spin(400 * time.Millisecond)
+	r0 := rusageSelf(t)
+	spin(t, 300*time.Millisecond)
+	used := rusageSelf(t) - r0
 	after, err := m.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := after.Since(before)
-	if u.Self < 250*time.Millisecond {
-		t.Errorf("400 ms of spinning counted as %s of this process", u.Self)
+	// /proc counts in ticks of 10 ms: a few may fall either side.
+	if diff := u.Self - used; diff < -50*time.Millisecond || diff > 50*time.Millisecond {
+		t.Errorf("this process used %s (getrusage), the meter counted %s", used, u.Self)
 	}
 	if u.Machine < u.Self/2 {
 		t.Errorf("the machine was busy %s while this process alone used %s", u.Machine, u.Self)
@@ -72,9 +90,14 @@ func TestMeterCountsTheServersBackendsExitedOnesToo(t *testing.T) {
 	if err := conn.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	for time.Since(start) < 400*time.Millisecond {
+	// The backend computes until it has used 300 ms of processor time by
+	// its own count, read just before it disconnects.
+	var backend times
+	for backend.own < 300*time.Millisecond {
 		if _, err := conn.Exec(ctx, "select count(*) from generate_series(1, 300000)"); err != nil {
+			t.Fatal(err)
+		}
+		if backend, err = procTimes(strconv.Itoa(pid)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,8 +123,8 @@ func TestMeterCountsTheServersBackendsExitedOnesToo(t *testing.T) {
 	if !u.HasServer() {
 		t.Fatal("the server's time was not read")
 	}
-	if u.Server < 200*time.Millisecond {
-		t.Errorf("a backend that computed for 400 ms and exited counted as %s of the server's", u.Server)
+	if u.Server < backend.own-20*time.Millisecond {
+		t.Errorf("a backend that used %s and exited counted as %s of the server's", backend.own, u.Server)
 	}
 	if u.Self > u.Server {
 		t.Errorf("this process (%s) charged more than the server (%s) for the server's work", u.Self, u.Server)
