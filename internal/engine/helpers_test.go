@@ -145,6 +145,14 @@ func genericPlan(t *testing.T, ctx context.Context, conn querier, name, query st
 	if _, err := conn.Exec(ctx, "prepare "+name+" as "+query); err != nil {
 		t.Fatalf("prepare %s: %v", name, err)
 	}
+	return explainPrepared(t, ctx, conn, name, args...)
+}
+
+// explainPrepared returns the plan of an execution of the statement
+// prepared as name on conn with args (literals, as for genericPlan): the
+// plan the session has cached for it, when it has one.
+func explainPrepared(t *testing.T, ctx context.Context, conn querier, name string, args ...string) string {
+	t.Helper()
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = "'" + a + "'"

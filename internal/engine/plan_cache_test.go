@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,7 +10,7 @@ import (
 )
 
 // A worker's session keeps the generic plans of its calls (claim, heartbeat,
-// journal, complete, fail, release) until the run table's statistics
+// journal, complete, fail, release, and the autoscaler's queue depth) until the run table's statistics
 // change. Plans made while the table was small and never analyzed (a fresh
 // install whose workers connected before the first runs) must still read it
 // by index once it has grown: each plan of every statement those calls run
@@ -74,6 +75,7 @@ func TestWorkerCallsKeepIndexPlansMadeWhileTheTableWasSmall(t *testing.T) {
 			ids[third:2*third], tokens[third:2*third], errs, retry)
 		call("release", `select count(*) from workflow.release_runs('plan-w', $1::uuid[], $2)`,
 			ids[2*third:], tokens[2*third:])
+		call("queue depth", `select count(*) from workflow.queue_depth('{plancache.}')`)
 		return len(runs)
 	}
 
@@ -83,27 +85,13 @@ func TestWorkerCallsKeepIndexPlansMadeWhileTheTableWasSmall(t *testing.T) {
 		t.Fatalf("first cycle claimed %d runs, want 9", got)
 	}
 	set(`set plan_cache_mode = force_generic_plan`, `set enable_nestloop = off`)
-	if _, err := conn.Exec(b.ctx, `prepare by_ids as select r.id from workflow.workflow_run r
-		where r.id = any ($1::uuid[]) and coalesce(r.status, '') = 'leased'`); err != nil {
-		t.Fatal(err)
-	}
-	explain := func() string {
-		t.Helper()
-		rows, err := conn.Query(b.ctx, `explain execute by_ids('{}')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
-	}
-	explain() // planned now, with the table small
+	// Planned now, with the table small.
+	genericPlan(t, b.ctx, conn, "by_ids", `select r.id from workflow.workflow_run r
+		where r.id = any ($1::uuid[]) and coalesce(r.status, '') = 'leased'`, "{}")
 	cycle(9)
 
 	exec(`insert into workflow.workflow_run (type) select 'plancache.a.v1' from generate_series(1, 20000)`)
-	if p := explain(); !strings.Contains(p, "Seq Scan on workflow_run") {
+	if p := explainPrepared(t, b.ctx, conn, "by_ids", "{}"); !strings.Contains(p, "Seq Scan on workflow_run") {
 		t.Fatalf("a generic read by id planned while the table was small no longer scans it once grown, so the worker calls are not put to the test:\n%s", p)
 	}
 	set(`reset plan_cache_mode`, `reset enable_nestloop`)
@@ -116,7 +104,7 @@ func TestWorkerCallsKeepIndexPlansMadeWhileTheTableWasSmall(t *testing.T) {
 			t.Fatalf("round %d claimed %d runs, want 60", round, got)
 		}
 		all := notices()
-		for _, call := range []string{"claim_runs", "heartbeat_runs", "record_steps", "complete_runs", "fail_runs", "release_runs"} {
+		for _, call := range []string{"claim_runs", "heartbeat_runs", "record_steps", "complete_runs", "fail_runs", "release_runs", "queue_depth"} {
 			if !strings.Contains(all, call) {
 				t.Fatalf("round %d: no plan of a %s call was logged", round, call)
 			}
@@ -138,4 +126,40 @@ func excerpt(all, what string) string {
 	}
 	end := min(len(all), i+500)
 	return fmt.Sprintf("...%s...", all[start:end])
+}
+
+// Every function that forces generic plans keeps them from depending on the
+// statistics they were made with: sequential scans off, and JIT off (the
+// scan of a table with no other path would otherwise cost enough to start
+// the compiler on every call).
+func TestGenericPlansNeverScanWholeTables(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows, err := b.pool.Query(b.ctx, `
+		select p.proname::text, coalesce(p.proconfig, '{}')
+		from pg_proc p
+		where p.pronamespace = 'workflow'::regnamespace
+		  and 'plan_cache_mode=force_generic_plan' = any (p.proconfig)
+		order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type fn struct {
+		Name   string
+		Config []string
+	}
+	fns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fn])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fns) < 9 {
+		t.Fatalf("%d functions force generic plans, want at least the 9 of the worker calls and the depth", len(fns))
+	}
+	for _, f := range fns {
+		for _, want := range []string{"enable_seqscan=off", "jit=off"} {
+			if !slices.Contains(f.Config, want) {
+				t.Errorf("%s forces generic plans without %s (its settings: %v)", f.Name, want, f.Config)
+			}
+		}
+	}
 }

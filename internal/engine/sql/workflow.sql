@@ -1298,6 +1298,7 @@ create or replace function workflow.active_types(p_type_prefixes text[]) returns
 language plpgsql stable security definer rows 10
 set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 set jit = off
 as $$
 begin
@@ -2091,8 +2092,9 @@ set search_path = pg_catalog, pg_temp
 -- array; a one-run completion took 1.1 ms instead of 0.5, a completion of
 -- 500 runs 16-19 ms instead of 13-14).
 set plan_cache_mode = force_generic_plan
--- Never a scan of a whole table, here, in claim_runs and in those batch
--- functions: a session keeps its generic plans until the table's
+-- Never a scan of a whole table, here and in every function that forces
+-- generic plans (claim_runs, those batch functions, active_types,
+-- queue_depth; TestGenericPlansNeverScanWholeTables keeps the rule): a session keeps its generic plans until the table's
 -- statistics change, and plans made while workflow_run was small or never
 -- analyzed (a fresh install whose workers connected before the first
 -- runs) read every run by a sequential scan on each call, until the next
@@ -4279,6 +4281,7 @@ create or replace function workflow.queue_depth(
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 set jit = off
 as $$
 #variable_conflict use_column
