@@ -22,18 +22,23 @@ const (
 // flowBench measures what flow limits cost a claim, side by side with the
 // plain claim in the same run. It prints
 //
-//	flow limits: claim of 500 runs, none held back: plain X ms; plain with keys Y ms = R x; a cap per type ...; a cap per key ... = R x the plain claim with keys (S x without); every limit ...
+//	flow limits: claim of 500 runs, none held back: plain X ms; plain with keys Y ms = R x; a cap per type ...; a cap per key ... = R x the plain claim with keys (S x without); every limit ...; the plain claim with keys again (the control) ... = R x
 //	flow limits: claims of 20 runs of other keys behind 100000 runs parked on one key Z ms (without them W ms) = S x
 //
-// Each round records cfg.flowRuns runs of each of five types: plain
-// without and with concurrency keys, a cap per type, a cap per key, and
-// every limit at once (all generous enough that none holds a run back, so
-// every claim leases the same runs: the difference is the limits' own
-// work), then claims and completes them 500 at a time, the types in turn
-// claim by claim; the median claim time of each is printed, with the ratio
-// of each limited claim to the plain claim of the same runs (with keys for
-// the limits by key, and without). Then one key gets flowHotParked runs, parked by its limit of
-// one, and claims of other keys are timed with and without them.
+// Each round records cfg.flowRuns runs of each of six types: plain
+// without and with concurrency keys, a cap per type, a cap per key, every
+// limit at once (all generous enough that none holds a run back, so every
+// claim leases the same runs: the difference is the limits' own work), and
+// the plain type with keys once more, then claims and completes them 500 at
+// a time, the types in turn claim by claim. The median claim time of each
+// is printed, and each ratio is the median of the ratios of claims made
+// side by side (the i-th claim of a type against the i-th of the plain
+// claim of the same runs: with keys for the limits by key, and without), so
+// that the machine's drift over a round, which moves both alike, cancels.
+// The second plain claim with keys is the control: the same work measured
+// twice, its ratio shows how far apart two equal claims come out in this
+// run. Then one key gets flowHotParked runs, parked by its limit of one,
+// and claims of other keys are timed with and without them.
 func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	if cfg.flowRuns <= 0 {
 		return nil
@@ -63,6 +68,7 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		{"bench.flow.all.v1", "every limit (per type, per key, a rate per key)", engine.FlowLimits{
 			MaxLeased: big(100000), MaxLeasedPerKey: big(100000), RateLimit: big(1000000),
 			RatePeriod: time.Second, RatePerKey: true}, true},
+		{"bench.flow.control.v1", "the plain claim with keys again (the control)", engine.FlowLimits{}, true},
 	}
 	for _, k := range kinds {
 		if err := eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{
@@ -107,15 +113,15 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	// without keys for the cap per type, runs with keys for the limits by
 	// key (a run's key costs its index entries whether or not a limit
 	// reads it); and against the plain claim without keys.
-	plainMs, keyedMs := medianMs(ms[0]), medianMs(ms[1])
 	line := fmt.Sprintf("flow limits: claim of %d runs, none held back: plain %.2f ms; %s %.2f ms = %.2fx",
-		flowClaim, plainMs, kinds[1].label, keyedMs, keyedMs/plainMs)
+		flowClaim, medianMs(ms[0]), kinds[1].label, medianMs(ms[1]), pairedRatio(ms[1], ms[0]))
 	for i, k := range kinds[2:] {
-		m := medianMs(ms[i+2])
+		m := ms[i+2]
 		if k.keyed {
-			line += fmt.Sprintf("; %s %.2f ms = %.2fx the plain claim with keys (%.2fx without)", k.label, m, m/keyedMs, m/plainMs)
+			line += fmt.Sprintf("; %s %.2f ms = %.2fx the plain claim with keys (%.2fx without)",
+				k.label, medianMs(m), pairedRatio(m, ms[1]), pairedRatio(m, ms[0]))
 		} else {
-			line += fmt.Sprintf("; %s %.2f ms = %.2fx", k.label, m, m/plainMs)
+			line += fmt.Sprintf("; %s %.2f ms = %.2fx", k.label, medianMs(m), pairedRatio(m, ms[0]))
 		}
 	}
 	fmt.Println(line)
@@ -195,6 +201,16 @@ func timedClaim(ctx context.Context, eng *engine.Engine, typ string) (time.Durat
 		return 0, 0, err
 	}
 	return d, len(runs), nil
+}
+
+// pairedRatio is the median of a[i]/b[i]: claims made side by side, each
+// against its neighbour (a and b have one entry per claim, in order).
+func pairedRatio(a, b []float64) float64 {
+	rs := make([]float64, len(a))
+	for i := range a {
+		rs[i] = a[i] / b[i]
+	}
+	return medianMs(rs)
 }
 
 // medianMs is the median of xs (xs is not changed).
