@@ -163,3 +163,34 @@ func TestGenericPlansNeverScanWholeTables(t *testing.T) {
 		}
 	}
 }
+
+// A planner method turned off is a cost so large that any plan paying it
+// crosses jit_above_cost: without JIT off too, the statement would be
+// compiled on every call (1.7 s for flow_admit's deciding statement when
+// called with JIT on). Every function that turns a method off turns JIT off.
+func TestFunctionsThatTurnAPlannerMethodOffTurnJITOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var missing []string
+	if err := b.pool.QueryRow(b.ctx, `
+		select coalesce(array_agg(p.proname::text order by 1), '{}')
+		from pg_proc p
+		where p.pronamespace = 'workflow'::regnamespace
+		  and exists (select 1 from unnest(p.proconfig) c where c ~ '^enable_[a-z]+=off$')
+		  and not 'jit=off' = any (p.proconfig)`).Scan(&missing); err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Errorf("these functions turn a planner method off and leave JIT on: %v", missing)
+	}
+	var checked int
+	if err := b.pool.QueryRow(b.ctx, `
+		select count(*) from pg_proc p
+		where p.pronamespace = 'workflow'::regnamespace
+		  and exists (select 1 from unnest(p.proconfig) c where c ~ '^enable_[a-z]+=off$')`).Scan(&checked); err != nil {
+		t.Fatal(err)
+	}
+	if checked < 12 {
+		t.Fatalf("%d functions turn a planner method off; want at least the 9 hot calls, flow_admit, dag_advance and on_child_finished", checked)
+	}
+}

@@ -7,7 +7,7 @@
 -- keep, what a producer calls, how a worker claims and holds a run, the step
 -- journal and waits, children and DAGs, the maintenance that finishes what
 -- nobody else will, reading for clients, schedules (cron in the database),
--- and the roles. A fresh install runs this file; an
+-- how the hot calls are planned, and the roles. A fresh install runs this file; an
 -- upgrade runs the release's migration (internal/engine/sql/migrations) and
 -- then this file again. So every statement here may run twice: tables and
 -- indexes are created "if not exists" (a changed table is changed by the
@@ -1297,9 +1297,6 @@ end;
 create or replace function workflow.active_types(p_type_prefixes text[]) returns setof text
 language plpgsql stable security definer rows 10
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 as $$
 begin
     return query
@@ -1379,9 +1376,11 @@ set search_path = pg_catalog, pg_temp
 -- row versions that parking left dead; a bitmap scan visits them all until
 -- vacuum. Nor sequential scans: the claim runs with hash and merge joins
 -- off, so a rate window table the statistics think small would otherwise be
--- read whole once per key.
+-- read whole once per key. JIT off, as wherever a planner method is off: the
+-- cost that turns a method off would start a compilation on every call.
 set enable_bitmapscan = off
 set enable_seqscan = off
+set jit = off
 -- Joins by nested loop, as in the claim; each pass by key turns hash joins
 -- on (and nested loops off) for its deciding statement alone (the
 -- function's settings end with it).
@@ -1818,9 +1817,6 @@ create or replace function workflow.claim_runs(
 )
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 set enable_hashjoin = off
 set enable_mergejoin = off
 as $$
@@ -2027,9 +2023,6 @@ create or replace function workflow.heartbeat_runs(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -2086,24 +2079,6 @@ $$;
 create or replace function workflow.lock_parents(p_ids uuid[]) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
--- Generic plans, here and in the batch functions that end, release,
--- heartbeat and journal runs: left to choose, the server planned these
--- statements anew on every call (0.24 ms for this one, even for an empty
--- array; a one-run completion took 1.1 ms instead of 0.5, a completion of
--- 500 runs 16-19 ms instead of 13-14).
-set plan_cache_mode = force_generic_plan
--- Never a scan of a whole table, here and in every function that forces
--- generic plans (claim_runs, those batch functions, active_types,
--- queue_depth; TestGenericPlansNeverScanWholeTables keeps the rule): a session keeps its generic plans until the table's
--- statistics change, and plans made while workflow_run was small or never
--- analyzed (a fresh install whose workers connected before the first
--- runs) read every run by a sequential scan on each call, until the next
--- autoanalyze: claims of a dozen runs took 20-50 ms instead of 1-2 in the
--- first minute of a steady load. JIT off with it: a scan made costly that
--- way (the one-row settings table has no other path) would otherwise cross
--- jit_above_cost and compile the statement (60 ms) on every call.
-set enable_seqscan = off
-set jit = off
 as $$
 begin
     -- Every caller ends pending or leased runs; the condition is
@@ -2141,9 +2116,6 @@ create or replace function workflow.complete_runs(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -2227,9 +2199,6 @@ create or replace function workflow.fail_runs(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -2289,9 +2258,6 @@ create or replace function workflow.release_runs(p_worker_id text, p_ids uuid[],
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -2428,9 +2394,6 @@ create or replace function workflow.record_steps(
 language plpgsql security definer
 set enable_nestloop = off
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -4280,9 +4243,6 @@ create or replace function workflow.queue_depth(
 ) returns table (runnable bigint, leased bigint)
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -6315,7 +6275,49 @@ from public;
 
 
 -- ===========================================================================
--- 9. ROLES
+-- 9. PLANNING OF THE HOT CALLS
+-- ===========================================================================
+
+-- The calls workers and the autoscaler make many times a second plan once
+-- per session and never by scanning a whole table. Left to choose, the
+-- server planned their statements anew on every call (0.24 ms for
+-- lock_parents' one statement, even for an empty array; a one-run
+-- completion took 1.1 ms instead of 0.5, a completion of 500 runs 16-19 ms
+-- instead of 13-14), so they force generic plans. A session keeps those
+-- plans until the table's statistics change, and plans made while
+-- workflow_run was small or never analyzed (a fresh install whose workers
+-- connected before the first runs) read every run by a sequential scan on
+-- each call until the next autoanalyze (claims of a dozen runs took 20-50
+-- ms instead of 1-2 in the first minute of a steady load), so they plan
+-- without sequential scans. And without JIT: a scan made costly that way
+-- (the one-row settings table has no other path) would cross
+-- jit_above_cost and compile the statement (60 ms) on every call. The three
+-- settings are given here, to every such call at once (a function's own
+-- settings, such as claim_runs' join methods, stand at the function);
+-- TestGenericPlansNeverScanWholeTables keeps the rule.
+do $$
+declare
+    f regprocedure;
+begin
+    foreach f in array array[
+        'workflow.active_types(text[])',
+        'workflow.claim_runs(text, text[], text, integer, bigint, text[])',
+        'workflow.heartbeat_runs(text, uuid[], bigint[], bigint)',
+        'workflow.lock_parents(uuid[])',
+        'workflow.complete_runs(text, uuid[], bigint[], jsonb[])',
+        'workflow.fail_runs(text, uuid[], bigint[], text[], boolean[])',
+        'workflow.release_runs(text, uuid[], bigint[])',
+        'workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[])',
+        'workflow.queue_depth(text[], text, bigint)'
+    ]::regprocedure[] loop
+        execute format('alter function %s set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off', f);
+    end loop;
+end
+$$;
+
+
+-- ===========================================================================
+-- 10. ROLES
 -- ===========================================================================
 
 -- Nothing here is callable by PUBLIC; roles.sql grants workflow_worker,
