@@ -22,7 +22,8 @@ const (
 // flowBench measures what flow limits cost a claim, side by side with the
 // plain claim in the same run. It prints
 //
-//	flow limits: claim of 500 runs, none held back: plain X ms; plain with keys Y ms = R x; a cap per type ...; a cap per key ... = R x the plain claim with keys (S x without); every limit ...; the plain claim with keys again (the control) ... = R x
+//	flow limits: claim of 500 runs, none held back: plain X ms; plain with keys Y ms = R x; a cap per type ...; a cap per key ... = R x the plain claim with keys (S x without); every limit ...; plain with keys again (the control) ... = R x
+//	flow limits: completion of 500 runs: plain X ms; ... (the same types, each completion against the plain one)
 //	flow limits: claims of 20 runs of other keys behind 100000 runs parked on one key Z ms (without them W ms) = S x
 //
 // Each round records cfg.flowRuns runs of each of six types: plain
@@ -68,7 +69,7 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		{"bench.flow.all.v1", "every limit (per type, per key, a rate per key)", engine.FlowLimits{
 			MaxLeased: big(100000), MaxLeasedPerKey: big(100000), RateLimit: big(1000000),
 			RatePeriod: time.Second, RatePerKey: true}, true},
-		{"bench.flow.control.v1", "the plain claim with keys again (the control)", engine.FlowLimits{}, true},
+		{"bench.flow.control.v1", "plain with keys again (the control)", engine.FlowLimits{}, true},
 	}
 	for _, k := range kinds {
 		if err := eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{
@@ -82,7 +83,8 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	}); err != nil {
 		return err
 	}
-	ms := make([][]float64, len(kinds))
+	ms := make([][]float64, len(kinds))   // claim times
+	done := make([][]float64, len(kinds)) // completion times
 	for range cfg.rounds {
 		for _, k := range kinds {
 			if err := createKeyed(ctx, eng, k.name, cfg.flowRuns, func(i int) string {
@@ -97,14 +99,15 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 		// Claim by claim, the types in turn.
 		for left := cfg.flowRuns; left > 0; left -= flowClaim {
 			for i, k := range kinds {
-				d, n, err := timedClaim(ctx, eng, k.name)
+				c, err := timedCycle(ctx, eng, k.name)
 				if err != nil {
 					return err
 				}
-				if n != min(flowClaim, left) {
-					return fmt.Errorf("flow bench: a claim of %s took %d runs, want %d (a limit held runs back)", k.name, n, min(flowClaim, left))
+				if c.n != min(flowClaim, left) {
+					return fmt.Errorf("flow bench: a claim of %s took %d runs, want %d (a limit held runs back)", k.name, c.n, min(flowClaim, left))
 				}
-				ms[i] = append(ms[i], float64(d.Microseconds())/1000)
+				ms[i] = append(ms[i], float64(c.claim.Microseconds())/1000)
+				done[i] = append(done[i], float64(c.complete.Microseconds())/1000)
 			}
 		}
 	}
@@ -122,6 +125,19 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 				k.label, medianMs(m), pairedRatio(m, ms[1]), pairedRatio(m, ms[0]))
 		} else {
 			line += fmt.Sprintf("; %s %.2f ms = %.2fx", k.label, medianMs(m), pairedRatio(m, ms[0]))
+		}
+	}
+	fmt.Println(line)
+	// Completions: a slot of a key freed lets a parked run of the key go,
+	// so ending runs of a type with a cap per key does more than ending
+	// others'.
+	line = fmt.Sprintf("flow limits: completion of %d runs: plain %.2f ms", flowClaim, medianMs(done[0]))
+	for i, k := range kinds[1:] {
+		d := done[i+1]
+		if k.keyed && i > 0 {
+			line += fmt.Sprintf("; %s %.2f ms = %.2fx the plain completion with keys", k.label, medianMs(d), pairedRatio(d, done[1]))
+		} else {
+			line += fmt.Sprintf("; %s %.2f ms = %.2fx", k.label, medianMs(d), pairedRatio(d, done[0]))
 		}
 	}
 	fmt.Println(line)
@@ -182,25 +198,40 @@ func createKeyed(ctx context.Context, eng *engine.Engine, typ string, n int, key
 }
 
 // timedClaim claims up to flowClaim runs of typ, times the claim, and
-// completes what it took.
+// completes what it took (see timedCycle).
 func timedClaim(ctx context.Context, eng *engine.Engine, typ string) (time.Duration, int, error) {
+	c, err := timedCycle(ctx, eng, typ)
+	return c.claim, c.n, err
+}
+
+// cycle is one claim of a type and the completion of what it took.
+type cycle struct {
+	claim, complete time.Duration
+	n               int
+}
+
+// timedCycle claims up to flowClaim runs of typ and completes them, timing
+// each call.
+func timedCycle(ctx context.Context, eng *engine.Engine, typ string) (cycle, error) {
 	start := time.Now()
 	runs, err := eng.ClaimRuns(ctx, engine.ClaimParams{
 		WorkerID: "flow-bench", Types: []string{typ}, Runtime: engine.RuntimeGo, Limit: flowClaim,
 		LeaseDuration: time.Minute,
 	})
-	d := time.Since(start)
+	c := cycle{claim: time.Since(start), n: len(runs)}
 	if err != nil {
-		return 0, 0, err
+		return c, err
 	}
 	cs := make([]engine.Completion, len(runs))
 	for i, r := range runs {
 		cs[i] = engine.Completion{LeaseRef: engine.LeaseRef{ID: r.ID, Token: r.LeaseToken, Attempt: r.Attempt}}
 	}
+	start = time.Now()
 	if _, err := eng.CompleteRuns(ctx, "flow-bench", cs); err != nil {
-		return 0, 0, err
+		return c, err
 	}
-	return d, len(runs), nil
+	c.complete = time.Since(start)
+	return c, nil
 }
 
 // pairedRatio is the median of a[i]/b[i]: claims made side by side, each

@@ -1702,8 +1702,15 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    -- Only a key with a parked run has one to let go: that is asked first,
+    -- by a read, since most slots free with nothing waiting and an update
+    -- of the run table costs its setting up (its indexes and triggers) even
+    -- when it finds no row.
     if exists (select 1 from workflow.workflow_registry g
-               where g.workflow_name = old.type and g.max_leased_per_key is not null) then
+               where g.workflow_name = old.type and g.max_leased_per_key is not null)
+       and exists (select 1 from workflow.workflow_run x
+                   where x.type collate "C" = old.type and x.concurrency_key = old.concurrency_key
+                     and x.wait_kind = 'limit') then
         update workflow.workflow_run r
         set wait_kind = null, run_at = workflow.now(), updated_at = workflow.now()
         -- The key's oldest parked run, from idx_workflow_run_flow_parked
