@@ -55,8 +55,9 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	}
 	big := func(v int32) *int32 { return &v }
 	const hot = "bench.flow.hot.v1"
-	// The plain type first; then a cap per type, a cap per key, and every
-	// limit at once (a cap per type and per key, a rate per key).
+	// The plain type without and with keys first; then a cap per type, a
+	// cap per key, every limit at once (a cap per type and per key, a rate
+	// per key), and the plain type with keys again, the control.
 	kinds := []struct {
 		name, label string
 		flow        engine.FlowLimits
@@ -85,7 +86,7 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	}
 	ms := make([][]float64, len(kinds))   // claim times
 	done := make([][]float64, len(kinds)) // completion times
-	for range cfg.rounds {
+	for round := range cfg.rounds {
 		for _, k := range kinds {
 			if err := createKeyed(ctx, eng, k.name, cfg.flowRuns, func(i int) string {
 				if !k.keyed {
@@ -96,9 +97,12 @@ func flowBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 				return err
 			}
 		}
-		// Claim by claim, the types in turn.
+		// Claim by claim, the types in turn, each round from the next type
+		// on (so that no type always follows the same one).
 		for left := cfg.flowRuns; left > 0; left -= flowClaim {
-			for i, k := range kinds {
+			for j := range kinds {
+				i := (j + round) % len(kinds)
+				k := kinds[i]
 				c, err := timedCycle(ctx, eng, k.name)
 				if err != nil {
 					return err
@@ -220,7 +224,7 @@ func timedCycle(ctx context.Context, eng *engine.Engine, typ string) (cycle, err
 	})
 	c := cycle{claim: time.Since(start), n: len(runs)}
 	if err != nil {
-		return c, err
+		return c, fmt.Errorf("flow bench: claim %s: %w", typ, err)
 	}
 	cs := make([]engine.Completion, len(runs))
 	for i, r := range runs {
@@ -228,7 +232,7 @@ func timedCycle(ctx context.Context, eng *engine.Engine, typ string) (cycle, err
 	}
 	start = time.Now()
 	if _, err := eng.CompleteRuns(ctx, "flow-bench", cs); err != nil {
-		return c, err
+		return c, fmt.Errorf("flow bench: complete %d runs of %s: %w", len(cs), typ, err)
 	}
 	c.complete = time.Since(start)
 	return c, nil
@@ -241,7 +245,7 @@ func pairedRatio(a, b []float64) float64 {
 	for i := range a {
 		rs[i] = a[i] / b[i]
 	}
-	return medianMs(rs)
+	return medianOf(rs)
 }
 
 // medianMs is the median of xs (xs is not changed).

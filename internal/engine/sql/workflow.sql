@@ -7,13 +7,15 @@
 -- keep, what a producer calls, how a worker claims and holds a run, the step
 -- journal and waits, children and DAGs, the maintenance that finishes what
 -- nobody else will, reading for clients, schedules (cron in the database),
--- how the hot calls are planned, and the roles. A fresh install runs this file; an
--- upgrade runs the release's migration (internal/engine/sql/migrations) and
--- then this file again. So every statement here may run twice: tables and
--- indexes are created "if not exists" (a changed table is changed by the
--- migration), functions "or replace", triggers "or replace" (the one
--- constraint trigger is dropped and created). A test installs this file
--- fresh, and the previous release plus its migration, and compares the two
+-- how the hot calls are planned, and the roles. A fresh install runs this
+-- file; an upgrade runs the release's migration
+-- (internal/engine/sql/migrations) and then this file again. So every
+-- statement here may run twice: tables and indexes are created "if not
+-- exists" (a changed table is changed by the migration), functions "or
+-- replace", triggers "or replace" (the one constraint trigger is dropped
+-- and created), and section 9 gives the hot calls their planner settings
+-- again after "or replace" cleared them. A test installs this file fresh,
+-- and the previous release plus its migration, and compares the two
 -- catalogs.
 --
 -- The database is the only judge: every rule below holds whoever writes,
@@ -92,7 +94,8 @@
 -- named above. Every trigger on workflow_run serves a plain-SQL path too
 -- (an INSERT, an UPDATE of status or deleted_at, a DELETE), so a transition
 -- a trigger makes stays in the trigger, and each function's header names
--- the triggers its writes fire. What only functions do is in the functions. The functions that change a status set the transaction-local
+-- the triggers its writes fire. What only functions do is in the
+-- functions. The functions that change a status set the transaction-local
 -- setting workflow.via_function while they run, so that the plain-SQL audit
 -- trigger does not write a second event; it is an audit hint, not a guard.
 --
@@ -1294,6 +1297,8 @@ end;
 -- literal type prefixes, by skipping from one type to the next along
 -- idx_workflow_run_depth (a loose index scan): its cost follows the number
 -- of types, not of runs. Reads only; no locks.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.active_types(p_type_prefixes text[]) returns setof text
 language plpgsql stable security definer rows 10
 set search_path = pg_catalog, pg_temp
@@ -1802,6 +1807,8 @@ $$;
 -- Locks: what flow_admit locks, type by type in name order; the claimed
 -- runs, type by type, skipping locked rows (never waits on another claim);
 -- then their open wait entries.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.claim_runs(
     p_worker_id text,
     p_type_prefixes text[],
@@ -2021,6 +2028,8 @@ comment on function workflow.claim_runs(text, text[], text, integer, bigint, tex
 -- heartbeat of an attempt and every tenth are kept in the audit trail.
 -- Fires: what expire_deadlines fires.
 -- Locks: as expire_deadlines; then the held runs.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.heartbeat_runs(
     p_worker_id text,
     p_ids uuid[],
@@ -2083,6 +2092,8 @@ $$;
 -- that ends runs, as ending a parent does (the parent, then its children).
 -- The parents are looked up by primary key: as a join under enable_nestloop
 -- off, they were found by reading the whole table.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.lock_parents(p_ids uuid[]) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -2114,6 +2125,8 @@ return workflow.stored_value_problem(p_result, 'result');
 -- DAG's next steps), workflow_parent_ended (children of a run that failed
 -- here), workflow_source_run_changed.
 -- Locks: the parents of the batch's runs in id order, then the runs.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.complete_runs(
     p_worker_id text,
     p_ids uuid[],
@@ -2196,6 +2209,8 @@ $$;
 -- Fires: workflow_child_finished, workflow_parent_ended (runs that failed
 -- for good), workflow_source_run_changed.
 -- Locks: the parents of the batch's runs in id order, then the runs.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.fail_runs(
     p_worker_id text,
     p_ids uuid[],
@@ -2261,6 +2276,8 @@ $$;
 -- reason released.
 -- Fires: workflow_source_run_changed.
 -- Locks: the runs.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.release_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[]) returns table (id uuid)
 language plpgsql security definer
 set enable_nestloop = off
@@ -2390,6 +2407,8 @@ $$;
 -- Locks: share-locks the runs the writer holds, so a claim, park or cancel
 -- of the same run waits for the write (or skips the run), and a write can
 -- never land in an attempt the writer no longer holds.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.record_steps(
     p_worker_id text,
     p_ids uuid[],
@@ -4038,7 +4057,8 @@ create or replace function workflow.run_id_time(p_id uuid) returns timestamptz
 language sql immutable parallel safe
 return to_timestamp((('x' || substr(replace(p_id::text, '-', ''), 1, 12))::bit(48)::bigint) / 1000.0);
 
--- The start of the span of p_width that holds p_at (spans are aligned to the epoch).
+-- The start of the span of p_width that holds p_at (spans are aligned to
+-- the epoch).
 create or replace function workflow.history_span_start(p_at timestamptz, p_width interval) returns timestamptz
 language sql immutable parallel safe
 return to_timestamp(floor(extract(epoch from p_at) / extract(epoch from p_width)) * extract(epoch from p_width));
@@ -4243,6 +4263,8 @@ $$;
 -- type from idx_workflow_run_depth alone: the numbers the autoscaler
 -- scales by. A type with flow limits counts only the runnable runs its
 -- limits let start now. Reads only.
+-- A hot call: planned as section 9 says (run it again after replacing
+-- this function alone).
 create or replace function workflow.queue_depth(
     p_type_prefixes text[],
     p_runtime text default null,
@@ -6317,7 +6339,8 @@ begin
         'workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[])',
         'workflow.queue_depth(text[], text, bigint)'
     ]::regprocedure[] loop
-        execute format('alter function %s set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off', f);
+        execute format('alter function %s set plan_cache_mode = force_generic_plan'
+                       ' set enable_seqscan = off set jit = off', f);
     end loop;
 end
 $$;
