@@ -153,6 +153,9 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true,
+		// not inlinable, but its setting must be its caller's (a SET clause
+		// would end it on return)
+		"note_capped_types": true,
 	}
 	definer := map[string]bool{
 		// worker
