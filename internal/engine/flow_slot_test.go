@@ -114,3 +114,51 @@ func TestFreedSlotTriggerRunsOnlyForTypesWithACapPerKey(t *testing.T) {
 		t.Errorf("a plain-SQL cancel of 2 leased keyed runs called the trigger %d times, want 2", n)
 	}
 }
+
+// Another team registering more capped types than the list holds (1,001)
+// leaves the setting unset: every keyed run's end then calls the trigger,
+// and a bystander team's capped key still lets its parked run go when its
+// leased run completes. A type name cannot break the list: the registry
+// refuses a name with a comma.
+func TestFreedSlotsOfABystanderBesideThousandsOfCappedTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `select workflow.put_registry('flow.crowd' || i || '.v1', 'go', true, '',
+		'team-crowd', 'crowd', null, null, 1) from generate_series(1, 1001) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `select workflow.put_registry('flow.comma,x.v1', 'go', true, '',
+		'team-crowd', 'crowd', null, null, 1)`); err == nil {
+		t.Fatal("a type name with a comma was registered")
+	}
+	const bystander = "flow.bystander.v1"
+	b.registerFlow(t, bystander, engine.FlowLimits{MaxLeasedPerKey: i32(1)})
+	ids := b.createKeyed(t, bystander, "acme", 2)
+	leased := b.claim(t, "w", []string{"flow.bystander."}, 10)
+	if len(leased) != 1 {
+		t.Fatalf("claimed %d runs of a key capped at 1, want 1", len(leased))
+	}
+	parked := ids[0]
+	if leased[0].ID == parked {
+		parked = ids[1]
+	}
+	var setting string
+	if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `select workflow.note_capped_types()`); err != nil {
+			return err
+		}
+		return tx.QueryRow(b.ctx, `select coalesce(current_setting('workflow.capped_types', true), '')`).Scan(&setting)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if setting != "" {
+		t.Fatalf("with 1,002 capped types the setting holds %d characters, want it unset", len(setting))
+	}
+	b.completeAll(t, "w", leased)
+	if w := b.get(t, parked).Wait; w != nil {
+		t.Fatalf("the bystander's freed slot did not let its parked run go: %+v", w)
+	}
+	if got := b.claim(t, "w", []string{"flow.bystander."}, 10); len(got) != 1 || got[0].ID != parked {
+		t.Fatalf("claimed %v, want the bystander's run let go", got)
+	}
+}

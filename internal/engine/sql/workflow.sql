@@ -1709,27 +1709,28 @@ create or replace function workflow.on_flow_slot_freed() returns trigger
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    v_id uuid;
 begin
-    -- Only a key with a parked run has one to let go: that is asked first,
-    -- by a read, since most slots free with nothing waiting and an update
-    -- of the run table costs its setting up (its indexes and triggers) even
-    -- when it finds no row.
-    if exists (select 1 from workflow.workflow_registry g
-               where g.workflow_name = old.type and g.max_leased_per_key is not null)
-       and exists (select 1 from workflow.workflow_run x
-                   where x.type collate "C" = old.type and x.concurrency_key = old.concurrency_key
-                     and x.wait_kind = 'limit') then
+    if not exists (select 1 from workflow.workflow_registry g
+                   where g.workflow_name = old.type and g.max_leased_per_key is not null) then
+        return null;
+    end if;
+    -- The key's oldest parked run, from idx_workflow_run_flow_parked (one
+    -- held back by the key's rate too: the next claim parks it again if
+    -- its window is still used up), found and locked by a read: most slots
+    -- free with nothing waiting, and an update of the run table costs its
+    -- setting up (its indexes and triggers) even when it finds no row.
+    select x.id into v_id from workflow.workflow_run x
+    where x.type collate "C" = old.type and x.concurrency_key = old.concurrency_key
+      and x.wait_kind = 'limit'
+    order by x.type collate "C", x.concurrency_key, x.priority, x.created_at
+    limit 1
+    for update skip locked;
+    if found then
         update workflow.workflow_run r
         set wait_kind = null, run_at = workflow.now(), updated_at = workflow.now()
-        -- The key's oldest parked run, from idx_workflow_run_flow_parked
-        -- (one held back by the key's rate too: the next claim parks it
-        -- again if its window is still used up).
-        where r.id = (select x.id from workflow.workflow_run x
-                      where x.type collate "C" = old.type and x.concurrency_key = old.concurrency_key
-                        and x.wait_kind = 'limit'
-                      order by x.type collate "C", x.concurrency_key, x.priority, x.created_at
-                      limit 1
-                      for update skip locked);
+        where r.id = v_id;
     end if;
     return null;
 end
@@ -1759,10 +1760,17 @@ create or replace trigger workflow_run_flow_slot_freed
 create or replace function workflow.note_capped_types() returns void
 language sql volatile
 begin atomic
+    -- At most 1,000 types are listed: with more, the setting is left unset
+    -- (every keyed run's end calls the trigger, as before), so that a
+    -- registry of many capped types costs each batch a bounded read and
+    -- each run a bounded search, whoever registered them.
     select set_config('workflow.capped_types',
-                      coalesce(',' || string_agg(g.workflow_name, ',' order by g.workflow_name) || ',', ','), true)
-    from workflow.workflow_registry g
-    where g.max_leased_per_key is not null;
+                      case when count(*) > 1000 then ''
+                           else coalesce(',' || string_agg(c.workflow_name, ',' order by c.workflow_name) || ',', ',') end,
+                      true)
+    from (select g.workflow_name from workflow.workflow_registry g
+          where g.max_leased_per_key is not null
+          limit 1001) c;
 end;
 
 -- flow_recheck lets parked runs go wherever their key has a free slot (or
