@@ -1748,15 +1748,18 @@ create or replace trigger workflow_run_flow_slot_freed
 -- other types. complete_runs, fail_runs and release_runs call it first: a
 -- trigger call per run cost a completion of 500 keyed runs of a type
 -- without limits 1.40x the same runs without keys (1.07x without the
--- call). The setting is local to the calling function: a function with
--- SET clauses ends its local settings with it, so it never outlives the
--- registry it was read from. Where it is unset (plain SQL, the other
--- functions), the trigger is called for every keyed run that stops being
--- leased, as before. Like workflow.via_function it is a hint, not a guard:
--- a session that sets it wrongly itself only delays the parked runs of the
--- keys whose runs it ends (which row security keeps to its own), until
--- flow_recheck lets them go. An SQL body without SET clauses of its own,
--- so that the setting is its caller's.
+-- call). The setting lasts to the end of the transaction (a function's
+-- SET clause restores only the settings it names), and each call of the
+-- three reads the registry anew: a later statement of the same
+-- transaction reads the last call's list, which misses a type only if the
+-- registry gained a cap in between, a delay that flow_recheck ends. Where
+-- it is unset (plain SQL, the other functions), the trigger is called for
+-- every keyed run that stops being leased, as before. Like
+-- workflow.via_function it is a hint, not a guard: a session that sets it
+-- wrongly itself only delays the parked runs of the keys whose runs it
+-- ends (which row security keeps to its own), until flow_recheck lets them
+-- go. An SQL-standard body, bound to what it reads when it is created, so
+-- it needs no pinned search_path.
 create or replace function workflow.note_capped_types() returns void
 language sql volatile
 begin atomic
@@ -2058,6 +2061,24 @@ $$;
 comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[]) is
     'Leases up to p_limit runnable runs of a worker''s types; returns each with its journal and traceparent.';
 
+-- holds_lease is the fence of every batch a worker writes: the run is
+-- leased, by this worker, under the token of the claim it holds (another
+-- attempt, another worker or a finished run fails it). The status is
+-- compared as coalesce(status, '') = 'leased' so that a batch is found by
+-- its primary key and never through the partial index of leased runs,
+-- whose predicate (status = 'leased') a plain comparison would match. An
+-- SQL body without SET clauses: the planner inlines it, so the batch
+-- functions' plans are those of the comparisons written out.
+create or replace function workflow.holds_lease(
+    p_status text,
+    p_leased_by text,
+    p_lease_token bigint,
+    p_worker_id text,
+    p_token bigint
+) returns boolean
+language sql immutable parallel safe
+return coalesce(p_status, '') = 'leased' and p_leased_by = p_worker_id and p_lease_token = p_token;
+
 -- heartbeat_runs extends the leases a worker still holds (checked by
 -- worker id and token) and tells, for each run, whether it still holds it,
 -- its status, and whether its deadline passed (it expires those first, so
@@ -2098,9 +2119,7 @@ begin
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
-          and r.leased_by = p_worker_id
-          and r.lease_token = req.token
+          and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
         returning r.id, r.attempt, r.lease_until, r.heartbeat_count
     ), events as (
         -- The first heartbeat of an attempt and every tenth are kept.
@@ -2199,11 +2218,7 @@ begin
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          -- status = 'leased', written so that the batch is found by primary
-          -- key and never through the partial index of leased runs.
-          and coalesce(r.status, '') = 'leased'
-          and r.leased_by = p_worker_id
-          and r.lease_token = req.token
+          and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
         returning r.id, r.attempt, r.status, r.last_error
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -2290,9 +2305,7 @@ begin
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
-          and r.leased_by = p_worker_id
-          and r.lease_token = req.token
+          and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
         returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error, r.parent_id
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -2343,9 +2356,7 @@ begin
         from req
         where r.id = any (p_ids)
           and r.id = req.id
-          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
-          and r.leased_by = p_worker_id
-          and r.lease_token = req.token
+          and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
         returning r.id, r.attempt
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -2483,10 +2494,9 @@ begin
     ), owned as (
         select r.id, r.attempt, req.token
         from workflow.workflow_run r
-        join req on req.id = r.id and req.token = r.lease_token
+        join req on req.id = r.id
         where r.id = any (p_ids)
-          and coalesce(r.status, '') = 'leased' -- by primary key (see complete_runs)
-          and r.leased_by = p_worker_id
+          and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
         for share of r
     ), ins as (
         insert into workflow.workflow_step (run_id, name, position, kind, outcome, output,
@@ -2591,113 +2601,107 @@ declare
     v_signal workflow.workflow_signal;
 begin
     perform set_config('workflow.via_function', 'on', true);
-    if p_kind is null or p_kind not in ('sleep', 'signal', 'child') then
-        raise exception 'park_run: kind must be sleep, signal or child, got %', p_kind using errcode = '22023';
-    end if;
-    v_problem := coalesce(workflow.step_name_problem(p_step),
-                          case when p_position is null or p_position not between 0 and 999
-                               then 'a run has at most 1000 steps (positions 0 to 999)' end,
-                          case when p_kind = 'signal' then workflow.step_name_problem(p_signal) end,
-                          case when p_delay_ms < 0 then 'a delay must not be negative' end);
-    if v_problem is not null then
-        return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
-    if p_delay_ms is not null then
-        if p_delay_ms > 3153600000000 then  -- 100 years
+    <<marked>>
+    begin
+        if p_kind is null or p_kind not in ('sleep', 'signal', 'child') then
+            raise exception 'park_run: kind must be sleep, signal or child, got %', p_kind using errcode = '22023';
+        end if;
+        v_problem := coalesce(workflow.step_name_problem(p_step),
+                              case when p_position is null or p_position not between 0 and 999
+                                   then 'a run has at most 1000 steps (positions 0 to 999)' end,
+                              case when p_kind = 'signal' then workflow.step_name_problem(p_signal) end,
+                              case when p_delay_ms < 0 then 'a delay must not be negative' end);
+        if v_problem is not null then
+            return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
+            exit marked;
+        end if;
+        if p_delay_ms is not null then
+            if p_delay_ms > 3153600000000 then  -- 100 years
+                return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
+                                    'a wait may last at most 100 years';
+                exit marked;
+            end if;
+            v_wake := v_now + p_delay_ms * interval '1 millisecond';
+        else
+            v_wake := p_wake_at;
+        end if;
+        if p_kind = 'sleep' and v_wake is null then
             return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
-                                'a wait may last at most 100 years';
-            perform set_config('workflow.via_function', v_via, true);
-            return;
+                                'a sleep needs a wake-up time or a delay';
+            exit marked;
         end if;
-        v_wake := v_now + p_delay_ms * interval '1 millisecond';
-    else
-        v_wake := p_wake_at;
-    end if;
-    if p_kind = 'sleep' and v_wake is null then
-        return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
-                            'a sleep needs a wake-up time or a delay';
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
 
-    v_run := workflow.held_run(p_worker_id, p_id, p_token);
-    if v_run.id is null then
-        return query select 'lease_lost', null::text, null::jsonb, null::text, null::timestamptz, null::text;
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
-    v_problem := workflow.journal_conflict(p_id, p_step, p_kind, p_position);
-    if v_problem is not null then
-        return query select 'nondeterministic', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
+        v_run := workflow.held_run(p_worker_id, p_id, p_token);
+        if v_run.id is null then
+            return query select 'lease_lost', null::text, null::jsonb, null::text, null::timestamptz, null::text;
+            exit marked;
+        end if;
+        v_problem := workflow.journal_conflict(p_id, p_step, p_kind, p_position);
+        if v_problem is not null then
+            return query select 'nondeterministic', null::text, null::jsonb, null::text, null::timestamptz, v_problem;
+            exit marked;
+        end if;
 
-    -- The entry is locked: a child finishing now updates it before it looks
-    -- for a parked parent to wake, so either this sees the child's end or
-    -- the child sees this run parked (never neither).
-    select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step for update;
-    if found and v_step.finished_at is not null then
-        return query select 'resolved', v_step.outcome, v_step.output, v_step.error, v_step.wake_at, null::text;
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
-    if p_kind = 'child' and not found then
-        return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
-                            format('no child run was started at step "%s"', p_step);
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
-    if not found then
-        insert into workflow.workflow_step (run_id, name, position, kind, attempt, wake_at)
-        values (p_id, p_step, p_position, p_kind, v_run.attempt, v_wake)
-        returning * into v_step;
-    end if;
+        -- The entry is locked: a child finishing now updates it before it looks
+        -- for a parked parent to wake, so either this sees the child's end or
+        -- the child sees this run parked (never neither).
+        select * into v_step from workflow.workflow_step s where s.run_id = p_id and s.name = p_step for update;
+        if found and v_step.finished_at is not null then
+            return query select 'resolved', v_step.outcome, v_step.output, v_step.error, v_step.wake_at, null::text;
+            exit marked;
+        end if;
+        if p_kind = 'child' and not found then
+            return query select 'invalid', null::text, null::jsonb, null::text, null::timestamptz,
+                                format('no child run was started at step "%s"', p_step);
+            exit marked;
+        end if;
+        if not found then
+            insert into workflow.workflow_step (run_id, name, position, kind, attempt, wake_at)
+            values (p_id, p_step, p_position, p_kind, v_run.attempt, v_wake)
+            returning * into v_step;
+        end if;
 
-    -- Resolved without waiting?
-    if p_kind = 'signal' then
-        select * into v_signal from workflow.workflow_signal g
-        where g.run_id = p_id and g.name = p_signal and g.consumed_at is null
-        order by g.id limit 1
-        for update;
-        if found then
-            update workflow.workflow_signal set consumed_at = v_now, consumed_by = p_step where id = v_signal.id;
-            update workflow.workflow_step s set outcome = 'ok', output = v_signal.payload, finished_at = v_now
+        -- Resolved without waiting?
+        if p_kind = 'signal' then
+            select * into v_signal from workflow.workflow_signal g
+            where g.run_id = p_id and g.name = p_signal and g.consumed_at is null
+            order by g.id limit 1
+            for update;
+            if found then
+                update workflow.workflow_signal set consumed_at = v_now, consumed_by = p_step where id = v_signal.id;
+                update workflow.workflow_step s set outcome = 'ok', output = v_signal.payload, finished_at = v_now
+                where s.run_id = p_id and s.name = p_step;
+                return query select 'resolved', 'ok'::text, v_signal.payload, null::text, v_wake, null::text;
+                exit marked;
+            end if;
+        end if;
+        if p_kind in ('sleep', 'signal') and v_wake <= v_now then
+            update workflow.workflow_step s
+            set outcome = case when p_kind = 'sleep' then 'ok' else 'timeout' end, finished_at = v_now
             where s.run_id = p_id and s.name = p_step;
-            return query select 'resolved', 'ok'::text, v_signal.payload, null::text, v_wake, null::text;
-            perform set_config('workflow.via_function', v_via, true);
-            return;
+            return query select 'resolved', case when p_kind = 'sleep' then 'ok' else 'timeout' end,
+                                null::jsonb, null::text, v_wake, null::text;
+            exit marked;
         end if;
-    end if;
-    if p_kind in ('sleep', 'signal') and v_wake <= v_now then
-        update workflow.workflow_step s
-        set outcome = case when p_kind = 'sleep' then 'ok' else 'timeout' end, finished_at = v_now
-        where s.run_id = p_id and s.name = p_step;
-        return query select 'resolved', case when p_kind = 'sleep' then 'ok' else 'timeout' end,
-                            null::jsonb, null::text, v_wake, null::text;
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
 
-    update workflow.workflow_run r
-    set status      = 'pending',
-        attempt     = r.attempt - 1,
-        run_at      = least(coalesce(v_wake, workflow.far_future()), workflow.far_future()),
-        leased_by   = null,
-        lease_until = null,
-        wait_kind   = p_kind,
-        wait_step   = p_step,
-        wait_signal = case when p_kind = 'signal' then p_signal end,
-        updated_at  = v_now
-    where r.id = p_id;
-    insert into workflow.workflow_event (workflow_id, event_type, data)
-    values (p_id, 'waiting', jsonb_strip_nulls(jsonb_build_object(
-        'wait_kind', p_kind, 'step', p_step, 'signal', case when p_kind = 'signal' then p_signal end,
-        'until', v_wake, 'child_id', v_step.child_id,
-        'worker_id', p_worker_id, 'attempt', v_run.attempt, 'attempt_counted', false)));
-    return query select 'parked', null::text, null::jsonb, null::text, v_wake, null::text;
+        update workflow.workflow_run r
+        set status      = 'pending',
+            attempt     = r.attempt - 1,
+            run_at      = least(coalesce(v_wake, workflow.far_future()), workflow.far_future()),
+            leased_by   = null,
+            lease_until = null,
+            wait_kind   = p_kind,
+            wait_step   = p_step,
+            wait_signal = case when p_kind = 'signal' then p_signal end,
+            updated_at  = v_now
+        where r.id = p_id;
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        values (p_id, 'waiting', jsonb_strip_nulls(jsonb_build_object(
+            'wait_kind', p_kind, 'step', p_step, 'signal', case when p_kind = 'signal' then p_signal end,
+            'until', v_wake, 'child_id', v_step.child_id,
+            'worker_id', p_worker_id, 'attempt', v_run.attempt, 'attempt_counted', false)));
+        return query select 'parked', null::text, null::jsonb, null::text, v_wake, null::text;
+    end;
     perform set_config('workflow.via_function', v_via, true);
 end
 $$;
@@ -3135,26 +3139,20 @@ begin
             or exists (select 1 from jsonb_array_elements(v_step.s->'dependsOn') d where jsonb_typeof(d) <> 'string')) then
             return format('step "%s": dependsOn must be a list of at most 100 step names', v_step.s->>'name');
         end if;
-        if v_step.s ? 'when' then
-            if coalesce((v_step.s->>'final')::boolean, false) then
-                return format('step "%s": a final step always runs; it takes no when', v_step.s->>'name');
-            end if;
-            v_key := workflow.path_problem(v_step.s, 'when');
-            if v_key is not null then
-                return v_key;
-            end if;
+        if v_step.s ? 'when' and coalesce((v_step.s->>'final')::boolean, false) then
+            return format('step "%s": a final step always runs; it takes no when', v_step.s->>'name');
         end if;
-        if v_step.s ? 'forEach' then
-            if coalesce((v_step.s->>'final')::boolean, false) then
-                return format('step "%s": a final step runs once; it takes no forEach', v_step.s->>'name');
-            end if;
-            if char_length(v_step.s->>'name') > 57 then
-                return format('step "%s": a step with forEach has a name of at most 57 characters (its elements are named <name>[<index>])', v_step.s->>'name');
-            end if;
-            v_key := workflow.path_problem(v_step.s, 'forEach');
-            if v_key is not null then
-                return v_key;
-            end if;
+        if v_step.s ? 'forEach' and coalesce((v_step.s->>'final')::boolean, false) then
+            return format('step "%s": a final step runs once; it takes no forEach', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'forEach' and char_length(v_step.s->>'name') > 57 then
+            return format('step "%s": a step with forEach has a name of at most 57 characters (its elements are named <name>[<index>])', v_step.s->>'name');
+        end if;
+        -- A condition and a list are JSONPath expressions over the input.
+        v_key := coalesce(case when v_step.s ? 'when' then workflow.path_problem(v_step.s, 'when') end,
+                          case when v_step.s ? 'forEach' then workflow.path_problem(v_step.s, 'forEach') end);
+        if v_key is not null then
+            return v_key;
         end if;
         if v_step.s ? 'forEachFailure' and (not v_step.s ? 'forEach'
             or jsonb_typeof(v_step.s->'forEachFailure') <> 'string'
@@ -3607,261 +3605,253 @@ declare
     v_held text[] := '{}';
 begin
     perform set_config('workflow.via_function', 'on', true);
-    select * into v_run from workflow.workflow_run r where r.id = p_run for update;
-    if not found or v_run.status <> 'pending' or v_run.dag is null then
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
-    v_final := workflow.dag_final_step(v_run.dag);
-
-    -- The final step started: the run ends when it does.
-    if v_final is not null then
-        select c.id, c.type, c.status, c.last_error, c.payload->'outcome' as outcome into v_fin
-        from workflow.workflow_run c
-        where c.parent_id = p_run and c.parent_step = v_final->>'name';
-        if found then
-            if v_fin.status in ('succeeded', 'failed', 'cancelled') then
-                if v_fin.outcome->>'status' is distinct from 'succeeded' then
-                    perform workflow.dag_end(v_run, 'failed', null,
-                        coalesce(v_fin.outcome->>'error', 'a step failed'),
-                        jsonb_strip_nulls(jsonb_build_object('reason', coalesce(v_fin.outcome->>'reason', 'step_failed'),
-                            'step', v_fin.outcome->>'step', 'final_step', v_final->>'name',
-                            'final_step_status', v_fin.status)));
-                elsif v_fin.status <> 'succeeded' then
-                    perform workflow.dag_end(v_run, 'failed', null,
-                        format('final step "%s" (%s) %s: %s', v_final->>'name', v_fin.type,
-                               case v_fin.status when 'failed' then 'failed' else 'was cancelled' end,
-                               left(coalesce(v_fin.last_error, v_fin.status), 4000)),
-                        jsonb_build_object('reason', 'step_failed', 'step', v_final->>'name',
-                                           'step_run_id', v_fin.id, 'step_status', v_fin.status));
-                else
-                    select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
-                    into v_results, v_ok
-                    from workflow.dag_step_states(v_run) st
-                    where st.status = 'succeeded';
-                    perform workflow.dag_succeed(v_run, v_results, v_ok);
-                end if;
-            end if;
-            perform set_config('workflow.via_function', v_via, true);
-            return;
+    <<marked>>
+    begin
+        select * into v_run from workflow.workflow_run r where r.id = p_run for update;
+        if not found or v_run.status <> 'pending' or v_run.dag is null then
+            exit marked;
         end if;
-    end if;
+        v_final := workflow.dag_final_step(v_run.dag);
 
-    -- A step that failed (or, fanned out, an element that failed it). A
-    -- DAG that fanned out nothing reads its steps' runs directly.
-    if v_run.dag_fanout is null then
-        select c.id, c.parent_step as name, null::text as element, c.type, c.status, c.last_error into v_bad
-        from workflow.child_runs(p_run) c
-        where c.status in ('failed', 'cancelled')
-        order by c.finished_at, c.parent_step
-        limit 1;
-    else
-        select st.run_id as id, st.name, st.element, st.type, st.status, st.last_error into v_bad
-        from workflow.dag_step_states(v_run) st
-        where st.status in ('failed', 'cancelled')
-        order by st.finished_at, st.name
-        limit 1;
-    end if;
-    if found then
-        perform workflow.dag_fail(v_run,
-            format('step "%s"%s (%s) %s: %s', v_bad.name,
-                   case when v_bad.element is not null then ' element ' || substring(v_bad.element from '\[([0-9]+)\]$') else '' end,
-                   v_bad.type, case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
-                   left(coalesce(v_bad.last_error, v_bad.status), 4000)),
-            jsonb_strip_nulls(jsonb_build_object('reason', 'step_failed', 'step', v_bad.name, 'element', v_bad.element,
-                                                 'step_run_id', v_bad.id, 'step_status', v_bad.status)));
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
-
-    if v_run.dag_fanout is null then
-        select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
-        into v_results, v_ok
-        from workflow.child_runs(p_run) c
-        where c.status = 'succeeded';
-    else
-        select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
-        into v_results, v_ok
-        from workflow.dag_step_states(v_run) st
-        where st.status = 'succeeded';
-    end if;
-
-    -- Ready steps with a condition ("when", an SQL/JSON path predicate over
-    -- {"payload": the workflow's payload, "steps": {dependency: {"status":
-    -- "succeeded" | "skipped", "result": ...}}}): false (or no boolean)
-    -- skips the step, which counts as done for what depends on it; an
-    -- error fails the workflow. Skipping may make more steps ready.
-    -- (Only a definition with a condition or a fan-out has work here.)
-    loop
-        exit when not jsonb_path_exists(v_run.dag, '$.steps[*] ? (exists (@.when) || exists (@.forEach))');
-        v_skipped_any := false;
-        -- Steps with forEach fan out: one run per element of the list their
-        -- path selects (at most 1000), named <step>[<index>], each with the
-        -- step's payload plus "item" and "index".
-        for v_fan in
-            select r.name, r.type, r.payload, r.max_attempts, r.base_delay, r.max_delay, r.def->>'forEach' as expr,
-                   workflow.dag_step_input(v_run, v_results, r.def) as input
-            from workflow.dag_ready_steps(v_run, v_results) r
-            where r.def ? 'forEach'
-              and (not r.def ? 'when' or r.name = any (v_held)) -- a condition is decided first (below)
-        loop
-            begin
-                v_list := jsonb_path_query_first(v_fan.input, v_fan.expr::jsonpath, '{}', true);
-            exception when others then
-                perform workflow.dag_fail(v_run,
-                    format('forEach of step "%s" could not be evaluated: %s', v_fan.name, sqlerrm),
-                    jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
-                perform set_config('workflow.via_function', v_via, true);
-                return;
-            end;
-            if v_list is null or jsonb_typeof(v_list) <> 'array' or jsonb_array_length(v_list) > 1000 then
-                perform workflow.dag_fail(v_run,
-                    case when v_list is not null and jsonb_typeof(v_list) = 'array'
-                         then format('forEach of step "%s" selected %s elements; a step fans out to at most 1000',
-                                     v_fan.name, jsonb_array_length(v_list))
-                         else format('forEach of step "%s" (%s) selected %s, not a list', v_fan.name, left(v_fan.expr, 200),
-                                     coalesce(jsonb_typeof(v_list), 'nothing')) end,
-                    jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
-                perform set_config('workflow.via_function', v_via, true);
-                return;
-            end if;
-            -- The elements together are at most 16 times a payload's limit:
-            -- a fan-out never multiplies one producer's payload a thousand
-            -- times over.
-            if jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text) > 16 * v_limit then
-                perform workflow.dag_fail(v_run,
-                    format('the %s elements of step "%s" would carry %s bytes of payload in all; a fan-out carries at most %s (16 payloads)',
-                           jsonb_array_length(v_list), v_fan.name,
-                           jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text), 16 * v_limit),
-                    jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
-                perform set_config('workflow.via_function', v_via, true);
-                return;
-            end if;
-            select e.i - 1 as idx, octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) as bytes
-            into v_bad
-            from jsonb_array_elements(v_list) with ordinality e(item, i)
-            where octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) > v_limit
-               or workflow.json_too_deep(v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))
-            limit 1;
+        -- The final step started: the run ends when it does.
+        if v_final is not null then
+            select c.id, c.type, c.status, c.last_error, c.payload->'outcome' as outcome into v_fin
+            from workflow.workflow_run c
+            where c.parent_id = p_run and c.parent_step = v_final->>'name';
             if found then
-                perform workflow.dag_fail(v_run,
-                    format('the payload of element %s of step "%s" would be %s bytes or nest deeper than 64 levels; the limit is %s bytes',
-                           v_bad.idx, v_fan.name, v_bad.bytes, v_limit),
-                    jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
-                perform set_config('workflow.via_function', v_via, true);
-                return;
+                if v_fin.status in ('succeeded', 'failed', 'cancelled') then
+                    if v_fin.outcome->>'status' is distinct from 'succeeded' then
+                        perform workflow.dag_end(v_run, 'failed', null,
+                            coalesce(v_fin.outcome->>'error', 'a step failed'),
+                            jsonb_strip_nulls(jsonb_build_object('reason', coalesce(v_fin.outcome->>'reason', 'step_failed'),
+                                'step', v_fin.outcome->>'step', 'final_step', v_final->>'name',
+                                'final_step_status', v_fin.status)));
+                    elsif v_fin.status <> 'succeeded' then
+                        perform workflow.dag_end(v_run, 'failed', null,
+                            format('final step "%s" (%s) %s: %s', v_final->>'name', v_fin.type,
+                                   case v_fin.status when 'failed' then 'failed' else 'was cancelled' end,
+                                   left(coalesce(v_fin.last_error, v_fin.status), 4000)),
+                            jsonb_build_object('reason', 'step_failed', 'step', v_final->>'name',
+                                               'step_run_id', v_fin.id, 'step_status', v_fin.status));
+                    else
+                        select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+                        into v_results, v_ok
+                        from workflow.dag_step_states(v_run) st
+                        where st.status = 'succeeded';
+                        perform workflow.dag_succeed(v_run, v_results, v_ok);
+                    end if;
+                end if;
+                exit marked;
             end if;
-            insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
-                                               retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
-                                               traceparent)
-            select v_fan.type, v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1), v_run.priority,
-                   'dag:' || p_run::text || ':' || v_fan.name || '[' || (e.i - 1) || ']', v_fan.max_attempts,
-                   v_fan.base_delay, v_fan.max_delay, p_run, v_fan.name || '[' || (e.i - 1) || ']', v_run.deadline_at,
-                   v_run.traceparent
-            from jsonb_array_elements(v_list) with ordinality e(item, i)
-            order by e.i
-            on conflict do nothing;
-            update workflow.workflow_run r
-            set dag_fanout = coalesce(r.dag_fanout, '{}') || jsonb_build_object(v_fan.name, jsonb_array_length(v_list)),
-                updated_at = workflow.now()
-            where r.id = p_run
-            returning * into v_run;
-            if jsonb_array_length(v_list) = 0 then
-                v_skipped_any := true; -- done at once, with []: what depends on it may be ready
-            end if;
-        end loop;
-        if v_skipped_any then
+        end if;
+
+        -- A step that failed (or, fanned out, an element that failed it). A
+        -- DAG that fanned out nothing reads its steps' runs directly.
+        if v_run.dag_fanout is null then
+            select c.id, c.parent_step as name, null::text as element, c.type, c.status, c.last_error into v_bad
+            from workflow.child_runs(p_run) c
+            where c.status in ('failed', 'cancelled')
+            order by c.finished_at, c.parent_step
+            limit 1;
+        else
+            select st.run_id as id, st.name, st.element, st.type, st.status, st.last_error into v_bad
+            from workflow.dag_step_states(v_run) st
+            where st.status in ('failed', 'cancelled')
+            order by st.finished_at, st.name
+            limit 1;
+        end if;
+        if found then
+            perform workflow.dag_fail(v_run,
+                format('step "%s"%s (%s) %s: %s', v_bad.name,
+                       case when v_bad.element is not null then ' element ' || substring(v_bad.element from '\[([0-9]+)\]$') else '' end,
+                       v_bad.type, case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
+                       left(coalesce(v_bad.last_error, v_bad.status), 4000)),
+                jsonb_strip_nulls(jsonb_build_object('reason', 'step_failed', 'step', v_bad.name, 'element', v_bad.element,
+                                                     'step_run_id', v_bad.id, 'step_status', v_bad.status)));
+            exit marked;
+        end if;
+
+        if v_run.dag_fanout is null then
+            select coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+            into v_results, v_ok
+            from workflow.child_runs(p_run) c
+            where c.status = 'succeeded';
+        else
             select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
             into v_results, v_ok
             from workflow.dag_step_states(v_run) st
             where st.status = 'succeeded';
-            continue;
         end if;
-        for v_cond in
-            select r.name, r.def->>'when' as expr, r.def ? 'forEach' as fans_out,
-                   workflow.dag_step_input(v_run, v_results, r.def) as input
-            from workflow.dag_ready_steps(v_run, v_results) r
-            where r.def ? 'when' and not r.name = any (v_held)
+
+        -- Ready steps with a condition ("when", an SQL/JSON path predicate over
+        -- {"payload": the workflow's payload, "steps": {dependency: {"status":
+        -- "succeeded" | "skipped", "result": ...}}}): false (or no boolean)
+        -- skips the step, which counts as done for what depends on it; an
+        -- error fails the workflow. Skipping may make more steps ready.
+        -- (Only a definition with a condition or a fan-out has work here.)
         loop
-            begin
-                v_holds := jsonb_path_match(v_cond.input, v_cond.expr::jsonpath, '{}', true);
-            exception when others then
-                perform workflow.dag_fail(v_run,
-                    format('the condition of step "%s" could not be evaluated: %s', v_cond.name, sqlerrm),
-                    jsonb_build_object('reason', 'condition_error', 'step', v_cond.name));
-                perform set_config('workflow.via_function', v_via, true);
-                return;
-            end;
-            if not coalesce(v_holds, false) then
+            exit when not jsonb_path_exists(v_run.dag, '$.steps[*] ? (exists (@.when) || exists (@.forEach))');
+            v_skipped_any := false;
+            -- Steps with forEach fan out: one run per element of the list their
+            -- path selects (at most 1000), named <step>[<index>], each with the
+            -- step's payload plus "item" and "index".
+            for v_fan in
+                select r.name, r.type, r.payload, r.max_attempts, r.base_delay, r.max_delay, r.def->>'forEach' as expr,
+                       workflow.dag_step_input(v_run, v_results, r.def) as input
+                from workflow.dag_ready_steps(v_run, v_results) r
+                where r.def ? 'forEach'
+                  and (not r.def ? 'when' or r.name = any (v_held)) -- a condition is decided first (below)
+            loop
+                begin
+                    v_list := jsonb_path_query_first(v_fan.input, v_fan.expr::jsonpath, '{}', true);
+                exception when others then
+                    perform workflow.dag_fail(v_run,
+                        format('forEach of step "%s" could not be evaluated: %s', v_fan.name, sqlerrm),
+                        jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+                    exit marked;
+                end;
+                if v_list is null or jsonb_typeof(v_list) <> 'array' or jsonb_array_length(v_list) > 1000 then
+                    perform workflow.dag_fail(v_run,
+                        case when v_list is not null and jsonb_typeof(v_list) = 'array'
+                             then format('forEach of step "%s" selected %s elements; a step fans out to at most 1000',
+                                         v_fan.name, jsonb_array_length(v_list))
+                             else format('forEach of step "%s" (%s) selected %s, not a list', v_fan.name, left(v_fan.expr, 200),
+                                         coalesce(jsonb_typeof(v_list), 'nothing')) end,
+                        jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+                    exit marked;
+                end if;
+                -- The elements together are at most 16 times a payload's limit:
+                -- a fan-out never multiplies one producer's payload a thousand
+                -- times over.
+                if jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text) > 16 * v_limit then
+                    perform workflow.dag_fail(v_run,
+                        format('the %s elements of step "%s" would carry %s bytes of payload in all; a fan-out carries at most %s (16 payloads)',
+                               jsonb_array_length(v_list), v_fan.name,
+                               jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text), 16 * v_limit),
+                        jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
+                    exit marked;
+                end if;
+                select e.i - 1 as idx, octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) as bytes
+                into v_bad
+                from jsonb_array_elements(v_list) with ordinality e(item, i)
+                where octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) > v_limit
+                   or workflow.json_too_deep(v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))
+                limit 1;
+                if found then
+                    perform workflow.dag_fail(v_run,
+                        format('the payload of element %s of step "%s" would be %s bytes or nest deeper than 64 levels; the limit is %s bytes',
+                               v_bad.idx, v_fan.name, v_bad.bytes, v_limit),
+                        jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
+                    exit marked;
+                end if;
+                insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                                   retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
+                                                   traceparent)
+                select v_fan.type, v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1), v_run.priority,
+                       'dag:' || p_run::text || ':' || v_fan.name || '[' || (e.i - 1) || ']', v_fan.max_attempts,
+                       v_fan.base_delay, v_fan.max_delay, p_run, v_fan.name || '[' || (e.i - 1) || ']', v_run.deadline_at,
+                       v_run.traceparent
+                from jsonb_array_elements(v_list) with ordinality e(item, i)
+                order by e.i
+                on conflict do nothing;
                 update workflow.workflow_run r
-                set dag_skipped = coalesce(r.dag_skipped, '{}') || v_cond.name, updated_at = workflow.now()
+                set dag_fanout = coalesce(r.dag_fanout, '{}') || jsonb_build_object(v_fan.name, jsonb_array_length(v_list)),
+                    updated_at = workflow.now()
                 where r.id = p_run
                 returning * into v_run;
-                v_skipped_any := true;
-            else
-                v_held := v_held || v_cond.name; -- it holds: started below (a forEach fans out next pass)
-                v_skipped_any := v_skipped_any or v_cond.fans_out;
+                if jsonb_array_length(v_list) = 0 then
+                    v_skipped_any := true; -- done at once, with []: what depends on it may be ready
+                end if;
+            end loop;
+            if v_skipped_any then
+                select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+                into v_results, v_ok
+                from workflow.dag_step_states(v_run) st
+                where st.status = 'succeeded';
+                continue;
             end if;
+            for v_cond in
+                select r.name, r.def->>'when' as expr, r.def ? 'forEach' as fans_out,
+                       workflow.dag_step_input(v_run, v_results, r.def) as input
+                from workflow.dag_ready_steps(v_run, v_results) r
+                where r.def ? 'when' and not r.name = any (v_held)
+            loop
+                begin
+                    v_holds := jsonb_path_match(v_cond.input, v_cond.expr::jsonpath, '{}', true);
+                exception when others then
+                    perform workflow.dag_fail(v_run,
+                        format('the condition of step "%s" could not be evaluated: %s', v_cond.name, sqlerrm),
+                        jsonb_build_object('reason', 'condition_error', 'step', v_cond.name));
+                    exit marked;
+                end;
+                if not coalesce(v_holds, false) then
+                    update workflow.workflow_run r
+                    set dag_skipped = coalesce(r.dag_skipped, '{}') || v_cond.name, updated_at = workflow.now()
+                    where r.id = p_run
+                    returning * into v_run;
+                    v_skipped_any := true;
+                else
+                    v_held := v_held || v_cond.name; -- it holds: started below (a forEach fans out next pass)
+                    v_skipped_any := v_skipped_any or v_cond.fans_out;
+                end if;
+            end loop;
+            exit when not v_skipped_any;
         end loop;
-        exit when not v_skipped_any;
-    end loop;
 
-    v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
-    if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) = v_total then
-        if v_final is null then
-            perform workflow.dag_succeed(v_run, v_results, v_total);
-        elsif octet_length(jsonb_build_object('steps', v_results)::text) > 1048576
-              or workflow.json_too_deep(jsonb_build_object('steps', v_results)) then
-            -- The results cannot be the workflow's: it fails, and its final
-            -- step is told so.
-            perform workflow.dag_fail(v_run,
-                'the steps'' results together are over 1048576 bytes or nest deeper than 64 levels, the most a result may',
-                jsonb_build_object('reason', 'result_too_large'));
-        else
-            perform workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), null);
+        v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
+        if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) = v_total then
+            if v_final is null then
+                perform workflow.dag_succeed(v_run, v_results, v_total);
+            elsif octet_length(jsonb_build_object('steps', v_results)::text) > 1048576
+                  or workflow.json_too_deep(jsonb_build_object('steps', v_results)) then
+                -- The results cannot be the workflow's: it fails, and its final
+                -- step is told so.
+                perform workflow.dag_fail(v_run,
+                    'the steps'' results together are over 1048576 bytes or nest deeper than 64 levels, the most a result may',
+                    jsonb_build_object('reason', 'result_too_large'));
+            else
+                perform workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), null);
+            end if;
+            exit marked;
         end if;
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
 
-    -- The ready steps, read once: they start, unless one of them would
-    -- have a payload too large or too deep; then none starts and the run
-    -- fails.
-    with ready as materialized (
-        select r.*, octet_length(r.payload::text) as bytes
-        from workflow.dag_ready_steps(v_run, v_results) r
-    ), bad as (
-        select x.name, x.bytes, x.bytes <= v_limit as fits
-        from ready x
-        where x.bytes > v_limit or workflow.json_too_deep(x.payload)
-        limit 1
-    ), started as (
-        insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
-                                           retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
-                                           traceparent)
-        select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
-               r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at, v_run.traceparent
-        from ready r
-        where not exists (select 1 from bad)
-          and not r.def ? 'forEach' and (not r.def ? 'when' or r.name = any (v_held))
-        on conflict do nothing
-        returning 1
-    )
-    select b.name, b.bytes, b.fits into v_bad from bad b;
-    if found and not v_bad.fits then
-        perform workflow.dag_fail(v_run,
-            format('the payload of step "%s" would be %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
-                   v_bad.name, v_bad.bytes, v_limit),
-            jsonb_build_object('reason', 'payload_too_large', 'step', v_bad.name));
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    elsif found then
-        perform workflow.dag_fail(v_run,
-            format('the payload of step "%s" would nest deeper than 64 levels, the most a payload may', v_bad.name),
-            jsonb_build_object('reason', 'payload_too_deep', 'step', v_bad.name));
-        perform set_config('workflow.via_function', v_via, true);
-        return;
-    end if;
+        -- The ready steps, read once: they start, unless one of them would
+        -- have a payload too large or too deep; then none starts and the run
+        -- fails.
+        with ready as materialized (
+            select r.*, octet_length(r.payload::text) as bytes
+            from workflow.dag_ready_steps(v_run, v_results) r
+        ), bad as (
+            select x.name, x.bytes, x.bytes <= v_limit as fits
+            from ready x
+            where x.bytes > v_limit or workflow.json_too_deep(x.payload)
+            limit 1
+        ), started as (
+            insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                               retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
+                                               traceparent)
+            select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
+                   r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at, v_run.traceparent
+            from ready r
+            where not exists (select 1 from bad)
+              and not r.def ? 'forEach' and (not r.def ? 'when' or r.name = any (v_held))
+            on conflict do nothing
+            returning 1
+        )
+        select b.name, b.bytes, b.fits into v_bad from bad b;
+        if found and not v_bad.fits then
+            perform workflow.dag_fail(v_run,
+                format('the payload of step "%s" would be %s bytes; the limit is %s (workflow_settings.max_payload_bytes)',
+                       v_bad.name, v_bad.bytes, v_limit),
+                jsonb_build_object('reason', 'payload_too_large', 'step', v_bad.name));
+            exit marked;
+        elsif found then
+            perform workflow.dag_fail(v_run,
+                format('the payload of step "%s" would nest deeper than 64 levels, the most a payload may', v_bad.name),
+                jsonb_build_object('reason', 'payload_too_deep', 'step', v_bad.name));
+            exit marked;
+        end if;
+    end;
     perform set_config('workflow.via_function', v_via, true);
 end
 $$;
@@ -5376,7 +5366,11 @@ declare
     v_fields text[];
     v_month integer;
     r workflow.cron_spec;
-    f record;
+    v_min record;
+    v_hour record;
+    v_day record;
+    v_mon record;
+    v_dow record;
 begin
     if p_expr is null or v_expr = '' then
         r.problem := 'cron expression is empty';
@@ -5409,38 +5403,30 @@ begin
         return r;
     end if;
 
-    f := workflow.cron_field(v_fields[1], 'minute', 0, 59, null, false);
-    r.minutes := f.vals;
-    r.problem := f.problem;
-    if r.problem is null then
-        f := workflow.cron_field(v_fields[2], 'hour', 0, 23, null, false);
-        r.hours := f.vals;
-        r.problem := f.problem;
+    -- Every field is read; the first problem, in the fields' order, is told.
+    v_min := workflow.cron_field(v_fields[1], 'minute', 0, 59, null, false);
+    v_hour := workflow.cron_field(v_fields[2], 'hour', 0, 23, null, false);
+    v_day := workflow.cron_field(v_fields[3], 'day-of-month', 1, 31, null, true);
+    v_mon := workflow.cron_field(v_fields[4], 'month', 1, 12, c_months, false);
+    -- 0-7, 7 being Sunday again; names SUN..SAT are 0..6.
+    v_dow := workflow.cron_field(v_fields[5], 'day-of-week', 0, 7, c_weekdays, true);
+    r.problem := coalesce(v_min.problem, v_hour.problem, v_day.problem, v_mon.problem, v_dow.problem);
+    if r.problem is not null then
+        return r;
     end if;
-    if r.problem is null then
-        f := workflow.cron_field(v_fields[3], 'day-of-month', 1, 31, null, true);
-        r.days := f.vals;
-        r.days_star := f.star;
-        r.problem := f.problem;
-    end if;
-    if r.problem is null then
-        f := workflow.cron_field(v_fields[4], 'month', 1, 12, c_months, false);
-        r.months := f.vals;
-        r.problem := f.problem;
-    end if;
-    if r.problem is null then
-        -- 0-7, 7 being Sunday again; names SUN..SAT are 0..6.
-        f := workflow.cron_field(v_fields[5], 'day-of-week', 0, 7, c_weekdays, true);
-        r.weekdays := f.vals;
-        if 7 = any (r.weekdays) then
-            r.weekdays := array_remove(r.weekdays, 7);
-            if r.weekdays[1] is distinct from 0 then
-                r.weekdays := 0 || r.weekdays;
-            end if;
+    r.minutes := v_min.vals;
+    r.hours := v_hour.vals;
+    r.days := v_day.vals;
+    r.days_star := v_day.star;
+    r.months := v_mon.vals;
+    r.weekdays := v_dow.vals;
+    if 7 = any (r.weekdays) then
+        r.weekdays := array_remove(r.weekdays, 7);
+        if r.weekdays[1] is distinct from 0 then
+            r.weekdays := 0 || r.weekdays;
         end if;
-        r.weekdays_star := f.star;
-        r.problem := f.problem;
     end if;
+    r.weekdays_star := v_dow.star;
     if r.problem is null and not r.days_star and r.weekdays_star then
         -- The days of the month alone decide (the weekday field is *): some
         -- month of the month field must have the first of them.

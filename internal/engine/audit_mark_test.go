@@ -1,0 +1,85 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// A function that changes statuses marks the transaction while it runs
+// (workflow.via_function) so that the plain-SQL audit trigger does not write
+// a second event; whichever way it returns, it gives the mark back. A
+// plain-SQL status change later in the same transaction is still audited.
+// Each call below leaves its function early: park_run refused, fenced out,
+// resolved at once; dag_advance on a run that is no DAG; expire_deadlines
+// with nothing due.
+func TestAuditMarkIsGivenBackOnEveryReturn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	leased := b.create(t, engine.CreateParams{Type: "mark.held.v1"})
+	c := b.claimOne(t, "w", "mark.held.")
+	if c.ID != leased {
+		t.Fatalf("claimed %s, want %s", c.ID, leased)
+	}
+	bystander := b.create(t, engine.CreateParams{Type: "mark.plain.v1"})
+
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	mark := func(after string) {
+		t.Helper()
+		var v string
+		if err := tx.QueryRow(b.ctx, `select coalesce(current_setting('workflow.via_function', true), '')`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v == "on" {
+			t.Fatalf("after %s the transaction is still marked as inside a function", after)
+		}
+	}
+	calls := []struct {
+		name, sql string
+		args      []any
+		want      string
+	}{
+		{"park_run with a bad step name", `select status from workflow.park_run('w', $1, $2, 'sleep', '', 0, null, 1000, null)`,
+			[]any{c.ID, c.LeaseToken}, "invalid"},
+		{"park_run with a wait over 100 years", `select status from workflow.park_run('w', $1, $2, 'sleep', 'nap', 0, null, 3153600000001, null)`,
+			[]any{c.ID, c.LeaseToken}, "invalid"},
+		{"park_run with another claim's token", `select status from workflow.park_run('w', $1, $2, 'sleep', 'nap', 0, null, 1000, null)`,
+			[]any{c.ID, c.LeaseToken + 1}, "lease_lost"},
+		{"park_run with a sleep already over", `select status from workflow.park_run('w', $1, $2, 'sleep', 'nap', 0, null, 0, null)`,
+			[]any{c.ID, c.LeaseToken}, "resolved"},
+		{"dag_advance of a run that is no DAG", `select 'advanced' from workflow.dag_advance($1)`,
+			[]any{bystander}, "advanced"},
+		{"expire_deadlines with nothing due", `select 'expired' from (select count(*) from workflow.expire_deadlines(null, 10)) x`,
+			nil, "expired"},
+	}
+	for _, call := range calls {
+		var got string
+		if err := tx.QueryRow(b.ctx, call.sql, call.args...).Scan(&got); err != nil {
+			t.Fatalf("%s: %v", call.name, err)
+		}
+		if got != call.want {
+			t.Fatalf("%s: %s, want %s", call.name, got, call.want)
+		}
+		mark(call.name)
+	}
+	if _, err := tx.Exec(b.ctx, `update workflow.workflow_run set status = 'failed', finished_at = now(),
+        last_error = 'given up by hand' where id = $1`, bystander); err != nil {
+		t.Fatal(err)
+	}
+	var data string
+	err = tx.QueryRow(b.ctx, `select data::text from workflow.workflow_event
+        where workflow_id = $1 and event_type = 'failed'`, bystander).Scan(&data)
+	if err == pgx.ErrNoRows || (err == nil && !strings.Contains(data, `"plain_sql"`)) {
+		t.Fatalf("the plain-SQL change after the functions was not audited (event %q, %v)", data, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
