@@ -153,9 +153,6 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true, "holds_lease": true,
-		// not inlinable, but an SQL-standard body: its names are bound when
-		// it is created, whatever the caller's search_path
-		"note_capped_types": true,
 	}
 	definer := map[string]bool{
 		// worker

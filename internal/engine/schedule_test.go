@@ -275,6 +275,11 @@ func TestScheduleExactlyOnceConcurrently(t *testing.T) {
 		t.Run(fmt.Sprintf("%d callers", callers), func(t *testing.T) {
 			b := setupSchedules(t)
 			const nSchedules, nTicks = 4, 15
+			// The four are made within one minute of the database's clock
+			// (moved to a second past the next whole minute), so that
+			// their first ticks are the same: made across a minute's end,
+			// the later ones would have no run at the first tick.
+			b.clockTo(t, b.clockNow(t).Truncate(time.Minute).Add(time.Minute+time.Second))
 			var ids []string
 			var first time.Time
 			for i := range nSchedules {
@@ -284,11 +289,12 @@ func TestScheduleExactlyOnceConcurrently(t *testing.T) {
 				}
 				s := b.putSchedule(t, spec)
 				ids = append(ids, s.ID)
-				if first.IsZero() || s.NextTickAt.Before(first) {
+				if first.IsZero() {
 					first = s.NextTickAt
+				} else if !s.NextTickAt.Equal(first) {
+					t.Fatalf("schedule %d's first tick is %s, the first one's %s", i, s.NextTickAt, first)
 				}
 			}
-			// Ticks are whole minutes, the same for all four (made in the same minute or not).
 			var mu sync.Mutex
 			var fired []engine.ScheduleFiring
 			var callErrs []error
