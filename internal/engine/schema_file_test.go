@@ -249,3 +249,36 @@ func TestUpgradeDropsWhatTheFileNoLongerDefines(t *testing.T) {
 		t.Fatalf("claim_runs is gone after the upgrade (%v)", err)
 	}
 }
+
+// Every function of the schema file opens with a comment that says what it
+// does: the file is read top to bottom, and a function without one is where
+// a reader stops.
+func TestEveryFunctionHasAHeaderComment(t *testing.T) {
+	t.Parallel()
+	path, err := pgtest.RepoFile("internal/engine/sql/workflow.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(text), "\n")
+	functions := 0
+	for i, line := range lines {
+		if !strings.HasPrefix(line, "create or replace function ") {
+			continue
+		}
+		functions++
+		j := i - 1
+		for j >= 0 && strings.TrimSpace(lines[j]) == "" {
+			j--
+		}
+		if j < 0 || !strings.HasPrefix(lines[j], "--") {
+			t.Errorf("line %d: %s has no header comment", i+1, strings.TrimSuffix(line, "("))
+		}
+	}
+	if functions < 40 {
+		t.Fatalf("found %d functions; the file was not read whole", functions)
+	}
+}

@@ -4639,11 +4639,8 @@ as $$
     order by s.ord
 $$;
 
--- The operator's metrics: runs by first type segment and status; the age
--- of the oldest runnable run by first segment; durations of runs finished
--- after a point in time (at most 10,000, oldest first); transitions since
--- an event id by type; the latest event id drawn (its transaction may not
--- have committed).
+-- The operator's metrics are read by the five functions that follow.
+-- run_counts: runs by first type segment and status.
 create or replace function workflow.run_counts()
 returns table (segment text, status text, runs bigint)
 language sql stable
@@ -4655,6 +4652,7 @@ as $$
     group by 1, 2
 $$;
 
+-- oldest_runnable: the age of the oldest runnable run by first segment.
 create or replace function workflow.oldest_runnable()
 returns table (segment text, age_seconds double precision)
 language sql stable
@@ -4666,6 +4664,8 @@ as $$
     group by 1
 $$;
 
+-- finished_since: durations of runs finished after a point in time (at
+-- most 10,000, oldest first).
 create or replace function workflow.finished_since(p_since timestamptz)
 returns table (segment text, status text, seconds double precision, finished_at timestamptz)
 language sql stable
@@ -4680,6 +4680,7 @@ as $$
     limit 10000
 $$;
 
+-- event_counts_after: transitions since an event id, by type.
 create or replace function workflow.event_counts_after(p_after bigint)
 returns table (event_type text, events bigint, last_id bigint)
 language sql stable
@@ -4691,6 +4692,8 @@ as $$
     group by e.event_type
 $$;
 
+-- latest_event_id: the latest event id drawn (its transaction may not have
+-- committed).
 create or replace function workflow.latest_event_id() returns bigint
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -4735,6 +4738,8 @@ as $$
     returning workflow_name
 $$;
 
+-- delete_registry deletes an entry for the object that owns it; false when
+-- there is none or another object owns it.
 create or replace function workflow.delete_registry(p_workflow_name text, p_owner_namespace text, p_owner_name text)
 returns boolean
 language sql
