@@ -1782,6 +1782,7 @@ $$;
 -- flow_recheck lets parked runs go wherever their key has a free slot (or
 -- their type no longer has a limit), at most p_limit runs, and deletes the
 -- rate windows that ended. Returns how many runs it let go.
+-- Fires: workflow_source_run_changed (a mirrored run's wait ends).
 -- Locks: the parked runs it lets go (skip locked); window rows of ended
 -- windows (skip locked).
 create or replace function workflow.flow_recheck(p_limit integer default 1000) returns integer
@@ -2151,6 +2152,7 @@ $$;
 -- that ends runs, as ending a parent does (the parent, then its children).
 -- The parents are looked up by primary key: as a join under enable_nestloop
 -- off, they were found by reading the whole table.
+-- Locks: the parents, FOR UPDATE, in id order.
 -- A hot call: planned as section 9 says (run it again after replacing
 -- this function alone).
 create or replace function workflow.lock_parents(p_ids uuid[]) returns void
@@ -2376,6 +2378,7 @@ $$;
 -- held_run returns the run a worker holds, locked, or null when the worker
 -- no longer holds it (another attempt, another worker, finished). The
 -- fence of every journal write that works run by run.
+-- Locks: the run, FOR UPDATE (whoever holds it).
 create or replace function workflow.held_run(p_worker_id text, p_id uuid, p_token bigint) returns workflow.workflow_run
 language plpgsql
 set search_path = pg_catalog, pg_temp
