@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,23 +44,7 @@ func startPythonWorker(t *testing.T, url, id string) *exec.Cmd {
 	cmd := exec.Command(strings.TrimSpace(string(py)), worker, "--type-prefixes=demo.", "--runtime=python",
 		"--worker-id="+id, "--lease-duration=3")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
-	logFile, err := os.Create(filepath.Join(t.TempDir(), id+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(logFile.Name())
-			t.Logf("%s log:\n%s", id, out)
-		}
-	})
-	return cmd
+	return startLogged(t, cmd, id)
 }
 
 // Postgres crash-restarted under load, then frozen for

@@ -31,7 +31,14 @@ func startWorker(t *testing.T, bin, url, id string, extra ...string) *exec.Cmd {
 	t.Helper()
 	args := append([]string{"--database-url", url, "--worker-id", id, "--type-prefixes", "demo.",
 		"--lease-duration", "2s", "--reap-interval", "300ms"}, extra...)
-	cmd := exec.Command(bin, args...)
+	return startLogged(t, exec.Command(bin, args...), id)
+}
+
+// startLogged starts cmd with its output in a log file named for id; the
+// process is killed when the test ends if still running, and its log is
+// shown when the test failed.
+func startLogged(t *testing.T, cmd *exec.Cmd, id string) *exec.Cmd {
+	t.Helper()
 	logFile, err := os.Create(filepath.Join(t.TempDir(), id+".log"))
 	if err != nil {
 		t.Fatal(err)

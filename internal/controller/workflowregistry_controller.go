@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -58,21 +57,7 @@ func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 }
 
 func (r *WorkflowRegistryReconciler) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var reg workflowv1alpha1.WorkflowRegistry
-	if err := r.Get(ctx, req.NamespacedName, &reg); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !reg.DeletionTimestamp.IsZero() {
-		return r.finalize(ctx, &reg)
-	}
-	if err := ensureFinalizer(ctx, r.Client, &reg); err != nil {
-		return ctrl.Result{}, err
-	}
-	res, err := r.reconcile(ctx, &reg)
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil
-	}
-	return res, err
+	return reconcileObject(ctx, r.Client, req, &workflowv1alpha1.WorkflowRegistry{}, r.finalize, r.reconcile)
 }
 
 func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
@@ -219,29 +204,15 @@ func (r *WorkflowRegistryReconciler) now() time.Time {
 	return time.Now()
 }
 
-// inboxUnreachable handles an inbox error met while deleting: within the
-// grace period it records the Deleting condition (and a Warning Event when
-// the condition changes) and retries; after it, the finalizer goes anyway.
+// inboxUnreachable handles an inbox error met while deleting (see
+// inboxOutage.handle).
 func (r *WorkflowRegistryReconciler) inboxUnreachable(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry, cause error) (ctrl.Result, error) {
-	log := logf.FromContext(ctx).WithValues("workflowregistry", client.ObjectKeyFromObject(reg))
-	overdue, retry := deletionWait(reg, r.DeletionGracePeriod, r.now())
-	if overdue {
-		log.Error(cause, "The inbox stayed unreachable for the deletion grace period; removing the finalizer anyway")
-		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
-			"The inbox was unreachable for the deletion grace period; the finalizer was removed without unregistering the workflows (their registry rows stay in the inbox, owned by this deleted object, until a WorkflowRegistry of the same namespace and name is created again or they are deleted by hand): %v",
-			cause)
-		return ctrl.Result{}, dropFinalizer(ctx, r.Client, reg)
-	}
-	log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", cause.Error())
-	before := reg.DeepCopy()
-	if setCondition(&reg.Status.Conditions, unreachableCondition(reg.Generation, cause, r.DeletionGracePeriod)) {
-		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonInboxUnreachable, "Delete",
-			"The inbox is unreachable; the deletion is retried: %v", cause)
-		if err := r.Status().Patch(ctx, reg, client.MergeFrom(before)); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("write Deleting condition: %w", err))
-		}
-	}
-	return ctrl.Result{RequeueAfter: retry}, nil
+	return inboxOutage{
+		client: r.Client, recorder: r.Recorder, grace: r.DeletionGracePeriod, now: r.now(),
+		obj: reg, conditions: &reg.Status.Conditions, cause: cause,
+		without:         "unregistering the workflows (their registry rows stay in the inbox, owned by this deleted object, until a WorkflowRegistry of the same namespace and name is created again or they are deleted by hand)",
+		removeFinalizer: func(ctx context.Context) error { return dropFinalizer(ctx, r.Client, reg) },
+	}.handle(ctx, "workflowregistry", client.ObjectKeyFromObject(reg))
 }
 
 // SetupWithManager registers the controller.

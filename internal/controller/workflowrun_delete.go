@@ -61,28 +61,13 @@ func (r *WorkflowRunReconciler) removeFinalizer(ctx context.Context, wfr *workfl
 	return nil
 }
 
-// inboxUnreachable handles an inbox error met while deleting: within the
-// grace period it records the Deleting condition (and a Warning Event when
-// the condition changes) and retries; after it, the finalizer goes anyway.
+// inboxUnreachable handles an inbox error met while deleting (see
+// inboxOutage.handle).
 func (r *WorkflowRunReconciler) inboxUnreachable(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, cause error) (ctrl.Result, error) {
-	log := logf.FromContext(ctx).WithValues("workflowrun", client.ObjectKeyFromObject(wfr))
-	overdue, retry := deletionWait(wfr, r.DeletionGracePeriod, r.now())
-	if overdue {
-		log.Error(cause, "The inbox stayed unreachable for the deletion grace period; removing the finalizer anyway",
-			"runID", wfr.Status.RunID)
-		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
-			"The inbox was unreachable for the deletion grace period; the finalizer was removed without cancelling the run (run %q stays in the inbox, not cancelled, and runs or waits as any run does): %v",
-			wfr.Status.RunID, cause)
-		return ctrl.Result{}, r.removeFinalizer(ctx, wfr)
-	}
-	log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", cause.Error())
-	before := wfr.DeepCopy()
-	if setCondition(&wfr.Status.Conditions, unreachableCondition(wfr.Generation, cause, r.DeletionGracePeriod)) {
-		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonInboxUnreachable, "Delete",
-			"The inbox is unreachable; the deletion is retried: %v", cause)
-		if err := r.Status().Patch(ctx, wfr, client.MergeFrom(before)); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("write Deleting condition: %w", err))
-		}
-	}
-	return ctrl.Result{RequeueAfter: retry}, nil
+	return inboxOutage{
+		client: r.Client, recorder: r.Recorder, grace: r.DeletionGracePeriod, now: r.now(),
+		obj: wfr, conditions: &wfr.Status.Conditions, cause: cause,
+		without:         fmt.Sprintf("cancelling the run (run %q stays in the inbox, not cancelled, and runs or waits as any run does)", wfr.Status.RunID),
+		removeFinalizer: func(ctx context.Context) error { return r.removeFinalizer(ctx, wfr) },
+	}.handle(ctx, "workflowrun", client.ObjectKeyFromObject(wfr), "runID", wfr.Status.RunID)
 }

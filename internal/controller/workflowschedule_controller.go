@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -80,21 +78,7 @@ func (r *WorkflowScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Req
 }
 
 func (r *WorkflowScheduleReconciler) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var ws workflowv1alpha1.WorkflowSchedule
-	if err := r.Get(ctx, req.NamespacedName, &ws); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !ws.DeletionTimestamp.IsZero() {
-		return r.finalize(ctx, &ws)
-	}
-	if err := ensureFinalizer(ctx, r.Client, &ws); err != nil {
-		return ctrl.Result{}, err
-	}
-	res, err := r.reconcile(ctx, &ws)
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil
-	}
-	return res, err
+	return reconcileObject(ctx, r.Client, req, &workflowv1alpha1.WorkflowSchedule{}, r.finalize, r.reconcile)
 }
 
 func (r *WorkflowScheduleReconciler) reconcile(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (ctrl.Result, error) {
@@ -209,27 +193,13 @@ func (r *WorkflowScheduleReconciler) finalize(ctx context.Context, ws *workflowv
 	if !controllerutil.ContainsFinalizer(ws, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	log := logf.FromContext(ctx).WithValues("workflowschedule", client.ObjectKeyFromObject(ws))
 	if _, err := r.Inbox.DeleteSchedule(ctx, ws.Namespace, ws.Name); err != nil {
-		cause := fmt.Errorf("delete schedule: %w", err)
-		overdue, retry := deletionWait(ws, r.DeletionGracePeriod, r.now())
-		if overdue {
-			log.Error(cause, "The inbox stayed unreachable for the deletion grace period; removing the finalizer anyway")
-			r.Recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
-				"The inbox was unreachable for the deletion grace period; the finalizer was removed without deleting the schedule from the inbox (it keeps firing until it is deleted there, or a WorkflowSchedule of the same namespace and name takes it over): %v",
-				cause)
-			return ctrl.Result{}, dropFinalizer(ctx, r.Client, ws)
-		}
-		log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", cause.Error())
-		before := ws.DeepCopy()
-		if setCondition(&ws.Status.Conditions, unreachableCondition(ws.Generation, cause, r.DeletionGracePeriod)) {
-			r.Recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonInboxUnreachable, "Delete",
-				"The inbox is unreachable; the deletion is retried: %v", cause)
-			if err := r.Status().Patch(ctx, ws, client.MergeFrom(before)); err != nil {
-				return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("write Deleting condition: %w", err))
-			}
-		}
-		return ctrl.Result{RequeueAfter: retry}, nil
+		return inboxOutage{
+			client: r.Client, recorder: r.Recorder, grace: r.DeletionGracePeriod, now: r.now(),
+			obj: ws, conditions: &ws.Status.Conditions, cause: fmt.Errorf("delete schedule: %w", err),
+			without:         "deleting the schedule from the inbox (it keeps firing until it is deleted there, or a WorkflowSchedule of the same namespace and name takes it over)",
+			removeFinalizer: func(ctx context.Context) error { return dropFinalizer(ctx, r.Client, ws) },
+		}.handle(ctx, "workflowschedule", client.ObjectKeyFromObject(ws))
 	}
 	return ctrl.Result{}, dropFinalizer(ctx, r.Client, ws)
 }
