@@ -11,12 +11,12 @@ import (
 
 // A function that changes statuses marks the transaction while it runs
 // (workflow.via_function) so that the plain-SQL audit trigger does not write
-// a second event; whichever way it returns, it gives the mark back. A
+// a second event; when it returns early, it gives the mark back. A
 // plain-SQL status change later in the same transaction is still audited.
 // Each call below leaves its function early: park_run refused, fenced out,
 // resolved at once; dag_advance on a run that is no DAG; expire_deadlines
 // with nothing due.
-func TestAuditMarkIsGivenBackOnEveryReturn(t *testing.T) {
+func TestAuditMarkIsGivenBackOnEarlyReturns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	leased := b.create(t, engine.CreateParams{Type: "mark.held.v1"})

@@ -101,3 +101,25 @@ func TestDAGConditionsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// A definition whose "final" is not a boolean is refused with that reason,
+// whatever else the step has: it is checked before anything reads it as
+// one (a string beside when or forEach failed the check with a cast error).
+func TestDAGFinalThatIsNoBooleanIsRefusedWithItsReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, def := range []string{
+		`{"steps": [{"name": "a", "type": "x.a.v1", "when": "$.x == 1", "final": "x"}]}`,
+		`{"steps": [{"name": "a", "type": "x.a.v1", "forEach": "$.xs", "final": "yes"}]}`,
+		`{"steps": [{"name": "a", "type": "x.a.v1", "final": 1}]}`,
+		`{"steps": [{"name": "a", "type": "x.a.v1", "final": null, "when": "$.x"}]}`,
+	} {
+		var problem *string
+		if err := b.pool.QueryRow(b.ctx, `select workflow.definition_problem($1::jsonb)`, def).Scan(&problem); err != nil {
+			t.Fatalf("%s: %v", def, err)
+		}
+		if problem == nil || !strings.Contains(*problem, `step "a": final must be true or false`) {
+			t.Errorf("%s: problem %v, want final must be true or false", def, problem)
+		}
+	}
+}

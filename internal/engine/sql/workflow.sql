@@ -2065,14 +2065,15 @@ $$;
 comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[]) is
     'Leases up to p_limit runnable runs of a worker''s types; returns each with its journal and traceparent.';
 
--- holds_lease is the fence of every batch a worker writes: the run is
--- leased, by this worker, under the token of the claim it holds (another
--- attempt, another worker or a finished run fails it). The status is
--- compared as coalesce(status, '') = 'leased' so that a batch is found by
--- its primary key and never through the partial index of leased runs,
--- whose predicate (status = 'leased') a plain comparison would match. An
--- SQL body without SET clauses: the planner inlines it, so the batch
--- functions' plans are those of the comparisons written out.
+-- holds_lease is the fence of every write a worker makes (its batches, and
+-- held_run for the writes made run by run): the run is leased, by this
+-- worker, under the token of the claim it holds (another attempt, another
+-- worker or a finished run fails it; null where a value is null). The
+-- status is compared as coalesce(status, '') = 'leased' so that a batch is
+-- found by its primary key and never through the partial index of leased
+-- runs, whose predicate (status = 'leased') a plain comparison would
+-- match. An SQL body without SET clauses: the planner inlines it, so the
+-- batch functions' plans are those of the comparisons written out.
 create or replace function workflow.holds_lease(
     p_status text,
     p_leased_by text,
@@ -2387,8 +2388,8 @@ declare
     v_run workflow.workflow_run;
 begin
     select * into v_run from workflow.workflow_run r where r.id = p_id for update;
-    if not found or v_run.status <> 'leased' or v_run.leased_by is distinct from p_worker_id
-       or v_run.lease_token is distinct from p_token then
+    if not found or not coalesce(workflow.holds_lease(v_run.status, v_run.leased_by, v_run.lease_token,
+                                                      p_worker_id, p_token), false) then
         return null;
     end if;
     return v_run;
@@ -3145,8 +3146,17 @@ begin
             or exists (select 1 from jsonb_array_elements(v_step.s->'dependsOn') d where jsonb_typeof(d) <> 'string')) then
             return format('step "%s": dependsOn must be a list of at most 100 step names', v_step.s->>'name');
         end if;
+        -- Before anything reads it as a boolean.
+        if v_step.s ? 'final' and jsonb_typeof(v_step.s->'final') <> 'boolean' then
+            return format('step "%s": final must be true or false', v_step.s->>'name');
+        end if;
         if v_step.s ? 'when' and coalesce((v_step.s->>'final')::boolean, false) then
             return format('step "%s": a final step always runs; it takes no when', v_step.s->>'name');
+        end if;
+        -- A condition and a list are SQL/JSON path expressions over the input.
+        v_key := case when v_step.s ? 'when' then workflow.path_problem(v_step.s, 'when') end;
+        if v_key is not null then
+            return v_key;
         end if;
         if v_step.s ? 'forEach' and coalesce((v_step.s->>'final')::boolean, false) then
             return format('step "%s": a final step runs once; it takes no forEach', v_step.s->>'name');
@@ -3154,9 +3164,7 @@ begin
         if v_step.s ? 'forEach' and char_length(v_step.s->>'name') > 57 then
             return format('step "%s": a step with forEach has a name of at most 57 characters (its elements are named <name>[<index>])', v_step.s->>'name');
         end if;
-        -- A condition and a list are JSONPath expressions over the input.
-        v_key := coalesce(case when v_step.s ? 'when' then workflow.path_problem(v_step.s, 'when') end,
-                          case when v_step.s ? 'forEach' then workflow.path_problem(v_step.s, 'forEach') end);
+        v_key := case when v_step.s ? 'forEach' then workflow.path_problem(v_step.s, 'forEach') end;
         if v_key is not null then
             return v_key;
         end if;
@@ -3164,9 +3172,6 @@ begin
             or jsonb_typeof(v_step.s->'forEachFailure') <> 'string'
             or v_step.s->>'forEachFailure' not in ('failStep', 'continue')) then
             return format('step "%s": forEachFailure is failStep or continue, on a step with forEach', v_step.s->>'name');
-        end if;
-        if v_step.s ? 'final' and jsonb_typeof(v_step.s->'final') <> 'boolean' then
-            return format('step "%s": final must be true or false', v_step.s->>'name');
         end if;
         if coalesce((v_step.s->>'final')::boolean, false) and jsonb_array_length(coalesce(v_step.s->'dependsOn', '[]')) > 0 then
             return format('step "%s": a final step runs after all the others and depends on none', v_step.s->>'name');
@@ -3971,7 +3976,6 @@ declare
     v_via text := coalesce(current_setting('workflow.via_function', true), '');
     v_ids uuid[];
 begin
-    perform set_config('workflow.via_function', 'on', true);
     select array_agg(d.id) into v_ids
     from (
         select o.id
@@ -3986,9 +3990,9 @@ begin
         limit p_limit
     ) d;
     if v_ids is null then
-        perform set_config('workflow.via_function', v_via, true);
         return;
     end if;
+    perform set_config('workflow.via_function', 'on', true);
     perform workflow.lock_parents(v_ids);
     return query
     with doomed as (
@@ -5438,7 +5442,7 @@ begin
         end if;
     end if;
     r.weekdays_star := v_dow.star;
-    if r.problem is null and not r.days_star and r.weekdays_star then
+    if not r.days_star and r.weekdays_star then
         -- The days of the month alone decide (the weekday field is *): some
         -- month of the month field must have the first of them.
         r.problem := format('the expression never fires: no month of the month field (%s) has day %s (day-of-month field)',
