@@ -96,8 +96,10 @@
 -- named above. Every trigger on workflow_run serves a plain-SQL path too
 -- (an INSERT, an UPDATE of status or deleted_at, a DELETE), so a transition
 -- a trigger makes stays in the trigger, and each function's header names
--- the triggers its writes fire. What only functions do is in the
--- functions. The functions that change a status set the transaction-local
+-- the triggers its writes fire; one exception, measured: the batch
+-- functions that end leases let their keys' parked runs go themselves
+-- (free_slots), the trigger serving every other path. What only functions
+-- do is in the functions. The functions that change a status set the transaction-local
 -- setting workflow.via_function while they run, so that the plain-SQL audit
 -- trigger does not write a second event; it is an audit hint, not a guard.
 --
@@ -1362,10 +1364,12 @@ comment on function workflow.active_types(text[]) is 'Types of pending or leased
 --     as the limits let start, so the autoscaler does not scale for them.
 --   * flow_recheck (from reap_expired_leases, so workers and the manager
 --     run it every few seconds) lets parked runs go wherever a slot is
---     free: the one case the trigger cannot see is a run of a key that
---     finishes after the statement parking the key's runs took its
---     snapshot (it counts the key's leased runs again) and before that
---     claim commits. It also ends rate windows of idle keys.
+--     free: the cases that free_slots and the trigger cannot see are a run
+--     of a key that finishes after the statement parking the key's runs
+--     took its snapshot (it counts the key's leased runs again) and before
+--     that claim commits, and a parked run locked by another transaction
+--     when its slot was freed (skip locked). It also ends rate windows of
+--     idle keys.
 
 -- flow_admit picks which runnable runs of one limited type this claim may
 -- lease (at most p_limit), and returns their addresses (ctid), locked by
@@ -1712,8 +1716,7 @@ $$;
 -- path does (park_run, the reaper, deadlines, plain SQL). Like
 -- workflow.via_function the mark is a hint, not a guard: a session that
 -- sets it itself only delays the parked runs of the keys whose runs it
--- ends (which row security keeps to its own), until flow_recheck lets them
--- go.
+-- ends, until flow_recheck lets them go.
 -- Locks: that parked run (skip locked).
 create or replace function workflow.on_flow_slot_freed() returns trigger
 language plpgsql security definer
@@ -2209,8 +2212,9 @@ return workflow.stored_value_problem(p_result, 'result');
 -- the batch stands. Returns (id, status, error) per finished run.
 -- Fires: workflow_child_finished (a parent's journal and wake-up, or its
 -- DAG's next steps), workflow_parent_ended (children of a run that failed
--- here), workflow_source_run_changed; not workflow_run_flow_slot_freed:
--- free_slots lets go the parked runs of the keys whose runs ended.
+-- here), workflow_source_run_changed; workflow_run_flow_slot_freed only for
+-- the runs those triggers end (free_slots lets go the parked runs of the
+-- keys of the runs it ends itself).
 -- Locks: the parents of the batch's runs in id order, then the runs, then
 -- the parked runs it lets go.
 -- A hot call: planned as section 9 says (run it again after replacing
