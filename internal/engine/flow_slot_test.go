@@ -194,34 +194,49 @@ func TestSlotOfAChildCancelledByItsParentsFailureIsFreed(t *testing.T) {
 
 // A batch that ends several runs of one key lets as many of its parked runs
 // go, the oldest first, and no more: a key capped at two with two leased
-// runs and three parked ones has two let go when both complete together.
+// runs and three parked ones has two let go when both end together, by a
+// completion, a failure to be retried or a release.
 func TestBatchFreesAsManySlotsAsItsRunsOfAKeyHeld(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const typ = "flow.slots.two.v1"
-	b.registerFlow(t, typ, engine.FlowLimits{MaxLeasedPerKey: i32(2)})
-	var ids []string // one at a time, oldest first
-	for range 5 {
-		ids = append(ids, b.createKeyed(t, typ, "acme", 1)[0])
+	ends := map[string]string{
+		"complete": `select count(*) from workflow.complete_runs('w', $1::uuid[], $2::bigint[], array['{}', '{}']::jsonb[])`,
+		"retry": `select count(*) from workflow.fail_runs('w', $1::uuid[], $2::bigint[], array['boom', 'boom'],
+			array[true, true])`,
+		"release": `select count(*) from workflow.release_runs('w', $1::uuid[], $2::bigint[])`,
 	}
-	leased := b.claim(t, "w", []string{"flow.slots."}, 10)
-	if len(leased) != 2 || !(leased[0].ID == ids[0] && leased[1].ID == ids[1] || leased[0].ID == ids[1] && leased[1].ID == ids[0]) {
-		t.Fatalf("claimed %v, want the key's two oldest runs %v", leased, ids[:2])
-	}
-	// A claim parks the runs of a full key it meets; the next one, the rest.
-	if more := b.claim(t, "w", []string{"flow.slots."}, 10); len(more) != 0 {
-		t.Fatalf("claimed %v of a full key", more)
-	}
-	for i, id := range ids[2:] {
-		if w := b.get(t, id).Wait; w == nil || w.Kind != "limit" {
-			t.Fatalf("run %d of the key is not parked after two claims: %+v", i+3, w)
+	for name, stmt := range ends {
+		typ := "flow.slots." + name + ".v1"
+		b.registerFlow(t, typ, engine.FlowLimits{MaxLeasedPerKey: i32(2)})
+		var ids []string // one at a time, oldest first
+		for range 5 {
+			ids = append(ids, b.createKeyed(t, typ, "acme", 1)[0])
 		}
-	}
-	b.completeAll(t, "w", leased)
-	for i, id := range ids[2:] {
-		w := b.get(t, id).Wait
-		if parked := w != nil && w.Kind == "limit"; parked != (i == 2) {
-			t.Errorf("run %d of the key: parked %v (wait %+v); want the two oldest let go and the youngest parked", i+3, parked, w)
+		prefix := "flow.slots." + name + "."
+		leased := b.claim(t, "w", []string{prefix}, 10)
+		if len(leased) != 2 || !(leased[0].ID == ids[0] && leased[1].ID == ids[1] || leased[0].ID == ids[1] && leased[1].ID == ids[0]) {
+			t.Fatalf("%s: claimed %v, want the key's two oldest runs %v", name, leased, ids[:2])
+		}
+		// A claim parks the runs of a full key it meets; the next one, the rest.
+		if more := b.claim(t, "w", []string{prefix}, 10); len(more) != 0 {
+			t.Fatalf("%s: claimed %v of a full key", name, more)
+		}
+		for i, id := range ids[2:] {
+			if w := b.get(t, id).Wait; w == nil || w.Kind != "limit" {
+				t.Fatalf("%s: run %d of the key is not parked after two claims: %+v", name, i+3, w)
+			}
+		}
+		var ended int
+		if err := b.pool.QueryRow(b.ctx, stmt, []string{leased[0].ID, leased[1].ID},
+			[]int64{leased[0].LeaseToken, leased[1].LeaseToken}).Scan(&ended); err != nil || ended != 2 {
+			t.Fatalf("%s: ended %d runs, %v; want 2", name, ended, err)
+		}
+		for i, id := range ids[2:] {
+			w := b.get(t, id).Wait
+			if parked := w != nil && w.Kind == "limit"; parked != (i == 2) {
+				t.Errorf("%s: run %d of the key: parked %v (wait %+v); want the two oldest let go and the youngest parked",
+					name, i+3, parked, w)
+			}
 		}
 	}
 }
