@@ -248,3 +248,53 @@ func TestBatchFreesAsManySlotsAsItsRunsOfAKeyHeld(t *testing.T) {
 		}
 	}
 }
+
+// A batch's freed slots stay within its runs' type and key, whatever the
+// keys hold: one team's completion of runs with hostile keys (the longest
+// allowed, quotes, an array literal, SQL, emoji) lets go exactly its own
+// parked run of each key, and another team's runs parked on the very same
+// key strings stay parked, their leased runs untouched.
+func TestBatchFreedSlotsStayWithTheirTypeBesideAnotherTeam(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const mine, theirs = "flow.freed.mine.v1", "flow.freed.theirs.v1"
+	b.registerFlow(t, mine, engine.FlowLimits{MaxLeasedPerKey: i32(1)})
+	b.registerFlow(t, theirs, engine.FlowLimits{MaxLeasedPerKey: i32(1)})
+	keys := []string{strings.Repeat("k", 255), `a"b`, `{x,y}`, `NULL`, `'); drop table workflow.workflow_run; --`, "ключ-😀"}
+	parked := map[string][]string{} // type -> its parked run per key
+	for _, typ := range []string{mine, theirs} {
+		for _, k := range keys {
+			ids := b.createKeyed(t, typ, k, 1)
+			ids = append(ids, b.createKeyed(t, typ, k, 1)...) // one at a time: the second is the younger
+			parked[typ] = append(parked[typ], ids[1])
+		}
+	}
+	leasedMine := b.claim(t, "w", []string{"flow.freed.mine."}, 100)
+	leasedTheirs := b.claim(t, "w", []string{"flow.freed.theirs."}, 100)
+	if len(leasedMine) != len(keys) || len(leasedTheirs) != len(keys) {
+		t.Fatalf("claimed %d and %d runs, want one per key of each type (%d)", len(leasedMine), len(leasedTheirs), len(keys))
+	}
+	for _, typ := range []string{mine, theirs} {
+		for i, id := range parked[typ] {
+			if w := b.get(t, id).Wait; w == nil || w.Kind != "limit" {
+				t.Fatalf("%s key %d: the second run is not parked: %+v", typ, i, w)
+			}
+		}
+	}
+	b.completeAll(t, "w", leasedMine)
+	for i, id := range parked[mine] {
+		if w := b.get(t, id).Wait; w != nil {
+			t.Errorf("my key %d: the freed slot did not let my parked run go: %+v", i, w)
+		}
+	}
+	for i, id := range parked[theirs] {
+		if w := b.get(t, id).Wait; w == nil || w.Kind != "limit" {
+			t.Errorf("their key %d: their parked run was let go by my completions: %+v", i, w)
+		}
+	}
+	for _, r := range leasedTheirs {
+		if st := b.get(t, r.ID).Status; st != engine.StatusLeased {
+			t.Errorf("their run %s is %s, want still leased", r.ID, st)
+		}
+	}
+}
