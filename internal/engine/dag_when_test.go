@@ -81,6 +81,50 @@ func TestDAGConditionsOnThePayload(t *testing.T) {
 	}
 }
 
+// A condition that fails to evaluate (a comparison of a date with a
+// time that has a zone, which silent mode does not excuse) fails its
+// workflow with the reason and the step named, never the completion that
+// made the step ready; another workflow of the same definition whose
+// condition evaluates goes on unharmed.
+func TestDAGConditionThatFailsToEvaluateFailsItsWorkflow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "when.err.v1",
+		step("check", "whene.check.v1"),
+		whenStep("late", "whene.late.v1", `$.steps.check.result.d.datetime() < "2024-01-01 00:00:00+00".datetime()`, "check"))
+	broken := b.insertSQL(t, "when.err.v1", `{}`)
+	fine := b.insertSQL(t, "when.err.v1", `{}`)
+	c := b.claim(t, "w1", []string{"whene."}, 10)
+	if len(c) != 2 {
+		t.Fatalf("claimed %+v, want both checks", c)
+	}
+	results := map[string]json.RawMessage{broken: json.RawMessage(`{"d": "2023-05-01"}`), fine: json.RawMessage(`{"d": 7}`)}
+	var done []engine.Completion
+	for _, l := range c {
+		r := b.get(t, l.ID)
+		done = append(done, engine.Completion{LeaseRef: l.Ref(), Result: results[r.ParentID]})
+	}
+	if _, err := b.eng.CompleteRuns(b.ctx, "w1", done); err != nil {
+		t.Fatalf("the completion failed with its workflow's condition: %v", err)
+	}
+	for _, l := range c {
+		if r := b.get(t, l.ID); r.Status != engine.StatusSucceeded {
+			t.Fatalf("the step whose completion evaluated the condition is %s", r.Status)
+		}
+	}
+	r := b.get(t, broken)
+	if r.Status != engine.StatusFailed || !strings.Contains(r.LastError, `the condition of step "late" could not be evaluated: `) {
+		t.Fatalf("workflow %s (%s), want failed naming the condition of late", r.Status, r.LastError)
+	}
+	// No boolean (a number is no date): the step is skipped, the workflow succeeds.
+	if got := b.stepRuns(t, fine); got != "check=succeeded late=skipped" {
+		t.Fatalf("the other workflow's steps: %q", got)
+	}
+	if r := b.get(t, fine); r.Status != engine.StatusSucceeded {
+		t.Fatalf("the other workflow is %s (%s)", r.Status, r.LastError)
+	}
+}
+
 // Conditions are checked when a definition is stored.
 func TestDAGConditionsAreChecked(t *testing.T) {
 	t.Parallel()
