@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -89,11 +90,15 @@ func TestTransferIsWrittenOnceWhereverTheWorkerDies(t *testing.T) {
 			}
 			defer lock.Release()
 			if held {
-				if _, err := client.Pool().Exec(ctx, `
-                    create function public.hold_journal() returns trigger language plpgsql as $$
-                    begin perform pg_advisory_xact_lock(0, 4242); return null; end $$;
-                    create trigger hold_journal after insert on workflow.workflow_step
-                        for each row when (new.name = 'transfer') execute function public.hold_journal()`); err != nil {
+				path, err := pgtest.RepoFile("testdata/steptx/hold_journal.sql")
+				if err != nil {
+					t.Fatal(err)
+				}
+				hold, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Pool().Exec(ctx, string(hold)); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := lock.Exec(ctx, `select pg_advisory_lock(0, 4242)`); err != nil {

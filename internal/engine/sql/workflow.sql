@@ -591,7 +591,8 @@ begin
     new.updated_at := old.updated_at;
     return new;
 end $$;
-create or replace trigger workflow_run_history_rewritten before update of deleted_at, updated_at on workflow.workflow_run
+create or replace trigger workflow_run_history_rewritten
+    before update of deleted_at, updated_at on workflow.workflow_run
     for each row when ((old.deleted_at is not null and new.deleted_at is distinct from old.deleted_at)
                        or new.updated_at < old.updated_at)
     execute function workflow.on_run_history_rewritten();
@@ -3252,7 +3253,8 @@ begin
     end if;
     return new;
 end $$;
-create or replace trigger workflow_registry_written before insert or update of definition, workflow_name on workflow.workflow_registry
+create or replace trigger workflow_registry_written
+    before insert or update of definition, workflow_name on workflow.workflow_registry
     for each row execute function workflow.on_registry_written();
 
 -- The steps of a DAG run that may start now: not started yet, every
@@ -5601,7 +5603,8 @@ begin
 end $$;
 create or replace trigger workflow_schedule_inserted before insert on workflow.workflow_schedule
     for each row execute function workflow.on_schedule_written();
-create or replace trigger workflow_schedule_changed before update of cron, time_zone, payload on workflow.workflow_schedule
+create or replace trigger workflow_schedule_changed
+    before update of cron, time_zone, payload on workflow.workflow_schedule
     for each row when (new.cron is distinct from old.cron or new.time_zone is distinct from old.time_zone
                        or new.payload is distinct from old.payload)
     execute function workflow.on_schedule_written();

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from simpleworkflow import Poller, PermanentError, StoppedError, Task  # noqa: E402
 from simpleworkflow import tracing  # noqa: E402
+from tests import support  # noqa: E402
 from tests.support import InboxTest, wait_for  # noqa: E402
 
 logging.basicConfig(level=logging.WARNING)
@@ -331,10 +332,8 @@ class WorkerKilledTest(InboxTest):
             # The journal write waits, after inserting the step's entry, on a
             # lock the test holds: the worker has written its ledger row and
             # its journal entry and has not sent its commit.
-            self.sql("""create function public.hold_journal() returns trigger language plpgsql as $$
-                        begin perform pg_advisory_xact_lock(0, 4242); return null; end $$""")
-            self.sql("""create trigger hold_journal after insert on workflow.workflow_step
-                        for each row when (new.name = 'transfer') execute function public.hold_journal()""")
+            with open(os.path.join(support.ROOT, "testdata", "steptx", "hold_journal.sql"), encoding="utf-8") as f:
+                self.sql(f.read())
             lock.execute("select pg_advisory_lock(0, 4242)")
         first_id, second_id = f"{name}-a", f"{name}-b"
         first = self.worker(first_id)
