@@ -99,9 +99,10 @@
 -- the triggers its writes fire; one exception, measured: the batch
 -- functions that end leases let their keys' parked runs go themselves
 -- (free_slots), the trigger serving every other path. What only functions
--- do is in the functions. The functions that change a status set the transaction-local
--- setting workflow.via_function while they run, so that the plain-SQL audit
--- trigger does not write a second event; it is an audit hint, not a guard.
+-- do is in the functions. The functions that change a status set the
+-- transaction-local setting workflow.via_function while they run (set_marks,
+-- then restore_marks), so that the plain-SQL audit trigger does not write a
+-- second event; it is an audit hint, not a guard.
 --
 -- LOCK ORDER, wherever two rows are locked:
 --   1. a workflow (a DAG run or a durable parent) before its children: every
