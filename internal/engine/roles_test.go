@@ -212,6 +212,9 @@ order by 2`)
 			if len(f.config) > 0 || f.secdef {
 				t.Errorf("%s: an inlinable or table-free helper must have no SET clause and not be security definer (config %v)", f.signature, f.config)
 			}
+			if unpinned[f.name] && f.public {
+				t.Errorf("%s: the audit marks' helpers are for the functions that run as the owner, not PUBLIC", f.signature)
+			}
 		case definer[f.name]:
 			if !f.secdef || !pinned || f.public {
 				t.Errorf("%s: security definer %v, config %v, PUBLIC may execute %v; want security definer, search_path=pg_catalog, pg_temp, no PUBLIC",
