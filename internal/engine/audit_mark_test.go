@@ -11,11 +11,12 @@ import (
 
 // A function that changes statuses marks the transaction while it runs
 // (workflow.via_function) so that the plain-SQL audit trigger does not write
-// a second event; when it returns early, it gives the mark back. A
-// plain-SQL status change later in the same transaction is still audited.
-// Each call below leaves its function early: park_run refused, fenced out,
-// resolved at once; dag_advance on a run that is no DAG; expire_deadlines
-// with nothing due.
+// a second event; whichever way it returns, it gives back the caller's own
+// value of the setting, to the letter. A plain-SQL status change later in
+// the same transaction is still audited. Most calls below leave their
+// function early: park_run refused, fenced out, resolved at once;
+// dag_advance on a run that is no DAG; expire_deadlines with nothing due;
+// then a heartbeat and a fenced-out release run to their end.
 func TestAuditMarkIsGivenBackOnEarlyReturns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -31,14 +32,24 @@ func TestAuditMarkIsGivenBackOnEarlyReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
+	// The caller's own value of the setting, long and full of quotes, is
+	// what each function must give back, to the letter.
+	own := strings.Repeat(`x'"; on `, 1000)
+	if _, err := tx.Exec(b.ctx, `select set_config('workflow.via_function', $1, true)`, own); err != nil {
+		t.Fatal(err)
+	}
 	mark := func(after string) {
 		t.Helper()
-		var v string
-		if err := tx.QueryRow(b.ctx, `select coalesce(current_setting('workflow.via_function', true), '')`).Scan(&v); err != nil {
+		var v, frees string
+		if err := tx.QueryRow(b.ctx, `select coalesce(current_setting('workflow.via_function', true), ''),
+			coalesce(current_setting('workflow.frees_slots', true), '')`).Scan(&v, &frees); err != nil {
 			t.Fatal(err)
 		}
-		if v == "on" {
-			t.Fatalf("after %s the transaction is still marked as inside a function", after)
+		if v != own {
+			t.Fatalf("after %s the mark is %.40q..., want the caller's own value back", after, v)
+		}
+		if frees == "on" {
+			t.Fatalf("after %s the transaction still says its batch frees slots itself", after)
 		}
 	}
 	calls := []struct {
@@ -58,6 +69,10 @@ func TestAuditMarkIsGivenBackOnEarlyReturns(t *testing.T) {
 			[]any{bystander}, "advanced"},
 		{"expire_deadlines with nothing due", `select 'expired' from (select count(*) from workflow.expire_deadlines(null, 10)) x`,
 			nil, "expired"},
+		{"heartbeat_runs to its end", `select owned::text from workflow.heartbeat_runs('w', array[$1]::uuid[], array[$2]::bigint[], 30000)`,
+			[]any{c.ID, c.LeaseToken}, "true"},
+		{"release_runs under another claim's token", `select count(*)::text from workflow.release_runs('w', array[$1]::uuid[], array[$2]::bigint[])`,
+			[]any{c.ID, c.LeaseToken + 1}, "0"},
 	}
 	for _, call := range calls {
 		var got string

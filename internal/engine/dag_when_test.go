@@ -84,21 +84,31 @@ func TestDAGConditionsOnThePayload(t *testing.T) {
 // A condition that fails to evaluate (a comparison of a date with a
 // time that has a zone, which silent mode does not excuse) fails its
 // workflow with the reason and the step named, never the completion that
-// made the step ready; another workflow of the same definition whose
-// condition evaluates goes on unharmed.
+// made the step ready. Beside it, workflows of the same definition whose
+// condition meets no date (a number; a date nested 60 arrays deep beside
+// half a megabyte of text) skip the step and succeed, and another team's
+// run recorded first is untouched.
 func TestDAGConditionThatFailsToEvaluateFailsItsWorkflow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	bystander := b.create(t, engine.CreateParams{Type: "whenother.team.v1",
+		Source: &engine.Source{Namespace: "team-b", Name: "keep-me", UID: "u-1"}})
 	b.register(t, "when.err.v1",
 		step("check", "whene.check.v1"),
 		whenStep("late", "whene.late.v1", `$.steps.check.result.d.datetime() < "2024-01-01 00:00:00+00".datetime()`, "check"))
 	broken := b.insertSQL(t, "when.err.v1", `{}`)
-	fine := b.insertSQL(t, "when.err.v1", `{}`)
-	c := b.claim(t, "w1", []string{"whene."}, 10)
-	if len(c) != 2 {
-		t.Fatalf("claimed %+v, want both checks", c)
+	number := b.insertSQL(t, "when.err.v1", `{}`)
+	deep := b.insertSQL(t, "when.err.v1", `{}`)
+	results := map[string]json.RawMessage{
+		broken: json.RawMessage(`{"d": "2023-05-01"}`),
+		number: json.RawMessage(`{"d": 7}`),
+		deep: json.RawMessage(`{"d": ` + strings.Repeat("[", 60) + `"2023-05-01"` + strings.Repeat("]", 60) +
+			`, "pad": "` + strings.Repeat("x", 500000) + `"}`),
 	}
-	results := map[string]json.RawMessage{broken: json.RawMessage(`{"d": "2023-05-01"}`), fine: json.RawMessage(`{"d": 7}`)}
+	c := b.claim(t, "w1", []string{"whene."}, 10)
+	if len(c) != 3 {
+		t.Fatalf("claimed %+v, want the three checks", c)
+	}
 	var done []engine.Completion
 	for _, l := range c {
 		r := b.get(t, l.ID)
@@ -116,12 +126,17 @@ func TestDAGConditionThatFailsToEvaluateFailsItsWorkflow(t *testing.T) {
 	if r.Status != engine.StatusFailed || !strings.Contains(r.LastError, `the condition of step "late" could not be evaluated: `) {
 		t.Fatalf("workflow %s (%s), want failed naming the condition of late", r.Status, r.LastError)
 	}
-	// No boolean (a number is no date): the step is skipped, the workflow succeeds.
-	if got := b.stepRuns(t, fine); got != "check=succeeded late=skipped" {
-		t.Fatalf("the other workflow's steps: %q", got)
+	for name, id := range map[string]string{"a number": number, "a date deep in arrays": deep} {
+		if got := b.stepRuns(t, id); got != "check=succeeded late=skipped" {
+			t.Errorf("%s: the workflow's steps %q, want late skipped", name, got)
+		}
+		if r := b.get(t, id); r.Status != engine.StatusSucceeded {
+			t.Errorf("%s: the workflow is %s (%s)", name, r.Status, r.LastError)
+		}
 	}
-	if r := b.get(t, fine); r.Status != engine.StatusSucceeded {
-		t.Fatalf("the other workflow is %s (%s)", r.Status, r.LastError)
+	got := b.claim(t, "w9", []string{"whenother.team."}, 10)
+	if len(got) != 1 || got[0].ID != bystander || got[0].Attempt != 1 {
+		t.Fatalf("the other team's run was not claimable as before: %+v", got)
 	}
 }
 

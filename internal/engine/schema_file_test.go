@@ -255,15 +255,7 @@ func TestUpgradeDropsWhatTheFileNoLongerDefines(t *testing.T) {
 // a reader stops.
 func TestEveryFunctionHasAHeaderComment(t *testing.T) {
 	t.Parallel()
-	path, err := pgtest.RepoFile("internal/engine/sql/workflow.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(text), "\n")
+	lines := strings.Split(engine.Schema(), "\n")
 	functions := 0
 	for i, line := range lines {
 		if !strings.HasPrefix(line, "create or replace function ") {
