@@ -117,6 +117,10 @@ const (
 	// ReasonInvalidInput: the inbox refused the run's input for good
 	// (ConditionAccepted).
 	ReasonInvalidInput = "InvalidInput"
+	// ReasonTypeNotShared: spec.typeNamespace names a namespace that does
+	// not share the run's type with the run's namespace; nothing is
+	// recorded (ConditionAccepted).
+	ReasonTypeNotShared = "TypeNotShared"
 	// ReasonIdempotencyConflict: the run's idempotency key is held by a run
 	// of another namespace, or with another type or payload
 	// (ConditionAccepted).

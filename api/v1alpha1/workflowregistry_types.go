@@ -67,6 +67,17 @@ type WorkflowDefinition struct {
 	// whole type or for each concurrency key.
 	// +optional
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
+	// SharedWith lists namespaces whose WorkflowRuns (and SQL producers)
+	// may run this type among this namespace's workers, by naming this
+	// namespace as their spec.typeNamespace. The runs stay theirs. Unset:
+	// only this namespace runs it. Removing a namespace stops its new
+	// runs; runs already recorded go on.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	SharedWith []string `json:"sharedWith,omitempty"`
 }
 
 // ConcurrencyLimit caps the runs of a type leased at once.

@@ -19,6 +19,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.signals) || size(oldSelf.signals) == 0 || has(self.signals)",message="spec.signals is append-only: entries cannot be removed"
 // +kubebuilder:validation:XValidation:rule="(has(self.retries) ? self.retries : 0) >= (has(oldSelf.retries) ? oldSelf.retries : 0) && (has(self.retries) ? self.retries : 0) <= (has(oldSelf.retries) ? oldSelf.retries : 0) + 1",message="spec.retries can only be raised, by one at a time"
 // +kubebuilder:validation:XValidation:rule="has(self.concurrencyKey) == has(oldSelf.concurrencyKey) && (!has(self.concurrencyKey) || self.concurrencyKey == oldSelf.concurrencyKey)",message="spec.concurrencyKey is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.typeNamespace) == has(oldSelf.typeNamespace) && (!has(self.typeNamespace) || self.typeNamespace == oldSelf.typeNamespace)",message="spec.typeNamespace is immutable"
 type WorkflowRunSpec struct {
 	// Type is the versioned workflow type, dot-separated lowercase segments
 	// ending in a version, such as content.thumbnail.v1. Workers claim runs
@@ -64,6 +65,18 @@ type WorkflowRunSpec struct {
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="spec.concurrencyKey must not contain the NUL character (\\u0000)"
 	ConcurrencyKey string `json:"concurrencyKey,omitempty"`
+
+	// TypeNamespace asks for a type that another namespace's
+	// WorkflowRegistry shares with this one (its workflow entry lists this
+	// namespace in sharedWith): the run executes among that namespace's
+	// workers, and stays this namespace's own (status, cancel, signals).
+	// Unset: a type of this namespace. A type not shared with this
+	// namespace is refused (Accepted=False) and never reaches the other
+	// namespace's workers.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.typeNamespace must be a namespace name"
+	TypeNamespace string `json:"typeNamespace,omitempty"`
 
 	// MaxAttempts bounds the attempts, 1 to 1000. Defaults to 3.
 	// +optional

@@ -113,15 +113,16 @@ func (s *Server) loadOverview(ctx context.Context) (overview, error) {
 	return ov, nil
 }
 
-// poolRows reads the queue of each worker pool: every run of its types,
-// whichever namespace it came from.
+// poolRows reads the queue of each worker pool: every run of its
+// namespace's types (its own runs and those recorded by namespaces it
+// shares a type with).
 func (s *Server) poolRows(ctx context.Context, pools []WorkerPool) ([]poolRow, error) {
 	if len(pools) == 0 {
 		return nil, nil
 	}
 	qs := make([]engine.PoolQuery, len(pools))
 	for i, p := range pools {
-		qs[i] = engine.PoolQuery{TypePrefixes: p.Prefixes, Runtime: p.Runtime}
+		qs[i] = engine.PoolQuery{TypePrefixes: p.Prefixes, Runtime: p.Runtime, Namespace: p.Namespace}
 	}
 	depths, err := s.engine.QueueDepths(ctx, qs)
 	if err != nil {

@@ -165,7 +165,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) error {
 			}
 			pools = append(pools, p)
 			queries = append(queries, engine.PoolQuery{TypePrefixes: w.TypePrefixes, Runtime: string(w.Runtime),
-				Cap: p.policy.countCap()})
+				Cap: p.policy.countCap(), Namespace: reg.Namespace})
 		}
 	}
 	a.forgetGone(pools)

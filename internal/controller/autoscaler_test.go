@@ -144,7 +144,7 @@ var _ = Describe("Worker autoscaler", func() {
 			workflowv1alpha1.WorkflowDefinition{Name: prefix + "off.v1", Runtime: workflowv1alpha1.RuntimeGo, Enabled: new(bool)},
 		)
 		// Let the registry controller mirror the workflows.
-		Eventually(func() error { _, err := eng.GetRegistryEntry(ctx, prefix+"off.v1"); return err }).Should(Succeed())
+		Eventually(func() error { _, err := eng.GetRegistryEntry(ctx, ns, prefix+"off.v1"); return err }).Should(Succeed())
 		future := time.Now().Add(time.Hour)
 		createRuns(prefix+"py.v1", 3)
 		createRuns(prefix+"off.v1", 3)

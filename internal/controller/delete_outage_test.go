@@ -230,7 +230,7 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		r := &controller.WorkflowRegistryReconciler{Client: c, Inbox: inbox, Recorder: evs, Clock: clk, DeletionGracePeriod: grace}
 		_, err := r.Reconcile(ctx, reconcileRequest(ns, "doomed"))
 		Expect(err).NotTo(HaveOccurred())
-		_, err = eng.GetRegistryEntry(ctx, name)
+		_, err = eng.GetRegistryEntry(ctx, ns, name)
 		Expect(err).NotTo(HaveOccurred())
 
 		var got workflowv1alpha1.WorkflowRegistry
@@ -264,7 +264,7 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		Expect(gone[0].Type).To(Equal(corev1.EventTypeWarning))
 		Expect(gone[0].Note).To(ContainSubstring("without unregistering"))
 
-		e, err := eng.GetRegistryEntry(ctx, name)
+		e, err := eng.GetRegistryEntry(ctx, ns, name)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(e.OwnerNamespace).To(Equal(ns))
 		Expect(e.OwnerName).To(Equal("doomed"))
@@ -278,7 +278,7 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		_, err := r.Reconcile(ctx, reconcileRequest(ns, reg.Name))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(reg), reg))).To(BeTrue())
-		_, err = eng.GetRegistryEntry(ctx, name)
+		_, err = eng.GetRegistryEntry(ctx, ns, name)
 		Expect(err).To(MatchError(engine.ErrNotFound))
 		Expect(evs.withReason(controller.ReasonDeletedWithoutInbox)).To(BeEmpty())
 	})

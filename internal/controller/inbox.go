@@ -20,7 +20,7 @@ type Inbox interface {
 	SummarizeSteps(ctx context.Context, runID string) (engine.StepSummary, error)
 	ListChildren(ctx context.Context, parentID string, limit int) ([]engine.ChildRun, error)
 	DAGSteps(ctx context.Context, runID string) ([]engine.DAGStep, error)
-	GetRegistryEntry(ctx context.Context, name string) (engine.RegistryEntry, error)
+	GetRegistryEntry(ctx context.Context, namespace, name string) (engine.RegistryEntry, error)
 	UpsertRegistryEntry(ctx context.Context, r engine.RegistryEntry) error
 	DeleteRegistryEntry(ctx context.Context, name, ownerNamespace, ownerName string) (bool, error)
 	ListRegistryEntriesByOwner(ctx context.Context, ownerNamespace, ownerName string) ([]engine.RegistryEntry, error)

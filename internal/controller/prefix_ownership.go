@@ -30,8 +30,9 @@ type prefixConflict struct {
 	Owner string
 }
 
-// prefixOwnership decides which registry owns each worker pool type prefix,
-// cluster-wide: registries are taken oldest first (creation time, then
+// prefixOwnership decides which registry owns each worker pool type prefix
+// within its namespace (pools of two namespaces serve different runs, so
+// the same prefix in two namespaces is no conflict): registries are taken oldest first (creation time, then
 // namespace, then name, so every manager decides the same), and a prefix is
 // owned by the first registry that declares it unless it overlaps a prefix an
 // older registry already owns. Registries being deleted own nothing. The
@@ -55,7 +56,7 @@ func prefixOwnership(regs []workflowv1alpha1.WorkflowRegistry) map[string]map[st
 		return a.Name < b.Name
 	})
 	type owned struct{ prefix, owner string }
-	var taken []owned
+	taken := map[string][]owned{} // by namespace
 	out := map[string]map[string][]prefixConflict{}
 	for _, reg := range order {
 		key := reg.Namespace + "/" + reg.Name
@@ -64,7 +65,7 @@ func prefixOwnership(regs []workflowv1alpha1.WorkflowRegistry) map[string]map[st
 			var conflicts []prefixConflict
 			for _, p := range w.TypePrefixes {
 				owner := ""
-				for _, t := range taken {
+				for _, t := range taken[reg.Namespace] {
 					if prefixesOverlap(p, t.prefix) {
 						owner = t.owner
 						break
@@ -84,7 +85,7 @@ func prefixOwnership(regs []workflowv1alpha1.WorkflowRegistry) map[string]map[st
 			}
 		}
 		// A registry's own pools may overlap each other: one owner.
-		taken = append(taken, mine...)
+		taken[reg.Namespace] = append(taken[reg.Namespace], mine...)
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 		switch {
 		case errors.Is(err, engine.ErrOwnedElsewhere):
 			owner := "another owner"
-			if e, gerr := r.Inbox.GetRegistryEntry(ctx, wf.Name); gerr == nil {
+			if e, gerr := r.Inbox.GetRegistryEntry(ctx, reg.Namespace, wf.Name); gerr == nil {
 				owner = "WorkflowRegistry " + e.OwnerNamespace + "/" + e.OwnerName
 				if e.OwnerName == "" {
 					owner = "a row written directly to workflow.workflow_registry"

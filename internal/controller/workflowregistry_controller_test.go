@@ -23,7 +23,7 @@ var _ = Describe("WorkflowRegistry controller", func() {
 
 	entry := func(name string) func() *engine.RegistryEntry {
 		return func() *engine.RegistryEntry {
-			e, err := eng.GetRegistryEntry(ctx, name)
+			e, err := eng.GetRegistryEntry(ctx, ns, name)
 			if errors.Is(err, engine.ErrNotFound) {
 				return nil
 			}

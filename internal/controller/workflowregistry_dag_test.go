@@ -24,9 +24,9 @@ func getRegistry(ns, name string) *workflowv1alpha1.WorkflowRegistry {
 }
 
 // registryEntry reads a workflow's registry row; nil when there is none.
-func registryEntry(name string) func() *engine.RegistryEntry {
+func registryEntry(ns, name string) func() *engine.RegistryEntry {
 	return func() *engine.RegistryEntry {
-		e, err := eng.GetRegistryEntry(ctx, name)
+		e, err := eng.GetRegistryEntry(ctx, ns, name)
 		if errors.Is(err, engine.ErrNotFound) {
 			return nil
 		}
@@ -56,8 +56,8 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 			Name: prefix + ".plain.v1", Runtime: workflowv1alpha1.RuntimeGo})
 		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
 
-		Eventually(registryEntry(name)).ShouldNot(BeNil())
-		e := registryEntry(name)()
+		Eventually(registryEntry(ns, name)).ShouldNot(BeNil())
+		e := registryEntry(ns, name)()
 		Expect(e.Runtime).To(BeEmpty())
 		Expect(e.Description).To(Equal("a diamond"))
 		Expect(e.OwnerNamespace + "/" + e.OwnerName).To(Equal(ns + "/dags"))
@@ -73,7 +73,7 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 		Expect(got.RetryMaxDelayMs).To(BeEquivalentTo(60000))
 		Expect(e.Definition.Steps[3].DependsOn).To(Equal([]string{"b", "c"}))
 		// The entries of one registry are written one by one.
-		Eventually(registryEntry(prefix + ".plain.v1")).Should(HaveField("Runtime", "go"))
+		Eventually(registryEntry(ns, prefix + ".plain.v1")).Should(HaveField("Runtime", "go"))
 
 		Eventually(func(g Gomega) {
 			got := getRegistry(ns, "dags")
@@ -123,10 +123,10 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 			g.Expect(ready.Reason).To(Equal(controller.ReasonInvalidDefinition))
 			g.Expect(ready.Message).To(Equal(valid.Message))
 		}).Should(Succeed())
-		Expect(registryEntry(cyclic)()).To(BeNil())
-		Expect(registryEntry(unknown)()).To(BeNil())
-		Expect(registryEntry(good)()).NotTo(BeNil())
-		Expect(registryEntry(plain)().Runtime).To(Equal("python"))
+		Expect(registryEntry(ns, cyclic)()).To(BeNil())
+		Expect(registryEntry(ns, unknown)()).To(BeNil())
+		Expect(registryEntry(ns, good)()).NotTo(BeNil())
+		Expect(registryEntry(ns, plain)().Runtime).To(Equal("python"))
 		Eventually(func() []string { return eventNotes(ns, "mixed", controller.ReasonInvalidDefinition) }).Should(Equal([]string{
 			"I" + cycleMsg[1:] + "; " + unknownMsg}))
 
@@ -144,8 +144,8 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 			g.Expect(condition(got.Status.Conditions, controller.ConditionDefinitionsValid).Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(condition(got.Status.Conditions, controller.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
-		Expect(registryEntry(cyclic)()).NotTo(BeNil())
-		Eventually(registryEntry(good)).Should(BeNil())
+		Expect(registryEntry(ns, cyclic)()).NotTo(BeNil())
+		Eventually(registryEntry(ns, good)).Should(BeNil())
 
 		cur = getRegistry(ns, "mixed")
 		patch = client.MergeFrom(cur.DeepCopy())
@@ -159,7 +159,7 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 			g.Expect(valid.Message).To(Equal("invalid definition of " + cyclic + ": cycle: start → b → a → start (each step depends on the next); " +
 				cyclic + " was not registered (the definition registered before stays in force)"))
 		}).Should(Succeed())
-		def := registryEntry(cyclic)().Definition
+		def := registryEntry(ns, cyclic)().Definition
 		Expect(def.Steps[0].DependsOn).To(BeEmpty())
 		raw, err := json.Marshal(def)
 		Expect(err).NotTo(HaveOccurred())
@@ -179,7 +179,7 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 				"invalid definition of " + outer + `: step "call" runs ` + inner + ", which has steps of its own; a step is a type that workers run; " +
 					outer + " was not registered"))
 		}).Should(Succeed())
-		Expect(registryEntry(inner)()).NotTo(BeNil())
-		Expect(registryEntry(outer)()).To(BeNil())
+		Expect(registryEntry(ns, inner)()).NotTo(BeNil())
+		Expect(registryEntry(ns, outer)()).To(BeNil())
 	})
 })

@@ -22,7 +22,7 @@ func registryEntry(reg *workflowv1alpha1.WorkflowRegistry, wf workflowv1alpha1.W
 	return engine.RegistryEntry{
 		WorkflowName: wf.Name, Runtime: string(wf.Runtime), Enabled: wf.Enabled == nil || *wf.Enabled,
 		Description: wf.Description, OwnerNamespace: reg.Namespace, OwnerName: reg.Name,
-		Definition: definitionOf(wf), Flow: flowLimitsOf(wf),
+		Definition: definitionOf(wf), Flow: flowLimitsOf(wf), SharedWith: wf.SharedWith,
 	}
 }
 

@@ -80,7 +80,7 @@ var _ = Describe("Flow limits from Kubernetes", func() {
 			RateLimit:   &workflowv1alpha1.RateLimit{Starts: 50, Period: period(time.Second)},
 		}))).To(Succeed())
 		Eventually(func(g Gomega) {
-			e, err := eng.GetRegistryEntry(ctx, typ)
+			e, err := eng.GetRegistryEntry(ctx, ns, typ)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(e.Flow.MaxLeasedPerKey).To(Equal(int32p(1)))
 			g.Expect(e.Flow.RateLimit).To(Equal(int32p(50)))

@@ -242,7 +242,7 @@ func (r *WorkflowRunReconciler) registryEntry(ctx context.Context, run engine.Ru
 		// no worker, and disabling it does not hold it.
 		return nil, nil
 	}
-	entry, err := r.Inbox.GetRegistryEntry(ctx, run.Type)
+	entry, err := r.Inbox.GetRegistryEntry(ctx, run.TypeNamespace, run.Type)
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil, nil
 	}

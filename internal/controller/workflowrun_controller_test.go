@@ -256,7 +256,7 @@ var _ = Describe("WorkflowRun controller", func() {
 			}},
 		}
 		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
-		Eventually(func() error { _, err := eng.GetRegistryEntry(ctx, "test.echo.v7"); return err }).Should(Succeed())
+		Eventually(func() error { _, err := eng.GetRegistryEntry(ctx, ns, "test.echo.v7"); return err }).Should(Succeed())
 		Expect(k8sClient.Create(ctx, newRun(ns, "gated", "test.echo.v7", nil))).To(Succeed())
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "gated")()

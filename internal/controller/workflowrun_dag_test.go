@@ -71,7 +71,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 
 	register := func(name string, steps ...workflowv1alpha1.WorkflowStep) {
 		Expect(k8sClient.Create(ctx, dagRegistry(ns, "dags", name, steps...))).To(Succeed())
-		Eventually(registryEntry(name)).ShouldNot(BeNil())
+		Eventually(registryEntry(ns, name)).ShouldNot(BeNil())
 	}
 
 	It("shows each step's phase and the progress while the steps run, and ends Succeeded", func() {

@@ -85,6 +85,8 @@ func createParams(wfr *workflowv1alpha1.WorkflowRun) engine.CreateParams {
 		IdempotencyKey: idempotencyKey(wfr),
 		ConcurrencyKey: wfr.Spec.ConcurrencyKey,
 		Source:         &engine.Source{Namespace: wfr.Namespace, Name: wfr.Name, UID: string(wfr.UID)},
+		Namespace:      wfr.Namespace,
+		TypeNamespace:  typeNamespace(wfr),
 	}
 	if wfr.Spec.Payload != nil {
 		p.Payload = wfr.Spec.Payload.Raw
@@ -174,7 +176,10 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr 
 		// holding its key, if retention left it.
 		return r.findByKey(ctx, before, wfr)
 	}
-	reg, err := r.pendingRegistration(ctx, wfr.Spec.Type)
+	if refused, err := r.refuseUnshared(ctx, before, wfr); refused || err != nil {
+		return "", nil, leftAlone, err
+	}
+	reg, err := r.pendingRegistration(ctx, typeNamespace(wfr), wfr.Spec.Type)
 	if err != nil {
 		return "", nil, mirrored, err
 	}

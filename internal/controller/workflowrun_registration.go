@@ -17,26 +17,25 @@ import (
 // registration looks again.
 const registrationRetryPeriod = time.Second
 
-// pendingRegistration returns the WorkflowRegistry that declares typ with
-// steps and has not mirrored its latest spec yet, or nil.
+// pendingRegistration returns the WorkflowRegistry of namespace that
+// declares typ with steps and has not mirrored its latest spec yet, or nil.
 //
 // A run becomes a DAG run when it is recorded, from the registry entry of
 // its type at that moment: a WorkflowRun applied together with the
 // WorkflowRegistry declaring its steps (kubectl apply -k) must wait for the
 // registry to be mirrored, or it would be recorded as a plain run of a type
 // no worker serves. The registries are read from the cache, without copies.
-func (r *WorkflowRunReconciler) pendingRegistration(ctx context.Context, typ string) (*workflowv1alpha1.WorkflowRegistry, error) {
-	// Once the type is in the inbox's registry, whoever owns it, there is
-	// nothing to wait for: only a first registration is awaited, so a
-	// registry of another namespace that can never own the type cannot hold
-	// these runs back.
-	if _, err := r.Inbox.GetRegistryEntry(ctx, typ); err == nil {
+func (r *WorkflowRunReconciler) pendingRegistration(ctx context.Context, namespace, typ string) (*workflowv1alpha1.WorkflowRegistry, error) {
+	// Once the type is in the namespace's registry, whoever owns it, there
+	// is nothing to wait for: only a first registration is awaited. Only
+	// registries of the type's namespace can declare it.
+	if _, err := r.Inbox.GetRegistryEntry(ctx, namespace, typ); err == nil {
 		return nil, nil
 	} else if !errors.Is(err, engine.ErrNotFound) {
 		return nil, fmt.Errorf("registry entry %s: %w", typ, err)
 	}
 	var regs workflowv1alpha1.WorkflowRegistryList
-	if err := r.List(ctx, &regs, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, &regs, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list WorkflowRegistries: %w", err)
 	}
 	for i := range regs.Items {

@@ -24,7 +24,9 @@ func TestConsoleReadsShowOnlyTheNamespacesGiven(t *testing.T) {
 		b.create(t, engine.CreateParams{Type: strings.ReplaceAll(ns, "-", "") + ".job.v1",
 			Source: &engine.Source{Namespace: ns, Name: "run", UID: "uid-" + ns}})
 	}
-	b.completeAll(t, "w", b.claim(t, "w", []string{"team"}, 10))
+	for _, ns := range []string{"team-a", "team-b"} {
+		b.completeAll(t, "w", b.claimIn(t, ns, "w", []string{"team"}, 10))
+	}
 
 	// The types of what a read shows to a viewer of namespaces.
 	types := func(what, query string, namespaces any) []string {

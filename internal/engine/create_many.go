@@ -49,9 +49,14 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		traces      = make([]*string, n)
 		flowKeys    = make([]*string, n)
 	)
+	// One namespace and type namespace per batch (the first row's).
+	ns, typeNS := ps[0].Namespace, ps[0].TypeNamespace
 	for i, p := range ps {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("create runs: row %d: %w", i+1, err)
+		}
+		if p.Namespace != ns || p.TypeNamespace != typeNS {
+			return nil, fmt.Errorf("create runs: row %d: %w: every run of a batch has the same namespace and type namespace", i+1, ErrInvalid)
 		}
 		if p.Source != nil || p.DeadlineAt != nil {
 			return nil, fmt.Errorf("create runs: row %d: %w: a batch takes no source and no deadline instant", i+1, ErrInvalid)
@@ -87,7 +92,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		"types": types, "payloads": payloads, "priorities": priorities, "run_ats": runAts,
 		"idempotency_keys": keys, "max_attempts": maxAttempts, "deadline_ms": deadlineMS,
 		"retry_base_ms": baseMS, "retry_max_ms": maxMS, "traceparents": traces,
-		"concurrency_keys": flowKeys,
+		"concurrency_keys": flowKeys, "namespace": nullIfEmpty(ns), "type_namespace": nullIfEmpty(typeNS),
 	}).Scan(&ids, &created)
 	if err != nil {
 		return nil, translate("create runs", err)

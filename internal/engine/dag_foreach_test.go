@@ -247,7 +247,7 @@ func TestDAGForEachErrorsAndAmplification(t *testing.T) {
 	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_run where parent_id = $1`, amp).Scan(&elements); err != nil || elements != 0 {
 		t.Fatalf("%d element runs of the refused fan-out (%v)", elements, err)
 	}
-	got := b.claim(t, "w9", []string{"other.team."}, 10)
+	got := b.claimIn(t, "team-b", "w9", []string{"other.team."}, 10)
 	if len(got) != 1 || got[0].ID != bystander {
 		t.Fatalf("the other team's run was not claimable as before: %+v", got)
 	}

@@ -246,7 +246,7 @@ func TestDAGStepEndsBesideAnotherTeamsHostileSteps(t *testing.T) {
 	b.register(t, "dagteam.hostile.v1",
 		forEachStep(long, "dagteamh.each.v1", "$.payload.items", ""),
 		step("after", "dagteamh.after.v1", long))
-	b.register(t, "dagteam.other.v1",
+	b.registerIn(t, "team-b", "dagteam.other.v1",
 		step("b0", "dagteamo.step.v1"), step("b1", "dagteamo.step.v1"),
 		step("b2", "dagteamo.step.v1"), step("b3", "dagteamo.step.v1"),
 		step("join", "dagteamo.join.v1", "b0", "b1", "b2", "b3"),
@@ -255,7 +255,7 @@ func TestDAGStepEndsBesideAnotherTeamsHostileSteps(t *testing.T) {
 		Source: &engine.Source{Namespace: "team-b", Name: "keep-me", UID: "u-keep"}})
 	hostile := b.insertSQL(t, "dagteam.hostile.v1", `{"items": [1, 2, 3, 4]}`)
 	elems := b.claimElements(t, "dagteamh.", 4)
-	steps := b.claim(t, "w1", []string{"dagteamo.step."}, 10)
+	steps := b.claimIn(t, "team-b", "w1", []string{"dagteamo.step."}, 10)
 	if len(steps) != 4 {
 		t.Fatalf("claimed %d of the other team's steps, want 4", len(steps))
 	}
@@ -288,8 +288,8 @@ func TestDAGStepEndsBesideAnotherTeamsHostileSteps(t *testing.T) {
 	if r := b.get(t, hostile); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, long) {
 		t.Fatalf("the hostile workflow is %s (%s), want failed on its step", r.Status, r.LastError)
 	}
-	join := b.claim(t, "w1", []string{"dagteamo.join."}, 1)
-	slow := b.claim(t, "w1", []string{"dagteamo.slow."}, 1)
+	join := b.claimIn(t, "team-b", "w1", []string{"dagteamo.join."}, 1)
+	slow := b.claimIn(t, "team-b", "w1", []string{"dagteamo.slow."}, 1)
 	if len(join) != 1 || len(slow) != 1 {
 		t.Fatalf("claimed %d joins and %d slow steps, want 1 and 1", len(join), len(slow))
 	}

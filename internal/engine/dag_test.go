@@ -19,8 +19,19 @@ import (
 // register declares a DAG workflow type in the registry.
 func (b *bundle) register(t *testing.T, name string, steps ...engine.DAGStepDefinition) {
 	t.Helper()
+	b.registerIn(t, "", name, steps...)
+}
+
+// registerIn is register in namespace ns's registry ("" for default).
+func (b *bundle) registerIn(t *testing.T, ns, name string, steps ...engine.DAGStepDefinition) {
+	t.Helper()
+	owner := ""
+	if ns != "" {
+		owner = "registry"
+	}
 	if err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{
 		WorkflowName: name, Enabled: true, Definition: &engine.DAGDefinition{Steps: steps},
+		OwnerNamespace: ns, OwnerName: owner,
 	}); err != nil {
 		t.Fatalf("register %s: %v", name, err)
 	}
@@ -296,7 +307,7 @@ func TestDAGDefinitionsAreValidated(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrInvalid saying %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := b.eng.GetRegistryEntry(b.ctx, "dagv.outer.v1"); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := b.eng.GetRegistryEntry(b.ctx, "", "dagv.outer.v1"); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("a refused definition was stored: %v", err)
 	}
 	// A type some workflow uses as a step cannot get steps itself.
@@ -411,7 +422,7 @@ func TestDAGRetentionKeepsStepsOfARunningWorkflow(t *testing.T) {
 func TestDAGStepChangesAnnounceTheWorkflowObject(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.register(t, "dagn.flow.v1", step("a", "dagnw.a.v1"), step("b", "dagnw.b.v1", "a"))
+	b.registerIn(t, "shop", "dagn.flow.v1", step("a", "dagnw.a.v1"), step("b", "dagnw.b.v1", "a"))
 	conn, err := b.pool.Acquire(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -433,7 +444,7 @@ func TestDAGStepChangesAnnounceTheWorkflowObject(t *testing.T) {
 			break
 		}
 	}
-	b.claim(t, "w1", []string{"dagnw."}, 1) // a's run becomes leased: only the step changed
+	b.claimIn(t, "shop", "w1", []string{"dagnw."}, 1) // a's run becomes leased: only the step changed
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
 	for {

@@ -134,7 +134,7 @@ func TestDAGConditionThatFailsToEvaluateFailsItsWorkflow(t *testing.T) {
 			t.Errorf("%s: the workflow is %s (%s)", name, r.Status, r.LastError)
 		}
 	}
-	got := b.claim(t, "w9", []string{"whenother.team."}, 10)
+	got := b.claimIn(t, "team-b", "w9", []string{"whenother.team."}, 10)
 	if len(got) != 1 || got[0].ID != bystander || got[0].Attempt != 1 {
 		t.Fatalf("the other team's run was not claimable as before: %+v", got)
 	}

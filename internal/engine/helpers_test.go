@@ -99,8 +99,15 @@ func (b *bundle) get(t *testing.T, id string) engine.Run {
 
 func (b *bundle) claim(t *testing.T, worker string, prefixes []string, limit int) []engine.ClaimedRun {
 	t.Helper()
+	return b.claimIn(t, "", worker, prefixes, limit)
+}
+
+// claimIn is claim by a worker of namespace ns ("" for default).
+func (b *bundle) claimIn(t *testing.T, ns, worker string, prefixes []string, limit int) []engine.ClaimedRun {
+	t.Helper()
 	got, err := b.eng.ClaimRuns(b.ctx, engine.ClaimParams{
 		WorkerID: worker, TypePrefixes: prefixes, Runtime: "go", Limit: limit, LeaseDuration: 30 * time.Second,
+		Namespace: ns,
 	})
 	if err != nil {
 		t.Fatalf("claim: %v", err)

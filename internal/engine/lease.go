@@ -25,6 +25,9 @@ type ClaimParams struct {
 	// Types, when not empty, narrows the claim to exactly these types (the
 	// ones the worker has handlers for).
 	Types []string
+	// Namespace is the namespace the worker serves: it claims only runs
+	// whose type belongs to it. Empty means "default".
+	Namespace string
 }
 
 // ClaimedRun is a run leased to the caller.
@@ -79,6 +82,7 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 		"limit":         p.Limit,
 		"lease_ms":      p.LeaseDuration.Milliseconds(),
 		"types":         nilIfEmpty(p.Types),
+		"namespace":     nullIfEmpty(p.Namespace),
 	})
 	if err != nil {
 		return nil, translate("claim runs", err)

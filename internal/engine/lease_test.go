@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"errors"
 	"sort"
 	"testing"
 	"time"
@@ -111,14 +112,26 @@ func TestRegistryOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := e
-	other.OwnerNamespace, other.Runtime = "b", "python"
-	if err := b.eng.UpsertRegistryEntry(b.ctx, other); err == nil {
-		t.Fatal("a second owner took over a registry entry")
+	other.OwnerName, other.Runtime = "r2", "python"
+	if err := b.eng.UpsertRegistryEntry(b.ctx, other); !errors.Is(err, engine.ErrOwnedElsewhere) {
+		t.Fatalf("a second owner of the same namespace took over a registry entry: %v", err)
 	}
-	if got, _ := b.eng.GetRegistryEntry(b.ctx, "own.x.v1"); got.Runtime != "go" || got.OwnerNamespace != "a" {
+	if got, _ := b.eng.GetRegistryEntry(b.ctx, "a", "own.x.v1"); got.Runtime != "go" || got.OwnerName != "r1" {
 		t.Fatalf("entry changed: %+v", got)
 	}
-	if ok, _ := b.eng.DeleteRegistryEntry(b.ctx, "own.x.v1", "b", "r1"); ok {
+	// The same name in another namespace is another type, with its own owner.
+	elsewhere := e
+	elsewhere.OwnerNamespace, elsewhere.Runtime = "b", "python"
+	if err := b.eng.UpsertRegistryEntry(b.ctx, elsewhere); err != nil {
+		t.Fatalf("namespace b could not register its own own.x.v1: %v", err)
+	}
+	if got, _ := b.eng.GetRegistryEntry(b.ctx, "b", "own.x.v1"); got.Runtime != "python" || got.OwnerNamespace != "b" {
+		t.Fatalf("namespace b's entry: %+v", got)
+	}
+	if got, _ := b.eng.GetRegistryEntry(b.ctx, "a", "own.x.v1"); got.Runtime != "go" {
+		t.Fatalf("namespace a's entry changed with b's: %+v", got)
+	}
+	if ok, _ := b.eng.DeleteRegistryEntry(b.ctx, "own.x.v1", "a", "r2"); ok {
 		t.Fatal("a non-owner deleted the entry")
 	}
 	if ok, err := b.eng.DeleteRegistryEntry(b.ctx, "own.x.v1", "a", "r1"); !ok || err != nil {

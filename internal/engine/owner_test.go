@@ -76,6 +76,10 @@ func TestInstallAsNonSuperuserOwner(t *testing.T) {
 			pgx.Identifier{name}.Sanitize(), pw, pgx.Identifier{role}.Sanitize())); err != nil {
 			t.Fatalf("create login for %s: %v", role, err)
 		}
+		// Bound by the owner to the namespace it acts on.
+		if _, err := pool.Exec(b.ctx, "select workflow.grant_namespace($1, 'default', $2)", name, capacityOf(role)); err != nil {
+			t.Fatalf("bind %s to namespace default: %v", name, err)
+		}
 		t.Cleanup(func() {
 			if _, err := b.pool.Exec(context.Background(), "drop role if exists "+pgx.Identifier{name}.Sanitize()); err != nil {
 				t.Logf("drop %s: %v", name, err)

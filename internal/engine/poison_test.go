@@ -25,7 +25,7 @@ func TestOversizedSourceIsRefused(t *testing.T) {
 		t.Fatalf("create with a 254-character source name: %v", err)
 	}
 	id := b.create(t, engine.CreateParams{Type: "poison.b.v1", Source: &engine.Source{Namespace: strings.Repeat("s", 63), Name: strings.Repeat("n", 253), UID: "u"}})
-	if got := b.claim(t, "w", []string{"poison."}, 10); len(got) != 1 || got[0].ID != id {
+	if got := b.claimIn(t, strings.Repeat("s", 63), "w", []string{"poison."}, 10); len(got) != 1 || got[0].ID != id {
 		t.Fatalf("claim next to bounded sources: %+v", got)
 	}
 }

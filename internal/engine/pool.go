@@ -17,6 +17,9 @@ type PoolQuery struct {
 	// the pool can use (maxReplicas × runsPerReplica): past it the desired
 	// replica count no longer changes, and counting stops there.
 	Cap int64
+	// Namespace is the namespace whose runs the pool's workers claim
+	// (empty: "default").
+	Namespace string
 }
 
 // QueueDepth is what waits for one pool.
@@ -34,7 +37,7 @@ type QueueDepth struct {
 func (e *Engine) QueueDepths(ctx context.Context, pools []PoolQuery) ([]QueueDepth, error) {
 	out := make([]QueueDepth, len(pools))
 	var ids []int32
-	var prefixes, runtimes []string
+	var prefixes, runtimes, namespaces []string
 	var caps []int64
 	for i, p := range pools {
 		if p.Cap < 0 {
@@ -45,13 +48,18 @@ func (e *Engine) QueueDepths(ctx context.Context, pools []PoolQuery) ([]QueueDep
 			prefixes = append(prefixes, pre)
 			runtimes = append(runtimes, p.Runtime)
 			caps = append(caps, p.Cap)
+			ns := p.Namespace
+			if ns == "" {
+				ns = DefaultNamespace
+			}
+			namespaces = append(namespaces, ns)
 		}
 	}
 	if len(ids) == 0 {
 		return out, nil
 	}
 	rows, err := e.pool.Query(ctx, e.q[qPoolQueueDepth], pgx.NamedArgs{
-		"pool_ids": ids, "prefixes": prefixes, "runtimes": runtimes, "caps": caps,
+		"pool_ids": ids, "prefixes": prefixes, "runtimes": runtimes, "caps": caps, "namespaces": namespaces,
 	})
 	if err != nil {
 		return nil, translate("measure queue depth", err)

@@ -49,6 +49,8 @@ const (
 	qRegistryGet           = "RegistryGet"
 	qRegistryDelete        = "RegistryDelete"
 	qDAGSteps              = "DAGSteps"
+	qNamespaceGrant        = "NamespaceGrant"
+	qNamespaceRevoke       = "NamespaceRevoke"
 )
 
 // queries maps a query name to its SQL text.
@@ -103,7 +105,7 @@ func loadQueries() (queries, error) {
 		qRunDeleteFinished, qEventList, qEventListAfter, qEventCountsAfter, qEventLatestID, qRegistryListByOwner, qStatsRunsByPrefix, qPoolQueueDepth, qStatsOldestRunnable, qStatsFinishedSince, qRegistryUpsert, qRegistryGet, qRegistryDelete,
 		qRunExpireDeadlines, qRunChildren, qStepRecord, qStepPark, qStepStartChild, qStepList,
 		qSignalSend, qSignalList, qRunStepSummary, qDAGSteps, qRunCreateMany,
-		qHistoryPrepare, qHistoryDrop, qHistoryList,
+		qHistoryPrepare, qHistoryDrop, qHistoryList, qNamespaceGrant, qNamespaceRevoke,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)

@@ -22,9 +22,14 @@ type RegistryEntry struct {
 	Runtime      string
 	Enabled      bool
 	Description  string
-	// Owner names the WorkflowRegistry object that declared the entry, if any.
+	// Owner names the WorkflowRegistry object that declared the entry, if
+	// any. The entry belongs to the owner's namespace ("default" without
+	// one): the same name in two namespaces is two types.
 	OwnerNamespace string
 	OwnerName      string
+	// SharedWith lists the namespaces whose runs may run this type among
+	// the owner namespace's workers (a run asks with its type namespace).
+	SharedWith []string
 	// Definition, when set, makes the type a DAG workflow orchestrated by
 	// the database (see DAGDefinition); Runtime is then empty.
 	Definition *DAGDefinition
@@ -71,6 +76,7 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 		"owner_name": nullIfEmpty(r.OwnerName), "definition": def,
 		"max_leased": r.Flow.MaxLeased, "max_leased_per_key": r.Flow.MaxLeasedPerKey,
 		"rate_limit": r.Flow.RateLimit, "rate_period_ms": ratePeriodMs(r.Flow), "rate_per_key": r.Flow.RatePerKey,
+		"shared_with": r.SharedWith,
 	}).Scan(&name)
 	if err == nil && name == nil {
 		return fmt.Errorf("register workflow %s: %w", r.WorkflowName, ErrOwnedElsewhere)
@@ -83,8 +89,13 @@ func scanRegistryEntry(row pgx.Row) (RegistryEntry, error) {
 	var ns, owner, runtime *string
 	var def []byte
 	var periodMs *int64
+	var namespace string
 	err := row.Scan(&r.WorkflowName, &runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt, &def,
-		&r.Flow.MaxLeased, &r.Flow.MaxLeasedPerKey, &r.Flow.RateLimit, &periodMs, &r.Flow.RatePerKey)
+		&r.Flow.MaxLeased, &r.Flow.MaxLeasedPerKey, &r.Flow.RateLimit, &periodMs, &r.Flow.RatePerKey, &namespace,
+		&r.SharedWith)
+	if len(r.SharedWith) == 0 {
+		r.SharedWith = nil
+	}
 	r.OwnerNamespace, r.OwnerName, r.Runtime = deref(ns), deref(owner), deref(runtime)
 	if periodMs != nil {
 		r.Flow.RatePeriod = time.Duration(*periodMs) * time.Millisecond
@@ -113,10 +124,15 @@ func (e *Engine) ListRegistryEntriesByOwner(ctx context.Context, ownerNamespace,
 	return out, nil
 }
 
-// GetRegistryEntry returns the entry for a workflow type, or an error wrapping
-// ErrNotFound.
-func (e *Engine) GetRegistryEntry(ctx context.Context, name string) (RegistryEntry, error) {
-	r, err := scanRegistryEntry(e.pool.QueryRow(ctx, e.q[qRegistryGet], pgx.NamedArgs{"workflow_name": name}))
+// GetRegistryEntry returns namespace's entry for a workflow type ("" means
+// "default"), or an error wrapping ErrNotFound.
+func (e *Engine) GetRegistryEntry(ctx context.Context, namespace, name string) (RegistryEntry, error) {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	r, err := scanRegistryEntry(e.pool.QueryRow(ctx, e.q[qRegistryGet], pgx.NamedArgs{
+		"workflow_name": name, "namespace": namespace,
+	}))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RegistryEntry{}, fmt.Errorf("registry entry %s: %w", name, ErrNotFound)
 	}

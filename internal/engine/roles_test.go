@@ -85,6 +85,15 @@ func (b *bundle) loginAs(t *testing.T, roles ...string) login {
 			}
 		}
 	})
+	// Bound to the default namespace in each role's capacity, as an
+	// install that uses one namespace binds its logins (docs/security.md).
+	for _, r := range roles {
+		if as := capacityOf(r); as != "" {
+			if err := b.eng.GrantNamespace(b.ctx, name, engine.DefaultNamespace, as); err != nil {
+				t.Fatalf("bind %s to namespace default as %s: %v", name, as, err)
+			}
+		}
+	}
 	u, err := url.Parse(b.url)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +118,20 @@ func (b *bundle) loginAs(t *testing.T, roles ...string) login {
 		t.Fatal(err)
 	}
 	return login{name: name, pool: pool, eng: eng}
+}
+
+// capacityOf is the namespace capacity an inbox role acts in ("" for
+// another role).
+func capacityOf(role string) string {
+	switch role {
+	case engine.RoleProducer:
+		return engine.AsProducer
+	case engine.RoleWorker:
+		return engine.AsWorker
+	case engine.RoleReader:
+		return engine.AsReader
+	}
+	return ""
 }
 
 // requireDenied runs sql as l and fails the test unless Postgres refuses it
@@ -154,6 +177,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true, "holds_lease": true,
+		"namespace_valid": true, "namespaces_valid": true,
 	}
 	// Touch no table and call pg_catalog's functions by their full names:
 	// no SET clause, which would cost more than the work they do.
@@ -170,7 +194,10 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
 		"on_run_inserted": true, "on_run_cancelled": true, "on_run_soft_deleted": true,
 		"on_child_finished": true, "on_parent_ended": true, "on_runs_deleted": true,
-		"on_status_changed_by_sql": true, "on_child_inserting": true, "on_flow_slot_freed": true,
+		"on_status_changed_by_sql": true, "on_run_inserting": true, "on_flow_slot_freed": true,
+		// namespaces: which ones the caller acts on (row-level security asks
+		// them as the caller), a plain INSERT's namespace, what is shared
+		"caller_is_owner": true, "caller_namespaces": true, "default_namespace": true, "type_shared": true,
 		// schedules: producers keep their own, readers list them
 		"put_schedule": true, "delete_schedule": true, "list_schedules": true, "fire_due_schedules": true,
 		"cron_next": true, "cron_problem": true, "on_schedule_written": true, "schedule_latest_runs": true,
@@ -317,7 +344,7 @@ func TestWorkerRoleWorksThroughFunctionsOnly(t *testing.T) {
 		"truncate workflow.workflow_event",
 		"create table workflow.sneak (id int)",
 		"drop table workflow.workflow_signal",
-		"alter function workflow.claim_runs(text, text[], text, integer, bigint, text[]) security invoker",
+		"alter function workflow.claim_runs(text, text[], text, integer, bigint, text[], text) security invoker",
 		"select nextval('workflow.lease_token_seq')",
 		"select workflow.delete_finished_runs(interval '1 day', 10)",
 		"select workflow.held_run('w', gen_random_uuid(), 1)",
@@ -472,7 +499,7 @@ func TestReaderRoleOnlyReads(t *testing.T) {
 		t.Fatalf("read a run as reader: %v", err)
 	}
 	for _, fn := range []string{
-		"workflow.claim_runs(text, text[], text, integer, bigint, text[])",
+		"workflow.claim_runs(text, text[], text, integer, bigint, text[], text)",
 		"workflow.complete_runs(text, uuid[], bigint[], jsonb[])",
 		"workflow.cancel_run(uuid)",
 		"workflow.send_signal(uuid, text, jsonb, text)",
@@ -484,7 +511,7 @@ func TestReaderRoleOnlyReads(t *testing.T) {
 	}
 	r.requireAllowed(t, b.ctx, "select * from workflow.queue_depth('{read.}', 'go')")
 	r.requireAllowed(t, b.ctx, "select workflow.inbox_version()")
-	r.requireDenied(t, b.ctx, "select * from workflow.active_types('{read.}')")
+	r.requireDenied(t, b.ctx, "select * from workflow.active_types('default', '{read.}')")
 	r.requireDenied(t, b.ctx, seedInsert)
 	r.requireDenied(t, b.ctx, seedCancel, id)
 	r.requireDenied(t, b.ctx, "select workflow.cancel_run($1)", id)

@@ -78,6 +78,11 @@ type Run struct {
 	TraceParent string
 	// ConcurrencyKey groups runs for their type's per-key flow limits ("" when none).
 	ConcurrencyKey string
+	// Namespace is the namespace the run belongs to (its tenant).
+	Namespace string
+	// TypeNamespace is the namespace whose registry and workers run its
+	// type: Namespace, unless another namespace shares the type with it.
+	TypeNamespace string
 }
 
 // Wait is what a parked run waits for. The run is pending, with run_at at
@@ -119,6 +124,15 @@ type CreateParams struct {
 	// ConcurrencyKey groups runs for their type's per-key flow limits
 	// (a customer, a tenant; 1 to 255 characters); empty sets none.
 	ConcurrencyKey string
+	// Namespace is the namespace the run belongs to. Empty: the source's
+	// namespace for a mirrored run, else the one the database login
+	// records for ("default" for the schema's owner). A login may name only
+	// a namespace it is bound to as a producer.
+	Namespace string
+	// TypeNamespace asks for a type that another namespace's registry
+	// shares with Namespace; the run then executes among that namespace's
+	// workers. Empty: Namespace's own type.
+	TypeNamespace string
 }
 
 // CreateResult says which run holds the intent and whether this call created it.
@@ -180,6 +194,8 @@ func (e *Engine) CreateRunIn(ctx context.Context, db Querier, p CreateParams) (C
 		"deadline_ms":     millisOrNil(p.Deadline),
 		"traceparent":     nullIfEmpty(p.TraceParent),
 		"concurrency_key": nullIfEmpty(p.ConcurrencyKey),
+		"namespace":       nullIfEmpty(p.Namespace),
+		"type_namespace":  nullIfEmpty(p.TypeNamespace),
 	}
 	if p.MaxAttempts > 0 {
 		args["max_attempts"] = p.MaxAttempts
@@ -222,7 +238,8 @@ func scanRun(row pgx.Row) (Run, error) {
 	err := row.Scan(&r.ID, &r.Type, &payload, &status, &r.Priority, &r.RunAt, &idem, &r.Attempt,
 		&r.MaxAttempts, &leasedBy, &r.LeaseUntil, &lastError, &result, &baseMS, &maxMS,
 		&srcNS, &srcName, &srcUID, &r.StartedAt, &r.FinishedAt, &r.CreatedAt, &r.UpdatedAt, &r.DeletedAt,
-		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig, &traceParent, &flowKey)
+		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig, &traceParent, &flowKey,
+		&r.Namespace, &r.TypeNamespace)
 	if err != nil {
 		return Run{}, err
 	}

@@ -627,7 +627,7 @@ func TestScheduleReplace(t *testing.T) {
 	if len(first) != 1 || first[0].Outcome != engine.FiringFired {
 		t.Fatalf("first tick: %+v", first)
 	}
-	claimed := b.claim(t, "w1", []string{"sched.replace."}, 10)
+	claimed := b.claimIn(t, "shop", "w1", []string{"sched.replace."}, 10)
 	if len(claimed) != 1 || claimed[0].ID != first[0].RunID {
 		t.Fatalf("claimed %+v", claimed)
 	}
@@ -936,8 +936,13 @@ func TestScheduleWriters(t *testing.T) {
 	if _, err := alice.eng.FireDueSchedules(b.ctx, 10); sqlState(err) != "42501" {
 		t.Errorf("a producer fires schedules: %v", err)
 	}
-	if list, err := bob.eng.ListSchedules(b.ctx, engine.ScheduleFilter{}); err != nil || len(list) != 2 {
-		t.Errorf("list as a producer: %d %v", len(list), err)
+	// A producer lists the schedules of its namespaces (default: alice's),
+	// not the mirrored one of namespace shop; the owner lists both.
+	if list, err := bob.eng.ListSchedules(b.ctx, engine.ScheduleFilter{}); err != nil || len(list) != 1 || list[0].Name != "alices" {
+		t.Errorf("list as a producer of default: %+v %v", list, err)
+	}
+	if list, err := b.eng.ListSchedules(b.ctx, engine.ScheduleFilter{}); err != nil || len(list) != 2 {
+		t.Errorf("list as the owner: %d %v", len(list), err)
 	}
 	if ok, err := alice.eng.DeleteSchedule(b.ctx, "", "alices"); err != nil || !ok {
 		t.Errorf("alice deletes her schedule: %v %v", ok, err)

@@ -74,6 +74,12 @@ func (p CreateParams) Validate() error {
 	if err := ValidateConcurrencyKey(p.ConcurrencyKey); err != nil {
 		return err
 	}
+	if err := ValidateNamespace(p.Namespace); err != nil {
+		return err
+	}
+	if err := ValidateNamespace(p.TypeNamespace); err != nil {
+		return fmt.Errorf("type namespace: %w", err)
+	}
 	if rp := p.RetryPolicy; rp != nil {
 		if rp.BaseDelay < 0 || rp.MaxDelay < 0 {
 			return fmt.Errorf("%w: retry delays must not be negative", ErrInvalid)

@@ -109,7 +109,7 @@ func (s *session) claimLoop(ctx context.Context) {
 		cctx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 		claimed, err := s.eng.ClaimRuns(cctx, engine.ClaimParams{
 			WorkerID: s.cfg.WorkerID, TypePrefixes: s.cfg.TypePrefixes, Runtime: s.cfg.Runtime,
-			Limit: limit, LeaseDuration: s.cfg.LeaseDuration, Types: s.types,
+			Limit: limit, LeaseDuration: s.cfg.LeaseDuration, Types: s.types, Namespace: s.cfg.Namespace,
 		})
 		cancelClaim()
 		if err != nil {

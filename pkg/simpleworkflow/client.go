@@ -90,6 +90,14 @@ type CreateOptions struct {
 	// customer, a tenant, an external account. 1 to 255 characters; empty
 	// sets none.
 	ConcurrencyKey string
+	// Namespace is the namespace the run belongs to. Empty: the one the
+	// database login records for ("default" for the schema's owner); a
+	// login bound to several namespaces must name one.
+	Namespace string
+	// TypeNamespace runs a type that another namespace shares with
+	// Namespace, among that namespace's workers. Empty: Namespace's own
+	// type.
+	TypeNamespace string
 }
 
 // RetryPolicy is a run's own backoff: the delay before attempt n+1 is
@@ -150,6 +158,7 @@ func createParams(callerTrace, workflowType string, payload json.RawMessage, opt
 	if opts != nil {
 		p.IdempotencyKey = opts.IdempotencyKey
 		p.ConcurrencyKey = opts.ConcurrencyKey
+		p.Namespace, p.TypeNamespace = opts.Namespace, opts.TypeNamespace
 		p.Priority = opts.Priority
 		p.MaxAttempts = opts.MaxAttempts
 		p.Deadline = opts.Deadline

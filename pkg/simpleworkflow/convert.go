@@ -14,7 +14,7 @@ func runFromEngine(r engine.Run) *Run {
 		LeasedBy: r.LeasedBy, LeaseUntil: r.LeaseUntil, LastError: r.LastError, Result: r.Result,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		DeadlineAt: r.DeadlineAt, ParentID: r.ParentID, Wait: waitFromEngine(r.Wait), TraceParent: r.TraceParent,
-		ConcurrencyKey: r.ConcurrencyKey,
+		ConcurrencyKey: r.ConcurrencyKey, Namespace: r.Namespace, TypeNamespace: r.TypeNamespace,
 	}
 }
 

@@ -33,6 +33,9 @@ const (
 	DefaultReapInterval = 5 * time.Second
 	// DefaultClaimBatchSize caps the runs one claim call takes.
 	DefaultClaimBatchSize = 100
+	// DefaultNamespace is the namespace a poller serves, and a run belongs
+	// to, when none is named.
+	DefaultNamespace = engine.DefaultNamespace
 )
 
 // PollerConfig configures a Poller. Zero values take the defaults.
@@ -84,6 +87,11 @@ type PollerConfig struct {
 	ReapInterval time.Duration
 	// ClaimBatchSize caps the runs claimed in one call. Defaults to 100.
 	ClaimBatchSize int
+	// Namespace is the namespace this worker serves: it claims only runs of
+	// that namespace's types (its own runs, and runs other namespaces record
+	// of types it shares with them). Defaults to "default". The database
+	// login must be bound to it as a worker (docs/security.md).
+	Namespace string
 	// Logger receives one line per transition. Defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider makes the spans of attempts, steps and waits (see
@@ -125,6 +133,9 @@ func (c PollerConfig) withDefaults() PollerConfig {
 	if c.ClaimBatchSize == 0 {
 		c.ClaimBatchSize = DefaultClaimBatchSize
 	}
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -154,6 +165,9 @@ func (c PollerConfig) validate() error {
 		return fmt.Errorf("%w: claim batch size must be between 1 and 1000, got %d", ErrInvalid, c.ClaimBatchSize)
 	case len(c.WorkerID) > 200:
 		return fmt.Errorf("%w: worker id must be at most 200 characters", ErrInvalid)
+	}
+	if err := engine.ValidateNamespace(c.Namespace); err != nil {
+		return err
 	}
 	for _, p := range c.TypePrefixes {
 		if p == "" || p == "%" {

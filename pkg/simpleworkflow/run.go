@@ -83,6 +83,11 @@ type Run struct {
 	// ConcurrencyKey groups the run for its type's per-key flow limits
 	// ("" for none).
 	ConcurrencyKey string
+	// Namespace is the namespace the run belongs to.
+	Namespace string
+	// TypeNamespace is the namespace whose workers run its type (Namespace,
+	// unless another namespace shares the type).
+	TypeNamespace string
 }
 
 // Wait is what a parked run waits for: a sleep, a signal or a child run.

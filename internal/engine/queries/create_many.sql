@@ -5,4 +5,4 @@ select coalesce(array_agg(c.id order by c.ord), '{}'), coalesce(array_agg(c.crea
 from workflow.create_runs(@types::text[], @payloads::text[], @priorities::integer[], @run_ats::timestamptz[],
                           @idempotency_keys::text[], @max_attempts::integer[], @deadline_ms::bigint[],
                           @retry_base_ms::bigint[], @retry_max_ms::bigint[], @traceparents::text[],
-                          @concurrency_keys::text[]) c;
+                          @concurrency_keys::text[], @namespace::text, @type_namespace::text) c;

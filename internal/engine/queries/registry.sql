@@ -1,13 +1,14 @@
 -- name: RegistryUpsert
 select workflow.put_registry(@workflow_name, @runtime, @is_enabled, @description, @owner_namespace,
                              @owner_name, @definition, @max_leased, @max_leased_per_key, @rate_limit,
-                             @rate_period_ms, @rate_per_key);
+                             @rate_period_ms, @rate_per_key, @shared_with::text[]);
 
 -- name: RegistryGet
 select workflow_name, runtime, is_enabled, description, owner_namespace, owner_name,
        created_at, updated_at, definition, max_leased, max_leased_per_key, rate_limit, rate_period_ms,
-       rate_per_key
-from workflow.registry_entries(@workflow_name, null, null);
+       rate_per_key, namespace, shared_with
+from workflow.registry_entries(@workflow_name, null, null)
+where namespace = @namespace::text;
 
 -- name: RegistryDelete
 select workflow.delete_registry(@workflow_name, @owner_namespace, @owner_name);
@@ -15,7 +16,7 @@ select workflow.delete_registry(@workflow_name, @owner_namespace, @owner_name);
 -- name: RegistryListByOwner
 select workflow_name, runtime, is_enabled, description, owner_namespace, owner_name,
        created_at, updated_at, definition, max_leased, max_leased_per_key, rate_limit, rate_period_ms,
-       rate_per_key
+       rate_per_key, namespace, shared_with
 from workflow.registry_entries(null, @owner_namespace, @owner_name);
 
 -- name: DAGSteps

@@ -4,7 +4,8 @@ select id, created
 from workflow.create_run(@type, @payload, @priority::integer, @run_at::timestamptz, @idempotency_key,
                          @max_attempts::integer, @deadline_ms::bigint, @deadline_at::timestamptz,
                          @retry_base_ms::bigint, @retry_max_ms::bigint, @traceparent::text,
-                         @source_namespace, @source_name, @source_uid, @concurrency_key::text);
+                         @source_namespace, @source_name, @source_uid, @concurrency_key::text,
+                         @namespace::text, @type_namespace::text);
 
 -- name: RunIDByIdempotencyKey
 select id from workflow.run_by_key(@idempotency_key) id where id is not null;

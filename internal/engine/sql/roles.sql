@@ -16,9 +16,13 @@
 --   (producers also keep their own cron schedules: put_schedule,
 --   delete_schedule.)
 --
--- The roles are NOLOGIN: grant them to login users, e.g.
+-- The roles are NOLOGIN: grant them to login users, and bind each login to
+-- the namespaces it acts on (a login bound to none acts on none), e.g.
 --   create role app_worker login password '...';
 --   grant workflow_worker to app_worker;
+--   select workflow.grant_namespace('app_worker', 'payments', 'worker');
+-- Row-level security and the functions' own checks keep a login inside its
+-- namespaces; the schema's owner acts on every namespace.
 --
 -- Run this after the schema is installed or upgraded (engine.Migrate, which
 -- runs workflow.sql and the release-to-release migrations; then
@@ -84,7 +88,7 @@ grant usage on schema workflow to workflow_worker, workflow_producer, workflow_r
 -- Workers: the functions, and the registry (which types are enabled, and
 -- for which runtime).
 grant execute on function
-    workflow.claim_runs(text, text[], text, integer, bigint, text[]),
+    workflow.claim_runs(text, text[], text, integer, bigint, text[], text),
     workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
@@ -107,7 +111,7 @@ grant select on workflow.workflow_settings to workflow_worker, workflow_producer
 -- row-level security below keeps them null for producers.
 grant insert (type, payload, priority, run_at, idempotency_key, max_attempts,
               retry_base_delay, retry_max_delay, deadline_at, traceparent, concurrency_key,
-              source_namespace, source_name, source_uid)
+              source_namespace, source_name, source_uid, namespace, type_namespace)
     on workflow.workflow_run to workflow_producer;
 grant update (status, updated_at, deleted_at) on workflow.workflow_run to workflow_producer;
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
@@ -118,15 +122,22 @@ grant execute on function
     workflow.retry_run(uuid, integer, text),
     workflow.send_signal(uuid, text, jsonb, text),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[], text[],
-                         text[])
+                         text[], text, text)
 to workflow_producer;
+-- Namespaces: every role may ask which namespaces it acts on (the
+-- row-level security below asks it for them); a producer's plain INSERT
+-- takes its namespace from default_namespace and may name a type another
+-- namespace shares with it (type_shared).
+grant execute on function workflow.caller_namespaces(text), workflow.caller_is_owner()
+    to workflow_worker, workflow_producer, workflow_reader;
+grant execute on function workflow.default_namespace(), workflow.type_shared(text, text, text) to workflow_producer;
 
 -- A console reads everything.
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
                 workflow.workflow_signal, workflow.workflow_registry, workflow.run_view
     to workflow_reader;
 -- ... and the queue depth of a worker pool (a KEDA scaler or a dashboard).
-grant execute on function workflow.queue_depth(text[], text, bigint) to workflow_reader;
+grant execute on function workflow.queue_depth(text[], text, bigint, text) to workflow_reader;
 -- ... and every type's queue (the console's overview).
 grant execute on function workflow.type_depths() to workflow_reader;
 -- ... and when to look at it again.
@@ -160,33 +171,75 @@ grant execute on function workflow.schedule_latest_runs(text, text, integer) to 
 --     no idempotency key of the operator's reserved forms (k8s:<namespace>:<key>,
 --     k8s-uid:<uid>), so a producer cannot take over the run of a
 --     WorkflowRun that does not exist yet.
+--   * namespaces: a login sees the runs (and their events, journals and
+--     signals) of the namespaces it produces for or reads, and the registry
+--     entries of those it works for or reads; it records, cancels and
+--     soft-deletes only runs of the namespaces it produces for, and a run
+--     of another namespace's type only when that namespace shares it.
 -- Each step below runs only when its object is missing, so running this
 -- script again takes no lock that would stop the queue.
 do $$
 declare
     p record;
+    t text;
 begin
-    if not (select relrowsecurity from pg_catalog.pg_class where oid = 'workflow.workflow_run'::regclass) then
-        alter table workflow.workflow_run enable row level security;
-    end if;
+    foreach t in array array['workflow_run', 'workflow_event', 'workflow_step', 'workflow_signal', 'workflow_registry'] loop
+        if not (select relrowsecurity from pg_catalog.pg_class where oid = ('workflow.' || t)::regclass) then
+            execute format('alter table workflow.%I enable row level security', t);
+        end if;
+    end loop;
     for p in
         select * from (values
-            ('workflow_run_any', 'as permissive for all to public using (true) with check (true)'),
-            ('workflow_run_producer_update',
+            ('workflow_run', 'workflow_run_any', 'as permissive for all to public using (true) with check (true)'),
+            ('workflow_run', 'workflow_run_producer_update',
              'as restrictive for update to workflow_producer using (true)
               with check (status = ''cancelled'' or (deleted_at is not null and finished_at is not null))'),
-            ('workflow_run_producer_insert',
+            ('workflow_run', 'workflow_run_producer_insert',
              'as restrictive for insert to workflow_producer
               with check (source_namespace is null and source_name is null and source_uid is null
                           and (idempotency_key is null
                                or not (starts_with(idempotency_key, ''k8s:'')
-                                       or starts_with(idempotency_key, ''k8s-uid:''))))')
-        ) v(name, body)
+                                       or starts_with(idempotency_key, ''k8s-uid:''))))'),
+            ('workflow_run', 'workflow_run_namespace_read',
+             'as restrictive for select to public
+              using ((select workflow.caller_namespaces(''read'')) is null
+                     or namespace = any ((select workflow.caller_namespaces(''read''))::text[]))'),
+            ('workflow_run', 'workflow_run_namespace_update',
+             'as restrictive for update to public
+              using ((select workflow.caller_namespaces(''producer'')) is null
+                     or namespace = any ((select workflow.caller_namespaces(''producer''))::text[]))
+              with check ((select workflow.caller_namespaces(''producer'')) is null
+                          or namespace = any ((select workflow.caller_namespaces(''producer''))::text[]))'),
+            ('workflow_run', 'workflow_run_namespace_insert',
+             'as restrictive for insert to public
+              with check (((select workflow.caller_namespaces(''producer'')) is null
+                           or namespace = any ((select workflow.caller_namespaces(''producer''))::text[]))
+                          and workflow.type_shared(type_namespace, type, namespace))'),
+            ('workflow_event', 'workflow_event_any', 'as permissive for all to public using (true) with check (true)'),
+            ('workflow_event', 'workflow_event_namespace_read',
+             'as restrictive for select to public
+              using (exists (select 1 from workflow.workflow_run r where r.id = workflow_id))'),
+            ('workflow_step', 'workflow_step_any', 'as permissive for all to public using (true) with check (true)'),
+            ('workflow_step', 'workflow_step_namespace_read',
+             'as restrictive for select to public
+              using (exists (select 1 from workflow.workflow_run r where r.id = run_id))'),
+            ('workflow_signal', 'workflow_signal_any', 'as permissive for all to public using (true) with check (true)'),
+            ('workflow_signal', 'workflow_signal_namespace_read',
+             'as restrictive for select to public
+              using (exists (select 1 from workflow.workflow_run r where r.id = run_id))'),
+            ('workflow_registry', 'workflow_registry_any',
+             'as permissive for all to public using (true) with check (true)'),
+            ('workflow_registry', 'workflow_registry_namespace_read',
+             'as restrictive for select to public
+              using ((select workflow.caller_namespaces(''worker'')) is null
+                     or namespace = any ((select workflow.caller_namespaces(''worker''))::text[])
+                     or namespace = any ((select workflow.caller_namespaces(''read''))::text[]))')
+        ) v(tab, name, body)
         where not exists (select 1 from pg_catalog.pg_policies x
-                          where x.schemaname = 'workflow' and x.tablename = 'workflow_run' and x.policyname = v.name)
+                          where x.schemaname = 'workflow' and x.tablename = v.tab and x.policyname = v.name)
     loop
         -- The names and bodies are the constants above.
-        execute format('create policy %I on workflow.workflow_run %s', p.name, p.body);
+        execute format('create policy %I on workflow.%I %s', p.name, p.tab, p.body);
     end loop;
 end
 $$;

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 5
+-- schema version: 6
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -233,6 +233,156 @@ language sql stable parallel safe
 return pg_catalog.now() + coalesce((select st.clock_offset from workflow.workflow_settings st), '0');
 
 
+-- NAMESPACES. Every run belongs to a namespace (a Kubernetes namespace, or
+-- 'default'), and so do registry entries and schedules: namespaces are the
+-- tenants of one inbox. A run also names the namespace whose registry and
+-- workers run its type (type_namespace): its own, unless that namespace's
+-- registry shares the type with it (shared_with). A database login acts
+-- on the namespaces the schema's owner bound it to, per capacity
+-- (producer, worker, reader: workflow_namespace_grant, written by
+-- grant_namespace and revoke_namespace); the owner (and the operator,
+-- which connects as the owner) acts on every namespace. Logins are told
+-- apart by session_user, which SET ROLE does not change, so a login never
+-- gains a namespace by switching roles; a binding of a group role holds for
+-- its members.
+
+-- Whether a text is a namespace name (a Kubernetes namespace: a DNS label
+-- of at most 63 characters).
+create or replace function workflow.namespace_valid(p text) returns boolean
+language sql immutable parallel safe
+return char_length(p) <= 63 and p ~ '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$';
+
+-- Whether every element of a list is a namespace name.
+create or replace function workflow.namespaces_valid(p text[]) returns boolean
+language sql immutable parallel safe
+return (select coalesce(bool_and(coalesce(workflow.namespace_valid(n), false)), true) from unnest(p) n);
+
+-- A namespace column: a domain, whose check runs only when the column is
+-- written (a table CHECK would run on every update of the row).
+do $$ begin
+    if to_regtype('workflow.namespace_name') is null then
+        create domain workflow.namespace_name as text
+            constraint namespace_name_format check (char_length(value) <= 63 and value ~ '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$');
+    end if;
+end $$;
+
+-- (Release 6's migration creates this table with the same statement.)
+create table if not exists workflow.workflow_namespace_grant (
+    role_name text not null,
+    namespace workflow.namespace_name not null,
+    capacity text not null,
+    granted_by text not null default session_user,
+    granted_at timestamptz not null default now(),
+    constraint workflow_namespace_grant_pkey primary key (role_name, namespace, capacity),
+    constraint workflow_namespace_grant_role_length check (char_length(role_name) between 1 and 63),
+    constraint workflow_namespace_grant_capacity_valid check (capacity in ('producer', 'worker', 'reader'))
+);
+comment on table workflow.workflow_namespace_grant is
+    'Which namespaces a database role acts on, and as what (producer, worker, reader); written by the schema''s owner through grant_namespace and revoke_namespace.';
+
+-- Whether the session's login is the schema's owner (or a member of it, or
+-- a superuser): it acts on every namespace.
+create or replace function workflow.caller_is_owner() returns boolean
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select pg_has_role(session_user,
+                       (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'workflow'), 'MEMBER')
+$$;
+
+-- The namespaces the session's login acts on as p_capacity ('producer',
+-- 'worker', 'reader', or 'read': producer or reader), through a binding of
+-- its own or of a role it is a member of; null for the owner (every
+-- namespace), '{}' for a login bound to none.
+create or replace function workflow.caller_namespaces(p_capacity text) returns text[]
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select case when workflow.caller_is_owner() then null
+                else coalesce((
+                    select array_agg(distinct g.namespace order by g.namespace)
+                    from workflow.workflow_namespace_grant g
+                    join pg_catalog.pg_roles r on r.rolname = g.role_name
+                    where g.capacity = any (case when p_capacity = 'read' then array['producer', 'reader']
+                                                 else array[p_capacity] end)
+                      and pg_has_role(session_user, r.oid, 'MEMBER')), '{}') end
+$$;
+
+-- Whether the session's login acts on p_namespace as p_capacity.
+create or replace function workflow.acts_on(p_namespace text, p_capacity text) returns boolean
+language sql stable set search_path = pg_catalog, pg_temp as $$
+    select coalesce(v.ns is null or p_namespace = any (v.ns), false)
+    from (select workflow.caller_namespaces(p_capacity) as ns) v
+$$;
+
+-- The namespace of a run recorded without one (the column's default): the
+-- one namespace the login produces for; 'default' for the owner. A login
+-- bound to several must name one, and a login bound to none records
+-- nothing.
+create or replace function workflow.default_namespace() returns text
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+    v_ns text[] := workflow.caller_namespaces('producer');
+begin
+    if v_ns is null then
+        return 'default';
+    elsif cardinality(v_ns) = 1 then
+        return v_ns[1];
+    elsif cardinality(v_ns) = 0 then
+        raise exception 'database user % is bound to no namespace as a producer; the schema''s owner binds it with workflow.grant_namespace(role, namespace, ''producer'')',
+            session_user using errcode = '42501';
+    end if;
+    raise exception 'database user % produces for several namespaces (%); name one in the run''s namespace column',
+        session_user, array_to_string(v_ns, ', ') using errcode = '22023';
+end $$;
+
+-- The namespace a producer's call records into: p_namespace when the login
+-- may produce there, else its one namespace (default_namespace); refused
+-- otherwise, naming nothing the caller may not know.
+create or replace function workflow.producer_namespace(p_namespace text) returns text
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+begin
+    if p_namespace is null then
+        return workflow.default_namespace();
+    end if;
+    if not workflow.namespace_valid(p_namespace) then
+        raise exception 'namespace %: a namespace is a DNS label of at most 63 characters (lowercase letters, digits and "-")',
+            quote_literal(left(p_namespace, 100)) using errcode = '22023';
+    end if;
+    if not workflow.acts_on(p_namespace, 'producer') then
+        raise exception 'database user % may not record runs in namespace %', session_user, p_namespace
+            using errcode = '42501';
+    end if;
+    return p_namespace;
+end $$;
+
+-- grant_namespace binds a role to a namespace as producer, worker or
+-- reader; revoke_namespace undoes it (true when there was such a binding).
+-- Only the schema's owner may (the functions are not granted to anyone).
+create or replace function workflow.grant_namespace(p_role text, p_namespace text, p_as text) returns void
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+    if not exists (select 1 from pg_catalog.pg_roles r where r.rolname = p_role) then
+        raise exception 'grant_namespace: role % does not exist', quote_ident(left(p_role, 100)) using errcode = '42704';
+    end if;
+    if not workflow.namespace_valid(p_namespace) then
+        raise exception 'grant_namespace: namespace %: a namespace is a DNS label of at most 63 characters',
+            quote_literal(left(p_namespace, 100)) using errcode = '22023';
+    end if;
+    if p_as is null or p_as not in ('producer', 'worker', 'reader') then
+        raise exception 'grant_namespace: "as" is producer, worker or reader, got %', quote_literal(left(p_as, 100))
+            using errcode = '22023';
+    end if;
+    insert into workflow.workflow_namespace_grant (role_name, namespace, capacity)
+    values (p_role, p_namespace, p_as)
+    on conflict do nothing;
+end $$;
+
+-- revoke_namespace removes one binding; true when there was one.
+create or replace function workflow.revoke_namespace(p_role text, p_namespace text, p_as text) returns boolean
+language sql set search_path = pg_catalog, pg_temp as $$
+    with gone as (delete from workflow.workflow_namespace_grant g
+                  where g.role_name = p_role and g.namespace = p_namespace and g.capacity = p_as returning 1)
+    select exists (select 1 from gone)
+$$;
+
+
 -- Which runtime runs a type, whether it may run at all, and the steps of a
 -- DAG workflow (definition; the database runs those). Written by the
 -- operator from WorkflowRegistry objects. Analyzed after every change: it
@@ -253,7 +403,9 @@ create table if not exists workflow.workflow_registry (
     rate_limit integer,                             -- starts per rate_period
     rate_period interval,
     rate_per_key boolean not null default false,    -- the rate is per concurrency key
-    constraint workflow_registry_pkey primary key (workflow_name),
+    namespace workflow.namespace_name not null default 'default', -- the namespace whose type it is
+    shared_with text[] not null default '{}',       -- namespaces whose runs may run it
+    constraint workflow_registry_pkey primary key (namespace, workflow_name),
     constraint workflow_registry_name_format
         check (char_length(workflow_name) <= 253 and workflow_name ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'),
     constraint workflow_registry_runtime_or_steps check ((runtime is null) <> (definition is null)),
@@ -281,6 +433,29 @@ comment on column workflow.workflow_registry.max_leased_per_key is
 comment on column workflow.workflow_registry.rate_limit is
     'At most this many runs of the type (of one key, with rate_per_key) start in each window of rate_period; windows are aligned to the epoch.';
 create index if not exists idx_workflow_registry_owner on workflow.workflow_registry (owner_namespace, owner_name);
+-- (Added here, not in the table's definition: an upgraded registry gets it
+-- the same way as a new one.)
+do $$ begin
+    if not exists (select 1 from pg_catalog.pg_constraint
+                   where conrelid = 'workflow.workflow_registry'::regclass
+                     and conname = 'workflow_registry_shared_with_valid') then
+        alter table workflow.workflow_registry add constraint workflow_registry_shared_with_valid
+            check (cardinality(shared_with) <= 256 and workflow.namespaces_valid(shared_with));
+    end if;
+end $$;
+
+-- Whether namespace p_type_namespace's registry shares type p_type with
+-- namespace p_namespace (its entry lists it in shared_with): runs of
+-- p_namespace may then ask for it (type_namespace), and run among
+-- p_type_namespace's workers. A run of a type its own namespace runs needs
+-- no share.
+create or replace function workflow.type_shared(p_type_namespace text, p_type text, p_namespace text) returns boolean
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select p_type_namespace = p_namespace
+        or exists (select 1 from workflow.workflow_registry g
+                   where g.namespace = p_type_namespace and g.workflow_name = p_type
+                     and p_namespace = any (g.shared_with))
+$$;
 
 
 -- The durable inbox: one row per recorded intent. The checks are written
@@ -325,6 +500,8 @@ create table if not exists workflow.workflow_run (
     concurrency_key text,                           -- the flow limits' key (a customer, a tenant)
     dag_skipped text[],                             -- a DAG's steps whose condition was false
     dag_fanout jsonb,                               -- a DAG's fanned-out steps: {name: elements}
+    namespace workflow.namespace_name not null default 'default', -- its tenant (see below)
+    type_namespace workflow.namespace_name not null, -- whose registry and workers run its type
     constraint workflow_run_pkey primary key (id),
     constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
     constraint workflow_run_idempotency_key_length
@@ -360,6 +537,7 @@ create table if not exists workflow.workflow_run (
     constraint workflow_run_source_bounded
         check (char_length(source_namespace) <= 63 and char_length(source_name) <= 253
                and char_length(source_uid) <= 128),
+
     constraint workflow_run_times_finite check (isfinite(run_at) and (deadline_at is null or isfinite(deadline_at))),
     constraint workflow_run_traceparent_format
         check (octet_length(traceparent) = 55 and traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
@@ -368,6 +546,10 @@ create table if not exists workflow.workflow_run (
 ) with (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 comment on table workflow.workflow_run is
     'The durable inbox: one row per recorded intent. A pending row always runs eventually.';
+-- A run recorded without a namespace belongs to the one its producer
+-- records for (default_namespace; 'default' for the owner). Set here, not
+-- in the table's definition, so that an upgraded table gets it too.
+alter table workflow.workflow_run alter column namespace set default workflow.default_namespace();
 comment on column workflow.workflow_run.lease_token is
     'Drawn from workflow.lease_token_seq by every claim; guards every write of the lease holder.';
 comment on column workflow.workflow_run.dag is
@@ -382,13 +564,13 @@ comment on column workflow.workflow_run.traceparent is
 -- index serves the autoscaler's counts; the others serve the reaper,
 -- deadlines, retention, children, the console's lists and the wake-ups.
 create index if not exists idx_workflow_run_claim_type on workflow.workflow_run
-    (type collate "C", priority, created_at)
+    (type_namespace, type collate "C", priority, created_at)
     where coalesce(status, '') = 'pending' and deleted_at is null and wait_kind is distinct from 'limit';
 create index if not exists idx_workflow_run_claim on workflow.workflow_run
-    (priority, created_at, run_at)
+    (type_namespace, priority, created_at, run_at)
     where status = 'pending' and deleted_at is null and wait_kind is distinct from 'limit';
 create index if not exists idx_workflow_run_depth on workflow.workflow_run
-    (type collate "C", status, run_at) where status in ('pending', 'leased') and deleted_at is null;
+    (type_namespace, type collate "C", status, run_at) where status in ('pending', 'leased') and deleted_at is null;
 create unique index if not exists idx_workflow_run_idempotency on workflow.workflow_run (idempotency_key);
 create index if not exists idx_workflow_run_lease_until on workflow.workflow_run (lease_until)
     where status = 'leased';
@@ -413,8 +595,7 @@ create unique index if not exists idx_workflow_run_parent_step on workflow.workf
 create index if not exists idx_workflow_run_dag on workflow.workflow_run (id) where dag is not null;
 create index if not exists idx_workflow_run_source on workflow.workflow_run (source_uid)
     where source_uid is not null;
-create index if not exists idx_workflow_run_namespace_created on workflow.workflow_run
-    (source_namespace, created_at, id) where source_namespace is not null;
+create index if not exists idx_workflow_run_namespace_created on workflow.workflow_run (namespace, created_at, id);
 create index if not exists idx_workflow_run_type_created on workflow.workflow_run
     (type collate "C", created_at, id) where status in ('succeeded', 'failed', 'cancelled');
 create index if not exists idx_workflow_run_ended_badly on workflow.workflow_run (created_at, id)
@@ -425,16 +606,16 @@ create index if not exists idx_workflow_run_ended_badly on workflow.workflow_run
 -- key in claim order, by when a rate window lets them go, and by type in
 -- claim order (the console's lists).
 create index if not exists idx_workflow_run_flow_key on workflow.workflow_run
-    (type collate "C", concurrency_key, status, run_at)
+    (type_namespace, type collate "C", concurrency_key, status, run_at)
     where concurrency_key is not null and status in ('pending', 'leased') and deleted_at is null;
 create index if not exists idx_workflow_run_flow_parked on workflow.workflow_run
-    (type collate "C", concurrency_key, priority, created_at) where wait_kind = 'limit';
+    (type_namespace, type collate "C", concurrency_key, priority, created_at) where wait_kind = 'limit';
 create index if not exists idx_workflow_run_flow_due on workflow.workflow_run
-    (type collate "C", run_at) where wait_kind = 'limit';
+    (type_namespace, type collate "C", run_at) where wait_kind = 'limit';
 -- (The list's predicate names deleted_at, which a run parked on a limit
 -- never has, so that only the console's lists, which say so, read it.)
 create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
-    (type collate "C", priority, created_at) where wait_kind = 'limit' and deleted_at is null;
+    (type_namespace, type collate "C", priority, created_at) where wait_kind = 'limit' and deleted_at is null;
 
 
 -- The audit trail: one row per transition, written in the transaction that
@@ -545,7 +726,8 @@ create table if not exists workflow.workflow_flow_window (
     concurrency_key text not null,      -- '' for the type's own window
     window_start timestamptz not null,
     starts integer not null default 0,
-    constraint workflow_flow_window_pkey primary key (type, concurrency_key),
+    namespace text not null default 'default', -- the type's namespace
+    constraint workflow_flow_window_pkey primary key (namespace, type, concurrency_key),
     constraint workflow_flow_window_starts_valid check (starts >= 0)
 );
 -- A claim moves each of its keys' rows to the current window: room left in
@@ -678,22 +860,36 @@ create or replace trigger workflow_runs_deleted after delete on workflow.workflo
 -- 2. THE PRODUCER: RECORDING, CANCELLING, WAKING
 -- ===========================================================================
 
--- A child recorded without a traceparent inherits its parent's. The
--- functions that record children (start_child, and dag_advance and
--- dag_finally for a DAG's steps) give it their parent's themselves: while
--- a function runs (workflow.via_function), the trigger is not called, a
--- lookup and a security-definer call per step spared (a sixth of the
--- time a 100-step fan-out took to start).
-create or replace function workflow.on_child_inserting() returns trigger
+-- A run recorded by plain SQL without a type_namespace: a mirrored run
+-- (source_namespace) belongs to its object's namespace, a child to its
+-- parent's (and inherits its parent's traceparent when it has none), and
+-- its type is its own namespace's (the child's, its parent's type
+-- namespace). The functions that record runs (create_runs, create_run,
+-- start_child, and dag_advance and dag_finally for a DAG's steps) set both
+-- namespaces and the traceparent themselves, so the trigger is not called
+-- for them: a lookup and a security-definer call per row spared (a sixth
+-- of the time a 100-step fan-out took to start).
+create or replace function workflow.on_run_inserting() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+    p workflow.workflow_run;
 begin
-    select p.traceparent into new.traceparent from workflow.workflow_run p where p.id = new.parent_id;
+    if new.parent_id is not null then
+        select * into p from workflow.workflow_run r where r.id = new.parent_id;
+        if found then
+            new.namespace := p.namespace;
+            new.type_namespace := p.type_namespace;
+            new.traceparent := coalesce(new.traceparent, p.traceparent);
+        end if;
+    elsif new.source_namespace is not null then
+        new.namespace := new.source_namespace;
+    end if;
+    new.type_namespace := coalesce(new.type_namespace, new.namespace);
     return new;
 end $$;
-create or replace trigger workflow_run_child_traceparent before insert on workflow.workflow_run
-    for each row when (new.parent_id is not null and new.traceparent is null
-                       and coalesce(current_setting('workflow.via_function', true), '') <> 'on')
-    execute function workflow.on_child_inserting();
+create or replace trigger workflow_run_inserting before insert on workflow.workflow_run
+    for each row when (new.type_namespace is null)
+    execute function workflow.on_run_inserting();
 
 -- Every insert, from create_runs or plain SQL, passes here once per
 -- statement: payloads over workflow_settings.max_payload_bytes or nested
@@ -726,7 +922,8 @@ begin
     insert into workflow.workflow_event (workflow_id, event_type, data)
     select n.id, 'created',
            jsonb_strip_nulls(jsonb_build_object(
-               'type', n.type, 'priority', n.priority, 'run_at', n.run_at,
+               'type', n.type, 'namespace', n.namespace,
+               'type_namespace', nullif(n.type_namespace, n.namespace), 'priority', n.priority, 'run_at', n.run_at,
                'max_attempts', n.max_attempts, 'idempotency_key', n.idempotency_key,
                'source_namespace', n.source_namespace, 'source_name', n.source_name,
                'parent_id', n.parent_id, 'parent_step', n.parent_step, 'deadline_at', n.deadline_at))
@@ -740,12 +937,13 @@ begin
     if exists (select 1 from workflow.workflow_registry g where g.max_leased_per_key is not null) then
         v_now := workflow.now();
         with fresh as materialized (
-            select n.id, n.type, n.concurrency_key as key, g.max_leased_per_key as lim,
-                   row_number() over (partition by n.type, n.concurrency_key
+            select n.id, n.type, n.type_namespace as tns, n.concurrency_key as key, g.max_leased_per_key as lim,
+                   row_number() over (partition by n.type_namespace, n.type, n.concurrency_key
                                       order by n.priority, n.created_at, n.id) as nth,
-                   count(*) over (partition by n.type, n.concurrency_key) as news
+                   count(*) over (partition by n.type_namespace, n.type, n.concurrency_key) as news
             from new_runs n
-            join workflow.workflow_registry g on g.workflow_name = n.type and g.max_leased_per_key is not null
+            join workflow.workflow_registry g
+              on g.namespace = n.type_namespace and g.workflow_name = n.type and g.max_leased_per_key is not null
             where n.concurrency_key is not null and n.status = 'pending' and n.wait_kind is null
               and n.run_at <= v_now
         ), judged as (
@@ -757,10 +955,11 @@ begin
                        -- (at most lim + news: past that, every new run waits)
                        (select count(*) from (
                             select 1 from workflow.workflow_run x
-                            where x.type collate "C" = f.type and x.concurrency_key = f.key and x.deleted_at is null
+                            where x.type_namespace = f.tns and x.type collate "C" = f.type
+                              and x.concurrency_key = f.key and x.deleted_at is null
                               and x.status in ('pending', 'leased') and x.wait_kind is null
                               and x.run_at <= v_now
-                            limit f.lim + f.news) x) end) over (partition by f.type, f.key) as n
+                            limit f.lim + f.news) x) end) over (partition by f.tns, f.type, f.key) as n
             from fresh f
         )
         update workflow.workflow_run r
@@ -775,7 +974,8 @@ begin
             select n.id, n.type, n.run_at, coalesce(n.dag, g.definition) as def, n.dag is not null as inline,
                    exists (select 1 from workflow.workflow_run p where p.id = n.parent_id and p.dag is not null) as parent_dag
             from new_runs n
-            left join workflow.workflow_registry g on g.workflow_name = n.type and g.definition is not null
+            left join workflow.workflow_registry g
+              on g.namespace = n.type_namespace and g.workflow_name = n.type and g.definition is not null
             where n.status = 'pending' and (n.dag is not null or g.definition is not null)
             order by n.created_at, n.id
         loop
@@ -862,7 +1062,9 @@ create or replace function workflow.create_runs(
     p_retry_base_ms bigint[] default null,
     p_retry_max_ms bigint[] default null,
     p_traceparents text[] default null,
-    p_concurrency_keys text[] default null
+    p_concurrency_keys text[] default null,
+    p_namespace text default null,
+    p_type_namespace text default null
 ) returns table (ord integer, id uuid, created boolean)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -876,9 +1078,30 @@ declare
     v_ids uuid[];
     v_bad record;
     v_text text;
+    v_ns text;
+    v_tns text;
 begin
     if n = 0 then
         return;
+    end if;
+    -- The namespace the runs belong to (the caller's, or one it names and
+    -- produces for), and whose type they run (a type another namespace
+    -- shares with it).
+    v_ns := workflow.producer_namespace(p_namespace);
+    v_tns := coalesce(p_type_namespace, v_ns);
+    if v_tns <> v_ns then
+        if not workflow.namespace_valid(v_tns) then
+            raise exception 'create_runs: type namespace %: a namespace is a DNS label of at most 63 characters',
+                quote_literal(left(v_tns, 100)) using errcode = '22023';
+        end if;
+        select t.ord, t.type into v_bad
+        from unnest(p_types) with ordinality t(type, ord)
+        where not workflow.type_shared(v_tns, t.type, v_ns)
+        order by t.ord limit 1;
+        if found then
+            raise exception 'create_runs: row %: namespace % does not share type % with namespace %',
+                v_bad.ord, v_tns, left(v_bad.type, 253), v_ns using errcode = '42501';
+        end if;
     end if;
     if n > c_max then
         raise exception 'create_runs: at most % runs per call, got %', c_max, n using errcode = '22023';
@@ -960,11 +1183,11 @@ begin
         -- No keys: every row is a new run.
         insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
                                            retry_base_delay, retry_max_delay, deadline_at, traceparent,
-                                           concurrency_key)
+                                           concurrency_key, namespace, type_namespace)
         select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()),
                coalesce(t.max_attempts, 3),
                t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-               workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey
+               workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey, v_ns, v_tns
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
                     p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents, p_concurrency_keys)
              with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
@@ -979,11 +1202,12 @@ begin
     -- The first row of each key (a later row with the same key gets its
     -- run); a key already taken records nothing.
     insert into workflow.workflow_run (id, type, payload, priority, run_at, idempotency_key, max_attempts,
-                                       retry_base_delay, retry_max_delay, deadline_at, traceparent, concurrency_key)
+                                       retry_base_delay, retry_max_delay, deadline_at, traceparent, concurrency_key,
+                                       namespace, type_namespace)
     select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()), t.key,
            coalesce(t.max_attempts, 3),
            t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-           workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey
+           workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey, v_ns, v_tns
     from (
         select u.*, row_number() over (partition by u.key order by u.ord) as nth
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, v_keys, p_max_attempts,
@@ -997,8 +1221,19 @@ begin
     order by t.key, t.ord
     on conflict (idempotency_key) do nothing;
 
-    -- A new statement, so a key taken by a transaction that committed while
-    -- this one waited on it is seen.
+    -- A key held by a run of another namespace is refused: its run is not
+    -- the caller's to see. (Keys are inbox-wide; a namespace's own prefix
+    -- keeps them apart.) A new statement, so a key taken by a transaction
+    -- that committed while this one waited on it is seen.
+    select i.ord into v_bad
+    from unnest(v_keys) with ordinality i(key, ord)
+    join workflow.workflow_run r on r.idempotency_key = i.key
+    where r.namespace <> v_ns
+    order by i.ord limit 1;
+    if found then
+        raise exception 'create_runs: row %: the idempotency key is held by a run of another namespace', v_bad.ord
+            using errcode = '23505';
+    end if;
     return query
     select i.ord::integer,
            case when i.key is null then i.id else r.id end,
@@ -1009,11 +1244,12 @@ begin
 end
 $_$;
 comment on function workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[],
-                                         bigint[], bigint[], text[], text[]) is
+                                         bigint[], bigint[], text[], text[], text, text) is
     'Records many runs in one call; idempotency keys and traceparents per row; returns (ord, id, created) per input row.';
 
 -- cancel_run cancels one unfinished run; false when it had finished (or
--- does not exist). The cancel itself is the trigger's work.
+-- does not exist, or belongs to a namespace the caller does not produce
+-- for). The cancel itself is the trigger's work.
 -- Fires: workflow_run_cancelled (event, wait cleared, NOTIFY
 -- workflow_run_cancelled to the holder), workflow_parent_ended (its
 -- children), workflow_child_finished (its parent), workflow_source_run_changed.
@@ -1026,7 +1262,7 @@ begin
     perform set_config('workflow.cancel_reason', 'requested', true);
     update workflow.workflow_run
     set status = 'cancelled', updated_at = workflow.now()
-    where id = p_id and status in ('pending', 'leased');
+    where id = p_id and status in ('pending', 'leased') and workflow.acts_on(namespace, 'producer');
     v_done := found;
     perform set_config('workflow.cancel_reason', '', true);
     return v_done;
@@ -1041,7 +1277,8 @@ end $$;
 -- as their dependencies allow. A deadline already passed is dropped. Each
 -- run made pending gets a 'retried' event with reason retry_run and the
 -- status it left, and who asked (p_by, as given; at most 256 characters
--- kept). Answers: 'retried'; 'not_found'; 'refused' with the
+-- kept). A run of a namespace the caller does not produce for is
+-- 'not_found'. Answers: 'retried'; 'not_found'; 'refused' with the
 -- reason (not failed or cancelled, deleted, a step of a workflow or a child
 -- of a durable run, whose parent is what is retried).
 -- Fires: workflow_dag_step_changed, workflow_source_run_changed; what
@@ -1064,7 +1301,8 @@ begin
         return query select 'refused'::text, format('attempts must be between 1 and 1000, got %s', p_attempts);
         return;
     end if;
-    select * into v_run from workflow.workflow_run r where r.id = p_id for update;
+    select * into v_run from workflow.workflow_run r
+    where r.id = p_id and workflow.acts_on(r.namespace, 'producer') for update;
     if not found then
         return query select 'not_found'::text, format('no run %s', p_id);
         return;
@@ -1283,13 +1521,13 @@ begin atomic
                chr(92), chr(92) || chr(92)), '%', chr(92) || '%'), '_', chr(92) || '_') || '%';
 end;
 
--- active_types lists the types that have pending or leased runs under
--- literal type prefixes, by skipping from one type to the next along
+-- active_types lists the types of one namespace (type_namespace) that have
+-- pending or leased runs under literal type prefixes, by skipping from one type to the next along
 -- idx_workflow_run_depth (a loose index scan): its cost follows the number
 -- of types, not of runs. Reads only; no locks.
 -- A hot call: planned as section 9 says (run it again after replacing
 -- this function alone).
-create or replace function workflow.active_types(p_type_prefixes text[]) returns setof text
+create or replace function workflow.active_types(p_namespace text, p_type_prefixes text[]) returns setof text
 language plpgsql stable security definer rows 10 set search_path = pg_catalog, pg_temp as $$
 begin
     return query
@@ -1302,20 +1540,23 @@ begin
     ), found as (
         select b.hi, (select r.type collate "C" from workflow.workflow_run r
                       where r.status in ('pending', 'leased') and r.deleted_at is null
+                        and r.type_namespace = p_namespace
                         and r.type collate "C" >= b.lo and r.type collate "C" < b.hi
-                      order by r.type collate "C" limit 1) as type
+                      order by r.type_namespace, r.type collate "C" limit 1) as type
         from bounds b
         union all
         select f.hi, (select r.type collate "C" from workflow.workflow_run r
                       where r.status in ('pending', 'leased') and r.deleted_at is null
+                        and r.type_namespace = p_namespace
                         and r.type collate "C" > f.type and r.type collate "C" < f.hi
-                      order by r.type collate "C" limit 1)
+                      order by r.type_namespace, r.type collate "C" limit 1)
         from found f
         where f.type is not null
     )
     select distinct f.type::text from found f where f.type is not null;
 end $$;
-comment on function workflow.active_types(text[]) is 'Types of pending or leased runs under literal type prefixes.';
+comment on function workflow.active_types(text, text[]) is
+    'Types of one namespace''s pending or leased runs under literal type prefixes.';
 
 -- FLOW LIMITS. A type's registry entry may cap how many of its runs are
 -- leased at once (max_leased), how many of one concurrency key
@@ -1363,7 +1604,7 @@ comment on function workflow.active_types(text[]) is 'Types of pending or leased
 -- (try only), the type's own rate window row (a rate per type), candidate
 -- runs (skip locked), runs of full keys (skip locked), then the window
 -- rows of the keys it started runs of.
-create or replace function workflow.flow_admit(p_type text, p_limit integer, p_now timestamptz)
+create or replace function workflow.flow_admit(p_namespace text, p_type text, p_limit integer, p_now timestamptz)
 returns tid[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -1414,7 +1655,7 @@ declare
     v_parked bigint;
     v_fetched integer;
 begin
-    select * into g from workflow.workflow_registry r where r.workflow_name = p_type;
+    select * into g from workflow.workflow_registry r where r.namespace = p_namespace and r.workflow_name = p_type;
     if not found then
         return '{}';
     end if;
@@ -1428,14 +1669,14 @@ begin
         update workflow.workflow_run r
         set wait_kind = null, run_at = p_now, updated_at = p_now
         where r.id in (select x.id from workflow.workflow_run x
-                       where x.type collate "C" = p_type and x.wait_kind = 'limit' and x.run_at <= p_now
+                       where x.type_namespace = p_namespace and x.type collate "C" = p_type and x.wait_kind = 'limit' and x.run_at <= p_now
                        order by x.type collate "C", x.run_at
                        limit 1000
                        for update skip locked);
     end if;
     -- One claim of a limited type at a time: the others leave it to the
     -- next claim and take other types.
-    if not pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_type), 0) then
+    if not pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_namespace || '/' || p_type), 0) then
         return '{}';
     end if;
     if g.max_leased is not null or g.max_leased_per_key is not null then
@@ -1452,7 +1693,7 @@ begin
         from (select l.key, count(*) as n
               from (select r.concurrency_key as key
                     from workflow.workflow_run r
-                    where r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
+                    where r.type_namespace = p_namespace and r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
                     order by r.type collate "C", r.status, r.run_at
                     limit c_whole) l
               group by l.key) x;
@@ -1462,18 +1703,18 @@ begin
         v_room := least(v_room, g.max_leased - case when v_leased_whole then v_leased_read else (
             select count(*) from (
                 select 1 from workflow.workflow_run r
-                where r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
+                where r.type_namespace = p_namespace and r.type collate "C" = p_type and r.status = 'leased' and r.deleted_at is null
                 order by r.type collate "C", r.status, r.run_at
                 limit g.max_leased) x)::integer end);
     end if;
     if g.rate_limit is not null and not g.rate_per_key then
-        insert into workflow.workflow_flow_window (type, concurrency_key, window_start)
-        values (p_type, '', v_window) on conflict do nothing;
+        insert into workflow.workflow_flow_window (namespace, type, concurrency_key, window_start)
+        values (p_namespace, p_type, '', v_window) on conflict do nothing;
         -- Locked until the claim commits: flow_recheck (skip locked) cannot
         -- delete it meanwhile and lose this claim's starts.
         select case when w.window_start = v_window then w.starts else 0 end into v_starts
         from workflow.workflow_flow_window w
-        where w.type = p_type and w.concurrency_key = ''
+        where w.namespace = p_namespace and w.type = p_type and w.concurrency_key = ''
         for update;
         v_room := least(v_room, g.rate_limit - v_starts);
     end if;
@@ -1506,7 +1747,7 @@ begin
         with cand as materialized (
             select r.id, r.ctid as tid, r.concurrency_key as key, r.priority, r.created_at
             from workflow.workflow_run r
-            where r.type collate "C" = p_type
+            where r.type_namespace = p_namespace and r.type collate "C" = p_type
               and coalesce(r.status, '') = 'pending'
               and r.deleted_at is null
               and r.wait_kind is distinct from 'limit'
@@ -1521,7 +1762,7 @@ begin
             select w.concurrency_key as key, w.ctid as tid,
                    case when w.window_start = v_window then w.starts else 0 end as started
             from workflow.workflow_flow_window w
-            where g.rate_per_key and w.type = p_type and w.concurrency_key <> ''
+            where g.rate_per_key and w.namespace = p_namespace and w.type = p_type and w.concurrency_key <> ''
             limit c_whole
         ),
         keys as materialized (
@@ -1538,7 +1779,7 @@ begin
                        case when g.max_leased_per_key is null then 0
                             when v_leased_whole then k.leased
                             else (select count(*) from workflow.workflow_run r
-                                  where r.type collate "C" = p_type and r.concurrency_key = k.key
+                                  where r.type_namespace = p_namespace and r.type collate "C" = p_type and r.concurrency_key = k.key
                                     and r.status = 'leased' and r.deleted_at is null) end as leased,
                        coalesce(w.started, p.started, 0) as started,
                        coalesce(w.tid, p.tid) as tid,
@@ -1559,7 +1800,7 @@ begin
                     select x.ctid as tid, case when x.window_start = v_window then x.starts else 0 end as started
                     from workflow.workflow_flow_window x
                     where g.rate_per_key and (select count(*) from windows) >= c_whole
-                      and x.type = p_type and x.concurrency_key = k.key
+                      and x.namespace = p_namespace and x.type = p_type and x.concurrency_key = k.key
                     limit 1) p on true
             ) k
         ),
@@ -1626,13 +1867,13 @@ begin
                   cross join lateral (
                       select f.until <> workflow.far_future() -- full by its rate: no end frees it
                              or (select count(*) from workflow.workflow_run r
-                                 where r.type collate "C" = p_type and r.concurrency_key = f.key
+                                 where r.type_namespace = p_namespace and r.type collate "C" = p_type and r.concurrency_key = f.key
                                    and r.status = 'leased' and r.deleted_at is null)
                                 + (select count(*) from unnest(v_adm_keys) a where a = f.key)
                                 >= g.max_leased_per_key as still_full) s
                   cross join lateral (
                       select x.id from workflow.workflow_run x
-                      where x.type collate "C" = p_type and x.concurrency_key = f.key
+                      where x.type_namespace = p_namespace and x.type collate "C" = p_type and x.concurrency_key = f.key
                         and x.status = 'pending' and x.deleted_at is null
                         and x.wait_kind is null and x.run_at <= p_now
                         and x.id not in (select a from unnest(v_admitted) a)
@@ -1663,18 +1904,18 @@ begin
         from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
         -- (The row's identity checked, not looked up: "is true" keeps the
         -- key off the index, so the row is read at its address.)
-        where w.ctid = t.tid and ((w.type, w.concurrency_key) = (p_type, t.key)) is true;
+        where w.ctid = t.tid and ((w.namespace, w.type, w.concurrency_key) = (p_namespace, p_type, t.key)) is true;
         get diagnostics v_moved = row_count;
         if v_moved < cardinality(v_took_keys) then
             -- Keys new to the type get a row, as does a key whose ended
             -- window flow_recheck deleted meanwhile (the update above
             -- skipped it, after waiting for the delete if it was still
             -- in progress).
-            insert into workflow.workflow_flow_window (type, concurrency_key, window_start, starts)
-            select p_type, t.key, v_window, t.n
+            insert into workflow.workflow_flow_window (namespace, type, concurrency_key, window_start, starts)
+            select p_namespace, p_type, t.key, v_window, t.n
             from unnest(v_took_keys, v_took_n) t(key, n)
             where not exists (select 1 from workflow.workflow_flow_window w
-                              where w.type = p_type and w.concurrency_key = t.key)
+                              where w.namespace = p_namespace and w.type = p_type and w.concurrency_key = t.key)
             on conflict do nothing;
         end if;
     end if;
@@ -1682,7 +1923,7 @@ begin
         update workflow.workflow_flow_window w
         set starts = case when w.window_start = v_window then w.starts else 0 end + cardinality(v_adm_tids),
             window_start = v_window
-        where w.type = p_type and w.concurrency_key = '';
+        where w.namespace = p_namespace and w.type = p_type and w.concurrency_key = '';
     end if;
     return v_adm_tids;
 end $$;
@@ -1706,7 +1947,8 @@ declare
     v_id uuid;
 begin
     if not exists (select 1 from workflow.workflow_registry g
-                   where g.workflow_name = old.type and g.max_leased_per_key is not null) then
+                   where g.namespace = old.type_namespace and g.workflow_name = old.type
+                     and g.max_leased_per_key is not null) then
         return null;
     end if;
     -- The key's oldest parked run, from idx_workflow_run_flow_parked (one
@@ -1715,9 +1957,9 @@ begin
     -- free with nothing waiting, and an update of the run table costs its
     -- setting up (its indexes and triggers) even when it finds no row.
     select x.id into v_id from workflow.workflow_run x
-    where x.type collate "C" = old.type and x.concurrency_key = old.concurrency_key
-      and x.wait_kind = 'limit'
-    order by x.type collate "C", x.concurrency_key, x.priority, x.created_at
+    where x.type_namespace = old.type_namespace and x.type collate "C" = old.type
+      and x.concurrency_key = old.concurrency_key and x.wait_kind = 'limit'
+    order by x.type_namespace, x.type collate "C", x.concurrency_key, x.priority, x.created_at
     limit 1
     for update skip locked;
     if found then
@@ -1733,8 +1975,8 @@ create or replace trigger workflow_run_flow_slot_freed after update of status on
                             or coalesce(current_setting('workflow.frees_slots', true), '') <> 'on'))
     execute function workflow.on_flow_slot_freed();
 
--- free_slots lets go, for each run ended by the calling batch (its type
--- and concurrency key; null keys are skipped), the oldest run parked on
+-- free_slots lets go, for each run ended by the calling batch (its type's
+-- namespace, its type and concurrency key; null keys are skipped), the oldest run parked on
 -- that key's limit when the run's type has a cap per key: what the
 -- trigger workflow_run_flow_slot_freed does run by run, for a whole batch
 -- in one statement. A completion of 500 runs of a capped type cost 1.39x
@@ -1744,7 +1986,7 @@ create or replace trigger workflow_run_flow_slot_freed after update of status on
 -- runs it let go.
 -- Fires: workflow_source_run_changed (a mirrored run's wait ends).
 -- Locks: the parked runs it lets go (skip locked).
-create or replace function workflow.free_slots(p_types text[], p_keys text[]) returns integer
+create or replace function workflow.free_slots(p_namespaces text[], p_types text[], p_keys text[]) returns integer
 language plpgsql
 set search_path = pg_catalog, pg_temp
 -- Its callers run with nested loops off; the parked runs of each key are
@@ -1765,17 +2007,18 @@ begin
     update workflow.workflow_run r
     set wait_kind = null, run_at = workflow.now(), updated_at = workflow.now()
     from (select x.id
-          from (select t.type, t.key, count(*)::integer as n
-                from unnest(p_types, p_keys) as t(type, key)
+          from (select t.ns, t.type, t.key, count(*)::integer as n
+                from unnest(p_namespaces, p_types, p_keys) as t(ns, type, key)
                 where t.key is not null
-                  and t.type = any (array(select g.workflow_name from workflow.workflow_registry g
-                                          where g.workflow_name = any (p_types)
-                                            and g.max_leased_per_key is not null))
-                group by t.type, t.key) f
+                  and (t.ns, t.type) in (select g.namespace, g.workflow_name from workflow.workflow_registry g
+                                         where g.workflow_name = any (p_types)
+                                           and g.max_leased_per_key is not null)
+                group by t.ns, t.type, t.key) f
           cross join lateral (
               select x.id from workflow.workflow_run x
-              where x.type collate "C" = f.type and x.concurrency_key = f.key and x.wait_kind = 'limit'
-              order by x.type collate "C", x.concurrency_key, x.priority, x.created_at
+              where x.type_namespace = f.ns and x.type collate "C" = f.type and x.concurrency_key = f.key
+                and x.wait_kind = 'limit'
+              order by x.type_namespace, x.type collate "C", x.concurrency_key, x.priority, x.created_at
               limit f.n
               for update skip locked) x) p
     where r.id = p.id;
@@ -1796,25 +2039,27 @@ declare
     v_freed integer;
 begin
     with keys as (
-        select distinct x.type, x.concurrency_key
+        select distinct x.type_namespace as ns, x.type, x.concurrency_key
         from workflow.workflow_run x
         where x.wait_kind = 'limit' and (x.run_at = workflow.far_future() or x.run_at <= v_now)
         limit p_limit
     ), free as (
-        select k.type, k.concurrency_key,
+        select k.ns, k.type, k.concurrency_key,
                case when g.max_leased_per_key is null then p_limit
                     else g.max_leased_per_key - (
                         select count(*) from workflow.workflow_run r
-                        where r.type collate "C" = k.type and r.concurrency_key = k.concurrency_key
+                        where r.type_namespace = k.ns and r.type collate "C" = k.type
+                          and r.concurrency_key = k.concurrency_key
                           and r.status = 'leased' and r.deleted_at is null)::integer end as slots
         from keys k
-        left join workflow.workflow_registry g on g.workflow_name = k.type
+        left join workflow.workflow_registry g on g.namespace = k.ns and g.workflow_name = k.type
     ), go as (
         select x.id
         from free f
         cross join lateral (
             select x.id from workflow.workflow_run x
-            where x.type collate "C" = f.type and x.concurrency_key is not distinct from f.concurrency_key
+            where x.type_namespace = f.ns and x.type collate "C" = f.type
+              and x.concurrency_key is not distinct from f.concurrency_key
               and x.wait_kind = 'limit' and (x.run_at = workflow.far_future() or x.run_at <= v_now)
             order by x.priority, x.created_at
             limit greatest(f.slots, 0)
@@ -1828,9 +2073,9 @@ begin
     )
     select count(*) into v_freed from freed;
     delete from workflow.workflow_flow_window w
-    where (w.type, w.concurrency_key) in (
-        select o.type, o.concurrency_key from workflow.workflow_flow_window o
-        left join workflow.workflow_registry g on g.workflow_name = o.type
+    where (w.namespace, w.type, w.concurrency_key) in (
+        select o.namespace, o.type, o.concurrency_key from workflow.workflow_flow_window o
+        left join workflow.workflow_registry g on g.namespace = o.namespace and g.workflow_name = o.type
         where g.rate_period is null or o.window_start + g.rate_period < v_now
         limit p_limit
         for update of o skip locked);
@@ -1838,7 +2083,8 @@ begin
 end $$;
 
 -- claim_runs leases up to p_limit runnable runs of a worker's types (its
--- prefixes, or the exact p_types), skipping types disabled in the registry
+-- prefixes, or the exact p_types) in the namespace it serves (p_namespace,
+-- 'default' when null; refused unless the login works for it), skipping types disabled in the registry
 -- or of another runtime, best priority first, then oldest. Each run comes
 -- back with its new lease token and attempt, its deadline, its traceparent
 -- and its journal (every entry in order; an open wait whose timer ended is
@@ -1860,7 +2106,8 @@ create or replace function workflow.claim_runs(
     p_runtime text,
     p_limit integer,
     p_lease_ms bigint,
-    p_types text[] default null
+    p_types text[] default null,
+    p_namespace text default null
 ) returns table (
     id uuid,
     type text,
@@ -1886,14 +2133,21 @@ declare
     v_limited text[];
     v_admitted tid[] := '{}';
     v_type text;
+    v_ns text := coalesce(p_namespace, 'default');
 begin
+    -- The namespace the worker serves ('default' when it names none): the
+    -- login must be bound to it as a worker.
+    if not workflow.acts_on(v_ns, 'worker') then
+        raise exception 'claim_runs: database user % does not work for namespace %', session_user,
+            quote_literal(left(v_ns, 100)) using errcode = '42501';
+    end if;
     -- workflow.now(), the journal's cap and the types with flow limits (for
-    -- this worker's runtime), in one statement.
+    -- this worker's namespace and runtime), in one statement.
     select pg_catalog.now() + st.clock_offset, st.max_journal_bytes,
            (select array_agg(g.workflow_name order by g.workflow_name)
             from workflow.workflow_registry g
             where (g.max_leased is not null or g.max_leased_per_key is not null or g.rate_limit is not null)
-              and g.is_enabled and (p_runtime is null or g.runtime = p_runtime))
+              and g.namespace = v_ns and g.is_enabled and (p_runtime is null or g.runtime = p_runtime))
     into v_now, v_journal_cap, v_limited
     from workflow.workflow_settings st;
     v_via := workflow.set_marks();
@@ -1920,11 +2174,11 @@ begin
         from (select t from unnest(p_types) t
               where t is not null and (v_patterns is null or t like any (v_patterns))
               union all
-              select t from workflow.active_types(p_type_prefixes) t
+              select t from workflow.active_types(v_ns, p_type_prefixes) t
               where p_types is null) c
         where not exists (
             select 1 from workflow.workflow_registry g
-            where g.workflow_name = c.t
+            where g.namespace = v_ns and g.workflow_name = c.t
               and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
     end if;
     -- Types with flow limits: flow_admit picks their runs; the others are
@@ -1934,7 +2188,7 @@ begin
     end if;
     if v_limited is not null then
         foreach v_type in array v_limited loop
-            v_admitted := v_admitted || workflow.flow_admit(v_type, p_limit - cardinality(v_admitted), v_now);
+            v_admitted := v_admitted || workflow.flow_admit(v_ns, v_type, p_limit - cardinality(v_admitted), v_now);
             exit when cardinality(v_admitted) >= p_limit;
         end loop;
         if v_types is not null then
@@ -1955,7 +2209,7 @@ begin
             cross join lateral (
                 select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
                 from workflow.workflow_run r
-                where r.type collate "C" = t.type
+                where r.type_namespace = v_ns and r.type collate "C" = t.type
                   and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
                   and r.deleted_at is null
                   and r.wait_kind is distinct from 'limit'
@@ -1971,6 +2225,7 @@ begin
                 select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
                 from workflow.workflow_run r
                 where v_types is null
+                  and r.type_namespace = v_ns
                   and r.status = 'pending'
                   and r.deleted_at is null
                   and r.wait_kind is distinct from 'limit'
@@ -1978,7 +2233,7 @@ begin
                   and (r.deadline_at is null or r.deadline_at > v_now)
                   and not exists (
                       select 1 from workflow.workflow_registry g
-                      where g.workflow_name = r.type
+                      where g.namespace = v_ns and g.workflow_name = r.type
                         and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)
                              or g.workflow_name = any (v_limited)))
                 order by r.priority, r.created_at
@@ -2059,7 +2314,7 @@ begin
     order by c.priority, c.created_at;
     perform workflow.restore_marks(v_via);
 end $$;
-comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[]) is
+comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[], text) is
     'Leases up to p_limit runnable runs of a worker''s types; returns each with its journal and traceparent.';
 
 -- holds_lease is the fence of every write a worker makes (its batches, and
@@ -2205,10 +2460,10 @@ begin
             updated_at  = v_now
         from req where r.id = any (p_ids) and r.id = req.id
           and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
-        returning r.id, r.attempt, r.status, r.last_error, r.type, r.concurrency_key
+        returning r.id, r.attempt, r.status, r.last_error, r.type, r.concurrency_key, r.type_namespace
     ), freed as (
         -- The slots of the keys whose runs ended (one row, when any has a key).
-        select workflow.free_slots(array_agg(d.type), array_agg(d.concurrency_key)) as let_go
+        select workflow.free_slots(array_agg(d.type_namespace), array_agg(d.type), array_agg(d.concurrency_key)) as let_go
         from done d where d.concurrency_key is not null having count(*) > 0
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -2286,7 +2541,8 @@ begin
             updated_at  = v_now
         from req where r.id = any (p_ids) and r.id = req.id
           and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
-        returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error, r.type, r.concurrency_key
+        returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error, r.type, r.concurrency_key,
+                  r.type_namespace
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select f.id,
@@ -2298,7 +2554,7 @@ begin
                    'next_run_at', case when f.status = 'pending' then f.run_at end))
         from failed f
     ), freed as (
-        select workflow.free_slots(array_agg(f.type), array_agg(f.concurrency_key)) as let_go
+        select workflow.free_slots(array_agg(f.type_namespace), array_agg(f.type), array_agg(f.concurrency_key)) as let_go
         from failed f where f.concurrency_key is not null having count(*) > 0
     )
     select f.id, f.status, f.run_at from failed f left join freed on true;
@@ -2332,7 +2588,7 @@ begin
             updated_at  = v_now
         from req where r.id = any (p_ids) and r.id = req.id
           and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
-        returning r.id, r.attempt + 1 as released_attempt, r.type, r.concurrency_key
+        returning r.id, r.attempt + 1 as released_attempt, r.type, r.concurrency_key, r.type_namespace
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select x.id, 'retried',
@@ -2340,7 +2596,7 @@ begin
                                   'reason', 'released', 'attempt_counted', false)
         from released x
     ), freed as (
-        select workflow.free_slots(array_agg(x.type), array_agg(x.concurrency_key)) as let_go
+        select workflow.free_slots(array_agg(x.type_namespace), array_agg(x.type), array_agg(x.concurrency_key)) as let_go
         from released x where x.concurrency_key is not null having count(*) > 0
     )
     select x.id from released x left join freed on true;
@@ -2702,7 +2958,8 @@ begin
     if v_problem is not null then
         raise exception 'send_signal: %', v_problem using errcode = '22023';
     end if;
-    select * into v_run from workflow.workflow_run r where r.id = p_run_id for update;
+    select * into v_run from workflow.workflow_run r
+    where r.id = p_run_id and workflow.acts_on(r.namespace, 'producer') for update;
     if not found or v_run.deleted_at is not null then
         raise exception 'send_signal: run % does not exist', p_run_id using errcode = 'P0002';
     end if;
@@ -2854,9 +3111,10 @@ begin
         when v_run.deadline_at is null then workflow.now() + p_deadline_ms * interval '1 millisecond'
         else least(v_run.deadline_at, workflow.now() + p_deadline_ms * interval '1 millisecond') end;
     insert into workflow.workflow_run (type, payload, priority, max_attempts, parent_id, parent_step, deadline_at,
-                                       traceparent)
+                                       traceparent, namespace, type_namespace)
     values (p_type, coalesce(p_payload, '{}'::jsonb), coalesce(p_priority, v_run.priority),
-            coalesce(p_max_attempts, 3), p_id, p_step, v_deadline, v_run.traceparent)
+            coalesce(p_max_attempts, 3), p_id, p_step, v_deadline, v_run.traceparent, v_run.namespace,
+            v_run.type_namespace)
     on conflict (parent_id, parent_step) where parent_id is not null do nothing
     returning id into v_child;
     if v_child is null then
@@ -3238,14 +3496,14 @@ begin
         from jsonb_array_elements(new.definition->'steps') s
         where s->>'type' = new.workflow_name
            or exists (select 1 from workflow.workflow_registry g
-                      where g.workflow_name = s->>'type' and g.definition is not null)
+                      where g.namespace = new.namespace and g.workflow_name = s->>'type' and g.definition is not null)
         limit 1;
     end if;
     if v_problem is null then
         select format('it is step "%s" of %s, and a step is a type that workers run', s->>'name', g.workflow_name)
         into v_problem
         from workflow.workflow_registry g, jsonb_array_elements(g.definition->'steps') s
-        where g.definition is not null and g.workflow_name <> new.workflow_name
+        where g.definition is not null and g.namespace = new.namespace and g.workflow_name <> new.workflow_name
           and s->>'type' = new.workflow_name
         limit 1;
     end if;
@@ -3255,7 +3513,7 @@ begin
     return new;
 end $$;
 create or replace trigger workflow_registry_written
-    before insert or update of definition, workflow_name on workflow.workflow_registry
+    before insert or update of definition, workflow_name, namespace on workflow.workflow_registry
     for each row execute function workflow.on_registry_written();
 
 -- The steps of a DAG run that may start now: not started yet, every
@@ -3440,12 +3698,12 @@ begin
     end if;
     insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
                                        retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
-                                       traceparent)
+                                       traceparent, namespace, type_namespace)
     values (v_final->>'type', v_payload, p_run.priority, 'dag:' || p_run.id::text || ':' || (v_final->>'name'),
             coalesce((v_final->>'maxAttempts')::integer, 3),
             make_interval(secs => (v_final->>'retryBaseDelayMs')::bigint / 1000.0),
             make_interval(secs => (v_final->>'retryMaxDelayMs')::bigint / 1000.0),
-            p_run.id, v_final->>'name', null, p_run.traceparent)
+            p_run.id, v_final->>'name', null, p_run.traceparent, p_run.namespace, p_run.type_namespace)
     on conflict do nothing;
     return true;
 end $$;
@@ -3684,11 +3942,11 @@ begin
                 end if;
                 insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
                                                    retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
-                                                   traceparent)
+                                                   traceparent, namespace, type_namespace)
                 select v_fan.type, v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1), v_run.priority,
                        'dag:' || p_run::text || ':' || v_fan.name || '[' || (e.i - 1) || ']', v_fan.max_attempts,
                        v_fan.base_delay, v_fan.max_delay, p_run, v_fan.name || '[' || (e.i - 1) || ']', v_run.deadline_at,
-                       v_run.traceparent
+                       v_run.traceparent, v_run.namespace, v_run.type_namespace
                 from jsonb_array_elements(v_list) with ordinality e(item, i)
                 order by e.i
                 on conflict do nothing;
@@ -3767,9 +4025,10 @@ begin
         ), started as (
             insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
                                                retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
-                                               traceparent)
+                                               traceparent, namespace, type_namespace)
             select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
-                   r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at, v_run.traceparent
+                   r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at, v_run.traceparent, v_run.namespace,
+                   v_run.type_namespace
             from ready r
             where not exists (select 1 from bad)
               and not r.def ? 'forEach' and (not r.def ? 'when' or r.name = any (v_held))
@@ -4196,7 +4455,7 @@ begin
 end $$;
 
 -- queue_depth counts the runnable and leased runs of a worker pool (its
--- type prefixes and runtime), each up to p_cap (null: exactly), type by
+-- namespace, type prefixes and runtime), each up to p_cap (null: exactly), type by
 -- type from idx_workflow_run_depth alone: the numbers the autoscaler
 -- scales by. A type with flow limits counts only the runnable runs its
 -- limits let start now. Reads only.
@@ -4205,7 +4464,8 @@ end $$;
 create or replace function workflow.queue_depth(
     p_type_prefixes text[],
     p_runtime text default null,
-    p_cap bigint default null
+    p_cap bigint default null,
+    p_namespace text default null
 ) returns table (runnable bigint, leased bigint)
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
@@ -4217,12 +4477,17 @@ declare
     v_type text;
     v_n bigint;
     v_flow record;
+    v_ns text := coalesce(p_namespace, 'default');
 begin
+    if not workflow.acts_on(v_ns, 'read') and not workflow.acts_on(v_ns, 'worker') then
+        raise exception 'queue_depth: database user % may not read namespace %', session_user,
+            quote_literal(left(v_ns, 100)) using errcode = '42501';
+    end if;
     if p_cap is not null and p_cap < 1 then
         raise exception 'queue_depth: the cap must be at least 1 (or null for an exact count), got %', p_cap
             using errcode = '22023';
     end if;
-    select array_agg(t) into v_types from workflow.active_types(p_type_prefixes) t;
+    select array_agg(t) into v_types from workflow.active_types(v_ns, p_type_prefixes) t;
     if v_types is null then
         return query select 0::bigint, 0::bigint;
         return;
@@ -4231,7 +4496,7 @@ begin
     from unnest(v_types) t
     where not exists (
         select 1 from workflow.workflow_registry g
-        where g.workflow_name = t
+        where g.namespace = v_ns and g.workflow_name = t
           and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)));
     -- Type by type, each from idx_workflow_run_depth alone (type, status,
     -- run_at), until the cap is reached; a null limit is no limit. The
@@ -4244,19 +4509,19 @@ begin
         exit when v_runnable >= p_cap;
         v_n := (select count(*) from (
                     select 1 from workflow.workflow_run r
-                    where r.type collate "C" = v_type and r.status = 'pending'
+                    where r.type_namespace = v_ns and r.type collate "C" = v_type and r.status = 'pending'
                       and r.deleted_at is null and r.run_at <= workflow.now()
                     order by r.type collate "C", r.status, r.run_at
                     limit p_cap - v_runnable) x);
         -- Only as many as the type's flow limits let start (runs parked on
         -- a key's limit are not runnable: their run_at is ahead).
         select g.max_leased, g.rate_limit, g.rate_per_key into v_flow
-        from workflow.workflow_registry g where g.workflow_name = v_type;
+        from workflow.workflow_registry g where g.namespace = v_ns and g.workflow_name = v_type;
         if v_flow.max_leased is not null then
             v_n := least(v_n, greatest(v_flow.max_leased - (
                 select count(*) from (
                     select 1 from workflow.workflow_run r
-                    where r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
+                    where r.type_namespace = v_ns and r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
                     order by r.type collate "C", r.status, r.run_at
                     limit v_flow.max_leased) x), 0));
         end if;
@@ -4270,17 +4535,40 @@ begin
         v_leased := v_leased + (
             select count(*) from (
                 select 1 from workflow.workflow_run r
-                where r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
+                where r.type_namespace = v_ns and r.type collate "C" = v_type and r.status = 'leased' and r.deleted_at is null
                 order by r.type collate "C", r.status, r.run_at
                 limit p_cap - v_leased) x);
     end loop;
     return query select v_runnable, v_leased;
 end $$;
-comment on function workflow.queue_depth(text[], text, bigint) is
-    'Runnable and leased runs of a worker pool (its type prefixes and runtime), each counted up to p_cap (null: exactly): the numbers the autoscaler scales by.';
+comment on function workflow.queue_depth(text[], text, bigint, text) is
+    'Runnable and leased runs of a worker pool (its namespace, type prefixes and runtime), each counted up to p_cap (null: exactly): the numbers the autoscaler scales by.';
 
--- type_depths: every type with unfinished runs, its runnable, leased and
--- parked runs, and when its oldest runnable run became due (the console's
+-- active_namespace_types: the (type namespace, type) pairs with pending or
+-- leased runs, by a loose index scan of idx_workflow_run_depth; of the
+-- namespaces p_namespaces only (null: every namespace). Reads only.
+create or replace function workflow.active_namespace_types(p_namespaces text[])
+returns table (namespace text, type text)
+language sql stable set search_path = pg_catalog, pg_temp as $$
+    with recursive found as (
+        (select r.type_namespace::text as ns, r.type collate "C" as type from workflow.workflow_run r
+         where r.status in ('pending', 'leased') and r.deleted_at is null
+         order by r.type_namespace, r.type collate "C" limit 1)
+        union all
+        select x.ns, x.type
+        from found f
+        cross join lateral (
+            select r.type_namespace::text as ns, r.type collate "C" as type from workflow.workflow_run r
+            where r.status in ('pending', 'leased') and r.deleted_at is null
+              and (r.type_namespace, r.type collate "C") > (f.ns, f.type)
+            order by r.type_namespace, r.type collate "C" limit 1) x
+    )
+    select f.ns, f.type::text from found f where p_namespaces is null or f.ns = any (p_namespaces)
+$$;
+
+-- type_depths: every type with unfinished runs in the namespaces the
+-- caller reads, its runnable, leased and parked runs (summed over those
+-- namespaces), and when its oldest runnable run became due (the console's
 -- overview). Reads only.
 create or replace function workflow.type_depths(
 
@@ -4289,19 +4577,24 @@ language plpgsql stable security definer set search_path = pg_catalog, pg_temp s
 #variable_conflict use_column
 begin
     return query
-    select t.type,
-           (select count(*) from workflow.workflow_run r
-            where r.type collate "C" = t.type and r.status = 'pending'
-              and r.deleted_at is null and r.run_at <= workflow.now()),
-           (select count(*) from workflow.workflow_run r
-            where r.type collate "C" = t.type and r.status = 'leased' and r.deleted_at is null),
-           (select count(*) from workflow.workflow_run r
-            where r.type collate "C" = t.type and r.status = 'pending'
-              and r.deleted_at is null and r.run_at > workflow.now()),
-           (select min(r.run_at) from workflow.workflow_run r
-            where r.type collate "C" = t.type and r.status = 'pending'
-              and r.deleted_at is null and r.run_at <= workflow.now())
-    from workflow.active_types(array['']) t(type)
+    select t.type, sum(t.runnable)::bigint, sum(t.leased)::bigint, sum(t.parked)::bigint, min(t.oldest_due)
+    from (
+        select t.type,
+               (select count(*) from workflow.workflow_run r
+                where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
+                  and r.deleted_at is null and r.run_at <= workflow.now()) as runnable,
+               (select count(*) from workflow.workflow_run r
+                where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'leased'
+                  and r.deleted_at is null) as leased,
+               (select count(*) from workflow.workflow_run r
+                where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
+                  and r.deleted_at is null and r.run_at > workflow.now()) as parked,
+               (select min(r.run_at) from workflow.workflow_run r
+                where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
+                  and r.deleted_at is null and r.run_at <= workflow.now()) as oldest_due
+        from workflow.active_namespace_types(workflow.caller_namespaces('read')) t
+    ) t
+    group by t.type
     order by t.type;
 end $$;
 comment on function workflow.type_depths() is
@@ -4330,7 +4623,10 @@ comment on function workflow.inbox_version() is
 -- grants of roles.sql decide what a caller may read); they decide nothing.
 
 -- create_run records one run, with the fields only the operator sets (the
--- WorkflowRun it mirrors: source_namespace, source_name, source_uid), or
+-- WorkflowRun it mirrors: source_namespace, source_name, source_uid; the
+-- run belongs to that namespace, else to p_namespace, else to the
+-- caller's; it runs a type of p_type_namespace when that namespace shares
+-- it), or
 -- returns the run that already holds its idempotency key (created =
 -- false). Defaults: priority 100, run_at now, three attempts. deadline_at,
 -- when given, wins over deadline_ms.
@@ -4351,23 +4647,32 @@ create or replace function workflow.create_run(
     p_source_namespace text default null,
     p_source_name text default null,
     p_source_uid text default null,
-    p_concurrency_key text default null
+    p_concurrency_key text default null,
+    p_namespace text default null,
+    p_type_namespace text default null
 ) returns table (id uuid, created boolean)
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
     v_id uuid;
+    v_ns text := coalesce(p_source_namespace, p_namespace, workflow.default_namespace());
+    v_tns text := coalesce(p_type_namespace, p_source_namespace, p_namespace, workflow.default_namespace());
 begin
+    if v_tns <> v_ns and not workflow.type_shared(v_tns, p_type, v_ns) then
+        raise exception 'namespace % does not share type % with namespace %', left(v_tns, 100), left(p_type, 253),
+            left(v_ns, 100) using errcode = '42501';
+    end if;
     insert into workflow.workflow_run (
         type, payload, priority, run_at, idempotency_key, max_attempts, retry_base_delay, retry_max_delay,
-        source_namespace, source_name, source_uid, deadline_at, traceparent, concurrency_key)
+        source_namespace, source_name, source_uid, deadline_at, traceparent, concurrency_key, namespace,
+        type_namespace)
     values (
         p_type, coalesce(p_payload, '{}'), coalesce(p_priority, 100), coalesce(p_run_at, workflow.now()),
         p_idempotency_key, coalesce(p_max_attempts, 3),
         p_retry_base_ms * interval '1 millisecond', p_retry_max_ms * interval '1 millisecond',
         p_source_namespace, p_source_name, p_source_uid,
         coalesce(p_deadline_at, workflow.now() + p_deadline_ms * interval '1 millisecond'), p_traceparent,
-        p_concurrency_key)
+        p_concurrency_key, v_ns, v_tns)
     on conflict (idempotency_key) do nothing
     returning workflow_run.id into v_id;
     if v_id is not null then
@@ -4375,7 +4680,12 @@ begin
         return;
     end if;
     -- The key is taken (by a transaction that committed while this one
-    -- waited on it, too: this is a new statement).
+    -- waited on it, too: this is a new statement); by a run of another
+    -- namespace, it is refused, naming nothing of that run.
+    if exists (select 1 from workflow.workflow_run r
+               where r.idempotency_key = p_idempotency_key and r.namespace <> v_ns) then
+        raise exception 'the idempotency key is held by a run of another namespace' using errcode = '23505';
+    end if;
     return query select r.id, false from workflow.workflow_run r where r.idempotency_key = p_idempotency_key;
 end $$;
 
@@ -4388,7 +4698,7 @@ create or replace view workflow.run_view as
            r.source_namespace, r.source_name, r.source_uid,
            r.started_at, r.finished_at, r.created_at, r.updated_at, r.deleted_at,
            r.lease_token, r.parent_id, r.parent_step, r.deadline_at, r.wait_kind, r.wait_step, r.wait_signal,
-           r.traceparent, r.concurrency_key
+           r.traceparent, r.concurrency_key, r.namespace::text as namespace, r.type_namespace::text as type_namespace
     from workflow.workflow_run r;
 
 -- get_run: one run (deleted ones too); no row when there is none.
@@ -4565,25 +4875,30 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 
 -- The registry, as the operator writes it from WorkflowRegistry objects: an
--- entry is written and deleted only by the object that owns it
--- (owner_namespace, owner_name); put_registry returns null when another
--- object owns the name.
+-- entry belongs to its object's namespace (owner_namespace; 'default' for
+-- an entry with no object), where it is written and deleted only by the
+-- object that owns it (owner_namespace, owner_name); put_registry returns
+-- null when another object of that namespace owns the name. The same name
+-- in two namespaces is two types. p_shared_with lists the namespaces whose
+-- runs may run the type (see type_shared).
 -- Fires: workflow_registry_written (the definition's checks).
 create or replace function workflow.put_registry(
     p_workflow_name text, p_runtime text, p_is_enabled boolean, p_description text,
     p_owner_namespace text, p_owner_name text, p_definition jsonb,
     p_max_leased integer default null, p_max_leased_per_key integer default null,
     p_rate_limit integer default null, p_rate_period_ms bigint default null,
-    p_rate_per_key boolean default false
+    p_rate_per_key boolean default false, p_shared_with text[] default null
 ) returns text
 language sql set search_path = pg_catalog, pg_temp as $$
     insert into workflow.workflow_registry (
         workflow_name, runtime, is_enabled, description, owner_namespace, owner_name, definition,
-        max_leased, max_leased_per_key, rate_limit, rate_period, rate_per_key)
+        max_leased, max_leased_per_key, rate_limit, rate_period, rate_per_key, namespace, shared_with)
     values (p_workflow_name, p_runtime, p_is_enabled, p_description, p_owner_namespace, p_owner_name, p_definition,
             p_max_leased, p_max_leased_per_key, p_rate_limit, p_rate_period_ms * interval '1 millisecond',
-            coalesce(p_rate_per_key, false))
-    on conflict (workflow_name) do update
+            coalesce(p_rate_per_key, false), coalesce(p_owner_namespace, 'default'),
+            coalesce((select array_agg(distinct n order by n) from unnest(p_shared_with) n
+                      where n is distinct from coalesce(p_owner_namespace, 'default')), '{}'))
+    on conflict (namespace, workflow_name) do update
     set runtime     = excluded.runtime,
         is_enabled  = excluded.is_enabled,
         description = excluded.description,
@@ -4593,6 +4908,7 @@ language sql set search_path = pg_catalog, pg_temp as $$
         rate_limit  = excluded.rate_limit,
         rate_period = excluded.rate_period,
         rate_per_key = excluded.rate_per_key,
+        shared_with = excluded.shared_with,
         updated_at  = now()
     where workflow.workflow_registry.owner_namespace is not distinct from excluded.owner_namespace
       and workflow.workflow_registry.owner_name is not distinct from excluded.owner_name
@@ -4606,27 +4922,28 @@ returns boolean
 language sql set search_path = pg_catalog, pg_temp as $$
     with gone as (
         delete from workflow.workflow_registry g
-        where g.workflow_name = p_workflow_name
+        where g.namespace = coalesce(p_owner_namespace, 'default') and g.workflow_name = p_workflow_name
           and g.owner_namespace is not distinct from p_owner_namespace
           and g.owner_name is not distinct from p_owner_name
         returning 1)
     select exists (select 1 from gone)
 $$;
 
--- registry_entries: one entry (p_workflow_name), or those one object owns.
+-- registry_entries: the entries of one name (p_workflow_name, one per
+-- namespace that has it), or those one object owns.
 create or replace function workflow.registry_entries(p_workflow_name text, p_owner_namespace text, p_owner_name text)
 returns table (workflow_name text, runtime text, is_enabled boolean, description text, owner_namespace text,
                owner_name text, created_at timestamptz, updated_at timestamptz, definition jsonb,
                max_leased integer, max_leased_per_key integer, rate_limit integer, rate_period_ms bigint,
-               rate_per_key boolean)
+               rate_per_key boolean, namespace text, shared_with text[])
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select g.workflow_name, g.runtime, g.is_enabled, g.description, g.owner_namespace, g.owner_name,
            g.created_at, g.updated_at, g.definition, g.max_leased, g.max_leased_per_key, g.rate_limit,
-           (extract(epoch from g.rate_period) * 1000)::bigint, g.rate_per_key
+           (extract(epoch from g.rate_period) * 1000)::bigint, g.rate_per_key, g.namespace, g.shared_with
     from workflow.workflow_registry g
     where (p_workflow_name is null or g.workflow_name = p_workflow_name)
       and (p_owner_namespace is null or (g.owner_namespace = p_owner_namespace and g.owner_name = p_owner_name))
-    order by g.workflow_name
+    order by g.workflow_name, g.namespace
 $$;
 
 -- The console's reads. Each takes the bounds of what its page shows: how
@@ -4642,7 +4959,7 @@ $$;
 -- the caller's statement, so that with the call's values a filter that is
 -- not set drops out and the cursor stays an index condition.
 create or replace function workflow.list_filter_match(
-    p_source_namespace text,
+    p_run_namespace text,
     p_created_at timestamptz,
     p_id uuid,
     p_namespaces text[],
@@ -4654,8 +4971,8 @@ create or replace function workflow.list_filter_match(
 ) returns boolean
 language sql immutable parallel safe
 begin atomic
-    select (p_namespaces is null or p_source_namespace = any (p_namespaces))
-       and (p_namespace is null or p_source_namespace = p_namespace)
+    select (p_namespaces is null or p_run_namespace = any (p_namespaces))
+       and (p_namespace is null or p_run_namespace = p_namespace)
        and (p_from is null or p_created_at >= p_from)
        and (p_to is null or p_created_at < p_to)
        and (p_before_id is null or (p_created_at, p_id) < (p_before_created_at, p_before_id));
@@ -4697,7 +5014,7 @@ create or replace function workflow.list_runs_newest(
     p_before_created_at timestamptz,
     p_before_id uuid,
     p_limit integer
-) returns table (id uuid, type text, status text, attempt integer, max_attempts integer, source_namespace text,
+) returns table (id uuid, type text, status text, attempt integer, max_attempts integer, namespace text,
                  source_name text, created_at timestamptz, finished_at timestamptz, wait_kind text,
                  deleted_at timestamptz, last_error text)
 language plpgsql stable
@@ -4726,12 +5043,12 @@ begin
     end if;
     if v_direct then
         return query
-        select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+        select r.id, r.type, r.status, r.attempt, r.max_attempts, r.namespace::text, r.source_name,
                r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
         from workflow.workflow_run r
         where (p_status is null or r.status = p_status)
           and (p_status is null or p_status in ('succeeded', 'failed', 'cancelled') or r.deleted_at is null)
-          and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+          and workflow.list_filter_match(r.namespace, r.created_at, r.id, p_namespaces, p_namespace,
                                          p_from, p_to, p_before_created_at, p_before_id)
         order by r.created_at desc, r.id desc
         limit p_limit;
@@ -4750,87 +5067,83 @@ begin
                 order by 1 limit 1)
         from fin where fin.type is not null
     ), pend as (
-        -- The claim index's own predicate, so that it serves.
-        (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+        -- The claim index's own predicate, so that it serves: each (type
+        -- namespace, type, priority) of pending runs, one probe each.
+        (select r.type_namespace::text as ns, r.type collate "C" as type, r.priority from workflow.workflow_run r
          where v_pending and coalesce(r.status, '') = 'pending' and r.deleted_at is null
            and r.wait_kind is distinct from 'limit' and r.type collate "C" >= v_lo
            and r.type collate "C" < v_hi
-         order by 1, 2 limit 1)
+         order by r.type_namespace, 2, 3 limit 1)
         union all
-        select x.type, x.priority from pend cross join lateral (
-            select r.type collate "C" as type, r.priority from workflow.workflow_run r
+        select x.ns, x.type, x.priority from pend cross join lateral (
+            select r.type_namespace::text as ns, r.type collate "C" as type, r.priority from workflow.workflow_run r
             where coalesce(r.status, '') = 'pending' and r.deleted_at is null
               and r.wait_kind is distinct from 'limit'
-              and (r.type collate "C", r.priority) > (pend.type, pend.priority) and r.type collate "C" < v_hi
-            order by 1, 2 limit 1) x
+              and (r.type_namespace, r.type collate "C", r.priority) > (pend.ns, pend.type, pend.priority)
+              and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+            order by r.type_namespace, 2, 3 limit 1) x
     ), held as (
         -- Pending runs a flow limit holds back are outside the claim
         -- index: the same skip scan over idx_workflow_run_flow_list.
-        (select r.type collate "C" as type, r.priority from workflow.workflow_run r
+        (select r.type_namespace::text as ns, r.type collate "C" as type, r.priority from workflow.workflow_run r
          where v_pending and r.wait_kind = 'limit' and r.deleted_at is null
            and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
-         order by 1, 2 limit 1)
+         order by r.type_namespace, 2, 3 limit 1)
         union all
-        select x.type, x.priority from held cross join lateral (
-            select r.type collate "C" as type, r.priority from workflow.workflow_run r
+        select x.ns, x.type, x.priority from held cross join lateral (
+            select r.type_namespace::text as ns, r.type collate "C" as type, r.priority from workflow.workflow_run r
             where r.wait_kind = 'limit' and r.deleted_at is null
-              and (r.type collate "C", r.priority) > (held.type, held.priority) and r.type collate "C" < v_hi
-            order by 1, 2 limit 1) x
+              and (r.type_namespace, r.type collate "C", r.priority) > (held.ns, held.type, held.priority)
+              and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
+            order by r.type_namespace, 2, 3 limit 1) x
     ), part as (
         select x.* from fin cross join lateral (
             select r.created_at, r.id from workflow.workflow_run r
             where r.type collate "C" = fin.type and r.status in ('succeeded', 'failed', 'cancelled')
               and (p_status is null or r.status = p_status)
-              and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+              and workflow.list_filter_match(r.namespace, r.created_at, r.id, p_namespaces, p_namespace,
                                              p_from, p_to, p_before_created_at, p_before_id)
             order by r.created_at desc, r.id desc limit p_limit) x
         where fin.type is not null
         union all
         select x.* from pend cross join lateral (
             select r.created_at, r.id from workflow.workflow_run r
-            where r.type collate "C" = pend.type and r.priority = pend.priority
+            where r.type_namespace = pend.ns and r.type collate "C" = pend.type and r.priority = pend.priority
               and coalesce(r.status, '') = 'pending' and r.deleted_at is null and r.wait_kind is distinct from 'limit'
-              and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+              and workflow.list_filter_match(r.namespace, r.created_at, r.id, p_namespaces, p_namespace,
                                              p_from, p_to, p_before_created_at, p_before_id)
             order by r.created_at desc, r.id desc limit p_limit) x
         union all
         select x.* from held cross join lateral (
             select r.created_at, r.id from workflow.workflow_run r
-            where r.type collate "C" = held.type and r.priority = held.priority and r.wait_kind = 'limit'
+            where r.type_namespace = held.ns and r.type collate "C" = held.type and r.priority = held.priority
+              and r.wait_kind = 'limit'
               and r.deleted_at is null
-              and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+              and workflow.list_filter_match(r.namespace, r.created_at, r.id, p_namespaces, p_namespace,
                                              p_from, p_to, p_before_created_at, p_before_id)
             order by r.created_at desc, r.id desc limit p_limit) x
         union all
         (select r.created_at, r.id from workflow.workflow_run r
          where v_leased and r.status = 'leased' and r.deleted_at is null
            and r.type collate "C" >= v_lo and r.type collate "C" < v_hi
-           and workflow.list_filter_match(r.source_namespace, r.created_at, r.id, p_namespaces, p_namespace,
+           and workflow.list_filter_match(r.namespace, r.created_at, r.id, p_namespaces, p_namespace,
                                           p_from, p_to, p_before_created_at, p_before_id)
          order by r.created_at desc, r.id desc limit p_limit)
     ), page as (
         select p.created_at, p.id from part p order by 1 desc, 2 desc limit p_limit
     )
-    select r.id, r.type, r.status, r.attempt, r.max_attempts, r.source_namespace, r.source_name,
+    select r.id, r.type, r.status, r.attempt, r.max_attempts, r.namespace::text, r.source_name,
            r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
     from page cross join lateral (select * from workflow.workflow_run r where r.id = page.id) r
     order by page.created_at desc, page.id desc;
 end $$;
 
--- run_namespace: the namespace a run belongs to: that of its Kubernetes
--- source, or for a child with none that of its nearest ancestor that has
--- one, looking at most p_max_hops parents up; null when there is none (a
--- plain SQL or SDK producer's run) and when the run does not exist.
+-- run_namespace: the namespace a run belongs to (a child's is its
+-- parent's, set when it was recorded); null when the run does not exist.
+-- (p_max_hops is no longer needed and is ignored.)
 create or replace function workflow.run_namespace(p_id uuid, p_max_hops integer) returns text
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    with recursive up as (
-        select r.parent_id, r.source_namespace, 0 as hops from workflow.workflow_run r where r.id = p_id
-        union all
-        select p.parent_id, p.source_namespace, up.hops + 1
-        from up join workflow.workflow_run p on p.id = up.parent_id
-        where up.source_namespace is null and up.hops < p_max_hops
-    )
-    select up.source_namespace from up where up.source_namespace is not null limit 1
+    select r.namespace::text from workflow.workflow_run r where r.id = p_id
 $$;
 
 -- run_namespaces: the namespaces that have runs, in order, one index probe
@@ -4838,11 +5151,10 @@ $$;
 create or replace function workflow.run_namespaces() returns setof text
 language sql stable set search_path = pg_catalog, pg_temp as $$
     with recursive ns as (
-        (select r.source_namespace as n from workflow.workflow_run r
-         where r.source_namespace is not null order by 1 limit 1)
+        (select r.namespace::text as n from workflow.workflow_run r order by r.namespace limit 1)
         union all
-        select (select r.source_namespace from workflow.workflow_run r
-                where r.source_namespace is not null and r.source_namespace > ns.n order by 1 limit 1)
+        select (select r.namespace::text from workflow.workflow_run r
+                where r.namespace > ns.n order by r.namespace limit 1)
         from ns where ns.n is not null
     )
     select ns.n from ns where ns.n is not null
@@ -4860,7 +5172,7 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
            count(*) filter (where r.status = 'pending' and r.run_at > workflow.now()),
            min(r.run_at) filter (where r.status = 'pending' and r.run_at <= workflow.now())
     from workflow.workflow_run r
-    where r.source_namespace = any (p_namespaces) and r.status in ('pending', 'leased') and r.deleted_at is null
+    where r.namespace = any (p_namespaces) and r.status in ('pending', 'leased') and r.deleted_at is null
     group by 1
 $$;
 
@@ -4876,7 +5188,7 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
            count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
     from workflow.workflow_run r
     where r.finished_at > workflow.now() - interval '1 hour'
-      and (p_namespaces is null or r.source_namespace = any (p_namespaces))
+      and (p_namespaces is null or r.namespace = any (p_namespaces))
     group by 1, 2
 $$;
 
@@ -5519,6 +5831,7 @@ create table if not exists workflow.workflow_schedule (
     created_by text not null default session_user,  -- the database user that made it
     created_at timestamptz not null default now(),
     updated_at timestamptz not null default now(),
+    namespace workflow.namespace_name not null default 'default', -- where its runs are recorded
     constraint workflow_schedule_pkey primary key (id),
     constraint workflow_schedule_name_format
         check (char_length(name) <= 253 and name ~ '^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$'),
@@ -5793,11 +6106,14 @@ begin
         insert into workflow.workflow_schedule as sc (
             name, source_namespace, source_uid, cron, time_zone, type, payload, priority, max_attempts, deadline,
             retry_base_delay, retry_max_delay, concurrency_key,
-            concurrency_policy, starting_deadline_seconds, suspend, next_tick_at)
+            concurrency_policy, starting_deadline_seconds, suspend, next_tick_at, namespace)
         values (p_name, p_source_namespace, p_source_uid, p_cron, p_time_zone, p_type, p_payload, p_priority,
                 p_max_attempts, p_deadline, p_retry_base_delay, p_retry_max_delay, p_concurrency_key,
                 p_concurrency_policy, p_starting_deadline_seconds, p_suspend,
-                workflow.cron_next(p_cron, p_time_zone, v_now))
+                workflow.cron_next(p_cron, p_time_zone, v_now),
+                -- A mirrored schedule's runs belong to its object's
+                -- namespace; a producer's, to the one it produces for.
+                coalesce(p_source_namespace, workflow.default_namespace()))
         on conflict ((coalesce(source_namespace, '')), name) do nothing
         returning sc.id, sc.next_tick_at into v_id, v_next;
         if v_id is not null then
@@ -5964,7 +6280,7 @@ begin
                 select array_agg(r.id order by r.id) into v_unfinished
                 from workflow.workflow_run r
                 where r.idempotency_key collate "C" >= v_range.lo and r.idempotency_key collate "C" < v_range.hi
-                  and r.status in ('pending', 'leased')
+                  and r.status in ('pending', 'leased') and r.namespace = s.namespace
                   and (starts_with(r.idempotency_key, 'schedule:')
                        or (starts_with(r.idempotency_key, 'k8s:') and strpos(r.idempotency_key, ':schedule/') > 0));
                 if v_unfinished is not null and s.concurrency_policy = 'Forbid' then
@@ -5990,7 +6306,7 @@ begin
                     p_source_namespace => s.source_namespace, p_source_uid => s.source_uid,
                     p_source_name => case when s.source_namespace is not null and char_length(s.name) <= 242
                                           then s.name || '-' || floor(extract(epoch from v_tick))::bigint::text end,
-                    p_concurrency_key => s.concurrency_key) c;
+                    p_concurrency_key => s.concurrency_key, p_namespace => s.namespace) c;
                 v_outcome := coalesce(v_outcome, 'fired');
             end if;
         exception when others then
@@ -6020,7 +6336,8 @@ end $$;
 -- Reading schedules
 -- ---------------------------------------------------------------------------
 
--- list_schedules lists schedules for the console and the operator, by
+-- list_schedules lists schedules of the namespaces the caller reads
+-- (every one for the owner) for the console and the operator, by
 -- namespace then name: every one (p_source_namespace null), the SQL ones
 -- (''), or one namespace's; one name (p_name) or all; and, when
 -- p_namespaces is not null, only schedules of those namespaces (a SQL
@@ -6045,15 +6362,18 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
            sc.suspend, sc.next_tick_at, sc.last_tick_at, sc.last_outcome, sc.last_error, sc.last_fired_run,
            (select count(*) from workflow.workflow_run r
             where r.idempotency_key collate "C" >= k.lo and r.idempotency_key collate "C" < k.hi
-              and r.status in ('pending', 'leased')
+              and r.status in ('pending', 'leased') and r.namespace = sc.namespace
               and (starts_with(r.idempotency_key, 'schedule:')
                    or (starts_with(r.idempotency_key, 'k8s:') and strpos(r.idempotency_key, ':schedule/') > 0))),
            sc.created_by, sc.created_at, sc.updated_at, sc.retry_base_delay, sc.retry_max_delay, sc.concurrency_key
     from workflow.workflow_schedule sc
     cross join lateral workflow.schedule_key_range(sc.id, sc.source_namespace, sc.name) k
+    cross join (select workflow.caller_namespaces('read') as ns) v
     where (p_source_namespace is null or coalesce(sc.source_namespace, '') = p_source_namespace)
       and (p_name is null or sc.name = p_name)
-      and (p_namespaces is null or sc.source_namespace = any (p_namespaces))
+      and (p_namespaces is null or sc.namespace = any (p_namespaces))
+      -- Only the namespaces the caller reads (every one for the owner).
+      and (v.ns is null or sc.namespace = any (v.ns))
     order by coalesce(sc.source_namespace, ''), sc.name
 $$;
 
@@ -6087,14 +6407,14 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
     cross join lateral (
         (select n.id, n.status, n.created_at, n.finished_at, n.idempotency_key
          from workflow.workflow_run n
-         where sc.source_namespace is not null and n.source_namespace = sc.source_namespace
+         where sc.source_namespace is not null and n.namespace = sc.source_namespace
            and n.idempotency_key collate "C" >= k.lo and n.idempotency_key collate "C" < k.hi
          order by n.created_at desc, n.id desc
          limit p_limit)
         union all
         (select u.id, u.status, u.created_at, u.finished_at, u.idempotency_key
          from workflow.workflow_run u
-         where sc.source_namespace is null
+         where sc.source_namespace is null and u.namespace = sc.namespace
            and u.idempotency_key collate "C" >= k.lo and u.idempotency_key collate "C" < k.hi
            and u.status in ('pending', 'leased')
            and (starts_with(u.idempotency_key, 'schedule:')
@@ -6104,13 +6424,14 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
         union all
         (select f.id, f.status, f.created_at, f.finished_at, f.idempotency_key
          from workflow.workflow_run f
-         where sc.source_namespace is null and f.type collate "C" = sc.type
+         where sc.source_namespace is null and f.type collate "C" = sc.type and f.namespace = sc.namespace
            and f.status in ('succeeded', 'failed', 'cancelled')
            and f.idempotency_key collate "C" >= k.lo and f.idempotency_key collate "C" < k.hi
          order by f.created_at desc, f.id desc
          limit p_limit)
     ) r
     where coalesce(sc.source_namespace, '') = coalesce(p_namespace, '') and sc.name = p_name
+      and workflow.acts_on(sc.namespace, 'read')
     order by r.created_at desc, r.id desc
     limit p_limit
 $$;
@@ -6166,15 +6487,15 @@ declare
     f regprocedure;
 begin
     foreach f in array array[
-        'workflow.active_types(text[])',
-        'workflow.claim_runs(text, text[], text, integer, bigint, text[])',
+        'workflow.active_types(text, text[])',
+        'workflow.claim_runs(text, text[], text, integer, bigint, text[], text)',
         'workflow.heartbeat_runs(text, uuid[], bigint[], bigint)',
         'workflow.lock_parents(uuid[])',
         'workflow.complete_runs(text, uuid[], bigint[], jsonb[])',
         'workflow.fail_runs(text, uuid[], bigint[], text[], boolean[])',
         'workflow.release_runs(text, uuid[], bigint[])',
         'workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[])',
-        'workflow.queue_depth(text[], text, bigint)'
+        'workflow.queue_depth(text[], text, bigint, text)'
     ]::regprocedure[] loop
         execute format('alter function %s set plan_cache_mode = force_generic_plan'
                        ' set enable_seqscan = off set jit = off', f);
@@ -6190,14 +6511,23 @@ end $$;
 -- workflow_producer and workflow_reader what each needs. The trigger
 -- functions and internal helpers are granted to no one.
 revoke all on function
-    workflow.active_types(text[]),
+    workflow.active_types(text, text[]),
+    workflow.active_namespace_types(text[]),
+    workflow.caller_is_owner(),
+    workflow.caller_namespaces(text),
+    workflow.acts_on(text, text),
+    workflow.default_namespace(),
+    workflow.producer_namespace(text),
+    workflow.type_shared(text, text, text),
+    workflow.grant_namespace(text, text, text),
+    workflow.revoke_namespace(text, text, text),
     workflow.cancel_run(uuid),
     workflow.retry_run(uuid, integer, text),
     workflow.created_attempts(uuid),
-    workflow.claim_runs(text, text[], text, integer, bigint, text[]),
+    workflow.claim_runs(text, text[], text, integer, bigint, text[], text),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
-                         text[], text[]),
+                         text[], text[], text, text),
     workflow.dag_advance(uuid),
     workflow.dag_path_value(jsonb, text, boolean),
     workflow.dag_end(workflow.workflow_run, text, jsonb, text, jsonb),
@@ -6206,14 +6536,14 @@ revoke all on function
     workflow.dag_succeed(workflow.workflow_run, jsonb, integer),
     workflow.expire_deadlines(uuid[], integer),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
-    workflow.flow_admit(text, integer, timestamptz),
+    workflow.flow_admit(text, text, integer, timestamptz),
     workflow.flow_recheck(integer),
-    workflow.free_slots(text[], text[]),
+    workflow.free_slots(text[], text[], text[]),
     workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
     workflow.inbox_version(),
     workflow.lock_parents(uuid[]),
     workflow.on_child_finished(),
-    workflow.on_child_inserting(),
+    workflow.on_run_inserting(),
     workflow.on_flow_slot_freed(),
     workflow.on_parent_ended(),
     workflow.on_run_cancelled(),
@@ -6223,7 +6553,7 @@ revoke all on function
     workflow.on_runs_deleted(),
     workflow.on_status_changed_by_sql(),
     workflow.park_run(text, uuid, bigint, text, text, integer, timestamptz, bigint, text),
-    workflow.queue_depth(text[], text, bigint),
+    workflow.queue_depth(text[], text, bigint, text),
     workflow.reap_expired_leases(integer),
     workflow.resolve_child_entry(workflow.workflow_run),
     workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[]),
