@@ -10,6 +10,11 @@ import (
 // ErrNotFound is returned when a run does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrForbidden is wrapped by errors about what the database login may not
+// do: act on a namespace it is not bound to, run a type another namespace
+// does not share with it, or call a function its role lacks.
+var ErrForbidden = errors.New("forbidden")
+
 // ErrInvalid is wrapped by every error about bad input, whether the engine or
 // the database caught it.
 var ErrInvalid = errors.New("invalid input")
@@ -82,6 +87,8 @@ func translate(op string, err error) error {
 		case "54001": // statement too complex: a JSON value nested past the server's stack
 			return fmt.Errorf("%s: %w: a JSON value nests too deeply for the database to read (%s); at most %d levels are stored",
 				op, ErrInvalid, pgErr.Message, MaxJSONDepth)
+		case "42501": // insufficient_privilege: another namespace, or a role's limit
+			return fmt.Errorf("%s: %w: %s", op, ErrForbidden, pgErr.Message)
 		case "P0002": // no_data_found, raised for unknown runs
 			return fmt.Errorf("%s: %w: %s", op, ErrNotFound, pgErr.Message)
 		case "55000": // object_not_in_prerequisite_state, raised for finished runs

@@ -11,6 +11,11 @@ import (
 // ErrNotFound is wrapped by errors about runs that do not exist.
 var ErrNotFound = engine.ErrNotFound
 
+// ErrForbidden is wrapped by errors about what the database login may not
+// do: record in, claim for or act on a namespace it is not bound to, or run
+// a type another namespace does not share with it.
+var ErrForbidden = engine.ErrForbidden
+
 // ErrInvalid is wrapped by errors about bad input (type format, payload not a
 // JSON object, out-of-range settings).
 var ErrInvalid = engine.ErrInvalid

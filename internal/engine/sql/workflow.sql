@@ -4690,7 +4690,9 @@ begin
 end $$;
 
 -- A run as clients show it: every column, retry delays in milliseconds.
-create or replace view workflow.run_view as
+-- Read with the reader's own rights (security_invoker), so that row-level
+-- security keeps a login to its namespaces here as on the table.
+create or replace view workflow.run_view with (security_invoker = true) as
     select r.id, r.type, r.payload, r.status, r.priority, r.run_at, r.idempotency_key, r.attempt,
            r.max_attempts, r.leased_by, r.lease_until, r.last_error, r.result,
            (extract(epoch from r.retry_base_delay) * 1000)::bigint as retry_base_ms,

@@ -24,6 +24,7 @@ worker behaves exactly like a Go worker and leaves the same audit trail.
 __version__ = "0.1.0"
 
 from .client import (
+    DEFAULT_NAMESPACE,
     MAX_CONCURRENCY_KEY_LENGTH,
     MAX_CREATE_MANY,
     MAX_JSON_DEPTH,
@@ -48,6 +49,7 @@ from .errors import (
     NotFoundError,
     Parked,
     PermanentError,
+    PermissionDeniedError,
     RunFinishedError,
     StoppedError,
 )
@@ -75,6 +77,7 @@ __all__ = [
     "DEFAULT_CLAIM_BATCH_SIZE",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_NAMESPACE",
     "DEFAULT_POLL_INTERVAL_SECONDS",
     "DEFAULT_REAP_INTERVAL_SECONDS",
     "DEFAULT_SHUTDOWN_GRACE_SECONDS",
@@ -89,6 +92,7 @@ __all__ = [
     "NotFoundError",
     "Parked",
     "PermanentError",
+    "PermissionDeniedError",
     "Poller",
     "PollerConfig",
     "Run",

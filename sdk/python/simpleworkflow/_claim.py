@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import psycopg
 
 from ._outcomes import _FAIL_RUNS, _clean_text
+from .client import _primary_message
 from .durable import REASON_CANCELLED, REASON_LEASE_LOST, Task
+from .errors import PermissionDeniedError
 
 if TYPE_CHECKING:
     from .poller import Poller
@@ -139,11 +141,18 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
             rows = conn.execute(
                 "select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
                 "journal::text, traceparent "
-                "from workflow.claim_runs(%s, %s, %s, %s, %s, %s)",
-                # Only the types this worker has handlers for.
+                "from workflow.claim_runs(%s, %s, %s, %s, %s, %s, %s)",
+                # Only the types this worker has handlers for, of the
+                # namespace it serves.
                 (p.worker_id, p.type_prefixes, p.runtime, limit, lease_ms,
-                 sorted(p._handlers) or None),
+                 sorted(p._handlers) or None, p.namespace),
             ).fetchall()
+        except psycopg.errors.InsufficientPrivilege as e:
+            # SQLSTATE 42501: the login does not work for the namespace.
+            raise PermissionDeniedError(
+                f"worker {p.worker_id}, namespace {p.namespace}: {_primary_message(e)} (a worker's login needs "
+                f"the workflow_worker role and a binding to its namespace, which the schema's owner makes with "
+                f"workflow.grant_namespace(role, '{p.namespace}', 'worker'))") from None
         except psycopg.OperationalError as e:
             log.error(json.dumps({"msg": "Claim failed; reconnecting", "error": str(e)}))
             conn.close()

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import psycopg
 
-from .errors import InvalidInputError, NotFoundError, RunFinishedError
+from .errors import InvalidInputError, NotFoundError, PermissionDeniedError, RunFinishedError
 
 #: The workflow type format, the same as the database constraint.
 TYPE_PATTERN = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$")
@@ -19,6 +19,13 @@ MAX_TYPE_LENGTH = 253
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
 #: The most characters a concurrency key may have (workflow_run_concurrency_key_length).
 MAX_CONCURRENCY_KEY_LENGTH = 255
+#: The namespace of a worker that names none, and of the runs the schema's
+#: owner records without one (Go: PollerConfig.Namespace's default).
+DEFAULT_NAMESPACE = "default"
+#: A namespace name, the database's rule (workflow.namespace_valid): a
+#: Kubernetes namespace, i.e. a DNS label of at most 63 characters.
+NAMESPACE_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAMESPACE_LENGTH = 63
 #: The Wait.kind of a run its type's flow limits hold back (Go: WaitKindLimit).
 WAIT_KIND_LIMIT = "limit"
 #: The most runs one create_many call records (workflow.create_runs).
@@ -39,6 +46,11 @@ MAX_JSON_DEPTH = 64
 #: characters, a value nested past the server's stack): the caller's input,
 #: said as InvalidInputError (the Go SDK's ErrInvalid).
 _REFUSED_STATES = frozenset({"22023", "22P02", "22007", "22008", "54000", "23514", "22021", "22P05", "54001"})
+#: The SQLSTATE with which the database refuses the login itself
+#: (insufficient_privilege): a namespace it is not bound to, a type not
+#: shared with its namespace, a call its roles do not grant. Said as
+#: PermissionDeniedError.
+_DENIED_STATE = "42501"
 
 
 def _primary_message(e: psycopg.Error) -> str:
@@ -66,6 +78,26 @@ Duration = Union[int, float, timedelta]
 # (types, names, traceparents) hold both to one answer: tests/test_contract.py
 # runs each case through the SDK, and again with these checks switched off,
 # so that the database alone judges it.
+
+
+def namespace_problem(namespace: Any, what: str = "namespace") -> Optional[str]:
+    """Why a namespace name would be refused (None when it is valid): the rule of workflow.namespace_valid."""
+    if not isinstance(namespace, str):
+        return f"{what} must be a string, got {type(namespace).__name__}"
+    if len(namespace) > MAX_NAMESPACE_LENGTH or not NAMESPACE_PATTERN.fullmatch(namespace):
+        return (f"{what} {namespace[:100]!r}: a namespace is a Kubernetes namespace name, at most "
+                f"{MAX_NAMESPACE_LENGTH} lowercase letters, digits and '-', starting and ending with a "
+                "letter or digit")
+    return None
+
+
+def _check_namespaces(namespace: Optional[str], type_namespace: Optional[str]) -> None:
+    """InvalidInputError unless each of the namespaces a producer names (None: not named) is a namespace name."""
+    for value, what in ((namespace, "namespace"), (type_namespace, "type namespace")):
+        if value is not None:
+            problem = namespace_problem(value, what)
+            if problem is not None:
+                raise InvalidInputError(problem)
 
 
 def step_name_problem(name: Any) -> Optional[str]:
@@ -264,6 +296,11 @@ class Run:
     deleted_at: Optional[datetime] = None
     #: The key that groups the run for its type's per-key flow limits (None for none).
     concurrency_key: Optional[str] = None
+    #: The namespace (tenant) the run belongs to: who owns and sees it.
+    namespace: Optional[str] = None
+    #: The namespace whose registry and workers run its type: its own
+    #: namespace, unless another namespace shares the type with it.
+    type_namespace: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -328,13 +365,13 @@ select id::text, created
 from workflow.create_run(%(type)s, %(payload)s::jsonb, %(priority)s::integer, %(run_at)s::timestamptz, %(key)s::text,
                          %(max_attempts)s::integer, %(deadline_ms)s::bigint, null::timestamptz, %(base_ms)s::bigint,
                          %(max_ms)s::bigint, %(traceparent)s::text, null::text, null::text, null::text,
-                         %(concurrency_key)s::text)
+                         %(concurrency_key)s::text, %(namespace)s::text, %(type_namespace)s::text)
 """
 
 _CREATE_MANY = """
 select coalesce(array_agg(c.id::text order by c.ord), '{}'), coalesce(array_agg(c.created order by c.ord), '{}')
 from workflow.create_runs(%s::text[], %s::text[], %s::integer[], %s::timestamptz[], %s::text[], %s::integer[],
-                          %s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[]) c
+                          %s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text, %s::text) c
 """
 
 #: The keys a create_many run may have: create's arguments.
@@ -348,7 +385,7 @@ id::text, type, payload, status, priority, run_at, idempotency_key, attempt, max
 leased_by, lease_until, last_error, result, created_at, updated_at, finished_at,
 deadline_at, parent_id::text, parent_step, wait_kind, wait_step, wait_signal, traceparent,
 started_at, retry_base_ms, retry_max_ms, source_namespace, source_name, source_uid, deleted_at,
-concurrency_key
+concurrency_key, namespace, type_namespace
 """
 
 _GET = f"select {_RUN_COLUMNS} from workflow.get_run(%s::uuid)"
@@ -381,7 +418,7 @@ def _run_from_row(row: Sequence[Any]) -> "Run":
     (run_id, wtype, payload, status, priority, run_at, key, attempt, max_attempts, leased_by, lease_until,
      last_error, result, created_at, updated_at, finished_at, deadline_at, parent_id, parent_step,
      wait_kind, wait_step, wait_signal, traceparent, started_at, base_ms, max_ms,
-     source_namespace, source_name, source_uid, deleted_at, concurrency_key) = row
+     source_namespace, source_name, source_uid, deleted_at, concurrency_key, namespace, type_namespace) = row
     wait = None
     if wait_kind is not None:
         wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
@@ -393,7 +430,8 @@ def _run_from_row(row: Sequence[Any]) -> "Run":
                parent_step=parent_step, wait=wait, traceparent=traceparent, started_at=started_at,
                retry_base_delay=_ms_delta(base_ms), retry_max_delay=_ms_delta(max_ms),
                source_namespace=source_namespace, source_name=source_name, source_uid=source_uid,
-               deleted_at=deleted_at, concurrency_key=concurrency_key)
+               deleted_at=deleted_at, concurrency_key=concurrency_key, namespace=namespace,
+               type_namespace=type_namespace)
 
 
 def _encode_cursor(created_at: datetime, run_id: str) -> str:
@@ -442,6 +480,19 @@ def _refused(e: psycopg.Error) -> bool:
     return getattr(e, "sqlstate", None) in _REFUSED_STATES
 
 
+def _denied(e: psycopg.Error) -> bool:
+    """Whether the database refused the login (SQLSTATE 42501): PermissionDeniedError."""
+    return getattr(e, "sqlstate", None) == _DENIED_STATE
+
+
+def _translate(e: psycopg.Error) -> None:
+    """Raise the SDK's error for a database error it names (a refused value, a refused login); else return."""
+    if _refused(e):
+        raise InvalidInputError(_primary_message(e)) from None
+    if _denied(e):
+        raise PermissionDeniedError(_primary_message(e)) from None
+
+
 class Client:
     """Records, inspects and cancels runs.
 
@@ -487,6 +538,8 @@ class Client:
         deadline: Optional[Duration] = None,
         traceparent: Optional[str] = None,
         concurrency_key: Optional[str] = None,
+        namespace: Optional[str] = None,
+        type_namespace: Optional[str] = None,
         conn: Optional[psycopg.Connection[Any]] = None,
     ) -> CreateResult:
         """Record an intent. When this returns, the run is durable and will run eventually.
@@ -514,9 +567,22 @@ class Client:
         most one run of a customer leased at once. 1 to 255 characters of
         text without NUL; None or "" sets none. A run its type's limits hold
         back stays pending, with ``wait.kind == "limit"``.
+
+        ``namespace`` (a Kubernetes namespace name) is the namespace the run
+        belongs to: its tenant, whose producers and readers see it. None
+        records it in the login's one producer namespace (``"default"`` for
+        the schema's owner). ``type_namespace`` asks for a type that another
+        namespace's registry shares with the run's namespace, to run among
+        that namespace's workers; None: the run's own namespace. A login not
+        bound to ``namespace`` as a producer, or a type that
+        ``type_namespace`` does not share, raises PermissionDeniedError; a
+        malformed name, InvalidInputError.
         """
+        _check_namespaces(namespace, type_namespace)
         params = _create_params(workflow_type, payload, idempotency_key, priority, run_at, max_attempts,
                                 retry_base_delay, retry_max_delay, deadline, traceparent, concurrency_key)
+        params["namespace"] = namespace
+        params["type_namespace"] = type_namespace
         if conn is not None:
             return self._create(conn, params)
         with self._connect() as own:
@@ -527,8 +593,7 @@ class Client:
         try:
             row = conn.execute(_CREATE, params).fetchone()
         except psycopg.Error as e:
-            if _refused(e):
-                raise InvalidInputError(_primary_message(e)) from None
+            _translate(e)
             raise
         if row is None:
             # The run holding the key was deleted between the insert and the look-up.
@@ -536,7 +601,12 @@ class Client:
         return CreateResult(id=row[0], created=row[1])
 
     def create_many(
-        self, runs: Sequence[Mapping[str, Any]], *, conn: Optional[psycopg.Connection[Any]] = None
+        self,
+        runs: Sequence[Mapping[str, Any]],
+        *,
+        namespace: Optional[str] = None,
+        type_namespace: Optional[str] = None,
+        conn: Optional[psycopg.Connection[Any]] = None,
     ) -> List[CreateResult]:
         """Record a batch of runs (at most MAX_CREATE_MANY) in one round trip.
 
@@ -552,7 +622,16 @@ class Client:
         InvalidInputError naming it ("row 3: ...", counting from 1). With
         ``conn``, the runs are written in that connection's transaction, as
         in create.
+
+        ``namespace`` and ``type_namespace`` are create's, for the whole
+        batch (one ``workflow.create_runs`` call records into one
+        namespace): the runs belong to ``namespace`` (None: the login's
+        one producer namespace, ``"default"`` for the schema's owner) and
+        run a type of ``type_namespace`` (None: their own namespace's).
+        PermissionDeniedError when the login may not record there or a
+        type is not shared, and nothing is recorded.
         """
+        _check_namespaces(namespace, type_namespace)
         if len(runs) > MAX_CREATE_MANY:
             raise InvalidInputError(f"create_many: at most {MAX_CREATE_MANY} runs per call, got {len(runs)}")
         cols: List[List[Any]] = [[] for _ in range(11)]
@@ -561,7 +640,10 @@ class Client:
                 raise InvalidInputError(f"create_many: row {i}: a run is a mapping with a type, got {type(run).__name__}")
             unknown = sorted(set(run) - _RUN_KEYS)
             if unknown:
-                raise InvalidInputError(f"create_many: row {i}: unknown keys {unknown}")
+                batch = [k for k in unknown if k in ("namespace", "type_namespace")]
+                hint = (f" ({', '.join(batch)}: an argument of create_many, for the whole batch)"
+                        if batch else "")
+                raise InvalidInputError(f"create_many: row {i}: unknown keys {unknown}{hint}")
             try:
                 params = _create_params(run.get("type"), run.get("payload"), run.get("idempotency_key"),
                                         run.get("priority"), run.get("run_at"), run.get("max_attempts"),
@@ -577,15 +659,15 @@ class Client:
                 col.append(value)
         if not runs:
             return []
+        args = [*cols, namespace, type_namespace]
         try:
             if conn is not None:
-                row = conn.execute(_CREATE_MANY, cols).fetchone()
+                row = conn.execute(_CREATE_MANY, args).fetchone()
             else:
                 with self._connect() as own:
-                    row = own.execute(_CREATE_MANY, cols).fetchone()
+                    row = own.execute(_CREATE_MANY, args).fetchone()
         except psycopg.Error as e:
-            if _refused(e):
-                raise InvalidInputError(_primary_message(e)) from None
+            _translate(e)
             raise
         assert row is not None
         return [CreateResult(id=i, created=c) for i, c in zip(row[0], row[1])]
@@ -717,6 +799,8 @@ class Client:
                 raise RunFinishedError(message) from None
             if state in _REFUSED_STATES:
                 raise InvalidInputError(message) from None
+            if state == _DENIED_STATE:
+                raise PermissionDeniedError(message) from None
             raise
         assert row is not None
         return SignalResult(signal_id=row[0], duplicate=row[1], delivered=row[2])
@@ -734,10 +818,10 @@ class Client:
 
     @staticmethod
     def _rows(conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
-        """The rows of one function call; a value the database refuses (a malformed id) is InvalidInputError."""
+        """The rows of one function call; a value the database refuses (a malformed id) is InvalidInputError,
+        a login it refuses PermissionDeniedError."""
         try:
             return conn.execute(query, params).fetchall()
         except psycopg.Error as e:
-            if _refused(e):
-                raise InvalidInputError(_primary_message(e)) from None
+            _translate(e)
             raise

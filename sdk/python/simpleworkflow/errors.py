@@ -15,6 +15,19 @@ class RunFinishedError(Exception):
     """The run already finished (a signal reaches only pending or running runs)."""
 
 
+class PermissionDeniedError(Exception):
+    """The database login may not do this (SQLSTATE 42501, insufficient_privilege).
+
+    Namespaces are the inbox's tenants: the schema's owner binds each login to
+    the namespaces it acts on, as producer, worker or reader
+    (``workflow.grant_namespace``). A poller whose login does not work for
+    the namespace it serves, a run recorded in a namespace the login does not
+    produce for, or of a type another namespace does not share with it, are
+    refused with this error (as is any call the login's roles do not grant).
+    The message is the database's.
+    """
+
+
 class PermanentError(Exception):
     """Raised by a handler to fail the run at once instead of retrying it."""
 

@@ -32,9 +32,9 @@ from ._outcomes import _COMPLETE, _DROP, _FAIL, _RELEASE, _RELEASE_RUNS, _Outcom
 from ._reap import reap_loop
 from ._step_writer import _StepRequest, record_step, step_loop
 from ._writes import _BatchQueue
-from .client import validate_type
+from .client import DEFAULT_NAMESPACE, namespace_problem, validate_type
 from .durable import REASON_CANCELLED, REASON_DEADLINE, REASON_LEASE_LOST, REASON_SHUTDOWN, Task
-from .errors import InvalidInputError, PermanentError, StoppedError
+from .errors import InvalidInputError, PermanentError, PermissionDeniedError, StoppedError
 from .tracing import (
     OUTCOME_LEASE_LOST,
     OUTCOME_RELEASED,
@@ -88,6 +88,8 @@ class PollerConfig:
     shutdown_grace_period: float
     reap_interval: float
     claim_batch_size: int
+    #: The namespace the poller serves (Go: PollerConfig.Namespace).
+    namespace: str = DEFAULT_NAMESPACE
 
 
 class Poller:
@@ -114,6 +116,15 @@ class Poller:
     reaper every ``reap_interval`` seconds (0 or less: no reaping), and a
     running one is cancelled at its next heartbeat.
 
+    ``namespace`` is the one namespace (tenant) the poller serves, a
+    Kubernetes namespace name; None: ``"default"`` (Go: PollerConfig.Namespace).
+    It claims only the runs whose type that namespace runs (their
+    ``type_namespace``: the namespace's own runs, and those of namespaces it
+    shares a type with). The database login must be bound to it as a worker
+    (``workflow.grant_namespace(role, namespace, 'worker')``; the schema's
+    owner works for every namespace): otherwise :meth:`run` stops and raises
+    :class:`PermissionDeniedError` at the first claim.
+
     ``connect`` (optional) opens the poller's connections instead of
     ``conninfo``: each must be a new psycopg connection, which the poller owns
     and closes. ``tracer_provider`` makes the attempts' spans when
@@ -137,9 +148,15 @@ class Poller:
         heartbeat_interval: Optional[float] = None,
         connect: Optional[Callable[[], psycopg.Connection[Any]]] = None,
         tracer_provider: Any = None,
+        namespace: Optional[str] = None,
     ) -> None:
         if not conninfo and connect is None:
             raise InvalidInputError("a connection string (or a connect function) is required")
+        if namespace is None:
+            namespace = DEFAULT_NAMESPACE
+        problem = namespace_problem(namespace)
+        if problem is not None:
+            raise InvalidInputError(problem)
         if lease_duration < 1:
             raise InvalidInputError(f"lease_duration must be at least 1 second, got {lease_duration}")
         if runtime not in ("go", "python"):
@@ -175,6 +192,7 @@ class Poller:
         self.shutdown_grace_period = shutdown_grace_period
         self.reap_interval = reap_interval
         self.claim_batch_size = claim_batch_size
+        self.namespace = namespace
         self._connect_fn = connect
         self._tracing = Tracing(tracer_provider, __version__)
         self._handlers: Dict[str, Handler] = {}
@@ -199,7 +217,7 @@ class Poller:
             worker_id=self.worker_id, runtime=self.runtime, concurrency=self.concurrency,
             heartbeat_interval=float(self.heartbeat_interval), poll_interval=float(self.poll_interval),
             shutdown_grace_period=float(self.shutdown_grace_period), reap_interval=float(self.reap_interval),
-            claim_batch_size=self.claim_batch_size)
+            claim_batch_size=self.claim_batch_size, namespace=self.namespace)
 
     # Registration -----------------------------------------------------------
 
@@ -225,13 +243,18 @@ class Poller:
         self._wake.set()
 
     def run(self, install_signal_handlers: bool = True) -> None:
-        """Claim and execute runs until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
+        """Claim and execute runs until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully.
+
+        Raises :class:`PermissionDeniedError`, after the same graceful
+        shutdown, when the database refuses the login a claim in the
+        poller's namespace (it is not bound to it as a worker).
+        """
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
-        log.info(json.dumps({"msg": "Worker started", "worker_id": self.worker_id, "runtime": self.runtime,
-                             "type_prefixes": self.type_prefixes, "concurrency": self.concurrency,
-                             "claim_batch_size": self.claim_batch_size}))
+        log.info(json.dumps({"msg": "Worker started", "worker_id": self.worker_id, "namespace": self.namespace,
+                             "runtime": self.runtime, "type_prefixes": self.type_prefixes,
+                             "concurrency": self.concurrency, "claim_batch_size": self.claim_batch_size}))
         background = [
             # WAKE_FOLLOW_UP is read at each notification, from this module.
             threading.Thread(target=listen_loop, args=(self, lambda: WAKE_FOLLOW_UP), name="sw-listen",
@@ -248,9 +271,18 @@ class Poller:
             t.start()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sw-handler")
         conn = connect_until_ready(self)
+        denied: Optional[PermissionDeniedError] = None
         try:
             if conn is not None:
-                claim_loop(self, conn, pool)
+                try:
+                    claim_loop(self, conn, pool)
+                except PermissionDeniedError as e:
+                    # The login may not claim for this namespace: retrying
+                    # cannot help. Stop as after stop(), then say why.
+                    denied = e
+                    log.error(json.dumps({"msg": "Claim refused; stopping", "worker_id": self.worker_id,
+                                          "namespace": self.namespace, "error": str(e)}))
+                    self._stopping.set()
             self._shutdown(pool)
         finally:
             self._stopping.set()
@@ -274,6 +306,8 @@ class Poller:
                     c.close()
                 self._conns.clear()
         log.info(json.dumps({"msg": "Worker stopped", "worker_id": self.worker_id}))
+        if denied is not None:
+            raise denied
 
     def _open(self) -> psycopg.Connection[Any]:
         """A new autocommit connection."""

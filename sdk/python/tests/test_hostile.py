@@ -46,14 +46,19 @@ class HostileValuesTest(InboxTest):
         bystanders = [self.client.create("pyhostile.a.v1", {"n": i}).id for i in range(6)]
         with psycopg.connect(self.url, autocommit=True) as conn:
             self._bypass_checks(conn)
+            # With the triggers off (replica), a row names its type's namespace
+            # itself, as workflow_run_inserting would.
             deep = conn.execute(
-                "insert into workflow.workflow_run (type, payload) values ('pyhostile.a.v1', %s::jsonb) returning id::text",
+                "insert into workflow.workflow_run (type, payload, type_namespace) "
+                "values ('pyhostile.a.v1', %s::jsonb, 'default') returning id::text",
                 ('{"v":' + deep_text(5000) + "}",)).fetchone()[0]
             digits = conn.execute(
-                "insert into workflow.workflow_run (type, payload) values ('pyhostile.a.v1', %s::jsonb) returning id::text",
+                "insert into workflow.workflow_run (type, payload, type_namespace) "
+                "values ('pyhostile.a.v1', %s::jsonb, 'default') returning id::text",
                 ('{"v":1' + "0" * 5000 + "}",)).fetchone()[0]
             journal = conn.execute(
-                "insert into workflow.workflow_run (type, payload) values ('pyhostile.a.v1', '{}') returning id::text"
+                "insert into workflow.workflow_run (type, payload, type_namespace) "
+                "values ('pyhostile.a.v1', '{}', 'default') returning id::text"
             ).fetchone()[0]
             conn.execute(
                 "insert into workflow.workflow_step (run_id, name, position, kind, outcome, output, attempt, "
