@@ -66,3 +66,25 @@ func TestMalformedEnvironmentIsAnError(t *testing.T) {
 		t.Fatalf("well-formed values: %+v %v", o, err)
 	}
 }
+
+// The worker serves the namespace of NAMESPACE (the chart sets it from the
+// pod's own namespace), -namespace over it, else default.
+func TestNamespaceFromFlagOrEnvironment(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"DATABASE_URL": "postgres://x"}, "default"},
+		{nil, map[string]string{"DATABASE_URL": "postgres://x", "NAMESPACE": "payments"}, "payments"},
+		{[]string{"-namespace=shop"}, map[string]string{"DATABASE_URL": "postgres://x", "NAMESPACE": "payments"}, "shop"},
+	} {
+		o, err := parseFlagsEnv(c.args, env(c.env))
+		if err != nil || o.namespace != c.want {
+			t.Errorf("%v with %v: namespace %q (%v), want %q", c.args, c.env, o.namespace, err, c.want)
+		}
+	}
+}

@@ -41,6 +41,7 @@ type options struct {
 	databaseURL   string
 	databaseFile  string
 	typePrefixes  string
+	namespace     string
 	runtime       string
 	workerID      string
 	concurrency   int
@@ -103,6 +104,7 @@ func parseFlagsEnv(args []string, lookup func(string) (string, bool)) (options, 
 	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL (env DATABASE_URL)")
 	fs.StringVar(&o.databaseFile, "database-url-file", env.string("DATABASE_URL_FILE", ""), "file holding the Postgres URL, e.g. a mounted Secret (env DATABASE_URL_FILE)")
 	fs.StringVar(&o.typePrefixes, "type-prefixes", env.string("TYPE_PREFIXES", "demo."), "comma-separated type prefixes to claim (env TYPE_PREFIXES)")
+	fs.StringVar(&o.namespace, "namespace", env.string("NAMESPACE", simpleworkflow.DefaultNamespace), "namespace whose runs this worker claims; its database login must be bound to it as a worker (env NAMESPACE)")
 	fs.StringVar(&o.runtime, "runtime", env.string("RUNTIME", "go"), "runtime this worker declares (env RUNTIME)")
 	fs.StringVar(&o.workerID, "worker-id", env.string("WORKER_ID", host), "worker id recorded in leases (env WORKER_ID)")
 	fs.IntVar(&o.concurrency, "concurrency", env.int("CONCURRENCY", simpleworkflow.DefaultConcurrency), "handlers run at once (env CONCURRENCY)")
@@ -192,6 +194,7 @@ func run() error {
 	}
 	poller, err := simpleworkflow.NewPoller(client, simpleworkflow.PollerConfig{
 		TypePrefixes:        splitPrefixes(o.typePrefixes),
+		Namespace:           o.namespace,
 		LeaseDuration:       o.leaseDuration,
 		WorkerID:            o.workerID,
 		Runtime:             o.runtime,

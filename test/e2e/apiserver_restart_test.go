@@ -28,7 +28,7 @@ var _ = Describe("a kube-apiserver restart", Ordered, func() {
 	It("converges every status after kube-apiserver restarts mid-flight", func() {
 		createNamespace(ns)
 		worker := start("apiserver-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.sleep.", "--runtime=go", "--worker-id=apiserver-worker", "--concurrency=50")
+			"--type-prefixes=demo.sleep.", "--runtime=go", "--worker-id=apiserver-worker", "--concurrency=50", "--namespace="+ns)
 		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
 
 		var manifest strings.Builder

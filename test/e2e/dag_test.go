@@ -29,7 +29,7 @@ var _ = Describe("DAG workflows defined in a WorkflowRegistry", Ordered, func() 
 	It("runs a diamond, shows its progress, cancels one mid-DAG, and refuses bad definitions", func() {
 		createNamespace(ns)
 		worker := start("dag-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.echo.,demo.sleep.", "--runtime=go", "--worker-id=dag-worker")
+			"--type-prefixes=demo.echo.,demo.sleep.", "--runtime=go", "--worker-id=dag-worker", "--namespace="+ns)
 		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
 		mustKubectl("apply", "-n", ns, "-f", writeManifest("dag.yaml", `
 apiVersion: workflow.simpleworkflow.dev/v1alpha1

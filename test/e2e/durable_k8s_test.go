@@ -16,7 +16,7 @@ var _ = Describe("durable WorkflowRun from kubectl", Ordered, func() {
 	It("waits for the approve signal, takes it from kubectl patch on spec.signals, and succeeds with every step in status", func() {
 		createNamespace(ns)
 		worker := start("k8s-order-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.order.", "--worker-id=k8s-order-worker", "--lease-duration=6s")
+			"--type-prefixes=demo.order.", "--worker-id=k8s-order-worker", "--lease-duration=6s", "--namespace="+ns)
 		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
 
 		mustKubectl("apply", "-n", ns, "-f", writeManifest("order-k8s.yaml", `

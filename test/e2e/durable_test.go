@@ -51,16 +51,16 @@ spec:
 		})
 
 		goWorker := start("go-order-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.order.", "--runtime=go", "--worker-id=go-order-worker", "--lease-duration=6s")
+			"--type-prefixes=demo.order.", "--runtime=go", "--worker-id=go-order-worker", "--lease-duration=6s", "--namespace="+ns)
 		DeferCleanup(func() { goWorker.stop(syscall.SIGTERM) })
 		pyWorker := start("py-order-worker", []string{"DATABASE_URL=" + dbURL}, strings.TrimSpace(string(py)),
 			filepath.Join(root, "sdk", "python", "examples", "example_worker.py"),
-			"--type-prefixes=demo.order.", "--runtime=python", "--worker-id=py-order-worker", "--lease-duration=6")
+			"--type-prefixes=demo.order.", "--runtime=python", "--worker-id=py-order-worker", "--lease-duration=6", "--namespace="+ns)
 		DeferCleanup(func() { pyWorker.stop(syscall.SIGTERM) })
 
 		res, err := sdk.Create(ctx, "demo.order.v1", map[string]any{
 			"orderId": "o-xrt", "amount": 42, "sleepSeconds": 4, "approveTimeoutSeconds": 120, "counters": true,
-		}, nil)
+		}, &simpleworkflow.CreateOptions{Namespace: ns})
 		Expect(err).NotTo(HaveOccurred())
 
 		// Go records reserve and charge, then parks in the durable sleep.

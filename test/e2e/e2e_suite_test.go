@@ -350,7 +350,7 @@ func follow(ns, name, prefixes string) *devenv.ReplicaFollower {
 	f := &devenv.ReplicaFollower{
 		Client: k8sClient, Namespace: ns, Name: name, StopTimeout: 20 * time.Second,
 		Command: func(i int) *exec.Cmd {
-			cmd := exec.Command(filepath.Join(binDir, "example-worker"), "--type-prefixes="+prefixes,
+			cmd := exec.Command(filepath.Join(binDir, "example-worker"), "--type-prefixes="+prefixes, "--namespace="+ns,
 				fmt.Sprintf("--worker-id=%s-%d", name, i), "--shutdown-grace-period=5s", "--lease-duration=6s")
 			cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 			if f, err := os.Create(filepath.Join(workDir, fmt.Sprintf("%s-%d.log", name, i))); err == nil {

@@ -189,7 +189,7 @@ spec:
 		start := time.Now()
 		for i := range 200 {
 			_, err := sdk.Create(ctx, "demo.sleep.v1", map[string]any{"seconds": 1},
-				&simpleworkflow.CreateOptions{IdempotencyKey: fmt.Sprintf("burst-%d", i)})
+				&simpleworkflow.CreateOptions{IdempotencyKey: fmt.Sprintf("burst-%d", i), Namespace: "e2e-scale"})
 			Expect(err).NotTo(HaveOccurred())
 		}
 		Eventually(replicas("e2e-scale", "burst-worker"), 10*time.Second, 50*time.Millisecond).Should(BeEquivalentTo(4))
@@ -222,11 +222,11 @@ spec:
 		py, err := exec.Command("bash", filepath.Join(root, "hack", "python-deps.sh")).Output()
 		Expect(err).NotTo(HaveOccurred(), "python with psycopg")
 		goWorker := start("go-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.", "--runtime=go", "--worker-id=go-worker", "--lease-duration=6s")
+			"--type-prefixes=demo.", "--runtime=go", "--worker-id=go-worker", "--lease-duration=6s", "--namespace=e2e-xrt")
 		DeferCleanup(func() { goWorker.stop(syscall.SIGTERM) })
 		pyWorker := start("py-worker", []string{"DATABASE_URL=" + dbURL}, strings.TrimSpace(string(py)),
 			filepath.Join(root, "sdk", "python", "examples", "example_worker.py"),
-			"--type-prefixes=demo.", "--runtime=python", "--worker-id=py-worker", "--lease-duration=6")
+			"--type-prefixes=demo.", "--runtime=python", "--worker-id=py-worker", "--lease-duration=6", "--namespace=e2e-xrt")
 		DeferCleanup(func() { pyWorker.stop(syscall.SIGTERM) })
 
 		mustKubectl("apply", "-n", "e2e-xrt", "-f", writeManifest("xrt.yaml", `
@@ -243,7 +243,7 @@ spec:
 		runtimeOf := func(name string) func() string {
 			return func() string {
 				var rt string
-				_ = sdkPool().QueryRow(ctx, "select runtime from workflow.workflow_registry where workflow_name = $1", name).Scan(&rt)
+				_ = sdkPool().QueryRow(ctx, "select runtime from workflow.workflow_registry where workflow_name = $1 and namespace = 'e2e-xrt'", name).Scan(&rt)
 				return rt
 			}
 		}
@@ -254,7 +254,8 @@ spec:
 		produce := func(tag string, n int) []string {
 			var ids []string
 			for i := range n {
-				res, err := sdk.Create(ctx, "demo.echo.v1", map[string]any{"tag": tag, "i": i}, nil)
+				res, err := sdk.Create(ctx, "demo.echo.v1", map[string]any{"tag": tag, "i": i},
+					&simpleworkflow.CreateOptions{Namespace: "e2e-xrt"})
 				Expect(err).NotTo(HaveOccurred())
 				ids = append(ids, res.ID)
 			}
@@ -274,7 +275,7 @@ spec:
 		before := produce("before", 10)
 		Eventually(func() map[string]int { return finishedBy(before) }).Should(Equal(map[string]int{"go-worker": 10}))
 
-		long, err := sdk.Create(ctx, "demo.sleep.v1", map[string]any{"seconds": 4}, nil)
+		long, err := sdk.Create(ctx, "demo.sleep.v1", map[string]any{"seconds": 4}, &simpleworkflow.CreateOptions{Namespace: "e2e-xrt"})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func() string { r, _ := sdk.Get(ctx, long.ID); return string(r.Status) + "/" + r.LeasedBy }).Should(Equal("leased/go-worker"))
 

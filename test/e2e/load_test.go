@@ -23,12 +23,12 @@ const loadPython = `
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from simpleworkflow import Client
-url, tag, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+url, tag, n, ns = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 client = Client(url)
 for i in range(n):
     for attempt in range(300):
         try:
-            client.create("demo.sleep.v1", {"seconds": 0.05}, idempotency_key=f"{tag}-{i}", max_attempts=20)
+            client.create("demo.sleep.v1", {"seconds": 0.05}, idempotency_key=f"{tag}-{i}", max_attempts=20, namespace=ns)
             break
         except Exception as e:
             last = e
@@ -63,7 +63,7 @@ var _ = Describe("a load through outages", Ordered, func() {
 		startWorker := func(i int) *process {
 			return start(fmt.Sprintf("load-worker-%d", i), []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
 				"--type-prefixes=demo.sleep.", "--runtime=go", fmt.Sprintf("--worker-id=load-worker-%d", i),
-				"--lease-duration=2s", "--reap-interval=1s", "--concurrency=20")
+				"--lease-duration=2s", "--reap-interval=1s", "--concurrency=20", "--namespace="+ns)
 		}
 		for i := range workers {
 			workers[i] = startWorker(i)
@@ -124,8 +124,8 @@ var _ = Describe("a load through outages", Ordered, func() {
 				for i := range perProducer {
 					key := fmt.Sprintf("load-sql-%d-%d", p, i)
 					if err := retry(func() error {
-						_, err := sdkPool().Exec(ctx, `insert into workflow.workflow_run (type, payload, idempotency_key, max_attempts)
-                            values ('demo.sleep.v1', '{"seconds": 0.05}', $1, 20) on conflict (idempotency_key) do nothing`, key)
+						_, err := sdkPool().Exec(ctx, `insert into workflow.workflow_run (type, payload, idempotency_key, max_attempts, namespace)
+                            values ('demo.sleep.v1', '{"seconds": 0.05}', $1, 20, $2) on conflict (idempotency_key) do nothing`, key, ns)
 						return err
 					}); err != nil {
 						return err
@@ -138,7 +138,7 @@ var _ = Describe("a load through outages", Ordered, func() {
 					key := fmt.Sprintf("load-go-%d-%d", p, i)
 					if err := retry(func() error {
 						_, err := sdk.Create(ctx, "demo.sleep.v1", map[string]any{"seconds": 0.05},
-							&simpleworkflow.CreateOptions{IdempotencyKey: key, MaxAttempts: 20})
+							&simpleworkflow.CreateOptions{IdempotencyKey: key, MaxAttempts: 20, Namespace: ns})
 						return err
 					}); err != nil {
 						return err
@@ -148,7 +148,7 @@ var _ = Describe("a load through outages", Ordered, func() {
 			})
 			produce(fmt.Sprintf("python-%d", p), func() error {
 				out, err := exec.CommandContext(ctx, strings.TrimSpace(string(py)), script,
-					filepath.Join(root, "sdk", "python"), dbURL, fmt.Sprintf("load-py-%d", p), fmt.Sprint(perProducer)).CombinedOutput()
+					filepath.Join(root, "sdk", "python"), dbURL, fmt.Sprintf("load-py-%d", p), fmt.Sprint(perProducer), ns).CombinedOutput()
 				if err != nil {
 					return fmt.Errorf("%w: %s", err, out)
 				}

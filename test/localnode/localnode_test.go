@@ -141,7 +141,7 @@ func (e *env) runEvents(t *testing.T, wfr string) map[string]int {
 	t.Helper()
 	out := e.run(t, "psql", e.dbURL, "-Atc", fmt.Sprintf(`select e.event_type || ' ' || count(*)
 		from workflow.workflow_run r join workflow.workflow_event e on e.workflow_id = r.id
-		where r.source_namespace = 'default' and r.source_name = '%s' group by e.event_type`, wfr))
+		where r.namespace = '%s' and r.source_name = '%s' group by e.event_type`, namespace, wfr))
 	counts := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var kind string
@@ -154,7 +154,7 @@ func (e *env) runEvents(t *testing.T, wfr string) map[string]int {
 }
 
 func (e *env) phase(wfr string) string {
-	out, _ := e.try(e.kubectl, "get", "wfr", "-n", "default", wfr, "-o", "jsonpath={.status.phase}")
+	out, _ := e.try(e.kubectl, "get", "wfr", "-n", namespace, wfr, "-o", "jsonpath={.status.phase}")
 	return strings.TrimSpace(out)
 }
 
@@ -167,9 +167,11 @@ func (e *env) apply(t *testing.T, manifest string) {
 	e.k(t, "apply", "-f", path)
 }
 
+// wfr is a WorkflowRun in the release's namespace, whose example worker
+// serves it (a worker serves its own namespace).
 func wfr(name, typ, payload string) string {
 	return fmt.Sprintf("---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
-		"metadata: {name: %s, namespace: default}\nspec: {type: %s, payload: %s}\n", name, typ, payload)
+		"metadata: {name: %s, namespace: %s}\nspec: {type: %s, payload: %s}\n", name, namespace, typ, payload)
 }
 
 // The README's path, then what goes wrong in clusters, on one install.
@@ -246,7 +248,7 @@ func userPath(t *testing.T, e *env) {
 	var manifest strings.Builder
 	for i := range runs {
 		fmt.Fprintf(&manifest, "---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
-			"metadata: {name: echo-%d, namespace: default}\nspec: {type: demo.echo.v1, payload: {n: %d}}\n", i, i)
+			"metadata: {name: echo-%d, namespace: %s}\nspec: {type: demo.echo.v1, payload: {n: %d}}\n", i, namespace, i)
 	}
 	path := filepath.Join(t.TempDir(), "runs.yaml")
 	if err := os.WriteFile(path, []byte(manifest.String()), 0o600); err != nil {
@@ -261,7 +263,7 @@ func userPath(t *testing.T, e *env) {
 	})
 	podReady := time.Since(applied)
 	succeeded := func() int {
-		out, _ := e.try(e.kubectl, "get", "wfr", "-n", "default", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
+		out, _ := e.try(e.kubectl, "get", "wfr", "-n", namespace, "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
 		return strings.Count(out, "Succeeded")
 	}
 	eventually(t, time.Minute, "the first run Succeeded", func() bool { return succeeded() >= 1 })
@@ -541,7 +543,7 @@ func load(t *testing.T, e *env) {
 // their finalizers (docs/localnode.md); then nothing of the release is left
 // but the CRDs (helm never deletes them) and the database's schema.
 func uninstall(t *testing.T, e *env) {
-	e.k(t, "delete", "wfr", "-n", "default", "--all", "--wait", "--timeout=60s")
+	e.k(t, "delete", "wfr", "-n", namespace, "--all", "--wait", "--timeout=60s")
 	e.k(t, "delete", "workflowregistries", "-A", "--all", "--wait", "--timeout=60s")
 	e.run(t, e.helm, "uninstall", release, "-n", namespace, "--wait", "--timeout", "2m")
 	// helm waits for what it deleted; their pods end after their grace period.

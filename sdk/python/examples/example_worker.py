@@ -164,6 +164,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--database-url", default=env("DATABASE_URL", ""), help="Postgres URL (env DATABASE_URL)")
     p.add_argument("--type-prefixes", default=env("TYPE_PREFIXES", "demo."), help="comma-separated (env TYPE_PREFIXES)")
+    p.add_argument("--namespace", default=env("NAMESPACE", "default"),
+                   help="namespace whose runs it claims (env NAMESPACE)")
     p.add_argument("--runtime", default=env("RUNTIME", "python"), help="runtime declared (env RUNTIME)")
     p.add_argument("--worker-id", default=env("WORKER_ID", socket.gethostname()), help="env WORKER_ID")
     p.add_argument("--concurrency", type=int, default=int(env("CONCURRENCY", str(DEFAULT_CONCURRENCY))),
@@ -182,6 +184,7 @@ def main() -> None:
         lease_duration=args.lease_duration,
         worker_id=args.worker_id,
         runtime=args.runtime,
+        namespace=args.namespace,
         concurrency=args.concurrency,
         shutdown_grace_period=args.shutdown_grace_period,
     )
