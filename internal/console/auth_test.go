@@ -148,6 +148,9 @@ func TestConsoleAuthorizesThroughKubernetes(t *testing.T) {
 	runB := a.create(t, engine.CreateParams{Type: "teamb.job.v1", Payload: []byte(`{"secret":"b-payload"}`),
 		Source: &engine.Source{Namespace: "team-b", Name: "rb", UID: "uid-b"}})
 	plain := a.create(t, engine.CreateParams{Type: "plainsql.job.v1", Payload: []byte(`{"secret":"sql-payload"}`)})
+	// A SQL producer's run of team-a (no Kubernetes source): team-a's.
+	sqlA := a.create(t, engine.CreateParams{Type: "teama.sql.v1", Payload: []byte(`{"secret":"a-sql-payload"}`),
+		Namespace: "team-a"})
 
 	// No token, a bad one.
 	if code, _ := a.as(t, "", "/runs"); code != http.StatusUnauthorized {
@@ -173,6 +176,12 @@ func TestConsoleAuthorizesThroughKubernetes(t *testing.T) {
 	}
 	if code, body := a.as(t, alice, "/runs/"+runA); code != http.StatusOK || !strings.Contains(body, "a-payload") {
 		t.Fatalf("alice's own run: %d", code)
+	}
+	if code, body := a.as(t, alice, "/runs/"+sqlA); code != http.StatusOK || !strings.Contains(body, "a-sql-payload") {
+		t.Fatalf("alice on team-a's SQL-produced run: %d", code)
+	}
+	if _, body := a.as(t, alice, "/runs"); !strings.Contains(body, sqlA) {
+		t.Fatal("alice's list lacks team-a's SQL-produced run")
 	}
 	for _, id := range []string{runB, plain} {
 		if code, body := a.as(t, alice, "/runs/"+id); code != http.StatusNotFound || strings.Contains(body, "payload\":") {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simple-workflow/simple-workflow/internal/console"
@@ -117,13 +118,30 @@ func (e *env) create(t *testing.T, p engine.CreateParams) string {
 	return res.ID
 }
 
-// claim claims up to n runs under prefix as worker w.
+// claim claims up to n runs under prefix as worker w, serving in turn
+// each namespace whose types have runnable runs (a worker of each team).
 func (e *env) claim(t *testing.T, prefix string, n int) []engine.ClaimedRun {
 	t.Helper()
-	runs, err := e.eng.ClaimRuns(e.ctx, engine.ClaimParams{WorkerID: "test-worker", TypePrefixes: []string{prefix},
-		Limit: n, LeaseDuration: time.Minute})
+	rows, err := e.owner.Query(e.ctx, `select distinct type_namespace::text from workflow.workflow_run
+		where status = 'pending' order by 1`)
 	if err != nil {
 		t.Fatal(err)
+	}
+	namespaces, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []engine.ClaimedRun
+	for _, ns := range namespaces {
+		if len(runs) >= n {
+			break
+		}
+		got, err := e.eng.ClaimRuns(e.ctx, engine.ClaimParams{WorkerID: "test-worker", TypePrefixes: []string{prefix},
+			Limit: n - len(runs), LeaseDuration: time.Minute, Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, got...)
 	}
 	return runs
 }

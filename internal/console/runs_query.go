@@ -34,7 +34,7 @@ type runRow struct {
 // is not set is null.
 //
 // A viewer without the inbox-wide permission sees only runs of the
-// namespaces it may read (a run with no Kubernetes source is not one).
+// namespaces it may read (every run has one, SQL producers' runs too).
 func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter, a access) ([]runRow, string, error) {
 	var namespaces []string // nil: every run
 	if !a.all {
@@ -60,7 +60,7 @@ func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter, a access) ([]r
 		beforeAt = f.AfterAt
 	}
 	rows, err := db.Query(ctx, `
-select id::text, type, status, attempt, max_attempts, coalesce(source_namespace, ''), coalesce(source_name, ''),
+select id::text, type, status, attempt, max_attempts, namespace, coalesce(source_name, ''),
        created_at, finished_at, coalesce(wait_kind, ''), deleted_at is not null, coalesce(last_error, '')
 from workflow.list_runs_newest($1::text, $2::text, $3::text, $4::text[], $5::timestamptz, $6::timestamptz,
                                $7::timestamptz, $8::uuid, $9::integer)`,

@@ -35,7 +35,7 @@ func TestPagesAtAMillionRuns(t *testing.T) {
 		`set session_replication_role = replica`,
 		`insert into workflow.workflow_run (type, payload, status, attempt, max_attempts, source_namespace,
                  source_name, source_uid, created_at, updated_at, run_at, started_at, finished_at,
-                 leased_by, lease_until, lease_token, last_error, result)
+                 leased_by, lease_until, lease_token, last_error, result, namespace, type_namespace)
          select (array['billing','mail','report','ingest'])[1 + i % 4] || '.t' || (i / 4) % 5 || '.v1',
                 jsonb_build_object('n', i, 'note', repeat('x', 64)),
                 s.status,
@@ -50,8 +50,10 @@ func TestPagesAtAMillionRuns(t *testing.T) {
                 case when s.status = 'leased' then now() + interval '1 hour' end,
                 case when s.status <> 'pending' then 1 end,
                 case when s.status = 'failed' then 'error number ' || i end,
-                case when s.status = 'succeeded' then '{"ok": true}'::jsonb end
+                case when s.status = 'succeeded' then '{"ok": true}'::jsonb end,
+                n.ns, n.ns
          from generate_series(1, 1000000) i
+         cross join lateral (select coalesce(case when i % 3 = 0 then 'ns-' || (i / 7) % 10 end, 'default') as ns) n
          cross join lateral (select now() - i * interval '2592 milliseconds' as at) c
          cross join lateral (select case when i % 100 = 7 then 'failed' when i % 200 = 11 then 'cancelled'
                                          when i % 100 = 13 then 'pending' when i % 200 = 17 then 'leased'
@@ -63,9 +65,10 @@ func TestPagesAtAMillionRuns(t *testing.T) {
          from workflow.workflow_run r where r.finished_at is not null`,
 		// A namespace and a type with a few runs among the million.
 		`insert into workflow.workflow_run (type, source_namespace, source_name, source_uid, status, attempt,
-                 started_at, finished_at, created_at)
+                 started_at, finished_at, created_at, namespace, type_namespace)
          select 'rare.job.v1', 'rare', 'rare-' || i, 'rare-uid-' || i, 'succeeded', 1,
-                now() - interval '20 days', now() - interval '20 days', now() - interval '20 days' - i * interval '1 minute'
+                now() - interval '20 days', now() - interval '20 days', now() - interval '20 days' - i * interval '1 minute',
+                'rare', 'rare'
          from generate_series(1, 60) i`,
 		`reset session_replication_role`,
 		`vacuum analyze workflow.workflow_run`,

@@ -8,15 +8,15 @@ import (
 	"time"
 )
 
-// maxParentHops bounds the walk from a child run up to the run that came
-// from Kubernetes.
+// maxParentHops is passed to workflow.run_namespace, which no longer
+// walks up: every run records its namespace (a child its parent's).
 const maxParentHops = 32
 
-// mayReadRun reports whether the viewer may read run id. A run belongs to
-// the namespace of its Kubernetes source; a child run with none to that of
-// its nearest ancestor that has one. A run with no such ancestor (a plain
-// SQL or SDK producer's) needs the inbox-wide permission, and so does a run
-// that does not exist (the answer is the same: not found).
+// mayReadRun reports whether the viewer may read run id. Every run belongs
+// to a namespace: a WorkflowRun's own, a SQL or SDK producer's (the one its
+// login records for), a child's parent's. The viewer may read it when it may
+// read that namespace; a run that does not exist needs the inbox-wide
+// permission (the answer is the same: not found).
 func (s *Server) mayReadRun(ctx context.Context, a access, id string) (bool, error) {
 	if a.all {
 		return true, nil
