@@ -176,14 +176,22 @@ func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, fin
 		return lastEventID, finishedSince
 	}
 	m.Metrics.Runs.Reset()
+	labels := newSeriesLabels()
 	for _, c := range counts {
-		m.Metrics.Runs.WithLabelValues(c.Prefix, string(c.Status)).Set(float64(c.Count))
+		ns, prefix := labels.of(c.Namespace, c.Prefix)
+		m.Metrics.Runs.WithLabelValues(ns, prefix, string(c.Status)).Add(float64(c.Count))
 	}
 	ages, err := m.Engine.OldestRunnableAge(ctx)
 	if err == nil {
 		m.Metrics.OldestRunnableAge.Reset()
-		for p, age := range ages {
-			m.Metrics.OldestRunnableAge.WithLabelValues(p).Set(age.Seconds())
+		oldest := map[[2]string]float64{}
+		for _, a := range ages {
+			ns, prefix := labels.of(a.Namespace, a.Prefix)
+			k := [2]string{ns, prefix}
+			oldest[k] = max(oldest[k], a.Age.Seconds())
+		}
+		for k, age := range oldest {
+			m.Metrics.OldestRunnableAge.WithLabelValues(k[0], k[1]).Set(age)
 		}
 	}
 	evs, maxID, err := m.Engine.CountEventsAfter(ctx, lastEventID)
@@ -196,7 +204,8 @@ func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, fin
 	finished, err := m.Engine.RunsFinishedSince(ctx, finishedSince)
 	if err == nil {
 		for _, f := range finished {
-			m.Metrics.RunDuration.WithLabelValues(f.Prefix, string(f.Status)).Observe(f.Duration.Seconds())
+			ns, prefix := labels.of(f.Namespace, f.Prefix)
+			m.Metrics.RunDuration.WithLabelValues(ns, prefix, string(f.Status)).Observe(f.Duration.Seconds())
 			finishedSince = f.FinishedAt
 		}
 	}

@@ -13,10 +13,11 @@ type Metrics struct {
 	Transitions *prometheus.CounterVec
 	// RunDuration: first start to finish of finished runs, seconds.
 	RunDuration *prometheus.HistogramVec
-	// Runs by type prefix (first segment) and status, refreshed by the
-	// maintenance loop.
+	// Runs by namespace, type prefix (first segment) and status, refreshed
+	// by the maintenance loop.
 	Runs *prometheus.GaugeVec
-	// OldestRunnableAge: age of the oldest runnable pending run per prefix.
+	// OldestRunnableAge: age of the oldest runnable pending run per
+	// namespace and prefix.
 	OldestRunnableAge *prometheus.GaugeVec
 	// PoolDesiredReplicas and PoolRunnable, per worker pool.
 	PoolDesiredReplicas *prometheus.GaugeVec
@@ -38,17 +39,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event"}),
 		RunDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "simpleworkflow_run_duration_seconds",
-			Help:    "Time from a run's first start to its end, by type prefix and final status.",
+			Help:    "Time from a run's first start to its end, by namespace, type prefix and final status.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
-		}, []string{"prefix", "status"}),
+		}, []string{"namespace", "prefix", "status"}),
 		Runs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "simpleworkflow_runs",
-			Help: "Runs in the inbox by type prefix (first segment) and status.",
-		}, []string{"prefix", "status"}),
+			Help: "Runs in the inbox by namespace, type prefix (first segment) and status.",
+		}, []string{"namespace", "prefix", "status"}),
 		OldestRunnableAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "simpleworkflow_oldest_runnable_age_seconds",
-			Help: "Age of the oldest runnable pending run, by type prefix (first segment).",
-		}, []string{"prefix"}),
+			Help: "Age of the oldest runnable pending run, by namespace and type prefix (first segment).",
+		}, []string{"namespace", "prefix"}),
 	}
 	m.PoolDesiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "simpleworkflow_pool_desired_replicas",

@@ -73,7 +73,7 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 		Expect(got.RetryMaxDelayMs).To(BeEquivalentTo(60000))
 		Expect(e.Definition.Steps[3].DependsOn).To(Equal([]string{"b", "c"}))
 		// The entries of one registry are written one by one.
-		Eventually(registryEntry(ns, prefix + ".plain.v1")).Should(HaveField("Runtime", "go"))
+		Eventually(registryEntry(ns, prefix+".plain.v1")).Should(HaveField("Runtime", "go"))
 
 		Eventually(func(g Gomega) {
 			got := getRegistry(ns, "dags")

@@ -4825,34 +4825,36 @@ language sql stable set search_path = pg_catalog, pg_temp set jit = off as $$
 $$;
 
 -- The operator's metrics are read by the five functions that follow.
--- run_counts: runs by first type segment and status.
+-- run_counts: runs by first type segment and status, and by namespace.
 create or replace function workflow.run_counts()
-returns table (segment text, status text, runs bigint)
+returns table (segment text, status text, runs bigint, namespace text)
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    select split_part(r.type, '.', 1), r.status, count(*)
+    select split_part(r.type, '.', 1), r.status, count(*), r.namespace::text
     from workflow.workflow_run r
     where r.deleted_at is null
-    group by 1, 2
+    group by 1, 2, 4
 $$;
 
--- oldest_runnable: the age of the oldest runnable run by first segment.
+-- oldest_runnable: the age of the oldest runnable run by first segment
+-- and namespace.
 create or replace function workflow.oldest_runnable()
-returns table (segment text, age_seconds double precision)
+returns table (segment text, age_seconds double precision, namespace text)
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    select split_part(r.type, '.', 1), extract(epoch from workflow.now() - min(r.run_at))::double precision
+    select split_part(r.type, '.', 1), extract(epoch from workflow.now() - min(r.run_at))::double precision,
+           r.namespace::text
     from workflow.workflow_run r
     where r.status = 'pending' and r.deleted_at is null and r.run_at <= workflow.now()
-    group by 1
+    group by 1, 3
 $$;
 
 -- finished_since: durations of runs finished after a point in time (at
 -- most 10,000, oldest first).
 create or replace function workflow.finished_since(p_since timestamptz)
-returns table (segment text, status text, seconds double precision, finished_at timestamptz)
+returns table (segment text, status text, seconds double precision, finished_at timestamptz, namespace text)
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select split_part(r.type, '.', 1), r.status,
            extract(epoch from r.finished_at - coalesce(r.started_at, r.created_at))::double precision,
-           r.finished_at
+           r.finished_at, r.namespace::text
     from workflow.workflow_run r
     where r.finished_at > p_since
     order by r.finished_at

@@ -127,3 +127,6 @@ drop function if exists workflow.list_filter_match(text, timestamptz, uuid, text
 drop function if exists workflow.list_runs_newest(text, text, text, text[], timestamptz, timestamptz, timestamptz,
                                                   uuid, integer);
 drop function if exists workflow.registry_entries(text, text, text);
+drop function if exists workflow.run_counts();
+drop function if exists workflow.oldest_runnable();
+drop function if exists workflow.finished_since(timestamptz);
