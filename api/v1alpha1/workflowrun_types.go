@@ -334,6 +334,7 @@ type ChildRunStatus struct {
 // +kubebuilder:printcolumn:name="Last-Step",type=string,JSONPath=`.status.lastStep`,priority=1
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.status.leasedBy`,priority=1
 // +kubebuilder:printcolumn:name="Run-ID",type=string,JSONPath=`.status.runID`,priority=1
+// +kubebuilder:printcolumn:name="Type-Namespace",type=string,JSONPath=`.spec.typeNamespace`,priority=1
 
 // WorkflowRun is one durable run of a workflow type, mirrored into the
 // inbox; its status follows the run.
