@@ -88,7 +88,7 @@ func translate(op string, err error) error {
 			return fmt.Errorf("%s: %w: a JSON value nests too deeply for the database to read (%s); at most %d levels are stored",
 				op, ErrInvalid, pgErr.Message, MaxJSONDepth)
 		case "42501": // insufficient_privilege: another namespace, or a role's limit
-			return fmt.Errorf("%s: %w: %s", op, ErrForbidden, pgErr.Message)
+			return fmt.Errorf("%s: %w: %w", op, ErrForbidden, err)
 		case "P0002": // no_data_found, raised for unknown runs
 			return fmt.Errorf("%s: %w: %s", op, ErrNotFound, pgErr.Message)
 		case "55000": // object_not_in_prerequisite_state, raised for finished runs
