@@ -397,3 +397,51 @@ func TestReaderOfOneNamespace(t *testing.T) {
 		t.Fatalf("team-a's reader reads runs of %v", ids)
 	}
 }
+
+// A worker login reaps expired leases and fails passed deadlines of the
+// namespaces it works for only; another team's are left to its own workers
+// (and the manager).
+func TestWorkersReapTheirNamespaceOnly(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	wa := b.tenantLogin(t, engine.RoleWorker, "team-a")
+	mine := b.teamRun(t, "team-a", "reap.job.v1")
+	theirs := b.teamRun(t, "team-b", "reap.job.v1")
+	b.claimIn(t, "team-a", "w", []string{"reap."}, 1)
+	b.claimIn(t, "team-b", "w", []string{"reap."}, 1)
+	late := b.create(t, engine.CreateParams{Type: "reapd.job.v1", Namespace: "team-a", Deadline: time.Second})
+	lateTheirs := b.create(t, engine.CreateParams{Type: "reapd.job.v1", Namespace: "team-b", Deadline: time.Second})
+	b.advanceClock(t, time.Hour)
+
+	if _, err := wa.eng.ReapExpiredLeases(b.ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wa.eng.ExpireDeadlines(b.ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(t, mine); r.Status != engine.StatusPending || r.LeasedBy != "" {
+		t.Fatalf("team-a's expired lease: %s by %q, want pending again", r.Status, r.LeasedBy)
+	}
+	if r := b.get(t, late); r.Status != engine.StatusFailed {
+		t.Fatalf("team-a's run past its deadline is %s", r.Status)
+	}
+	if r := b.get(t, theirs); r.Status != engine.StatusLeased {
+		t.Fatalf("team-a's worker reaped team-b's run: %s", r.Status)
+	}
+	if r := b.get(t, lateTheirs); r.Status != engine.StatusPending {
+		t.Fatalf("team-a's worker expired team-b's run: %s", r.Status)
+	}
+	// The manager (the owner) reaps everyone's.
+	if _, err := b.eng.ReapExpiredLeases(b.ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.eng.ExpireDeadlines(b.ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(t, theirs); r.Status == engine.StatusLeased {
+		t.Fatalf("the owner did not reap team-b's run")
+	}
+	if r := b.get(t, lateTheirs); r.Status != engine.StatusFailed {
+		t.Fatalf("the owner did not expire team-b's late run: %s", r.Status)
+	}
+}

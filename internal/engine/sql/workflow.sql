@@ -4080,7 +4080,8 @@ create or replace trigger workflow_dag_step_changed after update on workflow.wor
 
 -- reap_expired_leases ends leases whose holder stopped heartbeating: the
 -- run is pending again (its attempt spent) or failed when it has none left,
--- with reason lease_expired. Called by the manager's leader and by workers.
+-- with reason lease_expired. Called by the manager's leader and by workers
+-- (a worker login reaps the runs of the namespaces it works for only).
 -- Then flow_recheck lets go runs parked on a limit whose key has room.
 -- Fires: workflow_child_finished, workflow_parent_ended (runs that failed),
 -- workflow_run_flow_slot_freed, workflow_source_run_changed.
@@ -4092,10 +4093,13 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
     v_now timestamptz := workflow.now();
     v_via text := workflow.set_marks();
+    -- A worker login reaps the namespaces it works for; the owner every one.
+    v_ns text[] := workflow.caller_namespaces('worker');
 begin
     perform workflow.lock_parents(array(
         select r.id from workflow.workflow_run r
         where r.status = 'leased' and r.lease_until < v_now and r.parent_id is not null
+          and (v_ns is null or r.type_namespace = any (v_ns))
         order by r.lease_until
         limit p_limit));
     return query
@@ -4103,6 +4107,7 @@ begin
         select r.id, r.leased_by, r.lease_until
         from workflow.workflow_run r
         where r.status = 'leased' and r.lease_until < v_now
+          and (v_ns is null or r.type_namespace = any (v_ns))
         order by r.lease_until
         limit p_limit
         for update skip locked
@@ -4134,7 +4139,8 @@ end $$;
 
 -- expire_deadlines fails unfinished runs whose deadline passed (all of
 -- them, or those of p_ids), at most p_limit, fairly across types (the
--- oldest deadline of each type first), with reason deadline_exceeded.
+-- oldest deadline of each type first), with reason deadline_exceeded. A
+-- worker login fails those of the namespaces it works for only.
 -- Fires: workflow_run_cancelled is not fired (failed, not cancelled);
 -- workflow_child_finished, workflow_parent_ended, workflow_source_run_changed.
 -- Locks: the parents of the runs it expires in id order, then the runs
@@ -4149,6 +4155,9 @@ declare
     v_now timestamptz := workflow.now();
     v_via text;
     v_ids uuid[];
+    -- A worker login fails the runs of the namespaces it works for; the
+    -- owner every one.
+    v_ns text[] := workflow.caller_namespaces('worker');
 begin
     select array_agg(d.id) into v_ids
     from (
@@ -4159,6 +4168,7 @@ begin
               where r.deadline_at <= v_now
                 and r.deadline_at is not null
                 and r.status in ('pending', 'leased')
+                and (v_ns is null or r.type_namespace = any (v_ns))
                 and (p_ids is null or r.id = any (p_ids))) o
         order by o.round, o.deadline_at, o.id
         limit p_limit
