@@ -445,3 +445,50 @@ func TestWorkersReapTheirNamespaceOnly(t *testing.T) {
 		t.Fatalf("the owner did not expire team-b's late run: %s", r.Status)
 	}
 }
+
+// A durable run's child and a schedule's ticks belong to their parent's and
+// schedule's namespace: a SQL producer of team-a schedules runs in team-a
+// only, and team-b's worker never sees them.
+func TestChildrenAndTicksKeepTheirNamespace(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	if _, err := b.pool.Exec(b.ctx, `grant execute on function
+		workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text,
+			interval, interval, text) to workflow_producer`); err != nil {
+		t.Fatal(err)
+	}
+	p := b.tenantLogin(t, engine.RoleProducer, "team-a")
+
+	parent := b.teamRun(t, "team-a", "kids.parent.v1")
+	c := b.claimIn(t, "team-a", "wa", []string{"kids.parent."}, 1)
+	child, err := b.eng.StartChild(b.ctx, engine.ChildParams{LeaseRef: c[0].Ref(), WorkerID: "wa", Step: "kid", Position: 0,
+		Type: "kids.child.v1"})
+	if err != nil || child.ChildID == "" {
+		t.Fatalf("start child: %+v %v", child, err)
+	}
+	if r := b.get(t, child.ChildID); r.Namespace != "team-a" || r.TypeNamespace != "team-a" || r.ParentID != parent {
+		t.Fatalf("the child: namespace %q, type namespace %q, parent %q", r.Namespace, r.TypeNamespace, r.ParentID)
+	}
+	if got := b.claimIn(t, "team-b", "wb", []string{"kids."}, 10); len(got) != 0 {
+		t.Fatalf("team-b's worker claimed team-a's child: %+v", got)
+	}
+
+	s, err := p.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "every-minute", Cron: "* * * * *", Type: "tick.job.v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clockTo(t, s.NextTickAt.Add(time.Second))
+	fired := b.fire(t)
+	if len(fired) != 1 || fired[0].Outcome != engine.FiringFired {
+		t.Fatalf("fired %+v", fired)
+	}
+	if r := b.get(t, fired[0].RunID); r.Namespace != "team-a" {
+		t.Fatalf("the tick's run belongs to %q, want team-a", r.Namespace)
+	}
+	if got := b.claimIn(t, "team-b", "wb", []string{"tick."}, 10); len(got) != 0 {
+		t.Fatalf("team-b's worker claimed team-a's tick: %+v", got)
+	}
+	if got := b.claimIn(t, "team-a", "wa", []string{"tick."}, 10); len(got) != 1 || got[0].ID != fired[0].RunID {
+		t.Fatalf("team-a's worker claimed %+v, want the tick", got)
+	}
+}
