@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -29,15 +30,18 @@ type service struct {
 // operator claim runs without declaring anything, so Unserved says what is
 // declared, not that no worker can exist.
 //
-// A registry of another namespace is named, but not its pool's target nor
-// its autoscaler's message: the run's owner learns that something serves
-// its type, not another team's Deployments or errors.
+// Only the registries of the run's type namespace serve it (its own, or
+// the namespace that shares the type with it). A registry of another
+// namespace is named, but not its pool's target nor its autoscaler's
+// message: the run's owner learns that something serves its type, not
+// another team's Deployments or errors.
 func (r *WorkflowRunReconciler) unserved(ctx context.Context, run engine.Run, entry *engine.RegistryEntry, namespace string) (*service, error) {
 	if run.Status != engine.StatusPending || run.Wait != nil {
 		return nil, nil
 	}
 	var regs workflowv1alpha1.WorkflowRegistryList
-	if err := r.List(ctx, &regs, client.UnsafeDisableDeepCopy); err != nil {
+	typeNamespace := cmp.Or(run.TypeNamespace, namespace)
+	if err := r.List(ctx, &regs, client.InNamespace(typeNamespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list WorkflowRegistries: %w", err)
 	}
 	var blocked *service

@@ -203,6 +203,19 @@ func TestProducerNamespacesAreNamedOrRefused(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), theirs) || !strings.Contains(err.Error(), "another namespace") {
 		t.Errorf("a key held by team-b's run: %v", err)
 	}
+	_, err = both.eng.CreateRun(b.ctx, engine.CreateParams{Type: "ns.job.v1", Namespace: "team-a", IdempotencyKey: "order-42"})
+	if err == nil || strings.Contains(err.Error(), theirs) || !strings.Contains(err.Error(), "another namespace") {
+		t.Errorf("a key held by team-b's run, one run at a time: %v", err)
+	}
+	// Its own key, again: the run it holds, not an error.
+	first, err := both.eng.CreateRun(b.ctx, engine.CreateParams{Type: "ns.job.v1", Namespace: "team-a", IdempotencyKey: "a:order-1"})
+	if err != nil || !first.Created {
+		t.Fatalf("a key of its own: %+v %v", first, err)
+	}
+	again, err := both.eng.CreateRun(b.ctx, engine.CreateParams{Type: "ns.job.v1", Namespace: "team-a", IdempotencyKey: "a:order-1"})
+	if err != nil || again.Created || again.ID != first.ID {
+		t.Fatalf("its own key again: %+v %v, want %s", again, err, first.ID)
+	}
 	if r := b.get(t, theirs); r.Namespace != "team-b" || r.Status != engine.StatusPending {
 		t.Fatalf("team-b's keyed run: %+v", r)
 	}

@@ -4692,11 +4692,14 @@ begin
     -- The key is taken (by a transaction that committed while this one
     -- waited on it, too: this is a new statement); by a run of another
     -- namespace, it is refused, naming nothing of that run.
-    if exists (select 1 from workflow.workflow_run r
-               where r.idempotency_key = p_idempotency_key and r.namespace <> v_ns) then
+    -- (A caller under row-level security does not see another
+    -- namespace's run at all: no row is the same answer.)
+    select r.id into v_id from workflow.workflow_run r
+    where r.idempotency_key = p_idempotency_key and r.namespace = v_ns;
+    if v_id is null then
         raise exception 'the idempotency key is held by a run of another namespace' using errcode = '23505';
     end if;
-    return query select r.id, false from workflow.workflow_run r where r.idempotency_key = p_idempotency_key;
+    return query select v_id, false;
 end $$;
 
 -- A run as clients show it: every column, retry delays in milliseconds.
