@@ -58,8 +58,9 @@ func depthBench(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	_, replicaErr := conn.Exec(ctx, "set session_replication_role = replica")
 	// Every run with its own creation and run_at, as runs inserted one by
 	// one over an hour would have.
-	_, err = conn.Exec(ctx, `insert into workflow.workflow_run (type, payload, created_at, run_at)
-		select format('depth.p%s.t%s.v1', (i % $2) / ($2 / $3), i % $2), '{}'::jsonb, t, t
+	// (Named with their namespace: with the triggers off, nothing sets it.)
+	_, err = conn.Exec(ctx, `insert into workflow.workflow_run (type, payload, created_at, run_at, namespace, type_namespace)
+		select format('depth.p%s.t%s.v1', (i % $2) / ($2 / $3), i % $2), '{}'::jsonb, t, t, 'default', 'default'
 		from generate_series(1, $1) i,
 		     lateral (select now() - interval '1 hour' + i * interval '1 millisecond' as t) c`,
 		cfg.depthRuns, depthTypes, depthPools)

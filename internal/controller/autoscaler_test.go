@@ -75,7 +75,7 @@ var _ = Describe("Worker autoscaler", func() {
 	}
 	createRuns := func(typ string, n int, opts ...func(*engine.CreateParams)) {
 		for range n {
-			p := engine.CreateParams{Type: typ}
+			p := engine.CreateParams{Type: typ, Namespace: ns}
 			for _, o := range opts {
 				o(&p)
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,10 +24,18 @@ func randomSuffix() string {
 	return hex.EncodeToString(b)
 }
 
-// newNamespace creates a namespace of the spec's own.
+// newNamespace creates a namespace of the spec's own, with the suite's
+// worker for the "test." types of that namespace (a worker serves one
+// namespace) until the spec ends.
 func newNamespace() string {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + randomSuffix()}}
 	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	w := newSuiteWorker(ns.Name)
+	wctx, stop := context.WithCancel(ctx)
+	// Stopped, not awaited: a handler still running (test.sleep.v1) may
+	// keep it for the shutdown grace period.
+	go func() { _ = w.Run(wctx) }()
+	DeferCleanup(stop)
 	return ns.Name
 }
 

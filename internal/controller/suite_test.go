@@ -92,7 +92,10 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	startManager(ctx)
-	startWorker(ctx)
+	go func() {
+		defer GinkgoRecover()
+		Expect(newSuiteWorker("").Run(ctx)).To(Succeed())
+	}()
 })
 
 var _ = AfterSuite(func() {
@@ -131,12 +134,14 @@ func startManager(ctx context.Context) {
 	}()
 }
 
-// startWorker runs an SDK worker for the "test." types.
-func startWorker(ctx context.Context) {
+// newSuiteWorker is an SDK worker for the "test." types of namespace ns
+// ("": default). A worker serves one namespace: newNamespace runs one for
+// each namespace a spec makes, the suite one for default.
+func newSuiteWorker(ns string) *simpleworkflow.Poller {
 	p, err := simpleworkflow.NewPoller(sdk, simpleworkflow.PollerConfig{
 		TypePrefixes: []string{"test."}, WorkerID: "suite-worker", Concurrency: 32,
 		LeaseDuration: 3 * time.Second, PollInterval: 200 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), Namespace: ns,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	handlers := map[string]simpleworkflow.HandlerFunc{
@@ -168,10 +173,7 @@ func startWorker(ctx context.Context) {
 	for typ, h := range handlers {
 		Expect(p.Handle(typ, h)).To(Succeed())
 	}
-	go func() {
-		defer GinkgoRecover()
-		Expect(p.Run(ctx)).To(Succeed())
-	}()
+	return p
 }
 
 func errPlanned(attempt int) error { return fmt.Errorf("planned failure on attempt %d", attempt) }

@@ -90,7 +90,10 @@ var _ = Describe("WorkflowRegistry controller", func() {
 		}
 		Expect(k8sClient.Create(ctx, first)).To(Succeed())
 		Eventually(entry(name)).ShouldNot(BeNil())
-		other := newNamespace()
+		// Names are owned per namespace: the conflict is between two
+		// registries of one namespace (workflowregistry_ownership_test.go
+		// has the same name in two namespaces, which is none).
+		other := ns
 		second := &workflowv1alpha1.WorkflowRegistry{
 			ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "second"},
 			Spec: workflowv1alpha1.WorkflowRegistrySpec{Workflows: []workflowv1alpha1.WorkflowDefinition{

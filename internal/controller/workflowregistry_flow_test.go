@@ -100,7 +100,7 @@ var _ = Describe("Flow limits from Kubernetes", func() {
 
 		claimed, err := eng.ClaimRuns(ctx, engine.ClaimParams{
 			WorkerID: "flow-spec", TypePrefixes: []string{prefix + "."}, Runtime: "go", Limit: 10,
-			LeaseDuration: time.Minute,
+			LeaseDuration: time.Minute, Namespace: ns,
 		})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(claimed).To(HaveLen(1), "one run of the key at a time")

@@ -101,15 +101,15 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 			g.Expect(fin.Message).To(Equal("0 of 4 steps succeeded; pending: a, b, c, d"))
 		}).Should(Succeed())
 
-		ca := claimManual(ta, 1)[0]
+		ca := claimManual(ns, ta, 1)[0]
 		Eventually(stepPhases(ns, "diamond")).Should(Equal("a=Running b=Pending c=Pending d=Pending"))
 		Expect(dagStepStatus(getRun(ns, "diamond")(), "a").StartedAt).NotTo(BeNil())
 		complete(ca)
 		Eventually(stepPhases(ns, "diamond")).Should(Equal("a=Succeeded b=Pending c=Pending d=Pending"))
 		Expect(getRun(ns, "diamond")().Status.Progress).To(Equal("1/4"))
 
-		cb := claimManual(tb, 1)[0]
-		cc := claimManual(tc, 1)[0]
+		cb := claimManual(ns, tb, 1)[0]
+		cc := claimManual(ns, tc, 1)[0]
 		Expect(cc.Payload).To(MatchJSON(`{"order":"o-1","steps":{"a":{"done":true}}}`))
 		failManual(cc, "card declined", true)
 		Eventually(stepPhases(ns, "diamond")).Should(Equal("a=Succeeded b=Running c=Retrying d=Pending"))
@@ -119,7 +119,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(Equal(
 			"1 of 4 steps succeeded; running: b; retrying: c; pending: d"))
 
-		cc = claimManual(tc, 1)[0]
+		cc = claimManual(ns, tc, 1)[0]
 		complete(cb, cc)
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "diamond")()
@@ -131,7 +131,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		Expect(out).To(MatchRegexp(`(?m)^NAME\s+TYPE\s+PHASE\s+ATTEMPTS\s+STEPS\s+AGE\s+PROGRESS\s+NEXT-ATTEMPT$`))
 		Expect(out).To(MatchRegexp(`(?m)^diamond\s+` + strings.ReplaceAll(dag, ".", `\.`) + `\s+Running\s+.*\s3/4\s*$`))
 
-		complete(claimManual(td, 1)[0])
+		complete(claimManual(ns, td, 1)[0])
 		Eventually(phase(ns, "diamond")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
 		got = getRun(ns, "diamond")()
 		Expect(got.Status.RunID).To(Equal(runID))
@@ -232,10 +232,10 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		register(dag, dagStep("list", tl), each)
 		Expect(k8sClient.Create(ctx, newRun(ns, "fan", dag, nil))).To(Succeed())
 		runIDOf(ns, "fan")
-		cl := claimManual(tl, 1)[0]
+		cl := claimManual(ns, tl, 1)[0]
 		_, err := eng.CompleteRuns(ctx, manualWorker, []engine.Completion{{LeaseRef: cl.Ref(), Result: json.RawMessage(`{"ids": [7, 8, 9]}`)}})
 		Expect(err).NotTo(HaveOccurred())
-		els := claimManual(te, 3)
+		els := claimManual(ns, te, 3)
 		complete(els[0])
 		Eventually(func(g Gomega) {
 			s := dagStepStatus(getRun(ns, "fan")(), "resize")
@@ -265,12 +265,12 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		register(dag, dagStep("check", tc), yes, no)
 		Expect(k8sClient.Create(ctx, newRun(ns, "branch", dag, nil))).To(Succeed())
 		runIDOf(ns, "branch")
-		cc := claimManual(tc, 1)[0]
+		cc := claimManual(ns, tc, 1)[0]
 		_, err := eng.CompleteRuns(ctx, manualWorker, []engine.Completion{{LeaseRef: cc.Ref(), Result: json.RawMessage(`{"ok": false}`)}})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(stepPhases(ns, "branch")).Should(Equal("check=Succeeded yes=Skipped no=Pending"))
 		Expect(dagStepStatus(getRun(ns, "branch")(), "yes").Error).To(Equal("skipped: its condition (when) did not hold"))
-		complete(claimManual(tn, 1)[0])
+		complete(claimManual(ns, tn, 1)[0])
 		Eventually(phase(ns, "branch")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
 		fin := condition(getRun(ns, "branch")().Status.Conditions, controller.ConditionFinished)
 		Expect(fin.Message).To(Equal("2 of 3 steps succeeded; skipped by their conditions: yes"))
@@ -285,11 +285,11 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		register(dag, dagStep("a", ta), f)
 		Expect(k8sClient.Create(ctx, newRun(ns, "fin", dag, map[string]any{"order": "o-9"}))).To(Succeed())
 		runIDOf(ns, "fin")
-		failManual(claimManual(ta, 1)[0], "out of stock", false)
+		failManual(claimManual(ns, ta, 1)[0], "out of stock", false)
 
 		Eventually(stepPhases(ns, "fin")).Should(Equal("a=Failed report=Pending"))
 		Expect(getRun(ns, "fin")().Status.Phase).To(Equal(workflowv1alpha1.PhaseRunning))
-		cf := claimManual(tf, 1)[0]
+		cf := claimManual(ns, tf, 1)[0]
 		var in struct {
 			Order   string         `json:"order"`
 			Outcome map[string]any `json:"outcome"`
@@ -310,8 +310,8 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		register(dag, dagStep("a", ta), dagStep("b", tb, "a"), dagStep("c", tc, "b"), dagStep("e", te))
 		Expect(k8sClient.Create(ctx, newRun(ns, "chain", dag, nil))).To(Succeed())
 		runIDOf(ns, "chain")
-		claimManual(te, 1)
-		failManual(claimManual(ta, 1)[0], "out of stock", false)
+		claimManual(ns, te, 1)
+		failManual(claimManual(ns, ta, 1)[0], "out of stock", false)
 
 		Eventually(phase(ns, "chain")).Should(Equal(workflowv1alpha1.PhaseFailed))
 		Eventually(stepPhases(ns, "chain")).Should(Equal("a=Failed b=Skipped c=Skipped e=Cancelled"))

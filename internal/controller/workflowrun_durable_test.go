@@ -27,13 +27,15 @@ const manualWorker = "manual-worker"
 // manualType is a workflow type of the spec's own.
 func manualType() string { return "manual.t" + randomSuffix() + ".v1" }
 
-// claimManual claims up to n runs of typ, waiting until at least one is there.
-func claimManual(typ string, n int) []engine.ClaimedRun {
+// claimManual claims up to n runs of typ as a worker of namespace ns (the
+// namespace whose type it is), waiting until at least one is there.
+func claimManual(ns, typ string, n int) []engine.ClaimedRun {
 	var got []engine.ClaimedRun
 	EventuallyWithOffset(1, func() (int, error) {
 		var err error
 		got, err = eng.ClaimRuns(ctx, engine.ClaimParams{
 			WorkerID: manualWorker, TypePrefixes: []string{typ}, Limit: n, LeaseDuration: time.Minute,
+			Namespace: ns,
 		})
 		return len(got), err
 	}).Should(BeNumerically(">", 0))
@@ -115,7 +117,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		typ := manualType()
 		Expect(k8sClient.Create(ctx, newRun(ns, "order", typ, map[string]any{"orderId": "o-1"}))).To(Succeed())
 		runID := runIDOf(ns, "order")
-		c := claimManual(typ, 1)[0]
+		c := claimManual(ns, typ, 1)[0]
 		Expect(c.ID).To(Equal(runID))
 		recordSteps(c, 0, "reserve", "charge")
 		park(engine.ParkParams{LeaseRef: c.Ref(), Kind: engine.StepKindSignal, Step: "approve", Position: 2,
@@ -168,7 +170,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		Expect(eventNotes(ns, "order", "Woken")).To(Equal([]string{"Woken: signal approve arrived for step approve"}))
 
 		// The next attempt replays the journal, the payload included, and ends.
-		c = claimManual(typ, 1)[0]
+		c = claimManual(ns, typ, 1)[0]
 		Expect(c.Journal).To(HaveLen(3))
 		Expect(string(c.Journal[2].Output)).To(MatchJSON(`{"by":"ann"}`))
 		recordSteps(c, 3, "ship")
@@ -182,7 +184,9 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			"Waiting", "SignalReceived", "Woken", "Succeeded"}))
 		out, err = kubectl("get", "wfr", "order", "-n", ns, "-o", "wide")
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(MatchRegexp(`(?m)^order\s+\S+\s+Succeeded\s+1/3\s+4\s+\S+\s+ship\s+` + manualWorker + `\s+` + runID + `$`))
+		// TYPE-NAMESPACE, the last wide column, is empty: the namespace's own type.
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s.*\sRUN-ID\s+TYPE-NAMESPACE$`))
+		Expect(out).To(MatchRegexp(`(?m)^order\s+\S+\s+Succeeded\s+1/3\s+4\s+\S+\s+ship\s+` + manualWorker + `\s+` + runID + `\s*$`))
 	})
 
 	It("sends each spec.signals entry once, keyed by the object and the index, whatever the reconciles", func() {
@@ -290,7 +294,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		_, err := eng.SendSignal(ctx, engine.SignalParams{RunID: runID, Name: "approve",
 			IdempotencyKey: fmt.Sprintf("k8s-signal:%s:0", getRun(ns, "raced")().UID)})
 		Expect(err).NotTo(HaveOccurred())
-		complete(claimManual(typ, 1)...)
+		complete(claimManual(ns, typ, 1)...)
 		Eventually(phase(ns, "raced")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
 		out, err := kubectl(approveCommand(ns, "raced", `{"name":"approve"}`)...)
 		Expect(err).NotTo(HaveOccurred(), out)
@@ -308,7 +312,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		typ := manualType()
 		Expect(k8sClient.Create(ctx, newRun(ns, "nap", typ, nil))).To(Succeed())
 		runIDOf(ns, "nap")
-		c := claimManual(typ, 1)[0]
+		c := claimManual(ns, typ, 1)[0]
 		recordSteps(c, 0, "before")
 		park(engine.ParkParams{LeaseRef: c.Ref(), Kind: engine.StepKindSleep, Step: "nap", Position: 1, Delay: durationPtr(3 * time.Second)})
 		Eventually(func(g Gomega) {
@@ -331,7 +335,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			g.Expect(got.Status.StepsDone).To(BeEquivalentTo(1))
 		}, 10*time.Second).Should(Succeed())
 		// The claim resolves the sleep.
-		claimManual(typ, 1)
+		claimManual(ns, typ, 1)
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "nap")()
 			g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhaseRunning))
@@ -346,7 +350,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		typ, childType := manualType(), manualType()
 		Expect(k8sClient.Create(ctx, newRun(ns, "parent", typ, nil))).To(Succeed())
 		runIDOf(ns, "parent")
-		c := claimManual(typ, 1)[0]
+		c := claimManual(ns, typ, 1)[0]
 		const n = controller.MaxChildrenInStatus + 1
 		kids := make([]string, n)
 		for i := range n {
@@ -374,7 +378,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		// The children end: their entries fill in and the parent wakes.
 		var claimed []engine.ClaimedRun
 		for len(claimed) < n {
-			claimed = append(claimed, claimManual(childType, n)...)
+			claimed = append(claimed, claimManual(ns, childType, n)...)
 		}
 		complete(claimed...)
 		Eventually(func(g Gomega) {

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"encoding/json"
+	"regexp"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -162,6 +163,10 @@ var _ = Describe("WorkflowRun of a type another namespace shares", func() {
 		Expect(fin).NotTo(BeNil())
 		Expect(fin.Reason).To(Equal("Succeeded"))
 		Expect(eventNotes(nsB, "shared", controller.ReasonTypeNotShared)).To(BeEmpty())
+		out, err := kubectl("get", "wfr", "shared", "-n", nsB, "-o", "wide")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`(?m)^shared\s+` + regexp.QuoteMeta(typ) + `\s+Succeeded\s.*\sa-worker\s+` +
+			got.Status.RunID + `\s+` + nsA + `$`))
 	})
 
 	It("keeps B's own type of the same name among B's workers, away from A's", func() {

@@ -162,8 +162,18 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 	})
 
 	It("names another namespace's registry but not its pool's target or errors", func() {
+		// Only the type's namespace's pools serve a run: the other
+		// namespace shares the type, and the run asks for it there.
 		other := newNamespace()
-		Expect(k8sClient.Create(ctx, newRun(ns, "foreign", "nobody.foreign.v1", nil))).To(Succeed())
+		Expect(k8sClient.Create(ctx, &workflowv1alpha1.WorkflowRegistry{
+			ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "their-types"},
+			Spec: workflowv1alpha1.WorkflowRegistrySpec{Workflows: []workflowv1alpha1.WorkflowDefinition{
+				{Name: "nobody.foreign.v1", Runtime: workflowv1alpha1.RuntimeGo, SharedWith: []string{ns}}}},
+		})).To(Succeed())
+		Eventually(func() error { _, err := eng.GetRegistryEntry(ctx, other, "nobody.foreign.v1"); return err }).Should(Succeed())
+		foreign := newRun(ns, "foreign", "nobody.foreign.v1", nil)
+		foreign.Spec.TypeNamespace = other
+		Expect(k8sClient.Create(ctx, foreign)).To(Succeed())
 		strandedPool(other, "their-reg", "their-secret-deployment", "nobody.foreign.")
 		Eventually(unserved("foreign")).Should(And(
 			HaveField("Reason", controller.ReasonWorkerPoolNotReady),

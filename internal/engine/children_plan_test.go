@@ -21,8 +21,8 @@ func TestChildrenOfAParentAreReadByTheirParent(t *testing.T) {
 	// Children written after the statistics, without the triggers (they
 	// would start DAG steps and write the trail row by row).
 	exec(`set session_replication_role = replica`)
-	exec(`insert into workflow.workflow_run (type, type_namespace, parent_id, parent_step, status, started_at, finished_at)
-		select 'plan.child.v1', 'default', p.id, 's' || i, case when i % 3 = 0 then 'pending' else 'succeeded' end,
+	exec(`insert into workflow.workflow_run (type, namespace, type_namespace, parent_id, parent_step, status, started_at, finished_at)
+		select 'plan.child.v1', 'default', 'default', p.id, 's' || i, case when i % 3 = 0 then 'pending' else 'succeeded' end,
 		       now(), case when i % 3 <> 0 then now() end
 		from workflow.workflow_run p cross join generate_series(1, 20) i
 		where p.type = 'plan.parent.v1'`)

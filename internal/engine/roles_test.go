@@ -177,7 +177,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true, "holds_lease": true,
-		"namespace_valid": true, "namespaces_valid": true,
+		"namespace_valid": true, "namespaces_valid": true, "session_is_owner": true, "acts_on": true,
 	}
 	// Touch no table and call pg_catalog's functions by their full names:
 	// no SET clause, which would cost more than the work they do.
@@ -197,7 +197,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"on_status_changed_by_sql": true, "on_run_inserting": true, "on_flow_slot_freed": true,
 		// namespaces: which ones the caller acts on (row-level security asks
 		// them as the caller), a plain INSERT's namespace, what is shared
-		"caller_is_owner": true, "caller_namespaces": true, "default_namespace": true, "type_shared": true,
+		"caller_namespaces": true, "default_namespace": true, "type_shared": true,
 		// schedules: producers keep their own, readers list them
 		"put_schedule": true, "delete_schedule": true, "list_schedules": true, "fire_due_schedules": true,
 		"cron_next": true, "cron_problem": true, "on_schedule_written": true, "schedule_latest_runs": true,

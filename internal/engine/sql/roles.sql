@@ -128,8 +128,7 @@ to workflow_producer;
 -- row-level security below asks it for them); a producer's plain INSERT
 -- takes its namespace from default_namespace and may name a type another
 -- namespace shares with it (type_shared).
-grant execute on function workflow.caller_namespaces(text), workflow.caller_is_owner()
-    to workflow_worker, workflow_producer, workflow_reader;
+grant execute on function workflow.caller_namespaces(text) to workflow_worker, workflow_producer, workflow_reader;
 grant execute on function workflow.default_namespace(), workflow.type_shared(text, text, text) to workflow_producer;
 
 -- A console reads everything.

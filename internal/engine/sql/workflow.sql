@@ -281,12 +281,13 @@ comment on table workflow.workflow_namespace_grant is
     'Which namespaces a database role acts on, and as what (producer, worker, reader); written by the schema''s owner through grant_namespace and revoke_namespace.';
 
 -- Whether the session's login is the schema's owner (or a member of it, or
--- a superuser): it acts on every namespace.
-create or replace function workflow.caller_is_owner() returns boolean
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-    select pg_has_role(session_user,
-                       (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'workflow'), 'MEMBER')
-$$;
+-- a superuser): it acts on every namespace. It reads the catalog only, by
+-- full names, and has no SET clause, so it is inlined where it is called:
+-- the owner's calls (the manager, the operator) pay one membership test.
+create or replace function workflow.session_is_owner() returns boolean
+language sql stable parallel safe
+return pg_catalog.pg_has_role(session_user,
+                              (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'workflow'), 'MEMBER');
 
 -- The namespaces the session's login acts on as p_capacity ('producer',
 -- 'worker', 'reader', or 'read': producer or reader), through a binding of
@@ -294,7 +295,7 @@ $$;
 -- namespace), '{}' for a login bound to none.
 create or replace function workflow.caller_namespaces(p_capacity text) returns text[]
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-    select case when workflow.caller_is_owner() then null
+    select case when workflow.session_is_owner() then null
                 else coalesce((
                     select array_agg(distinct g.namespace order by g.namespace)
                     from workflow.workflow_namespace_grant g
@@ -304,15 +305,16 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
                       and pg_has_role(session_user, r.oid, 'MEMBER')), '{}') end
 $$;
 
--- Whether the session's login acts on p_namespace as p_capacity.
+-- Whether the session's login acts on p_namespace as p_capacity (inlined
+-- where it is called: the owner's answer costs one membership test).
 create or replace function workflow.acts_on(p_namespace text, p_capacity text) returns boolean
-language sql stable set search_path = pg_catalog, pg_temp as $$
-    select coalesce(v.ns is null or p_namespace = any (v.ns), false)
-    from (select workflow.caller_namespaces(p_capacity) as ns) v
-$$;
+language sql stable
+return workflow.session_is_owner()
+       or coalesce(p_namespace = any (workflow.caller_namespaces(p_capacity)), false);
 
--- The namespace of a run recorded without one (the column's default): the
--- one namespace the login produces for; 'default' for the owner. A login
+-- The namespace of a run recorded without one (set by the insert trigger,
+-- on_run_inserting): the one namespace the login produces for; 'default'
+-- for the owner. A login
 -- bound to several must name one, and a login bound to none records
 -- nothing.
 create or replace function workflow.default_namespace() returns text
@@ -500,7 +502,7 @@ create table if not exists workflow.workflow_run (
     concurrency_key text,                           -- the flow limits' key (a customer, a tenant)
     dag_skipped text[],                             -- a DAG's steps whose condition was false
     dag_fanout jsonb,                               -- a DAG's fanned-out steps: {name: elements}
-    namespace workflow.namespace_name not null default 'default', -- its tenant (see below)
+    namespace workflow.namespace_name not null,     -- its tenant (on_run_inserting sets it)
     type_namespace workflow.namespace_name not null, -- whose registry and workers run its type
     constraint workflow_run_pkey primary key (id),
     constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
@@ -546,10 +548,10 @@ create table if not exists workflow.workflow_run (
 ) with (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 comment on table workflow.workflow_run is
     'The durable inbox: one row per recorded intent. A pending row always runs eventually.';
--- A run recorded without a namespace belongs to the one its producer
--- records for (default_namespace; 'default' for the owner). Set here, not
--- in the table's definition, so that an upgraded table gets it too.
-alter table workflow.workflow_run alter column namespace set default workflow.default_namespace();
+-- (Release 6's migration filled the column of existing rows with a default
+-- it then drops here; a run recorded without a namespace gets one from
+-- on_run_inserting.)
+alter table workflow.workflow_run alter column namespace drop default;
 comment on column workflow.workflow_run.lease_token is
     'Drawn from workflow.lease_token_seq by every claim; guards every write of the lease holder.';
 comment on column workflow.workflow_run.dag is
@@ -860,11 +862,13 @@ create or replace trigger workflow_runs_deleted after delete on workflow.workflo
 -- 2. THE PRODUCER: RECORDING, CANCELLING, WAKING
 -- ===========================================================================
 
--- A run recorded by plain SQL without a type_namespace: a mirrored run
--- (source_namespace) belongs to its object's namespace, a child to its
--- parent's (and inherits its parent's traceparent when it has none), and
--- its type is its own namespace's (the child's, its parent's type
--- namespace). The functions that record runs (create_runs, create_run,
+-- A run recorded by plain SQL without a namespace or type_namespace: a
+-- mirrored run (source_namespace) belongs to its object's namespace, a
+-- child to its parent's (and inherits its parent's traceparent when it has
+-- none), any other to the namespace its producer records for
+-- (default_namespace; 'default' for the owner); its type is its own
+-- namespace's (the child's, its parent's type namespace). Row-level
+-- security then checks that a producer may record there. The functions that record runs (create_runs, create_run,
 -- start_child, and dag_advance and dag_finally for a DAG's steps) set both
 -- namespaces and the traceparent themselves, so the trigger is not called
 -- for them: a lookup and a security-definer call per row spared (a sixth
@@ -883,12 +887,14 @@ begin
         end if;
     elsif new.source_namespace is not null then
         new.namespace := new.source_namespace;
+    elsif new.namespace is null then
+        new.namespace := case when workflow.session_is_owner() then 'default' else workflow.default_namespace() end;
     end if;
     new.type_namespace := coalesce(new.type_namespace, new.namespace);
     return new;
 end $$;
 create or replace trigger workflow_run_inserting before insert on workflow.workflow_run
-    for each row when (new.type_namespace is null)
+    for each row when (new.type_namespace is null or new.namespace is null)
     execute function workflow.on_run_inserting();
 
 -- Every insert, from create_runs or plain SQL, passes here once per
@@ -4094,7 +4100,7 @@ declare
     v_now timestamptz := workflow.now();
     v_via text := workflow.set_marks();
     -- A worker login reaps the namespaces it works for; the owner every one.
-    v_ns text[] := workflow.caller_namespaces('worker');
+    v_ns text[] := case when workflow.session_is_owner() then null else workflow.caller_namespaces('worker') end;
 begin
     perform workflow.lock_parents(array(
         select r.id from workflow.workflow_run r
@@ -4157,7 +4163,7 @@ declare
     v_ids uuid[];
     -- A worker login fails the runs of the namespaces it works for; the
     -- owner every one.
-    v_ns text[] := workflow.caller_namespaces('worker');
+    v_ns text[] := case when workflow.session_is_owner() then null else workflow.caller_namespaces('worker') end;
 begin
     select array_agg(d.id) into v_ids
     from (
@@ -4665,8 +4671,9 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
     v_id uuid;
-    v_ns text := coalesce(p_source_namespace, p_namespace, workflow.default_namespace());
-    v_tns text := coalesce(p_type_namespace, p_source_namespace, p_namespace, workflow.default_namespace());
+    v_ns text := coalesce(p_source_namespace, p_namespace,
+                          case when workflow.session_is_owner() then 'default' else workflow.default_namespace() end);
+    v_tns text := coalesce(p_type_namespace, v_ns);
 begin
     if v_tns <> v_ns and not workflow.type_shared(v_tns, p_type, v_ns) then
         raise exception 'namespace % does not share type % with namespace %', left(v_tns, 100), left(p_type, 253),
@@ -6530,7 +6537,6 @@ end $$;
 revoke all on function
     workflow.active_types(text, text[]),
     workflow.active_namespace_types(text[]),
-    workflow.caller_is_owner(),
     workflow.caller_namespaces(text),
     workflow.acts_on(text, text),
     workflow.default_namespace(),

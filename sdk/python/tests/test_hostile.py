@@ -49,16 +49,16 @@ class HostileValuesTest(InboxTest):
             # With the triggers off (replica), a row names its type's namespace
             # itself, as workflow_run_inserting would.
             deep = conn.execute(
-                "insert into workflow.workflow_run (type, payload, type_namespace) "
-                "values ('pyhostile.a.v1', %s::jsonb, 'default') returning id::text",
+                "insert into workflow.workflow_run (type, payload, namespace, type_namespace) "
+                "values ('pyhostile.a.v1', %s::jsonb, 'default', 'default') returning id::text",
                 ('{"v":' + deep_text(5000) + "}",)).fetchone()[0]
             digits = conn.execute(
-                "insert into workflow.workflow_run (type, payload, type_namespace) "
-                "values ('pyhostile.a.v1', %s::jsonb, 'default') returning id::text",
+                "insert into workflow.workflow_run (type, payload, namespace, type_namespace) "
+                "values ('pyhostile.a.v1', %s::jsonb, 'default', 'default') returning id::text",
                 ('{"v":1' + "0" * 5000 + "}",)).fetchone()[0]
             journal = conn.execute(
-                "insert into workflow.workflow_run (type, payload, type_namespace) "
-                "values ('pyhostile.a.v1', '{}', 'default') returning id::text"
+                "insert into workflow.workflow_run (type, payload, namespace, type_namespace) "
+                "values ('pyhostile.a.v1', '{}', 'default', 'default') returning id::text"
             ).fetchone()[0]
             conn.execute(
                 "insert into workflow.workflow_step (run_id, name, position, kind, outcome, output, attempt, "
