@@ -44,39 +44,61 @@ func TestPrefixesOverlap(t *testing.T) {
 
 func TestPrefixOwnership(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Prefixes are owned per namespace: these registries share one.
+	const ns = "shop"
 	regs := []workflowv1alpha1.WorkflowRegistry{
 		// Listed out of order: the decision does not depend on list order.
-		registryWithPools("team-c", "late", t0.Add(2*time.Second), map[string][]string{"w": {"billing.invoice.", "mail."}}),
-		registryWithPools("team-b", "billing", t0, map[string][]string{"w": {"billing."}}),
-		// Same creation second as team-b/billing: namespace/name breaks the tie.
-		registryWithPools("team-a", "billing", t0, map[string][]string{"w": {"billing.refund."}}),
-		registryWithPools("team-d", "own", t0.Add(3*time.Second), map[string][]string{
+		registryWithPools(ns, "late", t0.Add(2*time.Second), map[string][]string{"w": {"billing.invoice.", "mail."}}),
+		registryWithPools(ns, "billing-b", t0, map[string][]string{"w": {"billing."}}),
+		// Same creation second as billing-b: the name breaks the tie.
+		registryWithPools(ns, "billing-a", t0, map[string][]string{"w": {"billing.refund."}}),
+		registryWithPools(ns, "own", t0.Add(3*time.Second), map[string][]string{
 			"one": {"ship."}, "two": {"ship.parcel."}}), // its own pools may overlap
-		registryWithPools("team-e", "other", t0.Add(4*time.Second), map[string][]string{"w": {"mail.x."}}),
+		registryWithPools(ns, "other", t0.Add(4*time.Second), map[string][]string{"w": {"mail.x."}}),
 	}
 	got := prefixOwnership(regs)
 	want := map[string]map[string][]prefixConflict{
-		"team-b/billing": {"w": {{Prefix: "billing.", Owner: "team-a/billing"}}},
-		// team-b/billing's billing. is blocked, so it owns nothing that
-		// stops team-c/late from owning billing.invoice. and mail.
-		"team-e/other": {"w": {{Prefix: "mail.x.", Owner: "team-c/late"}}},
+		"shop/billing-b": {"w": {{Prefix: "billing.", Owner: "shop/billing-a"}}},
+		// billing-b's billing. is blocked, so it owns nothing that stops
+		// late from owning billing.invoice. and mail.
+		"shop/other": {"w": {{Prefix: "mail.x.", Owner: "shop/late"}}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("prefixOwnership = %v, want %v", got, want)
 	}
 
 	// The owner being deleted frees its prefixes: the next oldest takes
-	// billing., and team-c/late's pool is blocked but still owns mail.,
-	// which it declared first.
+	// billing., and late's pool is blocked but still owns mail., which it
+	// declared first.
 	now := metav1.Now()
 	regs[2].DeletionTimestamp = &now
 	got = prefixOwnership(regs)
 	want = map[string]map[string][]prefixConflict{
-		"team-c/late":  {"w": {{Prefix: "billing.invoice.", Owner: "team-b/billing"}}},
-		"team-e/other": {"w": {{Prefix: "mail.x.", Owner: "team-c/late"}}},
+		"shop/late":  {"w": {{Prefix: "billing.invoice.", Owner: "shop/billing-b"}}},
+		"shop/other": {"w": {{Prefix: "mail.x.", Owner: "shop/late"}}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("after deletion: prefixOwnership = %v, want %v", got, want)
+	}
+}
+
+// The same or overlapping prefixes in two namespaces are no conflict: each
+// namespace's pools serve that namespace's runs. Within a namespace the
+// older registry still wins, whatever another namespace declared before.
+func TestPrefixOwnershipIsPerNamespace(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	regs := []workflowv1alpha1.WorkflowRegistry{
+		registryWithPools("team-b", "team", t0, map[string][]string{"w": {"billing."}}),
+		registryWithPools("team-a", "team", t0.Add(time.Second), map[string][]string{"w": {"billing."}}),
+		registryWithPools("team-c", "first", t0.Add(2*time.Second), map[string][]string{"w": {"billing.invoice."}}),
+		registryWithPools("team-c", "second", t0.Add(3*time.Second), map[string][]string{"w": {"billing."}}),
+	}
+	got := prefixOwnership(regs)
+	want := map[string]map[string][]prefixConflict{
+		"team-c/second": {"w": {{Prefix: "billing.", Owner: "team-c/first"}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("prefixOwnership = %v, want %v", got, want)
 	}
 }
 
