@@ -281,13 +281,13 @@ comment on table workflow.workflow_namespace_grant is
     'Which namespaces a database role acts on, and as what (producer, worker, reader); written by the schema''s owner through grant_namespace and revoke_namespace.';
 
 -- Whether the session's login is the schema's owner (or a member of it, or
--- a superuser): it acts on every namespace. It reads the catalog only, by
--- full names, and has no SET clause, so it is inlined where it is called:
+-- a superuser): it acts on every namespace. Called only from functions
+-- that run as the owner (security definer), where current_user is the
+-- owner. No SET clause and no table: it is inlined where it is called, so
 -- the owner's calls (the manager, the operator) pay one membership test.
 create or replace function workflow.session_is_owner() returns boolean
 language sql stable parallel safe
-return pg_catalog.pg_has_role(session_user,
-                              (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'workflow'), 'MEMBER');
+return pg_catalog.pg_has_role(session_user, current_user, 'MEMBER');
 
 -- The namespaces the session's login acts on as p_capacity ('producer',
 -- 'worker', 'reader', or 'read': producer or reader), through a binding of
@@ -597,7 +597,14 @@ create unique index if not exists idx_workflow_run_parent_step on workflow.workf
 create index if not exists idx_workflow_run_dag on workflow.workflow_run (id) where dag is not null;
 create index if not exists idx_workflow_run_source on workflow.workflow_run (source_uid)
     where source_uid is not null;
-create index if not exists idx_workflow_run_namespace_created on workflow.workflow_run (namespace, created_at, id);
+-- The console's list of one namespace's runs. Partial: only runs of a
+-- namespace other than default (mirrored WorkflowRuns, tenants' SQL and SDK
+-- producers), so that an install of one namespace pays no entry per write
+-- for it, as before namespaces (every update of the run row that is not
+-- HOT, a claim's and a completion's, writes an entry in every index whose
+-- predicate the new row meets).
+create index if not exists idx_workflow_run_namespace_created on workflow.workflow_run (namespace, created_at, id)
+    where namespace <> 'default';
 create index if not exists idx_workflow_run_type_created on workflow.workflow_run
     (type collate "C", created_at, id) where status in ('succeeded', 'failed', 'cancelled');
 create index if not exists idx_workflow_run_ended_badly on workflow.workflow_run (created_at, id)
@@ -1572,7 +1579,7 @@ comment on function workflow.active_types(text, text[]) is
 -- which decides, under a flow lock, which runnable runs may start.
 --
 --   * A type's flow lock is a transaction-level advisory lock
---     (hashtext('workflow_flow:' || type), 0), taken only with
+--     (hashtext('workflow_flow:' || namespace || '/' || type), 0), taken only with
 --     pg_try_advisory_xact_lock: one claim of a limited type at a time;
 --     another claim leaves the type to the next and never waits, so claims
 --     cannot deadlock on it. Counting after the lock is taken (a new
@@ -1601,7 +1608,8 @@ comment on function workflow.active_types(text, text[]) is
 --     when its slot was freed (skip locked). It also ends rate windows of
 --     idle keys.
 
--- flow_admit picks which runnable runs of one limited type this claim may
+-- flow_admit picks which runnable runs of one limited type (of namespace
+-- p_namespace: limits are per namespace and type) this claim may
 -- lease (at most p_limit), and returns their addresses (ctid), locked by
 -- this transaction: claim_runs leases them. It parks the runs of keys it
 -- finds full and counts the starts against the rate windows.
@@ -2140,22 +2148,25 @@ declare
     v_admitted tid[] := '{}';
     v_type text;
     v_ns text := coalesce(p_namespace, 'default');
+    v_owner boolean;
 begin
-    -- The namespace the worker serves ('default' when it names none): the
-    -- login must be bound to it as a worker.
-    if not workflow.acts_on(v_ns, 'worker') then
-        raise exception 'claim_runs: database user % does not work for namespace %', session_user,
-            quote_literal(left(v_ns, 100)) using errcode = '42501';
-    end if;
-    -- workflow.now(), the journal's cap and the types with flow limits (for
-    -- this worker's namespace and runtime), in one statement.
+    -- workflow.now(), the journal's cap, the types with flow limits (for
+    -- this worker's namespace and runtime), and whether the login is the
+    -- owner, in one statement.
     select pg_catalog.now() + st.clock_offset, st.max_journal_bytes,
            (select array_agg(g.workflow_name order by g.workflow_name)
             from workflow.workflow_registry g
             where (g.max_leased is not null or g.max_leased_per_key is not null or g.rate_limit is not null)
-              and g.namespace = v_ns and g.is_enabled and (p_runtime is null or g.runtime = p_runtime))
-    into v_now, v_journal_cap, v_limited
+              and g.namespace = v_ns and g.is_enabled and (p_runtime is null or g.runtime = p_runtime)),
+           workflow.session_is_owner()
+    into v_now, v_journal_cap, v_limited, v_owner
     from workflow.workflow_settings st;
+    -- The namespace the worker serves ('default' when it names none): a
+    -- login other than the owner must be bound to it as a worker.
+    if not v_owner and not workflow.acts_on(v_ns, 'worker') then
+        raise exception 'claim_runs: database user % does not work for namespace %', session_user,
+            quote_literal(left(v_ns, 100)) using errcode = '42501';
+    end if;
     v_via := workflow.set_marks();
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
         raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
@@ -4099,13 +4110,14 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
     v_now timestamptz := workflow.now();
     v_via text := workflow.set_marks();
-    -- A worker login reaps the namespaces it works for; the owner every one.
-    v_ns text[] := case when workflow.session_is_owner() then null else workflow.caller_namespaces('worker') end;
 begin
+    -- A worker login reaps the namespaces it works for; the owner every one
+    -- (the tests below are computed once per statement).
     perform workflow.lock_parents(array(
         select r.id from workflow.workflow_run r
         where r.status = 'leased' and r.lease_until < v_now and r.parent_id is not null
-          and (v_ns is null or r.type_namespace = any (v_ns))
+          and ((select workflow.session_is_owner())
+               or r.type_namespace = any ((select workflow.caller_namespaces('worker'))::text[]))
         order by r.lease_until
         limit p_limit));
     return query
@@ -4113,7 +4125,8 @@ begin
         select r.id, r.leased_by, r.lease_until
         from workflow.workflow_run r
         where r.status = 'leased' and r.lease_until < v_now
-          and (v_ns is null or r.type_namespace = any (v_ns))
+          and ((select workflow.session_is_owner())
+               or r.type_namespace = any ((select workflow.caller_namespaces('worker'))::text[]))
         order by r.lease_until
         limit p_limit
         for update skip locked
@@ -4161,10 +4174,9 @@ declare
     v_now timestamptz := workflow.now();
     v_via text;
     v_ids uuid[];
-    -- A worker login fails the runs of the namespaces it works for; the
-    -- owner every one.
-    v_ns text[] := case when workflow.session_is_owner() then null else workflow.caller_namespaces('worker') end;
 begin
+    -- A worker login fails the runs of the namespaces it works for; the
+    -- owner every one (the test is computed once per statement).
     select array_agg(d.id) into v_ids
     from (
         select o.id
@@ -4174,7 +4186,8 @@ begin
               where r.deadline_at <= v_now
                 and r.deadline_at is not null
                 and r.status in ('pending', 'leased')
-                and (v_ns is null or r.type_namespace = any (v_ns))
+                and ((select workflow.session_is_owner())
+                     or r.type_namespace = any ((select workflow.caller_namespaces('worker'))::text[]))
                 and (p_ids is null or r.id = any (p_ids))) o
         order by o.round, o.deadline_at, o.id
         limit p_limit
@@ -4671,8 +4684,7 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
     v_id uuid;
-    v_ns text := coalesce(p_source_namespace, p_namespace,
-                          case when workflow.session_is_owner() then 'default' else workflow.default_namespace() end);
+    v_ns text := coalesce(p_source_namespace, p_namespace, workflow.default_namespace());
     v_tns text := coalesce(p_type_namespace, v_ns);
 begin
     if v_tns <> v_ns and not workflow.type_shared(v_tns, p_type, v_ns) then
@@ -5170,17 +5182,21 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     select r.namespace::text from workflow.workflow_run r where r.id = p_id
 $$;
 
--- run_namespaces: the namespaces that have runs, in order, one index probe
--- each (a skip scan of idx_workflow_run_namespace_created).
+-- run_namespaces: default, then the other namespaces that have runs, in
+-- order, one index probe each (a skip scan of
+-- idx_workflow_run_namespace_created).
 create or replace function workflow.run_namespaces() returns setof text
 language sql stable set search_path = pg_catalog, pg_temp as $$
     with recursive ns as (
-        (select r.namespace::text as n from workflow.workflow_run r order by r.namespace limit 1)
+        (select r.namespace::text as n from workflow.workflow_run r
+         where r.namespace <> 'default' order by r.namespace limit 1)
         union all
         select (select r.namespace::text from workflow.workflow_run r
-                where r.namespace > ns.n order by r.namespace limit 1)
+                where r.namespace <> 'default' and r.namespace > ns.n order by r.namespace limit 1)
         from ns where ns.n is not null
     )
+    select 'default'
+    union all
     select ns.n from ns where ns.n is not null
 $$;
 
@@ -6537,6 +6553,7 @@ end $$;
 revoke all on function
     workflow.active_types(text, text[]),
     workflow.active_namespace_types(text[]),
+    workflow.session_is_owner(),
     workflow.caller_namespaces(text),
     workflow.acts_on(text, text),
     workflow.default_namespace(),
