@@ -150,6 +150,10 @@ spec: {type: demo.echo.v1, payload: [1, 2, 3]}
 				"metadata: {name: crash-%02d}\nspec: {type: demo.sleep.v1, payload: {seconds: 1}}\n", i)
 		}
 		createNamespace("e2e-crash")
+		// The namespace's own worker: runs are served in their namespace.
+		crashWorker := start("crash-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
+			"--type-prefixes=demo.sleep.", "--worker-id=crash-worker", "--concurrency=50", "--namespace=e2e-crash")
+		DeferCleanup(func() { crashWorker.stop(syscall.SIGTERM) })
 		mustKubectl("apply", "-n", "e2e-crash", "-f", writeManifest("crash.yaml", manifest.String()))
 		// Kill it once some runs are mirrored and others are not yet.
 		Eventually(func() int {

@@ -326,7 +326,10 @@ var _ = Describe("the manager and example worker images", Ordered, func() {
 			MatchRegexp(`simpleworkflow_build_info\{goversion="go[^"]+",revision="[0-9a-f]{40}",version="` + version + `"\} 1`))
 
 		By("starting the chart's example worker from its image")
-		wargs := podSpecArgs(wdep.Spec.Template.Spec, wc, mounts, map[string]string{"metadata.name": "image-worker-0"})
+		// The pod's namespace is the one its runs are recorded in: the
+		// worker serves it (the chart sets NAMESPACE from it).
+		wargs := podSpecArgs(wdep.Spec.Template.Spec, wc, mounts,
+			map[string]string{"metadata.name": "image-worker-0", "metadata.namespace": ns})
 		_, _ = podman("rm", "--force", "--ignore", "e2e-image-worker")
 		worker := start("image-worker", nil, containerEngine(),
 			append(append(append([]string{"run", "--rm", "--name=e2e-image-worker", "--stop-timeout=30"}, wargs...), wc.Image), wc.Args...)...)

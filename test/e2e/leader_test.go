@@ -29,7 +29,7 @@ var _ = Describe("two manager replicas", Ordered, func() {
 		// demo.fail.v1 with failTimes 0 succeeds at once; it is a type no
 		// other spec moves to another runtime (specs run in random order).
 		worker := start("leader-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.fail.", "--worker-id=leader-worker")
+			"--type-prefixes=demo.fail.", "--worker-id=leader-worker", "--namespace="+ns)
 		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
 
 		standbyMetrics, standbyHealth, standbyConsole := freePort(), freePort(), freePort()

@@ -54,7 +54,7 @@ var _ = Describe("a WorkflowSchedule across a manager kill", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred())
 		})
 		worker := start("schedule-worker", []string{"DATABASE_URL=" + dbURL}, filepath.Join(binDir, "example-worker"),
-			"--type-prefixes=demo.echo.", "--worker-id=schedule-worker")
+			"--type-prefixes=demo.echo.", "--worker-id=schedule-worker", "--namespace="+ns)
 		DeferCleanup(func() { worker.stop(syscall.SIGTERM) })
 
 		mustKubectl("apply", "-n", ns, "-f", writeManifest("schedule.yaml", fmt.Sprintf(`
