@@ -486,16 +486,18 @@ func console(t *testing.T, e *env) {
 
 // 10,000 WorkflowRuns applied at once (make bench-operator's load): every
 // run succeeds and no manager is killed for memory (its limit is the one the
-// install set, 384Mi).
+// install set, 384Mi). They are the release namespace's, whose example
+// worker serves them (a worker serves its own namespace), labelled so that
+// they are deleted together.
 func load(t *testing.T, e *env) {
 	const total, chunk = 10000, 1000
-	e.k(t, "create", "namespace", "load")
 	start := time.Now()
 	for c := 0; c < total; c += chunk {
 		var manifest strings.Builder
 		for i := c; i < c+chunk; i++ {
 			fmt.Fprintf(&manifest, "---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
-				"metadata: {name: load-%05d, namespace: load}\nspec: {type: demo.echo.v1, payload: {n: %d}}\n", i, i)
+				"metadata: {name: load-%05d, namespace: %s, labels: {load: \"yes\"}}\nspec: {type: demo.echo.v1, payload: {n: %d}}\n",
+				i, namespace, i)
 		}
 		path := filepath.Join(t.TempDir(), "load.yaml")
 		if err := os.WriteFile(path, []byte(manifest.String()), 0o600); err != nil {
@@ -506,13 +508,13 @@ func load(t *testing.T, e *env) {
 	applied := time.Since(start)
 	succeeded := func() bool {
 		out, _ := e.try("psql", e.dbURL, "-Atc",
-			"select count(*) from workflow.workflow_run where source_namespace = 'load' and status = 'succeeded'")
+			fmt.Sprintf("select count(*) from workflow.workflow_run where namespace = '%s' and source_name like 'load-%%' and status = 'succeeded'", namespace))
 		return strings.TrimSpace(out) == fmt.Sprint(total)
 	}
 	eventually(t, 10*time.Minute, "every run succeeded in the inbox", succeeded)
 	inbox := time.Since(start)
 	eventually(t, 10*time.Minute, "every WorkflowRun shows Succeeded", func() bool {
-		out, _ := e.try(e.kubectl, "get", "wfr", "-n", "load", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
+		out, _ := e.try(e.kubectl, "get", "wfr", "-n", namespace, "-l", "load=yes", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
 		return strings.Count(out, "Succeeded") == total
 	})
 	statuses := time.Since(start)
@@ -536,7 +538,7 @@ func load(t *testing.T, e *env) {
 	t.Logf("%d WorkflowRuns applied in %s; all succeeded in the inbox %s after the first apply, all shown Succeeded %s after; "+
 		"managers not restarted, peak memory per manager pod %v (limit 384Mi)", total, applied.Round(time.Millisecond),
 		inbox.Round(time.Millisecond), statuses.Round(time.Millisecond), peaks)
-	e.k(t, "delete", "namespace", "load", "--wait", "--timeout=5m")
+	e.k(t, "delete", "wfr", "-n", namespace, "-l", "load=yes", "--wait", "--timeout=5m")
 }
 
 // Uninstall: the runs and registries go first, while the manager removes
