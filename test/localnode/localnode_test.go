@@ -486,17 +486,25 @@ func console(t *testing.T, e *env) {
 
 // 10,000 WorkflowRuns applied at once (make bench-operator's load): every
 // run succeeds and no manager is killed for memory (its limit is the one the
-// install set, 384Mi). They are the release namespace's, whose example
-// worker serves them (a worker serves its own namespace), labelled so that
-// they are deleted together.
+// install set, 384Mi). They are namespace load's runs of demo.echo.v1, a
+// type the release namespace's demo registry shares with load: they run
+// among the release's example workers.
 func load(t *testing.T, e *env) {
 	const total, chunk = 10000, 1000
+	e.k(t, "create", "namespace", "load")
+	e.k(t, "-n", namespace, "patch", "workflowregistry", release+"-simple-workflow-demo", "--type=json", "-p",
+		`[{"op": "add", "path": "/spec/workflows/0/sharedWith", "value": ["load"]}]`)
+	eventually(t, time.Minute, "the release shares demo.echo.v1 with namespace load", func() bool {
+		out, _ := e.try("psql", e.dbURL, "-Atc", fmt.Sprintf(`select 'load' = any (shared_with) from workflow.workflow_registry
+			where namespace = '%s' and workflow_name = 'demo.echo.v1'`, namespace))
+		return strings.TrimSpace(out) == "t"
+	})
 	start := time.Now()
 	for c := 0; c < total; c += chunk {
 		var manifest strings.Builder
 		for i := c; i < c+chunk; i++ {
 			fmt.Fprintf(&manifest, "---\napiVersion: workflow.simpleworkflow.dev/v1alpha1\nkind: WorkflowRun\n"+
-				"metadata: {name: load-%05d, namespace: %s, labels: {load: \"yes\"}}\nspec: {type: demo.echo.v1, payload: {n: %d}}\n",
+				"metadata: {name: load-%05d, namespace: load}\nspec: {type: demo.echo.v1, typeNamespace: %s, payload: {n: %d}}\n",
 				i, namespace, i)
 		}
 		path := filepath.Join(t.TempDir(), "load.yaml")
@@ -508,13 +516,13 @@ func load(t *testing.T, e *env) {
 	applied := time.Since(start)
 	succeeded := func() bool {
 		out, _ := e.try("psql", e.dbURL, "-Atc",
-			fmt.Sprintf("select count(*) from workflow.workflow_run where namespace = '%s' and source_name like 'load-%%' and status = 'succeeded'", namespace))
+			"select count(*) from workflow.workflow_run where source_namespace = 'load' and status = 'succeeded'")
 		return strings.TrimSpace(out) == fmt.Sprint(total)
 	}
 	eventually(t, 10*time.Minute, "every run succeeded in the inbox", succeeded)
 	inbox := time.Since(start)
 	eventually(t, 10*time.Minute, "every WorkflowRun shows Succeeded", func() bool {
-		out, _ := e.try(e.kubectl, "get", "wfr", "-n", namespace, "-l", "load=yes", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
+		out, _ := e.try(e.kubectl, "get", "wfr", "-n", "load", "-o", "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}")
 		return strings.Count(out, "Succeeded") == total
 	})
 	statuses := time.Since(start)
@@ -538,14 +546,7 @@ func load(t *testing.T, e *env) {
 	t.Logf("%d WorkflowRuns applied in %s; all succeeded in the inbox %s after the first apply, all shown Succeeded %s after; "+
 		"managers not restarted, peak memory per manager pod %v (limit 384Mi)", total, applied.Round(time.Millisecond),
 		inbox.Round(time.Millisecond), statuses.Round(time.Millisecond), peaks)
-	// One delete of the collection (a delete per object, as kubectl delete
-	// -l makes, takes longer than the whole load), then the manager removes
-	// their finalizers.
-	e.k(t, "delete", "--raw", "/apis/workflow.simpleworkflow.dev/v1alpha1/namespaces/"+namespace+"/workflowruns?labelSelector=load%3Dyes")
-	eventually(t, 5*time.Minute, "the load's WorkflowRuns deleted", func() bool {
-		out, err := e.try(e.kubectl, "get", "wfr", "-n", namespace, "-l", "load=yes", "-o", "name")
-		return err == nil && strings.TrimSpace(out) == ""
-	})
+	e.k(t, "delete", "namespace", "load", "--wait", "--timeout=5m")
 }
 
 // Uninstall: the runs and registries go first, while the manager removes
