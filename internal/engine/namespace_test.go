@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -503,5 +504,62 @@ func TestChildrenAndTicksKeepTheirNamespace(t *testing.T) {
 	}
 	if got := b.claimIn(t, "team-a", "wa", []string{"tick."}, 10); len(got) != 1 || got[0].ID != fired[0].RunID {
 		t.Fatalf("team-a's worker claimed %+v, want the tick", got)
+	}
+}
+
+// Hostile namespace values are refused with a clear error before anything
+// is recorded, whichever way they come (a producer's INSERT or batch, a
+// type namespace, a binding, a registry's share list): 100,000 characters,
+// a NUL, capitals, quotes, a path, 257 shares, a null share. Another team's
+// run beside them is unharmed and its worker claims it as before.
+func TestHostileNamespaceValuesAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	p := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	bystander := b.teamRun(t, "team-b", "hostile.job.v1")
+	hostile := []string{strings.Repeat("n", 100000), "team\x00b", "Team-B", "team-b'; drop table x; --", "../team-b",
+		"-team", "team-", "team_b", ""}
+	for _, ns := range hostile {
+		if _, err := p.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, namespace) values ('hostile.job.v1', $1)`, ns); err == nil {
+			t.Errorf("a plain INSERT with namespace %.40q was recorded", ns)
+		}
+		if _, err := b.pool.Exec(b.ctx, `select * from workflow.create_runs(array['hostile.job.v1'], array['{}'], p_namespace => $1)`, ns); err == nil && ns != "" {
+			t.Errorf("create_runs with namespace %.40q recorded a run", ns)
+		}
+		if _, err := b.pool.Exec(b.ctx, `select * from workflow.create_runs(array['hostile.job.v1'], array['{}'], p_type_namespace => $1)`, ns); err == nil && ns != "" {
+			t.Errorf("create_runs with type namespace %.40q recorded a run", ns)
+		}
+		if err := b.eng.GrantNamespace(b.ctx, p.name, ns, engine.AsProducer); err == nil {
+			t.Errorf("a binding to namespace %.40q was made", ns)
+		}
+		if err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{WorkflowName: "hostile.job.v1", Runtime: "go", Enabled: true,
+			OwnerNamespace: "team-c", OwnerName: "reg", SharedWith: []string{"team-a", ns}}); err == nil {
+			t.Errorf("a share with namespace %.40q was stored", ns)
+		}
+	}
+	many := make([]string, 257)
+	for i := range many {
+		many[i] = fmt.Sprintf("team-%d", i)
+	}
+	if err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{WorkflowName: "hostile.job.v1", Runtime: "go", Enabled: true,
+		OwnerNamespace: "team-c", OwnerName: "reg", SharedWith: many}); err == nil {
+		t.Error("a registry entry shared with 257 namespaces was stored")
+	}
+	if _, err := b.pool.Exec(b.ctx, `select workflow.put_registry('hostile.job.v1', 'go', true, '', 'team-c', 'reg', null,
+		p_shared_with => array['team-a', null])`); err == nil {
+		t.Error("a share list holding a null was stored")
+	}
+	if err := b.eng.GrantNamespace(b.ctx, p.name, "team-a", "admin"); err == nil {
+		t.Error("a binding as admin was made")
+	}
+	var n int
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_run where type = 'hostile.job.v1'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d runs of the type (%v), want the bystander's alone", n, err)
+	}
+	// Bindings are the owner's to read and write.
+	p.requireDenied(t, b.ctx, "select * from workflow.workflow_namespace_grant")
+	p.requireDenied(t, b.ctx, "select workflow.grant_namespace($1, 'team-b', 'producer')", p.name)
+	if got := b.claimIn(t, "team-b", "wb", []string{"hostile."}, 10); len(got) != 1 || got[0].ID != bystander {
+		t.Fatalf("team-b's worker claimed %+v, want its run", got)
 	}
 }

@@ -330,7 +330,7 @@ begin
         raise exception 'database user % is bound to no namespace as a producer; the schema''s owner binds it with workflow.grant_namespace(role, namespace, ''producer'')',
             session_user using errcode = '42501';
     end if;
-    raise exception 'database user % produces for several namespaces (%); name one in the run''s namespace column',
+    raise exception 'database user % produces for several namespaces (%); name one (a run''s namespace column, or the call''s namespace argument)',
         session_user, array_to_string(v_ns, ', ') using errcode = '22023';
 end $$;
 
