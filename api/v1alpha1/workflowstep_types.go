@@ -98,6 +98,17 @@ type WorkflowStep struct {
 	// +optional
 	// +kubebuilder:validation:Enum=failStep;continue
 	ForEachFailure string `json:"forEachFailure,omitempty"`
+	// TypeNamespace runs Type from another namespace's WorkflowRegistry,
+	// which must share it with the namespace of the WorkflowRun (its
+	// workflow entry lists that namespace in sharedWith). Unset: a type of
+	// this registry's namespace. A step whose type is not shared fails the
+	// workflow (reason type_not_shared) before the step starts; revoking a
+	// share fails the workflows that have not started the step yet.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	TypeNamespace string `json:"typeNamespace,omitempty"`
 }
 
 // StepRetryPolicy is a step's own backoff, as a WorkflowRun's RetryPolicy.

@@ -107,6 +107,9 @@ var _ = Describe("Admission validation of workflows with steps", func() {
 			w.Steps[0].Name, w.Steps[0].ForEach = strings.Repeat("a", 58), "$.payload.items"
 			w.Steps[1].DependsOn = []string{w.Steps[0].Name}
 		}, "a step with forEach has a name of at most 57 characters"),
+		Entry("a step's typeNamespace that is not a namespace name", func(w *workflowv1alpha1.WorkflowDefinition) {
+			w.Steps[0].TypeNamespace = "Payments"
+		}, `spec.workflows[0].steps[0].typeNamespace in body should match`),
 		Entry("more than 100 steps", func(w *workflowv1alpha1.WorkflowDefinition) {
 			w.Steps = nil
 			for i := range 101 {

@@ -50,7 +50,7 @@ func definitionOf(wf workflowv1alpha1.WorkflowDefinition) *engine.DAGDefinition 
 	def := &engine.DAGDefinition{Steps: make([]engine.DAGStepDefinition, len(wf.Steps))}
 	for i, s := range wf.Steps {
 		d := engine.DAGStepDefinition{Name: s.Name, Type: s.Type, DependsOn: s.DependsOn, Final: s.Final, When: s.When,
-			ForEach: s.ForEach, ForEachFailure: s.ForEachFailure}
+			ForEach: s.ForEach, ForEachFailure: s.ForEachFailure, TypeNamespace: s.TypeNamespace}
 		if s.Payload != nil && len(s.Payload.Raw) > 0 {
 			d.Payload = json.RawMessage(s.Payload.Raw)
 		}

@@ -55,6 +55,12 @@ type DAGStepDefinition struct {
 	// ForEachFailure is what an element that fails for good does: "failStep"
 	// (the default) fails the step, "continue" leaves null in its place.
 	ForEachFailure string `json:"forEachFailure,omitempty"`
+	// TypeNamespace runs Type from another namespace's registry, which
+	// must share it with the run's namespace (its sharedWith lists it);
+	// empty runs it from the workflow's own namespace. A step of a type
+	// not shared fails the workflow (reason type_not_shared) before it
+	// starts.
+	TypeNamespace string `json:"typeNamespace,omitempty"`
 }
 
 // StepSkipped is the Status of a DAG step whose condition (When) did not

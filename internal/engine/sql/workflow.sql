@@ -3354,7 +3354,7 @@ begin
         end if;
         select k into v_key from jsonb_object_keys(v_step.s) k
         where k not in ('name', 'type', 'dependsOn', 'payload', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
-                        'final', 'when', 'forEach', 'forEachFailure')
+                        'final', 'when', 'forEach', 'forEachFailure', 'typeNamespace')
         limit 1;
         if found then
             return format('step %s: unknown field %s', v_step.i, to_jsonb(left(v_key, 64)));
@@ -3367,6 +3367,11 @@ begin
            or char_length(v_step.s->>'type') > 253
            or (v_step.s->>'type') !~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$' then
             return format('step "%s": type must be a workflow type such as billing.charge.v1', v_step.s->>'name');
+        end if;
+        if v_step.s ? 'typeNamespace' and (jsonb_typeof(v_step.s->'typeNamespace') is distinct from 'string'
+            or not workflow.namespace_valid(v_step.s->>'typeNamespace')) then
+            return format('step "%s": typeNamespace must be a namespace name (a DNS label of at most 63 characters)',
+                          v_step.s->>'name');
         end if;
         if v_step.s ? 'dependsOn' and (jsonb_typeof(v_step.s->'dependsOn') <> 'array'
             or jsonb_array_length(v_step.s->'dependsOn') > 100
@@ -3511,9 +3516,10 @@ begin
                       s->>'name', s->>'type')
         into v_problem
         from jsonb_array_elements(new.definition->'steps') s
-        where s->>'type' = new.workflow_name
+        where (s->>'type' = new.workflow_name and coalesce(s->>'typeNamespace', new.namespace) = new.namespace)
            or exists (select 1 from workflow.workflow_registry g
-                      where g.namespace = new.namespace and g.workflow_name = s->>'type' and g.definition is not null)
+                      where g.namespace = coalesce(s->>'typeNamespace', new.namespace)
+                        and g.workflow_name = s->>'type' and g.definition is not null)
         limit 1;
     end if;
     if v_problem is null then
@@ -3521,7 +3527,7 @@ begin
         into v_problem
         from workflow.workflow_registry g, jsonb_array_elements(g.definition->'steps') s
         where g.definition is not null and g.namespace = new.namespace and g.workflow_name <> new.workflow_name
-          and s->>'type' = new.workflow_name
+          and s->>'type' = new.workflow_name and coalesce(s->>'typeNamespace', g.namespace) = new.namespace
         limit 1;
     end if;
     if v_problem is not null then
@@ -3695,6 +3701,12 @@ begin
     if v_final is null then
         return false;
     end if;
+    -- A final step of another namespace's type starts only while that
+    -- namespace shares it with the run's (workflow.dag_unshared_step).
+    if v_final->>'typeNamespace' not in (p_run.namespace, p_run.type_namespace)
+       and not workflow.type_shared(v_final->>'typeNamespace', v_final->>'type', p_run.namespace) then
+        return false;
+    end if;
     select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb) into v_results
     from workflow.dag_step_states(p_run) st
     where st.status = 'succeeded';
@@ -3720,7 +3732,8 @@ begin
             coalesce((v_final->>'maxAttempts')::integer, 3),
             make_interval(secs => (v_final->>'retryBaseDelayMs')::bigint / 1000.0),
             make_interval(secs => (v_final->>'retryMaxDelayMs')::bigint / 1000.0),
-            p_run.id, v_final->>'name', null, p_run.traceparent, p_run.namespace, p_run.type_namespace)
+            p_run.id, v_final->>'name', null, p_run.traceparent, p_run.namespace,
+            coalesce(v_final->>'typeNamespace', p_run.type_namespace))
     on conflict do nothing;
     return true;
 end $$;
@@ -3781,6 +3794,24 @@ begin
         perform workflow.dag_end(p_run, 'succeeded', v_result, null, jsonb_build_object('steps', p_steps));
     end if;
 end $$;
+
+-- dag_unshared_step names the first step of a DAG run that runs another
+-- namespace's type (typeNamespace) not shared with the run's namespace, or
+-- null. A step without typeNamespace (or naming the run's own namespace or
+-- its workflow's) runs a type of the workflow's namespace, as the
+-- workflow itself does. Only definitions that name a typeNamespace read
+-- the registry.
+create or replace function workflow.dag_unshared_step(p_run workflow.workflow_run) returns text
+language sql stable set search_path = pg_catalog, pg_temp as $$
+    select s->>'name'
+    from jsonb_array_elements(p_run.dag->'steps') with ordinality x(s, i)
+    where jsonb_path_exists(p_run.dag, '$.steps[*].typeNamespace')
+      and s ? 'typeNamespace'
+      and s->>'typeNamespace' not in (p_run.namespace, p_run.type_namespace)
+      and not workflow.type_shared(s->>'typeNamespace', s->>'type', p_run.namespace)
+    order by x.i
+    limit 1
+$$;
 
 -- dag_advance moves a DAG run on after one of its steps changed: a failed
 -- or cancelled step fails the run; all steps succeeded ends it with their
@@ -3861,6 +3892,17 @@ begin
             end if;
         end if;
 
+        -- A step of another namespace's type (typeNamespace) that this
+        -- namespace may not run: the workflow fails before it starts, or as
+        -- soon as a share is revoked (steps already running go on).
+        v_error := workflow.dag_unshared_step(v_run);
+        if v_error is not null then
+            perform workflow.dag_fail(v_run,
+                format('step "%s" runs a type that is not shared with namespace %s', v_error, v_run.namespace),
+                jsonb_build_object('reason', 'type_not_shared', 'step', v_error));
+            exit marked;
+        end if;
+
         -- A step that failed (or, fanned out, an element that failed it). A
         -- DAG that fanned out nothing reads its steps' runs directly.
         if v_run.dag_fanout is null then
@@ -3913,6 +3955,7 @@ begin
             -- step's payload plus "item" and "index".
             for v_fan in
                 select r.name, r.type, r.payload, r.max_attempts, r.base_delay, r.max_delay, r.def->>'forEach' as expr,
+                       coalesce(r.def->>'typeNamespace', v_run.type_namespace) as tns,
                        workflow.dag_step_input(v_run, v_results, r.def) as input
                 from workflow.dag_ready_steps(v_run, v_results) r
                 where r.def ? 'forEach'
@@ -3963,7 +4006,7 @@ begin
                 select v_fan.type, v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1), v_run.priority,
                        'dag:' || p_run::text || ':' || v_fan.name || '[' || (e.i - 1) || ']', v_fan.max_attempts,
                        v_fan.base_delay, v_fan.max_delay, p_run, v_fan.name || '[' || (e.i - 1) || ']', v_run.deadline_at,
-                       v_run.traceparent, v_run.namespace, v_run.type_namespace
+                       v_run.traceparent, v_run.namespace, v_fan.tns
                 from jsonb_array_elements(v_list) with ordinality e(item, i)
                 order by e.i
                 on conflict do nothing;
@@ -4022,8 +4065,11 @@ begin
                 perform workflow.dag_fail(v_run,
                     'the steps'' results together are over 1048576 bytes or nest deeper than 64 levels, the most a result may',
                     jsonb_build_object('reason', 'result_too_large'));
-            else
-                perform workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), null);
+            elsif not workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), null) then
+                -- (its share was revoked since dag_unshared_step looked)
+                perform workflow.dag_end(v_run, 'failed', null,
+                    format('step "%s" runs a type that is not shared with namespace %s', v_final->>'name', v_run.namespace),
+                    jsonb_build_object('reason', 'type_not_shared', 'step', v_final->>'name'));
             end if;
             exit marked;
         end if;
@@ -4045,7 +4091,7 @@ begin
                                                traceparent, namespace, type_namespace)
             select r.type, r.payload, v_run.priority, 'dag:' || p_run::text || ':' || r.name, r.max_attempts,
                    r.base_delay, r.max_delay, p_run, r.name, v_run.deadline_at, v_run.traceparent, v_run.namespace,
-                   v_run.type_namespace
+                   coalesce(r.def->>'typeNamespace', v_run.type_namespace)
             from ready r
             where not exists (select 1 from bad)
               and not r.def ? 'forEach' and (not r.def ? 'when' or r.name = any (v_held))
@@ -6569,6 +6615,7 @@ revoke all on function
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
                          text[], text[], text, text),
     workflow.dag_advance(uuid),
+    workflow.dag_unshared_step(workflow.workflow_run),
     workflow.dag_path_value(jsonb, text, boolean),
     workflow.dag_end(workflow.workflow_run, text, jsonb, text, jsonb),
     workflow.dag_fail(workflow.workflow_run, text, jsonb),
