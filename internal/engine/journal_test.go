@@ -42,7 +42,7 @@ func (b *bundle) park(t *testing.T, p engine.ParkParams) engine.ParkResult {
 
 func dur(d time.Duration) *time.Duration { return &d }
 
-// Issue item 1: every claim draws a new token, and a token once replaced
+// Every claim draws a new token, and a token once replaced
 // guards nothing, even for the same worker at the same attempt number.
 func TestLeaseTokenFenceNeverRepeats(t *testing.T) {
 	t.Parallel()
@@ -56,8 +56,8 @@ func TestLeaseTokenFenceNeverRepeats(t *testing.T) {
 	if second.Attempt != first.Attempt {
 		t.Fatalf("attempt %d after a release, want %d (a release does not count)", second.Attempt, first.Attempt)
 	}
-	if second.LeaseToken <= first.LeaseToken {
-		t.Fatalf("token %d after %d: tokens must only increase", second.LeaseToken, first.LeaseToken)
+	if second.LeaseToken == first.LeaseToken {
+		t.Fatalf("token %d drawn twice: every claim draws a new one", second.LeaseToken)
 	}
 	old := first.Ref()
 	if hb, _ := b.eng.HeartbeatRuns(b.ctx, "w", []engine.LeaseRef{old}, time.Minute); len(hb) != 1 || hb[0].Owned {

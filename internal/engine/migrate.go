@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,9 +27,16 @@ var schemaSQL string
 //go:embed sql/migrations
 var migrationFiles embed.FS
 
-// migrationLockKey is the advisory lock held while the schema is installed
-// or upgraded, so that several processes starting at once do it once.
+// migrationLockKey is the advisory lock held while a database with no
+// workflow schema yet gets one, so that several processes starting at once
+// install it once. Once the schema exists, upgrades lock the table
+// workflow.schema_version instead, which no login but the schema's owner
+// may lock: any login may take an advisory lock.
 const migrationLockKey int64 = 0x73776d6967726174 // "swmigrat"
+
+// migrationLockWait bounds the wait for either lock; past it, Migrate fails
+// naming the sessions that hold it.
+const migrationLockWait = time.Minute
 
 var schemaVersionLine = regexp.MustCompile(`(?m)^-- schema version: ([0-9]+)$`)
 
@@ -130,13 +138,19 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	}
 	defer conn.Release()
 
-	if _, err := conn.Exec(ctx, "select pg_advisory_lock($1)", migrationLockKey); err != nil {
-		return nil, fmt.Errorf("migrate: take advisory lock: %w", err)
+	var installed bool
+	if err := conn.QueryRow(ctx, "select to_regclass('workflow.schema_version') is not null").Scan(&installed); err != nil {
+		return nil, fmt.Errorf("migrate: look for the schema: %w", err)
 	}
-	defer func() {
-		// A fresh context: the lock must be released even when ctx has ended.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1)", migrationLockKey)
-	}()
+	if !installed {
+		if err := takeInstallLock(ctx, conn.Conn()); err != nil {
+			return nil, err
+		}
+		defer func() {
+			// A fresh context: the lock must be released even when ctx has ended.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1)", migrationLockKey)
+		}()
+	}
 
 	var legacy bool
 	if err := conn.QueryRow(ctx,
@@ -155,14 +169,17 @@ create table if not exists workflow.schema_version (
 		return nil, fmt.Errorf("migrate: create bookkeeping table: %w", err)
 	}
 	var current int
-	if err := conn.QueryRow(ctx, "select coalesce(max(version), 0) from workflow.schema_version").Scan(&current); err != nil {
-		return nil, fmt.Errorf("migrate: read the schema version: %w", err)
-	}
-	if current >= target {
-		return nil, nil
-	}
 	var done []int
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := lockSchemaVersion(ctx, tx); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, "select coalesce(max(version), 0) from workflow.schema_version").Scan(&current); err != nil {
+			return fmt.Errorf("read the schema version: %w", err)
+		}
+		if current >= target {
+			return nil
+		}
 		if current > 0 {
 			for _, m := range migrations[current-1:] {
 				if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -188,8 +205,19 @@ create table if not exists workflow.schema_version (
 		}
 		return nil
 	})
+	if errors.Is(err, ErrMigrationLocked) {
+		holders, herr := lockHolders(ctx, conn.Conn(), `l.locktype = 'relation'
+			and l.relation = 'workflow.schema_version'::regclass and $1::bigint is not null`, 0)
+		if herr != nil {
+			return nil, herr
+		}
+		return nil, fmt.Errorf("migrate: %w: %s", err, holders)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("migrate: from version %d to %d: %w", current, target, err)
+	}
+	if current >= target {
+		return nil, nil
 	}
 	return done, nil
 }

@@ -178,6 +178,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true, "holds_lease": true,
 		"namespace_valid": true, "namespaces_valid": true, "session_is_owner": true, "acts_on": true,
+		"new_lease_token": true, "lease_fence": true,
 	}
 	// Touch no table and call pg_catalog's functions by their full names:
 	// no SET clause, which would cost more than the work they do.
@@ -195,6 +196,8 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"on_run_inserted": true, "on_run_cancelled": true, "on_run_soft_deleted": true,
 		"on_child_finished": true, "on_parent_ended": true, "on_runs_deleted": true,
 		"on_status_changed_by_sql": true, "on_run_inserting": true, "on_flow_slot_freed": true,
+		// a producer's commit locks its type's wake-up row (workflow_lock)
+		"on_run_committing": true,
 		// namespaces: which ones the caller acts on (row-level security asks
 		// them as the caller), a plain INSERT's namespace, what is shared
 		"caller_namespaces": true, "default_namespace": true, "type_shared": true,
@@ -345,7 +348,7 @@ func TestWorkerRoleWorksThroughFunctionsOnly(t *testing.T) {
 		"create table workflow.sneak (id int)",
 		"drop table workflow.workflow_signal",
 		"alter function workflow.claim_runs(text, text[], text, integer, bigint, text[], text) security invoker",
-		"select nextval('workflow.lease_token_seq')",
+		"select workflow.lease_fence(1)",
 		"select workflow.delete_finished_runs(interval '1 day', 10)",
 		"select workflow.held_run('w', gen_random_uuid(), 1)",
 	} {

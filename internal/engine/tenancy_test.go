@@ -359,7 +359,7 @@ func TestRegistryDefinitionBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
-	if _, err := tx.Exec(b.ctx, "select pg_advisory_xact_lock(hashtext('workflow.workflow_registry.definition'))"); err != nil {
+	if _, err := tx.Exec(b.ctx, "select 1 from workflow.workflow_lock where id = 0 for update"); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

@@ -86,13 +86,15 @@ func TestWakeUpLeftToTheTransactionAnnouncingTheType(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	next := listenCreated(t, b)
-	holder, err := b.pool.Acquire(b.ctx)
+	// The owner's session holds wake.t.v1's wake-up row, as a committing
+	// transaction announcing it does.
+	holder, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Release()
-	const lock = `select pg_advisory_lock(hashtext('workflow_run_created:' || $1), hashtext($1))`
-	if _, err := holder.Exec(b.ctx, lock, "wake.t.v1"); err != nil {
+	defer func() { _ = holder.Rollback(b.ctx) }()
+	if _, err := holder.Exec(b.ctx, `select 1 from workflow.workflow_lock
+		where id = 1 + (hashtext($1) & 4095) for update`, "wake.t.v1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type) values ('wake.t.v1')`); err != nil {
@@ -104,7 +106,7 @@ func TestWakeUpLeftToTheTransactionAnnouncingTheType(t *testing.T) {
 	if p := next(); p != "wake.m.v1" {
 		t.Fatalf("notification %q while wake.t.v1's lock was held, want only the marker wake.m.v1", p)
 	}
-	if _, err := holder.Exec(b.ctx, `select pg_advisory_unlock(hashtext('workflow_run_created:' || $1), hashtext($1))`, "wake.t.v1"); err != nil {
+	if err := holder.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type) values ('wake.t.v1')`); err != nil {

@@ -40,8 +40,11 @@
 begin;
 
 -- Migrations and this script never run at the same time (the same lock as
--- engine.Migrate).
-do $$ begin perform pg_advisory_xact_lock(8320239136064823668); end $$;
+-- engine.Migrate takes on an installed schema, which no login but the
+-- schema's owner may take; the wait is bounded).
+set local lock_timeout = '60s';
+lock table workflow.schema_version in share row exclusive mode;
+set local lock_timeout = 0;
 
 do $$
 declare

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 6
+-- schema version: 7
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -33,7 +33,8 @@
 --                if none); 'limit' is a run its type's flow limits hold
 --                back (see FLOW LIMITS in section 3)
 --     leased     a worker holds it until lease_until; every write the
---                holder makes names lease_token, drawn anew by each claim
+--                holder makes names its lease token, drawn at random by
+--                each claim (the row keeps only its fence, lease_token)
 --     succeeded, failed, cancelled
 --                finished: final (trigger workflow_run_finished_is_final)
 --
@@ -553,7 +554,7 @@ comment on table workflow.workflow_run is
 -- on_run_inserting.)
 alter table workflow.workflow_run alter column namespace drop default;
 comment on column workflow.workflow_run.lease_token is
-    'Drawn from workflow.lease_token_seq by every claim; guards every write of the lease holder.';
+    'The fence of the latest claim: workflow.lease_fence of the random token only the claimer was given; every write of the holder names the token.';
 comment on column workflow.workflow_run.dag is
     'The definition a DAG run started with (a snapshot: editing the registry changes new runs only).';
 comment on column workflow.workflow_run.concurrency_key is
@@ -647,6 +648,9 @@ create table if not exists workflow.workflow_event (
     event_type text not null,
     data jsonb not null default '{}',
     created_at timestamptz not null default clock_timestamp(),
+    -- The database login whose statement made the transition (the login,
+    -- not a role it switched to; inside the functions, their caller).
+    db_user text default session_user,
     constraint workflow_event_pkey primary key (workflow_id, id),
     constraint workflow_event_type_valid
         check (event_type in ('created', 'leased', 'started', 'heartbeat', 'succeeded', 'failed', 'retried',
@@ -660,10 +664,41 @@ create table if not exists workflow.workflow_event_default partition of workflow
 create index if not exists idx_workflow_event_id on workflow.workflow_event using brin (id);
 
 
--- The fence. Every claim draws a new token; every write by a worker names
--- the token it holds, so a worker that lost its lease (even one that then
--- claims the same run again) never writes into the attempt that followed.
-create sequence if not exists workflow.lease_token_seq as bigint;
+-- Locks the engine's own functions take, as rows no other login may read
+-- or lock (an advisory lock can be taken by any login, which could then
+-- stop what waits for it): row 0 serialises registry definitions
+-- (on_registry_written); rows 1 to 4096 debounce wake-ups, one per hash
+-- bucket of a type (on_run_committing). Nothing else is stored here.
+create table if not exists workflow.workflow_lock (
+    id integer primary key check (id between 0 and 4096)
+);
+insert into workflow.workflow_lock (id) select g from generate_series(0, 4096) g on conflict do nothing;
+comment on table workflow.workflow_lock is
+    'Rows the engine locks (0: registry definitions; 1-4096: wake-up buckets); no login but the owner may read or lock them.';
+
+comment on column workflow.workflow_event.db_user is
+    'The database login (session_user) whose statement made the transition; null for events recorded before schema version 7.';
+
+-- The fence. Every claim draws a new token at random (new_lease_token) and
+-- hands it to the claimer alone; the run keeps only its fence
+-- (lease_fence, a one-way digest), so nobody who reads the row can write
+-- as the holder. Every write by a worker names the token it holds, so a
+-- worker that lost its lease (even one that then claims the same run
+-- again) never writes into the attempt that followed.
+
+-- new_lease_token draws a claim's token.
+create or replace function workflow.new_lease_token() returns bigint
+language sql volatile parallel safe
+-- 64 bits of a version-4 UUID (60 of them random), from the server's
+-- strong random source.
+return ('x' || left(replace(gen_random_uuid()::text, '-', ''), 16))::bit(64)::bigint;
+
+-- lease_fence is what a run keeps of its lease token: the first 64 bits
+-- of its SHA-256, which tell claims apart and cannot be turned back into
+-- the token. Inlined into holds_lease.
+create or replace function workflow.lease_fence(p_token bigint) returns bigint
+language sql immutable parallel safe
+return ('x' || left(encode(sha256(int8send(p_token)), 'hex'), 16))::bit(64)::bigint;
 
 
 -- The step journal: what each run already did, replayed by later attempts
@@ -932,6 +967,14 @@ begin
         raise exception 'payload of a % run nests deeper than 64 levels (objects and arrays), the most a stored value may',
             v_big.type using errcode = '22023';
     end if;
+    -- schedule: keys name a schedule's ticks: only fire_due_schedules, in
+    -- the schema owner's session, records them, so that no other run is
+    -- taken for a tick, or holds a Forbid schedule back.
+    if exists (select 1 from new_runs n where left(n.idempotency_key, 9) = 'schedule:')
+       and not workflow.session_is_owner() then
+        raise exception 'idempotency keys starting with schedule: are reserved for the runs schedules record'
+            using errcode = '22023';
+    end if;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     select n.id, 'created',
            jsonb_strip_nulls(jsonb_build_object(
@@ -1031,13 +1074,17 @@ create or replace trigger workflow_run_inserted after insert on workflow.workflo
 -- runs (the type is the payload), so idle workers claim at once instead of
 -- at their next poll. The WHEN clause remembers the types already seen in
 -- the transaction (workflow.wake_types), so a batch of 10,000 runs of one
--- type fires the trigger once; the advisory lock lets one committing
--- transaction per type notify at a time, and the others skip theirs
--- (a worker woken claims every runnable run of the type).
+-- type fires the trigger once; the type's row of workflow_lock lets one
+-- committing transaction per type notify at a time, and the others skip
+-- theirs (a worker woken claims every runnable run of the type).
 create or replace function workflow.on_run_committing() returns trigger
-language plpgsql set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
-    if pg_try_advisory_xact_lock(hashtext('workflow_run_created:' || new.type), hashtext(new.type)) then
+    -- The type's wake-up row (one of 4096, by a hash of the type), which no
+    -- login but the schema's owner may lock: skipped when another
+    -- committing transaction holds it, as it then notifies.
+    perform 1 from workflow.workflow_lock l where l.id = 1 + (hashtext(new.type) & 4095) for update skip locked;
+    if found then
         perform pg_notify('workflow_run_created', new.type);
     end if;
     return null;
@@ -1332,6 +1379,24 @@ begin
     if v_run.parent_id is not null then
         return query select 'refused'::text,
             format('run %s is a step or child of run %s: retry that run', p_id, v_run.parent_id);
+        return;
+    end if;
+    -- A run mirrored from a WorkflowRun is retried by its object alone
+    -- (spec.retries, through the operator), and never once spec.cancel
+    -- cancelled it.
+    if v_run.source_uid is not null and not workflow.session_is_owner() then
+        return query select 'refused'::text,
+            format('run %s mirrors WorkflowRun %s/%s: raise its spec.retries to retry it', p_id,
+                   v_run.source_namespace, v_run.source_name);
+        return;
+    end if;
+    if v_run.source_uid is not null and v_run.status = 'cancelled' and exists (
+           select 1 from workflow.workflow_event e
+           where e.workflow_id = p_id and e.event_type = 'cancelled'
+             and starts_with(e.data->>'by', 'spec.cancel of WorkflowRun ')) then
+        return query select 'refused'::text,
+            format('run %s was cancelled by spec.cancel of WorkflowRun %s/%s; a cancelled object is not retried', p_id,
+                   v_run.source_namespace, v_run.source_name);
         return;
     end if;
     if v_run.dag is null and v_run.attempt >= 1000 then
@@ -1689,8 +1754,13 @@ begin
                        for update skip locked);
     end if;
     -- One claim of a limited type at a time: the others leave it to the
-    -- next claim and take other types.
-    if not pg_try_advisory_xact_lock(hashtext('workflow_flow:' || p_namespace || '/' || p_type), 0) then
+    -- next claim and take other types. The lock is the registry entry's
+    -- row, which no login but the schema's owner may lock (an advisory
+    -- lock, which any login may take, let anyone stop a type's claims).
+    perform 1 from workflow.workflow_registry r
+    where r.namespace = p_namespace and r.workflow_name = p_type
+    for no key update skip locked;
+    if not found then
         return '{}';
     end if;
     if g.max_leased is not null or g.max_leased_per_key is not null then
@@ -2273,17 +2343,17 @@ begin
             attempt     = r.attempt + 1,
             leased_by   = p_worker_id,
             lease_until = v_now + p_lease_ms * interval '1 millisecond',
-            lease_token = nextval('workflow.lease_token_seq'),
+            lease_token = workflow.lease_fence(c.token),
             heartbeat_count = 0,
             wait_kind   = null,
             wait_step   = null,
             wait_signal = null,
             started_at  = coalesce(r.started_at, v_now),
             updated_at  = v_now
-        from candidates c
+        from (select c.*, workflow.new_lease_token() as token from candidates c) c
         where r.id = c.id
         returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
-                  r.created_at, r.priority, r.lease_token, r.deadline_at, c.wait_kind, c.wait_step,
+                  r.created_at, r.priority, c.token as lease_token, r.deadline_at, c.wait_kind, c.wait_step,
                   r.traceparent
     ), timers as (
         -- The timer resolves the wait it ends: a sleep is done, any other wait
@@ -2351,7 +2421,7 @@ create or replace function workflow.holds_lease(
     p_token bigint
 ) returns boolean
 language sql immutable parallel safe
-return coalesce(p_status, '') = 'leased' and p_leased_by = p_worker_id and p_lease_token = p_token;
+return coalesce(p_status, '') = 'leased' and p_leased_by = p_worker_id and p_lease_token = workflow.lease_fence(p_token);
 
 -- heartbeat_runs extends the leases a worker still holds (checked by
 -- worker id and token) and tells, for each run, whether it still holds it,
@@ -3503,8 +3573,9 @@ begin
         raise exception 'invalid definition of %: it nests deeper than 64 levels (objects and arrays)',
             left(new.workflow_name, 253) using errcode = '22023';
     end if;
-    -- Definitions are checked against each other: one writer at a time.
-    perform pg_advisory_xact_lock(hashtext('workflow.workflow_registry.definition'));
+    -- Definitions are checked against each other: one writer at a time
+    -- (a lock only the schema's owner may take: see workflow_lock).
+    perform 1 from workflow.workflow_lock l where l.id = 0 for update;
     if new.definition is null then
         -- A type that is some workflow's step keeps no steps; a renamed
         -- entry is checked like a new one.
@@ -6616,6 +6687,8 @@ revoke all on function
                          text[], text[], text, text),
     workflow.dag_advance(uuid),
     workflow.dag_unshared_step(workflow.workflow_run),
+    workflow.new_lease_token(),
+    workflow.lease_fence(bigint),
     workflow.dag_path_value(jsonb, text, boolean),
     workflow.dag_end(workflow.workflow_run, text, jsonb, text, jsonb),
     workflow.dag_fail(workflow.workflow_run, text, jsonb),
@@ -6631,6 +6704,7 @@ revoke all on function
     workflow.lock_parents(uuid[]),
     workflow.on_child_finished(),
     workflow.on_run_inserting(),
+    workflow.on_run_committing(),
     workflow.on_flow_slot_freed(),
     workflow.on_parent_ended(),
     workflow.on_run_cancelled(),

@@ -1,0 +1,291 @@
+package engine_test
+
+// What a hostile database login of another team tries against a team's
+// runs: forging a lease holder's writes, retrying runs it may not, taking
+// schedule ticks, and holding locks the engine waits for. Each attempt
+// fails, and the team's runs finish beside it.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// eventUsers is the db_user of each of a run's events of type typ.
+func (b *bundle) eventUsers(t *testing.T, id, typ string) []string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `select coalesce(db_user, '') from workflow.workflow_event
+		where workflow_id = $1 and event_type = $2 order by id`, id, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// A lease's token goes to its claimer alone: the row keeps a one-way
+// fence of it, so whoever reads the row (the owner here; a login of the
+// same namespace) cannot complete the run as its holder, and a login of
+// another namespace sees no row at all. Tokens are drawn at random, not in
+// sequence. Every event names the database login that made it.
+func TestLeaseTokensCannotBeReadOrForged(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	producer := b.tenantLogin(t, engine.RoleProducer, "team-b")
+	worker := b.tenantLogin(t, engine.RoleWorker, "team-b")
+	attacker := b.tenantLogin(t, engine.RoleWorker, "team-a")
+	reader := b.tenantLogin(t, engine.RoleProducer, "team-a")
+
+	res, err := producer.eng.CreateRuns(b.ctx, []engine.CreateParams{{Type: "fence.job.v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res[0].ID
+	held, err := worker.eng.ClaimRuns(b.ctx, engine.ClaimParams{WorkerID: "wb", TypePrefixes: []string{"fence."},
+		Runtime: "go", Limit: 1, LeaseDuration: time.Minute, Namespace: "team-b"})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("team-b's claim: %+v %v", held, err)
+	}
+	stored := b.get(t, id).LeaseToken
+	if stored == held[0].LeaseToken {
+		t.Fatal("the row keeps the lease token itself")
+	}
+	// Forged with what the row shows, by the holder's worker id.
+	forged := engine.LeaseRef{ID: id, Token: stored, Attempt: held[0].Attempt}
+	if done, err := b.eng.CompleteRuns(b.ctx, "wb", []engine.Completion{{LeaseRef: forged,
+		Result: []byte(`{"forged": true}`)}}); err != nil || len(done) != 0 {
+		t.Fatalf("a completion with the stored fence: %+v %v", done, err)
+	}
+	if n := reader.visibleIDs(t, b, "select id::text from workflow.workflow_run where lease_token is not null"); len(n) != 0 {
+		t.Fatalf("team-a's login reads leased runs of team-b: %v", n)
+	}
+	if done, err := attacker.eng.CompleteRuns(b.ctx, "wb", []engine.Completion{{LeaseRef: forged}}); err == nil && len(done) != 0 {
+		t.Fatal("team-a's login completed team-b's run")
+	}
+	if r := b.get(t, id); r.Status != engine.StatusLeased {
+		t.Fatalf("after the forgeries the run is %s (%s)", r.Status, r.Result)
+	}
+	if done, err := worker.eng.CompleteRuns(b.ctx, "wb", []engine.Completion{{LeaseRef: held[0].Ref(),
+		Result: []byte(`{"by": "wb"}`)}}); err != nil || len(done) != 1 || done[0].Status != engine.StatusSucceeded {
+		t.Fatalf("the holder's completion: %+v %v", done, err)
+	}
+	if r := b.get(t, id); r.Status != engine.StatusSucceeded || string(r.Result) != `{"by": "wb"}` {
+		t.Fatalf("the run: %s %s", r.Status, r.Result)
+	}
+	for typ, want := range map[string]string{"created": producer.name, "started": worker.name, "succeeded": worker.name} {
+		if got := b.eventUsers(t, id, typ); len(got) != 1 || got[0] != want {
+			t.Errorf("%s event made by %v, want %s", typ, got, want)
+		}
+	}
+
+	// Tokens of many claims: all different, and no two in sequence.
+	var ps []engine.CreateParams
+	for range 200 {
+		ps = append(ps, engine.CreateParams{Type: "fence.many.v1"})
+	}
+	if _, err := b.eng.CreateRuns(b.ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	claimed := b.claim(t, "wm", []string{"fence.many."}, 200)
+	seen := map[int64]bool{}
+	for _, c := range claimed {
+		if seen[c.LeaseToken] || seen[c.LeaseToken-1] || seen[c.LeaseToken+1] {
+			t.Fatalf("token %d repeats or follows another", c.LeaseToken)
+		}
+		seen[c.LeaseToken] = true
+	}
+}
+
+// Only a run's own namespace retries it, a run mirrored from a WorkflowRun
+// only through its object (the operator), and never one spec.cancel
+// cancelled; the retried event names the login that retried.
+func TestRetryRunStaysInItsNamespace(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	a := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	bp := b.tenantLogin(t, engine.RoleProducer, "team-b")
+
+	mirrored := b.create(t, engine.CreateParams{Type: "retry.mirror.v1",
+		Source: &engine.Source{Namespace: "team-b", Name: "nightly", UID: "uid-1"}})
+	if _, err := b.eng.CancelRunAs(b.ctx, mirrored, "spec.cancel of WorkflowRun team-b/nightly"); err != nil {
+		t.Fatal(err)
+	}
+	own := b.teamRun(t, "team-b", "retry.own.v1")
+	if _, err := bp.eng.CancelRun(b.ctx, own); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := a.eng.RetryRun(b.ctx, engine.RetryParams{ID: mirrored, By: "team-a", Attempts: 1000}); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("team-a retrying team-b's mirrored run: %v", err)
+	}
+	if err := a.eng.RetryRun(b.ctx, engine.RetryParams{ID: own, By: "team-a"}); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("team-a retrying team-b's run: %v", err)
+	}
+	err := bp.eng.RetryRun(b.ctx, engine.RetryParams{ID: mirrored, By: "team-b"})
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "mirrors WorkflowRun team-b/nightly") {
+		t.Fatalf("team-b's SQL producer retrying a mirrored run: %v", err)
+	}
+	err = b.eng.RetryRun(b.ctx, engine.RetryParams{ID: mirrored, By: "spec.retries of WorkflowRun team-b/nightly"})
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "cancelled by spec.cancel") {
+		t.Fatalf("the operator retrying a run spec.cancel cancelled: %v", err)
+	}
+	if r := b.get(t, mirrored); r.Status != engine.StatusCancelled {
+		t.Fatalf("the mirrored run is %s", r.Status)
+	}
+
+	if err := bp.eng.RetryRun(b.ctx, engine.RetryParams{ID: own, By: "someone else"}); err != nil {
+		t.Fatalf("team-b retrying its own run: %v", err)
+	}
+	if got := b.eventUsers(t, own, "retried"); len(got) != 1 || got[0] != bp.name {
+		t.Fatalf("the retried event was made by %v, want %s", got, bp.name)
+	}
+	if c := b.claimIn(t, "team-b", "wb", []string{"retry."}, 10); len(c) != 1 || c[0].ID != own {
+		t.Fatalf("team-b's worker claimed %+v, want its retried run", c)
+	}
+}
+
+// Keys of a schedule's ticks are the firing function's alone: a producer
+// of another team cannot record one (plain INSERT or create_runs), so a
+// Forbid schedule is never held back by a run that is not its own.
+func TestScheduleKeysAreReserved(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	owner := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	attacker := b.tenantLogin(t, engine.RoleProducer, "team-b")
+	s, err := owner.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "nightly", Cron: "* * * * *",
+		Type: "sched.own.v1", ConcurrencyPolicy: engine.ConcurrencyForbid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := sqlKey(s.ID, s.NextTickAt)
+	_, err = attacker.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, idempotency_key) values ('sched.squat.v1', $1)`, key)
+	if sqlState(err) != "22023" || !strings.Contains(err.Error(), "reserved for the runs schedules record") {
+		t.Fatalf("a plain INSERT of a tick's key: %v", err)
+	}
+	_, err = attacker.eng.CreateRuns(b.ctx, []engine.CreateParams{{Type: "sched.squat.v1", IdempotencyKey: "schedule:" + s.ID + ":1999"}})
+	if !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("create_runs with a schedule's key: %v", err)
+	}
+	for range 3 {
+		b.clockTo(t, b.getSchedule(t, "", "nightly").NextTickAt.Add(time.Second))
+		got := b.fire(t)
+		if len(got) != 1 || got[0].Outcome != engine.FiringFired {
+			t.Fatalf("firing: %+v", got)
+		}
+		if r := b.get(t, got[0].RunID); r.Namespace != "team-a" || r.Type != "sched.own.v1" {
+			t.Fatalf("the tick's run: %s of %s", r.Type, r.Namespace)
+		}
+		b.completeAll(t, "wa", b.claimIn(t, "team-a", "wa", []string{"sched."}, 10))
+	}
+	if got := b.claimIn(t, "team-b", "wb", []string{"sched."}, 10); len(got) != 0 {
+		t.Fatalf("team-b recorded runs: %+v", got)
+	}
+}
+
+// The locks the engine waits for are rows and tables no login but the
+// schema's owner may lock: a hostile login holding every advisory key the
+// engine once used, and trying to lock what it uses now, stops neither
+// another team's limited claims, nor its wake-ups, nor a registry write,
+// nor an upgrade.
+func TestLocksOnlyTheEngineTakes(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	attacker := b.tenantLogin(t, engine.RoleWorker, "team-a")
+	if err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{WorkflowName: "lim.job.v1", Runtime: "go",
+		Enabled: true, OwnerNamespace: "team-b", OwnerName: "reg", Flow: engine.FlowLimits{MaxLeased: i32(5)}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		b.teamRun(t, "team-b", "lim.job.v1")
+	}
+
+	conn, err := attacker.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, sql := range []string{
+		"select pg_advisory_lock(hashtext('workflow_flow:team-b/lim.job.v1'), 0)",
+		"select pg_advisory_lock(hashtext('workflow_run_created:wake.b.v1'), hashtext('wake.b.v1'))",
+		"select pg_advisory_lock(hashtext('workflow.workflow_registry.definition'))",
+		"select pg_advisory_lock(8320239136064823668)",
+	} {
+		if _, err := conn.Exec(b.ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	tx, err := conn.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+	if _, err := tx.Exec(b.ctx, "select count(*) from workflow.workflow_registry"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"select 1 from workflow.workflow_registry for key share",
+		"select 1 from workflow.workflow_lock for update",
+		"do $$ begin lock table workflow.schema_version in share row exclusive mode; end $$",
+		"do $$ begin lock table workflow.workflow_registry in share mode; end $$",
+	} {
+		attacker.requireDenied(t, b.ctx, sql)
+	}
+
+	next := listenCreated(t, b)
+	b.teamRun(t, "team-b", "wake.b.v1")
+	if p := next(); p != "wake.b.v1" {
+		t.Fatalf("notification %q, want wake.b.v1", p)
+	}
+	if got := b.claimIn(t, "team-b", "wb", []string{"lim."}, 10); len(got) != 3 {
+		t.Fatalf("team-b's limited claim took %d of 3", len(got))
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := b.eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{WorkflowName: "lim.flow.v1", Enabled: true,
+		OwnerNamespace: "team-b", OwnerName: "reg", Definition: &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{
+			step("a", "lim.step.v1")}}}); err != nil {
+		t.Fatalf("a registry write beside the attacker: %v", err)
+	}
+	if _, err := engine.Migrate(ctx, b.pool); err != nil {
+		t.Fatalf("an upgrade beside the attacker: %v", err)
+	}
+}
+
+// A producer cannot lock another team's runs: row security hides them
+// from its FOR KEY SHARE, so claims and the reaper never skip them.
+func TestProducerCannotLockAnotherTeamsRuns(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	attacker := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	id := b.teamRun(t, "team-b", "lockr.job.v1")
+	tx, err := attacker.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+	var locked int
+	if err := tx.QueryRow(b.ctx, `select count(*) from (select id from workflow.workflow_run
+		where namespace = 'team-b' for key share) x`).Scan(&locked); err != nil {
+		t.Fatal(err)
+	}
+	if locked != 0 {
+		t.Fatalf("team-a's producer locked %d of team-b's runs", locked)
+	}
+	got := b.claimIn(t, "team-b", "wb", []string{"lockr."}, 10)
+	if len(got) != 1 || got[0].ID != id {
+		t.Fatalf("team-b's worker claimed %+v beside the open transaction", got)
+	}
+	b.completeAll(t, "wb", got)
+}
