@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // tokenCookie holds a token entered on the login page: HttpOnly (no script
@@ -82,7 +84,7 @@ func (s *Server) accessFor(ctx context.Context, token string) (access, error) {
 func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(r.Header.Get("Accept"), "text/html") && r.URL.Path != "/live" {
 		s.render(w, r, "login", http.StatusUnauthorized, page{Title: "Log in",
-			Data: loginView{Next: r.URL.RequestURI(), Error: "Log in with a Kubernetes token to read the inbox."}})
+			Data: loginView{Next: localNext(r.URL.RequestURI()), Error: "Log in with a Kubernetes token to read the inbox."}})
 		return
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="simple-workflow console"`)
@@ -110,14 +112,37 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && strings.EqualFold(u.Host, r.Host)
 }
 
-// localNext returns next when it is a path of this console, else "/".
+// localNext returns next when it is a path of this console, else "/": a
+// login must not send the browser to another site (an open redirect).
 func localNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
-		strings.HasPrefix(next, "/login") {
+	if !isLocalPath(next) {
 		return "/"
 	}
 	return next
 }
+
+// isLocalPath reports whether next is a path of this console other than the
+// login page, as a browser would read it. Browsers drop tabs and newlines
+// from a URL and read a backslash as a slash, so "/\t/evil.example" and
+// "/\\evil.example" lead to evil.example: a next with a control character or
+// a backslash is refused, in its path also once decoded ("/%5C", "/%00"), as
+// is one that names a scheme or a host, or whose path begins with "//".
+func isLocalPath(next string) bool {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "/login") ||
+		!utf8.ValidString(next) || strings.ContainsFunc(next, unsafeInNext) {
+		return false
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Opaque != "" || u.User != nil || u.Host != "" {
+		return false
+	}
+	return strings.HasPrefix(u.Path, "/") && !strings.HasPrefix(u.Path, "//") && !strings.HasPrefix(u.Path, "/login") &&
+		!strings.ContainsFunc(u.Path, unsafeInNext)
+}
+
+// unsafeInNext reports whether a browser may drop r from a URL or read it as
+// a slash: a control character (below 0x20, DEL, C1) or a backslash.
+func unsafeInNext(r rune) bool { return unicode.IsControl(r) || r == '\\' }
 
 func (s *Server) serveLoginForm(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "login", http.StatusOK, page{Title: "Log in", Data: loginView{Next: localNext(r.URL.Query().Get("next"))}})
