@@ -133,14 +133,20 @@ func (m *Maintenance) fireDueSchedules(ctx context.Context) {
 		}
 		schedules := map[string]bool{}
 		for _, f := range firings {
-			schedules[f.ScheduleID] = true
 			switch f.Outcome {
+			case engine.FiringBusy:
+				// Still due: not counted, so that a batch of busy ones
+				// does not make this loop call again at once.
+				m.Log.Info("Schedule tick waits: a run it needs is held by another transaction", "scheduleID", f.ScheduleID,
+					"tick", f.Tick)
+				continue
 			case engine.FiringFailed:
 				m.Log.Info("Schedule tick failed; see the schedule's last error", "scheduleID", f.ScheduleID, "tick", f.Tick)
 			case engine.FiringFired, engine.FiringReplaced:
 				m.Log.V(1).Info("Schedule fired", "scheduleID", f.ScheduleID, "tick", f.Tick, "runID", f.RunID,
 					"outcome", f.Outcome)
 			}
+			schedules[f.ScheduleID] = true
 		}
 		if m.Schedules != nil && len(firings) > 0 {
 			m.Schedules.Fired(ctx, firings)

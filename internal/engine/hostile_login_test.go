@@ -289,3 +289,95 @@ func TestProducerCannotLockAnotherTeamsRuns(t *testing.T) {
 	}
 	b.completeAll(t, "wb", got)
 }
+
+// One team's idle transaction holding its own run (the run its Replace
+// schedule must cancel) holds back that schedule alone, for a bounded
+// wait: another team's due schedule fires in the same call, and the held
+// one fires once the transaction ends.
+func TestScheduleFiringIsNotHeldByAnotherTeam(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	a := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	bp := b.tenantLogin(t, engine.RoleProducer, "team-b")
+	held, err := a.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "held", Cron: "* * * * *", Type: "schedh.a.v1",
+		ConcurrencyPolicy: engine.ConcurrencyReplace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clockTo(t, held.NextTickAt.Add(time.Second))
+	first := b.fire(t)
+	if len(first) != 1 || first[0].Outcome != engine.FiringFired {
+		t.Fatalf("first firing: %+v", first)
+	}
+	other, err := bp.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "other", Cron: "* * * * *", Type: "schedh.b.v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := a.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+	if _, err := tx.Exec(b.ctx, "select id from workflow.workflow_run where id = $1 for update", first[0].RunID); err != nil {
+		t.Fatal(err)
+	}
+	b.clockTo(t, other.NextTickAt.Add(time.Minute))
+	start := time.Now()
+	got := b.fire(t)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("firing waited %s", d)
+	}
+	byID := map[string]engine.FiringOutcome{}
+	for _, f := range got {
+		byID[f.ScheduleID] = f.Outcome
+	}
+	if byID[held.ID] != engine.FiringBusy || byID[other.ID] != engine.FiringFired {
+		t.Fatalf("firings %+v: want team-a's busy and team-b's fired", got)
+	}
+	if r := b.get(t, first[0].RunID); r.Status != engine.StatusPending {
+		t.Fatalf("the held run is %s", r.Status)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := b.fire(t)
+	if len(again) == 0 || again[len(again)-1].ScheduleID != held.ID || again[len(again)-1].Outcome != engine.FiringReplaced {
+		t.Fatalf("after the transaction ended: %+v", again)
+	}
+}
+
+// A namespace has at most the owner's max_schedules_per_namespace
+// schedules: one more is refused with the reason; changing one it has
+// still works, and another namespace's are counted apart.
+func TestSchedulesPerNamespaceAreBounded(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set max_schedules_per_namespace = 3"); err != nil {
+		t.Fatal(err)
+	}
+	a := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	bp := b.tenantLogin(t, engine.RoleProducer, "team-b")
+	put := func(l login, name string) error {
+		_, err := l.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: name, Cron: "* * * * *", Type: "schedn.job.v1"})
+		return err
+	}
+	for _, n := range []string{"a1", "a2", "a3"} {
+		if err := put(a, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := put(a, "a4")
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "namespace team-a has 3 schedules") {
+		t.Fatalf("a fourth schedule: %v", err)
+	}
+	if _, err := a.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "a1", Cron: "*/5 * * * *", Type: "schedn.job.v1"}); err != nil {
+		t.Fatalf("changing a schedule at the bound: %v", err)
+	}
+	if err := put(bp, "b1"); err != nil {
+		t.Fatalf("team-b's first schedule: %v", err)
+	}
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set max_schedules_per_namespace = 0"); sqlState(err) != "23514" {
+		t.Fatalf("a bound of 0: %v", err)
+	}
+}

@@ -49,6 +49,10 @@ const (
 	// FiringFailed: recording the run failed (the schedule's LastError says
 	// why); the tick is not retried.
 	FiringFailed FiringOutcome = "failed"
+	// FiringBusy: a lock the tick needed (a run to cancel that another
+	// transaction holds) was not free within half a second; nothing was
+	// done and the schedule stays due for the next call.
+	FiringBusy FiringOutcome = "busy"
 )
 
 // ScheduleSpec describes a cron schedule: at every tick of Cron in

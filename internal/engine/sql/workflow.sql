@@ -213,6 +213,7 @@ create table if not exists workflow.workflow_settings (
     max_journal_bytes bigint not null default 67108864,
     clock_offset interval not null default '0',
     history_partition interval not null default '1 day',
+    max_schedules_per_namespace integer not null default 1000,
     constraint workflow_settings_pkey primary key (singleton),
     constraint workflow_settings_one_row check (singleton),
     constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864),
@@ -220,10 +221,11 @@ create table if not exists workflow.workflow_settings (
     constraint workflow_settings_clock_offset_forward check (clock_offset >= '0' and clock_offset <= '100 years'),
     constraint workflow_settings_history_partition_range
         check (history_partition between interval '1 minute' and interval '31 days'
-               and extract(epoch from history_partition) = floor(extract(epoch from history_partition)))
+               and extract(epoch from history_partition) = floor(extract(epoch from history_partition))),
+    constraint workflow_settings_max_schedules_range check (max_schedules_per_namespace between 1 and 1000000)
 );
 comment on table workflow.workflow_settings is
-    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day).';
+    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day); max_schedules_per_namespace bounds the schedules of one namespace (1 to 1000000, default 1000).';
 insert into workflow.workflow_settings default values on conflict do nothing;
 
 -- The clock of every rule: now() moved by the owner's clock_offset (zero
@@ -6025,6 +6027,7 @@ comment on column workflow.workflow_schedule.next_tick_at is
 create unique index if not exists idx_workflow_schedule_identity
     on workflow.workflow_schedule ((coalesce(source_namespace, '')), name);
 create index if not exists idx_workflow_schedule_due on workflow.workflow_schedule (next_tick_at) where not suspend;
+create index if not exists idx_workflow_schedule_namespace on workflow.workflow_schedule (namespace);
 
 -- The unfinished runs of a schedule, found by the prefix of their
 -- idempotency keys. In the "C" collation, whatever the database's: a range
@@ -6168,6 +6171,8 @@ declare
     v_old workflow.workflow_schedule;
     v_id uuid;
     v_next timestamptz;
+    v_ns text;
+    v_max integer;
 begin
     if p_name is null or char_length(p_name) > 253 or p_name !~ '^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$' then
         raise exception 'schedule name %: a name is lowercase letters, digits, ''.'', ''_'' and ''-'', starting and ending with a letter or digit, at most 253 characters',
@@ -6260,6 +6265,16 @@ begin
             return query select v_old.id, v_next;
             return;
         end if;
+        -- A namespace has at most max_schedules_per_namespace schedules
+        -- (the owner's setting); new ones are counted one writer at a time.
+        perform 1 from workflow.workflow_lock l where l.id = 0 for update;
+        v_ns := coalesce(p_source_namespace, workflow.default_namespace());
+        v_max := (select st.max_schedules_per_namespace from workflow.workflow_settings st);
+        if (select count(*) from (select 1 from workflow.workflow_schedule sc
+                                  where sc.namespace = v_ns limit v_max) x) >= v_max then
+            raise exception 'schedule %: namespace % has % schedules, the most workflow_settings.max_schedules_per_namespace allows',
+                v_label, v_ns, v_max using errcode = '54000';
+        end if;
         insert into workflow.workflow_schedule as sc (
             name, source_namespace, source_uid, cron, time_zone, type, payload, priority, max_attempts, deadline,
             retry_base_delay, retry_max_delay, concurrency_key,
@@ -6270,7 +6285,7 @@ begin
                 workflow.cron_next(p_cron, p_time_zone, v_now),
                 -- A mirrored schedule's runs belong to its object's
                 -- namespace; a producer's, to the one it produces for.
-                coalesce(p_source_namespace, workflow.default_namespace()))
+                v_ns)
         on conflict ((coalesce(source_namespace, '')), name) do nothing
         returning sc.id, sc.next_tick_at into v_id, v_next;
         if v_id is not null then
@@ -6330,8 +6345,13 @@ end $$;
 --   failed          recording the run failed (the error, say a payload
 --                   over a since lowered workflow_settings.max_payload_bytes,
 --                   is kept in last_error); the tick is not retried
--- then sets last_tick_at, last_outcome, last_error, last_fired_run and
--- next_tick_at (the first tick after the one dealt with).
+--   busy            a lock it needed (a run to cancel, say, that another
+--                   transaction holds) was not free within lock_timeout
+--                   (500 ms): nothing of it was done, the schedule stays
+--                   due and is not written, and the next call tries again
+-- then (but for busy) sets last_tick_at, last_outcome, last_error,
+-- last_fired_run and next_tick_at (the first tick after the one dealt
+-- with).
 -- Due ticks are found by walking from next_tick_at with cron_next, at most
 -- 100 steps (each older tick reported missed); when more are due, the most
 -- recent is found by bisection between the 100th and now (about 25
@@ -6357,7 +6377,12 @@ end $$;
 -- (Replace), then the new run's key.
 create or replace function workflow.fire_due_schedules(p_limit integer default 100)
 returns table (schedule_id uuid, tick timestamptz, run_id uuid, outcome text)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+-- A schedule whose firing waits for a lock (a run another transaction
+-- holds) waits at most this long: it is 'busy', stays due, and the others
+-- fire.
+set lock_timeout = '500ms'
+as $$
 #variable_conflict use_column
 declare
     c_walk constant integer := 100;
@@ -6468,16 +6493,25 @@ begin
             end if;
         exception when others then
             get stacked diagnostics v_state = returned_sqlstate, v_error = message_text;
-            if left(v_state, 2) in ('40', '53', '57', '58', 'XX') or v_state = '55P03' then
+            if v_state = '55P03' then
+                v_outcome := 'busy';
+            elsif left(v_state, 2) in ('40', '53', '57', '58', 'XX') then
                 raise;
-            end if;
-            v_outcome := 'failed';
-            v_run := null;
-            v_missed := '{}';
-            if v_next is null or v_next <= v_tick then
-                v_next := workflow.far_future();
+            else
+                v_outcome := 'failed';
+                v_run := null;
+                v_missed := '{}';
+                if v_next is null or v_next <= v_tick then
+                    v_next := workflow.far_future();
+                end if;
             end if;
         end;
+        if v_outcome = 'busy' then
+            -- Nothing of it was done (the block rolled back): it stays due,
+            -- for a later call.
+            return query select s.id, v_tick, null::uuid, 'busy'::text;
+            continue;
+        end if;
 
         return query select s.id, m.t, null::uuid, 'missed'::text from unnest(v_missed) m(t) order by m.t;
         return query select s.id, v_tick, v_run, v_outcome;

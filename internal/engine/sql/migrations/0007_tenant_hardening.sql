@@ -1,0 +1,34 @@
+-- Version 7: no tenant forges, redirects or stalls another. Lease tokens
+-- nobody else can read: a claim draws its token at random and hands it to
+-- the claimer alone; the run keeps only its fence (workflow.lease_fence, a
+-- one-way digest of the token), so a login that reads the row cannot write
+-- as the holder. Every event records the database login that made it
+-- (workflow_event.db_user). A namespace's schedules are bounded by the
+-- owner's workflow_settings.max_schedules_per_namespace (default 1000).
+-- from: version 6 at f7059f7a5093701b146649f346daf9ef40543f7a
+--
+-- The leases held while the upgrade runs keep working: their tokens (from
+-- the old sequence) are replaced by their fences, which the holders' next
+-- writes match. Rewrites the leased rows only (a finished run's old token
+-- fences nothing); events recorded before the upgrade keep db_user null
+-- (who made them was not recorded).
+
+update workflow.workflow_run
+set lease_token = ('x' || left(encode(sha256(int8send(lease_token)), 'hex'), 16))::bit(64)::bigint
+where status = 'leased' and lease_token is not null;
+
+alter table workflow.workflow_event add column if not exists db_user text;
+alter table workflow.workflow_event alter column db_user set default session_user;
+
+drop sequence if exists workflow.lease_token_seq cascade;
+
+-- The schedules a namespace may have (put_schedule counts them).
+alter table workflow.workflow_settings add column if not exists max_schedules_per_namespace integer not null default 1000;
+do $$ begin
+    if not exists (select 1 from pg_catalog.pg_constraint
+                   where conrelid = 'workflow.workflow_settings'::regclass
+                     and conname = 'workflow_settings_max_schedules_range') then
+        alter table workflow.workflow_settings add constraint workflow_settings_max_schedules_range
+            check (max_schedules_per_namespace between 1 and 1000000);
+    end if;
+end $$;
