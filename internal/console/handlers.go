@@ -168,7 +168,7 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sub, why := s.hub.subscribe(clientOf(r), run, version)
+	sub, why := s.hub.subscribe(viewerOf(r), run, version)
 	if sub == nil {
 		// 429, not 503: a browser's EventSource gives up on either, and the
 		// page says the updates stopped.
@@ -242,12 +242,17 @@ func (s *Server) streamStillAllowed(ctx context.Context, token, run string) bool
 	return err == nil && ok
 }
 
-// clientOf names the client of a request for the per-client limit of open
-// streams: its address without the port.
-func clientOf(r *http.Request) string {
+// viewerOf names whom a request's stream counts against for the bound of
+// open streams per viewer: the user its token authenticated (the same from
+// any address, and apart from the other users behind the same ingress or
+// proxy), else, on an unauthenticated console, its address without the port.
+func viewerOf(r *http.Request) viewer {
+	if user := accessOf(r.Context()).user; user != "" {
+		return viewer{user: user}
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		return viewer{address: r.RemoteAddr}
 	}
-	return host
+	return viewer{address: host}
 }

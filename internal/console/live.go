@@ -30,16 +30,16 @@ const (
 	// recheck is how often the open run pages are looked at without a
 	// notification: a journal entry or a signal notifies nothing.
 	recheck = 2 * time.Second
-	// maxSubscribers bounds the open streams, maxPerClient those of one
-	// client address; more are refused (429).
+	// maxSubscribers bounds the open streams, maxPerViewer those of one
+	// viewer (see viewerOf); more are refused (429).
 	maxSubscribers = 256
-	maxPerClient   = 16
+	maxPerViewer   = 16
 )
 
 // subscriber is one open event stream: of one run's page (run set), or of a
 // page of many runs.
 type subscriber struct {
-	client  string
+	viewer  viewer
 	run     string
 	version string
 	joined  time.Time
@@ -64,10 +64,19 @@ func newHub() *hub {
 	return &hub{subs: map[*subscriber]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
-// subscribe adds a stream; nil and why when there are too many. A run's
-// stream is compared with the run at once (the page may be older than the
-// run); a list's is told of the notifications that arrive after it joined.
-func (h *hub) subscribe(client, run, version string) (*subscriber, string) {
+// viewer is whom a stream counts against: an authenticated user, or (on an
+// unauthenticated console, which knows no one) a client address. Exactly
+// one of the two is set, so a user name never counts as an address.
+type viewer struct {
+	user    string
+	address string
+}
+
+// subscribe adds a stream of viewer v; nil and why when there are too many,
+// on the console or of v. A run's stream is compared with the run at once
+// (the page may be older than the run); a list's is told of the
+// notifications that arrive after it joined.
+func (h *hub) subscribe(v viewer, run, version string) (*subscriber, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.subs) >= maxSubscribers {
@@ -75,14 +84,14 @@ func (h *hub) subscribe(client, run, version string) (*subscriber, string) {
 	}
 	mine := 0
 	for s := range h.subs {
-		if s.client == client {
+		if s.viewer == v {
 			mine++
 		}
 	}
-	if mine >= maxPerClient {
-		return nil, "too many open live updates from this address; close some console tabs"
+	if mine >= maxPerViewer {
+		return nil, "you have too many open live updates; close some console tabs"
 	}
-	s := &subscriber{client: client, run: run, version: version, joined: time.Now(), ch: make(chan struct{}, 1)}
+	s := &subscriber{viewer: v, run: run, version: version, joined: time.Now(), ch: make(chan struct{}, 1)}
 	h.subs[s] = struct{}{}
 	// A run's page is compared with its run at once; for a page of many
 	// runs, the inbox's version is read if no other page follows it yet.

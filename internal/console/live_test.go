@@ -143,6 +143,8 @@ func TestRunPageIsToldOfJournalEntriesAndSignals(t *testing.T) {
 	mustContain(t, "the run page after a signal", body, `<table id="signals">`, `<td>approve</td>`)
 }
 
+// An unauthenticated console knows no viewers: it bounds the streams of
+// each client address instead.
 func TestOneClientCannotHoldEveryStream(t *testing.T) {
 	e := setup(t)
 	for i := range 16 {
@@ -180,4 +182,67 @@ func TestListPagesAreToldWhenRunsFinish(t *testing.T) {
 	e.complete(t, c[0], `{}`)
 	expectEvent(t, events, 5*time.Second, "a run succeeded")
 	expectQuiet(t, events, 2500*time.Millisecond, "nothing changed after the completion was shown")
+}
+
+// openStream opens a list page's event stream as the holder of token and
+// returns whether it opened (200, an event stream) and the status; an open
+// stream stays open until closeStream is called or the test ends.
+func (a *authEnv) openStream(t *testing.T, token string) (opened bool, status int, closeStream func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(a.ctx)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/live?", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		resp.Body.Close()
+		cancel()
+		return false, resp.StatusCode, func() {}
+	}
+	return true, resp.StatusCode, func() {
+		cancel()
+		resp.Body.Close()
+	}
+}
+
+// Streams are counted per viewer, not per address: behind one ingress (one
+// client address for everyone) a viewer who holds all the streams allowed
+// them keeps no other viewer from theirs, and gets a slot back when one of
+// theirs closes.
+func TestOneViewerCannotHoldAnotherViewersStreams(t *testing.T) {
+	t.Parallel()
+	a := setupAuth(t, time.Minute)
+	a.namespace(t, "team-live")
+	viewerA := a.serviceAccount(t, "team-live", "viewer-a")
+	viewerB := a.serviceAccount(t, "team-live", "viewer-b")
+	const perViewer = 16
+	var closeFirst func()
+	for i := range perViewer {
+		opened, status, closeIt := a.openStream(t, viewerA)
+		if !opened {
+			t.Fatalf("viewer A's stream %d of %d: %d", i+1, perViewer, status)
+		}
+		if i == 0 {
+			closeFirst = closeIt
+		}
+	}
+	if opened, status, _ := a.openStream(t, viewerA); opened || status != http.StatusTooManyRequests {
+		t.Fatalf("viewer A's stream %d: %d, want 429", perViewer+1, status)
+	}
+	// Viewer B, from the same address (127.0.0.1), is not viewer A.
+	if opened, status, _ := a.openStream(t, viewerB); !opened {
+		t.Fatalf("viewer B's first stream, from viewer A's address: %d, want 200 and an event stream", status)
+	}
+	// Closing one of viewer A's streams gives viewer A a slot back.
+	closeFirst()
+	waitFor(t, 10*time.Second, "viewer A may open a stream once one of theirs closed", func() bool {
+		opened, _, _ := a.openStream(t, viewerA)
+		return opened
+	})
 }
