@@ -40,6 +40,16 @@ func (m *Maintenance) dropHistory(ctx context.Context) {
 	if busy {
 		// A transaction held the trail past the drop's lock timeout (one
 		// left idle in a transaction, for one): the next pass tries again.
-		m.Log.Info("A partition of the audit trail due to be dropped was busy; trying again at the next pass")
+		// Name whose sessions hold it, so that an operator can end them.
+		holders, err := m.Engine.MaintenanceBlockers(ctx)
+		if err != nil {
+			m.Log.Error(err, "Listing the sessions that hold the audit trail failed")
+		}
+		who := make([]string, len(holders))
+		for i, h := range holders {
+			who[i] = h.String()
+		}
+		m.Log.Info("A partition of the audit trail due to be dropped was busy; trying again at the next pass",
+			"heldBy", who)
 	}
 }

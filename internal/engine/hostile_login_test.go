@@ -381,3 +381,64 @@ func TestSchedulesPerNamespaceAreBounded(t *testing.T) {
 		t.Fatalf("a bound of 0: %v", err)
 	}
 }
+
+// A login bound to a namespace cannot sit idle in a transaction for
+// longer than the owner's idle_transaction_timeout: its session ends, and
+// dropping history is no longer busy. While it sits, the engine names it.
+func TestIdleTransactionsAreBoundedAndNamed(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set idle_transaction_timeout = '2 seconds'"); err != nil {
+		t.Fatal(err)
+	}
+	l := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	var bound string
+	if err := l.pool.QueryRow(b.ctx, "show idle_in_transaction_session_timeout").Scan(&bound); err != nil || bound != "2s" {
+		t.Fatalf("the login's idle bound: %q %v", bound, err)
+	}
+	id := b.teamRun(t, "team-a", "idle.job.v1")
+	conn, err := l.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, "begin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(b.ctx, "select count(*) from workflow.workflow_event where workflow_id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	holders, err := b.eng.MaintenanceBlockers(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := false
+	for _, h := range holders {
+		named = named || h.User == l.name
+	}
+	if !named {
+		t.Fatalf("the sessions holding maintenance back: %v, want %s's", holders, l.name)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := conn.Exec(b.ctx, "select 1")
+		if err != nil {
+			break // the server ended the idle session
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle session still runs statements after its bound")
+		}
+		// A statement resets the idle timer: wait past the bound before the next.
+		time.Sleep(2500 * time.Millisecond)
+	}
+	conn.Conn().Close(b.ctx)
+	holders, err = b.eng.MaintenanceBlockers(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range holders {
+		if h.User == l.name {
+			t.Fatalf("%s still holds: %v", l.name, h)
+		}
+	}
+}

@@ -214,6 +214,7 @@ create table if not exists workflow.workflow_settings (
     clock_offset interval not null default '0',
     history_partition interval not null default '1 day',
     max_schedules_per_namespace integer not null default 1000,
+    idle_transaction_timeout interval not null default '5 minutes',
     constraint workflow_settings_pkey primary key (singleton),
     constraint workflow_settings_one_row check (singleton),
     constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864),
@@ -222,10 +223,12 @@ create table if not exists workflow.workflow_settings (
     constraint workflow_settings_history_partition_range
         check (history_partition between interval '1 minute' and interval '31 days'
                and extract(epoch from history_partition) = floor(extract(epoch from history_partition))),
-    constraint workflow_settings_max_schedules_range check (max_schedules_per_namespace between 1 and 1000000)
+    constraint workflow_settings_max_schedules_range check (max_schedules_per_namespace between 1 and 1000000),
+    constraint workflow_settings_idle_transaction_range
+        check (idle_transaction_timeout between interval '1 second' and interval '1 day')
 );
 comment on table workflow.workflow_settings is
-    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day); max_schedules_per_namespace bounds the schedules of one namespace (1 to 1000000, default 1000).';
+    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day); max_schedules_per_namespace bounds the schedules of one namespace (1 to 1000000, default 1000); idle_transaction_timeout is the idle_in_transaction_session_timeout grant_namespace gives a login that has none (1 second to 1 day, default 5 minutes).';
 insert into workflow.workflow_settings default values on conflict do nothing;
 
 -- The clock of every rule: now() moved by the owner's clock_offset (zero
@@ -360,8 +363,13 @@ end $$;
 -- grant_namespace binds a role to a namespace as producer, worker or
 -- reader; revoke_namespace undoes it (true when there was such a binding).
 -- Only the schema's owner may (the functions are not granted to anyone).
+-- A login without an idle_in_transaction_session_timeout of its own gets
+-- workflow_settings.idle_transaction_timeout (when the owner may alter
+-- roles; a notice gives the statement otherwise).
 create or replace function workflow.grant_namespace(p_role text, p_namespace text, p_as text) returns void
 language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+    v_bound bigint;
 begin
     if not exists (select 1 from pg_catalog.pg_roles r where r.rolname = p_role) then
         raise exception 'grant_namespace: role % does not exist', quote_ident(left(p_role, 100)) using errcode = '42704';
@@ -377,6 +385,23 @@ begin
     insert into workflow.workflow_namespace_grant (role_name, namespace, capacity)
     values (p_role, p_namespace, p_as)
     on conflict do nothing;
+    -- A login left idle in a transaction holds back retention and
+    -- maintenance for every namespace: its sessions end after the owner's
+    -- idle_transaction_timeout, unless the role has a bound of its own
+    -- (role settings apply at login, to the login role only).
+    v_bound := (select (extract(epoch from st.idle_transaction_timeout) * 1000)::bigint
+                from workflow.workflow_settings st);
+    if not exists (select 1 from pg_catalog.pg_db_role_setting s
+                   join pg_catalog.pg_roles r on r.oid = s.setrole
+                   where r.rolname = p_role
+                     and exists (select 1 from unnest(s.setconfig) c where c like 'idle\_in\_transaction\_session\_timeout=%')) then
+        begin
+            execute format('alter role %I set idle_in_transaction_session_timeout = %s', p_role, v_bound);
+        exception when insufficient_privilege then
+            raise notice 'grant_namespace: % may not set the role''s idle bound; as an administrator, run: alter role % set idle_in_transaction_session_timeout = %',
+                current_user, quote_ident(p_role), v_bound;
+        end;
+    end if;
 end $$;
 
 -- revoke_namespace removes one binding; true when there was one.

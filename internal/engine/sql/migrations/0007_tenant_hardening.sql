@@ -4,7 +4,10 @@
 -- one-way digest of the token), so a login that reads the row cannot write
 -- as the holder. Every event records the database login that made it
 -- (workflow_event.db_user). A namespace's schedules are bounded by the
--- owner's workflow_settings.max_schedules_per_namespace (default 1000).
+-- owner's workflow_settings.max_schedules_per_namespace (default 1000), and
+-- the logins bound to namespaces get an idle bound
+-- (workflow_settings.idle_transaction_timeout, default 5 minutes) when the
+-- owner may alter roles (a notice gives the statement otherwise).
 -- from: version 6 at f7059f7a5093701b146649f346daf9ef40543f7a
 --
 -- The leases held while the upgrade runs keep working: their tokens (from
@@ -31,4 +34,38 @@ do $$ begin
         alter table workflow.workflow_settings add constraint workflow_settings_max_schedules_range
             check (max_schedules_per_namespace between 1 and 1000000);
     end if;
+end $$;
+
+-- The idle bound grant_namespace gives the logins it binds.
+alter table workflow.workflow_settings add column if not exists idle_transaction_timeout interval not null default '5 minutes';
+do $$ begin
+    if not exists (select 1 from pg_catalog.pg_constraint
+                   where conrelid = 'workflow.workflow_settings'::regclass
+                     and conname = 'workflow_settings_idle_transaction_range') then
+        alter table workflow.workflow_settings add constraint workflow_settings_idle_transaction_range
+            check (idle_transaction_timeout between interval '1 second' and interval '1 day');
+    end if;
+end $$;
+-- Logins bound before the upgrade get the bound now, as grant_namespace
+-- gives it (those with a bound of their own keep theirs).
+do $$
+declare
+    v_role text;
+begin
+    for v_role in
+        select distinct g.role_name from workflow.workflow_namespace_grant g
+        join pg_catalog.pg_roles r on r.rolname = g.role_name
+        where r.rolcanlogin
+          and not exists (select 1 from pg_catalog.pg_db_role_setting s
+                          where s.setrole = r.oid
+                            and exists (select 1 from unnest(s.setconfig) c
+                                        where c like 'idle\_in\_transaction\_session\_timeout=%'))
+    loop
+        begin
+            execute format('alter role %I set idle_in_transaction_session_timeout = 300000', v_role);
+        exception when insufficient_privilege then
+            raise notice 'version 7: as an administrator, run: alter role % set idle_in_transaction_session_timeout = 300000',
+                quote_ident(v_role);
+        end;
+    end loop;
 end $$;
