@@ -3370,6 +3370,79 @@ begin
     exception when others then
         return format('step "%s": %s is not an SQL/JSON path expression: %s', p_step->>'name', p_field, sqlerrm);
     end;
+    return 'step "' || (p_step->>'name') || '": ' || p_field || ' is refused: '
+           || workflow.path_cost_problem(p_step->>p_field);
+end $$;
+
+-- path_cost_problem names what would make a step's SQL/JSON path cost
+-- more than time in proportion to its input, or null: a comparison of two
+-- paths (every item of one against every item of the other, quadratic in
+-- lax mode's unwrapped arrays), $ inside a filter (the input read again
+-- for every item), ** inside a filter or more than one ** (the input read
+-- once per node). It reads the path as PostgreSQL prints it (members
+-- quoted, spacing fixed), split into tokens. Called when a definition is
+-- written (path_problem) and, for a path that could hold such a thing,
+-- before it is evaluated (dag_path_value: definitions stored before this
+-- check), so that a condition never holds a worker's completion for long.
+create or replace function workflow.path_cost_problem(p_expr text) returns text
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
+declare
+    v_tokens text[];
+    v_tk text;
+    v_filters integer[] := '{}';
+    v_parens integer := 0;
+    v_brackets integer := 0;
+    v_recursive integer := 0;
+    v_n integer;
+    v_j integer;
+    v_left boolean;
+    v_right boolean;
+begin
+    v_tokens := array(
+        select m[1] from regexp_matches(p_expr::jsonpath::text,
+            '("(?:\\.|[^"\\])*"|\*\*(?:\{[^}]*\})?|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|[A-Za-z_][A-Za-z_0-9]*|==|!=|<>|<=|>=|&&|\|\||\(|\)|\[|\]|\{|\}|[-+*/%<>!.,?@$])',
+            'g') m);
+    v_n := cardinality(v_tokens);
+    for i in 1 .. v_n loop
+        v_tk := v_tokens[i];
+        if v_tk = '(' then
+            v_parens := v_parens + 1;
+            if i > 1 and v_tokens[i - 1] = '?' then
+                v_filters := v_filters || v_parens;
+            end if;
+        elsif v_tk = ')' then
+            if cardinality(v_filters) > 0 and v_filters[cardinality(v_filters)] = v_parens then
+                v_filters := v_filters[1:cardinality(v_filters) - 1];
+            end if;
+            v_parens := v_parens - 1;
+        elsif v_tk = '[' then
+            v_brackets := v_brackets + 1;
+        elsif v_tk = ']' then
+            v_brackets := v_brackets - 1;
+        elsif left(v_tk, 2) = '**' then
+            v_recursive := v_recursive + 1;
+            if cardinality(v_filters) > 0 then
+                return 'it uses ** inside a filter, which would read the whole input once per item';
+            elsif v_recursive > 1 then
+                return 'it uses ** more than once; one ** reads the whole input, each more one reads it again for every item';
+            end if;
+        elsif v_tk = '$' and cardinality(v_filters) > 0 then
+            return 'it uses $ inside a filter, which would read the input again for every item; compare items with @ and constants';
+        elsif v_tk in ('==', '!=', '<>', '<', '<=', '>', '>=') and v_brackets = 0 then
+            v_left := i > 1 and (v_tokens[i - 1] ~ '^[0-9]' or v_tokens[i - 1] in ('true', 'false', 'null')
+                                 or (left(v_tokens[i - 1], 1) = '"' and (i < 3 or v_tokens[i - 2] <> '.')));
+            v_j := i + 1;
+            if v_j <= v_n and v_tokens[v_j] in ('-', '+') then
+                v_j := v_j + 1;
+            end if;
+            v_right := v_j <= v_n and (v_tokens[v_j] ~ '^[0-9]' or v_tokens[v_j] in ('true', 'false', 'null')
+                                       or left(v_tokens[v_j], 1) = '"');
+            if not (v_left or v_right) then
+                return format('it compares two paths (%s): every item of one with every item of the other; one side of a comparison must be a constant',
+                              v_tk);
+            end if;
+        end if;
+    end loop;
     return null;
 end $$;
 
@@ -3396,6 +3469,12 @@ create or replace function workflow.dag_path_value(p_input jsonb, p_expr text, p
                                                    out value jsonb, out error text)
 language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
 begin
+    if p_expr ~ '[$@][^$@]*[$@]|[*][*]' then
+        error := 'refused: ' || workflow.path_cost_problem(p_expr);
+        if error is not null then
+            return;
+        end if;
+    end if;
     if p_predicate then
         value := to_jsonb(jsonb_path_match(p_input, p_expr::jsonpath, '{}', true));
     else
@@ -6749,6 +6828,7 @@ revoke all on function
     workflow.new_lease_token(),
     workflow.lease_fence(bigint),
     workflow.dag_path_value(jsonb, text, boolean),
+    workflow.path_cost_problem(text),
     workflow.dag_end(workflow.workflow_run, text, jsonb, text, jsonb),
     workflow.dag_fail(workflow.workflow_run, text, jsonb),
     workflow.dag_finally(workflow.workflow_run, jsonb, timestamptz),
