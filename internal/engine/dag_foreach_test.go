@@ -240,7 +240,7 @@ func TestDAGForEachErrorsAndAmplification(t *testing.T) {
 	items := make([]int, 100)
 	raw, _ := json.Marshal(map[string]any{"items": items, "blob": strings.Repeat("x", 5000)})
 	amp := b.insertSQL(t, "each.amp.v1", string(raw))
-	if r := b.get(t, amp); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, "a fan-out carries at most") {
+	if r := b.get(t, amp); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, "fan-outs carry at most") {
 		t.Fatalf("amplified fan-out: %s (%s)", r.Status, r.LastError)
 	}
 	var elements int
@@ -285,5 +285,37 @@ func TestRetryRunKeepsAContinueFanOutThatSucceeded(t *testing.T) {
 	b.completeAll(t, "w1", again)
 	if r := b.get(t, id); r.Status != engine.StatusSucceeded || !strings.Contains(string(r.Result), `"each": [null, "r1"]`) {
 		t.Fatalf("workflow %s result %s", r.Status, r.Result)
+	}
+}
+
+// One small insert of a definition with many fanned-out steps creates at
+// most 1000 element runs in all: the step that would pass the bound fails
+// the workflow (reason for_each_invalid), and the elements already
+// started are cancelled with it.
+func TestDAGFanOutIsBoundedPerWorkflow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var steps []string
+	for i := range 20 {
+		steps = append(steps, fmt.Sprintf(`{"name": "s%d", "type": "fanb.s.v1", "forEach": "$.payload.items"}`, i))
+	}
+	items := make([]int, 1000)
+	raw, _ := json.Marshal(map[string]any{"items": items})
+	var id string
+	if err := b.pool.QueryRow(b.ctx, `insert into workflow.workflow_run (type, payload, dag)
+		values ('fanb.flow.v1', $1, $2) returning id`, string(raw), `{"steps": [`+strings.Join(steps, ", ")+`]}`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	r := b.get(t, id)
+	if r.Status != engine.StatusFailed || !strings.Contains(r.LastError, "a workflow fans out to at most 1000 runs in all") {
+		t.Fatalf("the workflow: %s (%s)", r.Status, r.LastError)
+	}
+	var runs, unfinished int
+	if err := b.pool.QueryRow(b.ctx, `select count(*), count(*) filter (where status in ('pending', 'leased'))
+		from workflow.workflow_run where parent_id = $1`, id).Scan(&runs, &unfinished); err != nil {
+		t.Fatal(err)
+	}
+	if runs > 1000 || unfinished != 0 {
+		t.Fatalf("%d element runs, %d unfinished; want at most 1000, none unfinished", runs, unfinished)
 	}
 }

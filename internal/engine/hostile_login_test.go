@@ -442,3 +442,63 @@ func TestIdleTransactionsAreBoundedAndNamed(t *testing.T) {
 		}
 	}
 }
+
+// A worker's heartbeat of a run it does not work for tells nothing of it
+// ('missing') and extends nothing; the run's own worker still holds it.
+func TestHeartbeatOfAnotherTeamsRunTellsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	attacker := b.tenantLogin(t, engine.RoleWorker, "team-a")
+	id := b.teamRun(t, "team-b", "hbx.job.v1")
+	held := b.claimIn(t, "team-b", "wb", []string{"hbx."}, 1)
+	if len(held) != 1 {
+		t.Fatalf("team-b's claim: %+v", held)
+	}
+	before := b.get(t, id).LeaseUntil
+	got, err := attacker.eng.HeartbeatRuns(b.ctx, "wb", []engine.LeaseRef{{ID: id, Token: 1}}, time.Hour)
+	if err != nil || len(got) != 1 || got[0].Status != "missing" || got[0].Owned {
+		t.Fatalf("team-a's heartbeat of team-b's run: %+v %v", got, err)
+	}
+	if after := b.get(t, id).LeaseUntil; after == nil || before == nil || !after.Equal(*before) {
+		t.Fatalf("the lease moved from %v to %v", before, after)
+	}
+	own, err := b.eng.HeartbeatRuns(b.ctx, "wb", []engine.LeaseRef{held[0].Ref()}, time.Minute)
+	if err != nil || len(own) != 1 || !own[0].Owned || own[0].Status != engine.StatusLeased {
+		t.Fatalf("the holder's heartbeat: %+v %v", own, err)
+	}
+}
+
+// A SQL schedule's name is its namespace's: two teams' producers both
+// have a "nightly", each firing into its own namespace.
+func TestScheduleNamesArePerNamespace(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	a := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	bp := b.tenantLogin(t, engine.RoleProducer, "team-b")
+	var first engine.Schedule
+	for _, l := range []login{a, bp} {
+		s, err := l.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "nightly", Cron: "* * * * *", Type: "schedp.job.v1"})
+		if err != nil {
+			t.Fatalf("%s's nightly: %v", l.name, err)
+		}
+		first = s
+	}
+	b.clockTo(t, first.NextTickAt.Add(time.Second))
+	got := b.fire(t)
+	namespaces := map[string]bool{}
+	for _, f := range got {
+		if f.Outcome != engine.FiringFired {
+			t.Fatalf("firing %+v", f)
+		}
+		namespaces[b.get(t, f.RunID).Namespace] = true
+	}
+	if len(got) != 2 || !namespaces["team-a"] || !namespaces["team-b"] {
+		t.Fatalf("firings %+v: want one run in each namespace", got)
+	}
+	if ok, err := bp.eng.DeleteSchedule(b.ctx, "", "nightly"); err != nil || !ok {
+		t.Fatalf("team-b deletes its nightly: %v %v", ok, err)
+	}
+	if list, err := a.eng.ListSchedules(b.ctx, engine.ScheduleFilter{}); err != nil || len(list) != 1 {
+		t.Fatalf("team-a's schedules after team-b's delete: %+v %v", list, err)
+	}
+}

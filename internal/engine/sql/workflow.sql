@@ -2499,9 +2499,11 @@ begin
     from req
     left join extended x on x.id = req.id
     -- The batch's runs by primary key: joined as the whole table, under
-    -- enable_nestloop off they were read by a scan of every run.
+    -- enable_nestloop off they were read by a scan of every run. A run of
+    -- a namespace the caller does not work for is 'missing': its status
+    -- is not the caller's to read.
     left join (select c.id, c.status, c.last_error from workflow.workflow_run c
-               where c.id = any (p_ids)) cur on cur.id = req.id;
+               where c.id = any (p_ids) and workflow.acts_on(c.type_namespace, 'worker')) cur on cur.id = req.id;
     perform workflow.restore_marks(v_via);
 end $$;
 
@@ -4153,14 +4155,32 @@ begin
                         jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
                     exit marked;
                 end if;
-                -- The elements together are at most 16 times a payload's limit:
-                -- a fan-out never multiplies one producer's payload a thousand
-                -- times over.
-                if jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text) > 16 * v_limit then
+                -- A workflow fans out to at most 1000 runs in all, whatever
+                -- its number of steps: one small insert never becomes tens
+                -- of thousands of runs.
+                if v_run.dag_fanout is not null
+                   and (select sum(x.n::integer) from jsonb_each_text(v_run.dag_fanout) x(k, n)) + jsonb_array_length(v_list) > 1000 then
                     perform workflow.dag_fail(v_run,
-                        format('the %s elements of step "%s" would carry %s bytes of payload in all; a fan-out carries at most %s (16 payloads)',
+                        format('step "%s" would bring the workflow''s fanned-out runs to %s; a workflow fans out to at most 1000 runs in all',
+                               v_fan.name,
+                               (select sum(x.n::integer) from jsonb_each_text(v_run.dag_fanout) x(k, n)) + jsonb_array_length(v_list)),
+                        jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+                    exit marked;
+                end if;
+                -- The elements together, of this step and of the workflow's
+                -- other fanned-out steps, are at most 16 times a payload's
+                -- limit: a fan-out never multiplies one producer's payload a
+                -- thousand times over.
+                if jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text)
+                   + (case when v_run.dag_fanout is null then 0
+                           else coalesce((select sum(octet_length(c.payload::text)) from workflow.child_runs(p_run) c
+                                          where c.parent_step ~ '\[[0-9]+\]$'), 0) end) > 16 * v_limit then
+                    perform workflow.dag_fail(v_run,
+                        format('the %s elements of step "%s" would carry %s bytes of payload in all%s; a workflow''s fan-outs carry at most %s (16 payloads)',
                                jsonb_array_length(v_list), v_fan.name,
-                               jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text), 16 * v_limit),
+                               jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text),
+                               case when v_run.dag_fanout is not null then ', beside its other fanned-out runs' else '' end,
+                               16 * v_limit),
                         jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
                     exit marked;
                 end if;
@@ -6128,8 +6148,11 @@ comment on table workflow.workflow_schedule is
     'Cron schedules: each tick of cron in time_zone records one run of type and payload (workflow.fire_due_schedules).';
 comment on column workflow.workflow_schedule.next_tick_at is
     'The next tick to fire; stale while suspended (resuming, or a new cron or time zone, recomputes it from workflow.now()).';
-create unique index if not exists idx_workflow_schedule_identity
-    on workflow.workflow_schedule ((coalesce(source_namespace, '')), name);
+-- A schedule's name is its namespace's: a SQL schedule's (source
+-- namespace '') is unique among its namespace's SQL schedules, a mirrored
+-- one's among its namespace's WorkflowSchedules.
+create unique index if not exists idx_workflow_schedule_name
+    on workflow.workflow_schedule (namespace, (coalesce(source_namespace, '')), name);
 create index if not exists idx_workflow_schedule_due on workflow.workflow_schedule (next_tick_at) where not suspend;
 create index if not exists idx_workflow_schedule_namespace on workflow.workflow_schedule (namespace);
 
@@ -6230,8 +6253,10 @@ return pg_has_role(session_user,
 -- Writing schedules
 -- ---------------------------------------------------------------------------
 
--- put_schedule creates the schedule (p_source_namespace, p_name) or
--- updates it, after checking every field (each refusal names the field,
+-- put_schedule creates the schedule (p_source_namespace, p_name) of the
+-- namespace it belongs to (the mirrored object's, or the one the caller
+-- produces for: a SQL schedule's name is its namespace's) or updates it,
+-- after checking every field (each refusal names the field,
 -- errcode 22023; a schedule another may not write, 42501). next_tick_at is
 -- the first tick after workflow.now() for a new schedule, and when the
 -- cron expression or the time zone changed or the schedule is resumed
@@ -6338,14 +6363,18 @@ begin
         raise exception 'schedule %: %', v_label, v_problem using errcode = '22023';
     end if;
 
+    -- A mirrored schedule's runs belong to its object's namespace; a
+    -- producer's, to the one it produces for.
+    v_ns := coalesce(p_source_namespace, workflow.default_namespace());
     loop
         select * into v_old from workflow.workflow_schedule sc
-        where coalesce(sc.source_namespace, '') = coalesce(p_source_namespace, '') and sc.name = p_name
+        where sc.namespace = v_ns and coalesce(sc.source_namespace, '') = coalesce(p_source_namespace, '')
+          and sc.name = p_name
         for update;
         if found then
             if v_old.source_namespace is null and v_old.created_by <> session_user and not v_owner then
-                raise exception 'schedule %: created by database user %; only that user or the schema''s owner may change it',
-                    v_label, v_old.created_by using errcode = '42501';
+                raise exception 'schedule %: another database user of namespace % created it; only that user or the schema''s owner may change it',
+                    v_label, v_ns using errcode = '42501';
             end if;
             v_next := case when v_old.cron <> p_cron or v_old.time_zone <> p_time_zone
                                 or (v_old.suspend and not p_suspend)
@@ -6372,7 +6401,6 @@ begin
         -- A namespace has at most max_schedules_per_namespace schedules
         -- (the owner's setting); new ones are counted one writer at a time.
         perform 1 from workflow.workflow_lock l where l.id = 0 for update;
-        v_ns := coalesce(p_source_namespace, workflow.default_namespace());
         v_max := (select st.max_schedules_per_namespace from workflow.workflow_settings st);
         if (select count(*) from (select 1 from workflow.workflow_schedule sc
                                   where sc.namespace = v_ns limit v_max) x) >= v_max then
@@ -6387,10 +6415,8 @@ begin
                 p_max_attempts, p_deadline, p_retry_base_delay, p_retry_max_delay, p_concurrency_key,
                 p_concurrency_policy, p_starting_deadline_seconds, p_suspend,
                 workflow.cron_next(p_cron, p_time_zone, v_now),
-                -- A mirrored schedule's runs belong to its object's
-                -- namespace; a producer's, to the one it produces for.
                 v_ns)
-        on conflict ((coalesce(source_namespace, '')), name) do nothing
+        on conflict (namespace, (coalesce(source_namespace, '')), name) do nothing
         returning sc.id, sc.next_tick_at into v_id, v_next;
         if v_id is not null then
             return query select v_id, v_next;
@@ -6401,8 +6427,8 @@ begin
 end
 $_$;
 
--- delete_schedule deletes the schedule (p_source_namespace, p_name) and
--- reports whether there was one. Its runs stay, finished or not. The same
+-- delete_schedule deletes the schedule (p_source_namespace, p_name) of
+-- the same namespace as put_schedule and reports whether there was one. Its runs stay, finished or not. The same
 -- callers as put_schedule may delete (42501 otherwise).
 -- Locks: the schedule row.
 create or replace function workflow.delete_schedule(p_name text, p_source_namespace text default null)
@@ -6417,14 +6443,15 @@ begin
             left(p_source_namespace, 100), left(p_name, 300) using errcode = '42501';
     end if;
     select * into v_old from workflow.workflow_schedule sc
-    where coalesce(sc.source_namespace, '') = coalesce(p_source_namespace, '') and sc.name = p_name
+    where sc.namespace = coalesce(p_source_namespace, workflow.default_namespace())
+      and coalesce(sc.source_namespace, '') = coalesce(p_source_namespace, '') and sc.name = p_name
     for update;
     if not found then
         return false;
     end if;
     if v_old.source_namespace is null and v_old.created_by <> session_user and not v_owner then
-        raise exception 'schedule %: created by database user %; only that user or the schema''s owner may delete it',
-            p_name, v_old.created_by using errcode = '42501';
+        raise exception 'schedule %: another database user of namespace % created it; only that user or the schema''s owner may delete it',
+            p_name, v_old.namespace using errcode = '42501';
     end if;
     delete from workflow.workflow_schedule sc where sc.id = v_old.id;
     return true;

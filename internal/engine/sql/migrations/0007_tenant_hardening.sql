@@ -69,3 +69,8 @@ begin
         end;
     end loop;
 end $$;
+
+-- A SQL schedule's name is its namespace's (the file makes
+-- idx_workflow_schedule_name): two namespaces' producers may both have a
+-- "nightly".
+drop index if exists workflow.idx_workflow_schedule_identity;
