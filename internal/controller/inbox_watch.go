@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"log/slog"
-	"strings"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,23 +35,21 @@ func (w *InboxWatcher) Changes() <-chan event.GenericEvent { return w.events }
 // recorded from; the WorkflowRun controller fills it.
 func (w *InboxWatcher) Followers() *Followers { return w.followers }
 
-// Start listens until ctx ends.
+// maxLookup bounds the run ids one lookup of their objects takes.
+const maxLookup = 1000
+
+// Start listens until ctx ends. A notification names a run by its id; the
+// ids that arrive while a lookup runs are looked up together, so a burst
+// costs a few queries, not one per change.
 func (w *InboxWatcher) Start(ctx context.Context) error {
+	changed := make(chan string, 4*maxLookup)
+	go w.lookUp(ctx, changed)
 	err := w.Engine.Listen(ctx, engine.ListenConfig{
 		Channels: []string{engine.ChannelRunChanged},
 		OnNotify: func(n engine.Notification) {
-			ns, name, ok := strings.Cut(n.Payload, "/")
-			if !ok {
-				return
-			}
-			objs := append([]types.NamespacedName{{Namespace: ns, Name: name}}, w.followers.Of(n.Payload)...)
-			for _, o := range objs {
-				obj := &workflowv1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}}
-				select {
-				case w.events <- event.GenericEvent{Object: obj}:
-				case <-ctx.Done():
-					return
-				}
+			select {
+			case changed <- n.Payload:
+			case <-ctx.Done():
 			}
 		},
 		OnConnect: func() { w.Log.Info("Listening for inbox changes") },
@@ -62,4 +59,52 @@ func (w *InboxWatcher) Start(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// lookUp turns the ids of changed runs into their objects (and their
+// followers) and hands those to the controller, until ctx ends.
+func (w *InboxWatcher) lookUp(ctx context.Context, changed <-chan string) {
+	for {
+		var first string
+		select {
+		case first = <-changed:
+		case <-ctx.Done():
+			return
+		}
+		ids := map[string]struct{}{first: {}}
+	drain:
+		for len(ids) < maxLookup {
+			select {
+			case id := <-changed:
+				ids[id] = struct{}{}
+			default:
+				break drain
+			}
+		}
+		batch := make([]string, 0, len(ids))
+		for id := range ids {
+			batch = append(batch, id)
+		}
+		runs, err := w.Engine.SourcesOf(ctx, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				// The controller's periodic resync writes these back.
+				w.Log.Error(err, "Looking up the objects of changed runs failed", "runs", len(batch))
+			}
+			continue
+		}
+		for _, r := range runs {
+			key := r.Source.Namespace + "/" + r.Source.Name
+			objs := append([]types.NamespacedName{{Namespace: r.Source.Namespace, Name: r.Source.Name}},
+				w.followers.Of(key)...)
+			for _, o := range objs {
+				obj := &workflowv1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}}
+				select {
+				case w.events <- event.GenericEvent{Object: obj}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}
 }

@@ -417,8 +417,9 @@ func TestDAGRetentionKeepsStepsOfARunningWorkflow(t *testing.T) {
 	}
 }
 
-// A step's change announces its DAG run's Kubernetes object, so the
-// operator follows step progress without polling.
+// A step's change announces its DAG run, by id (SourcesOf tells the
+// operator its Kubernetes object), so the operator follows step progress
+// without polling, and no other login that LISTENs learns object names.
 func TestDAGStepChangesAnnounceTheWorkflowObject(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -431,17 +432,21 @@ func TestDAGStepChangesAnnounceTheWorkflowObject(t *testing.T) {
 	if _, err := conn.Exec(b.ctx, "listen workflow_run_changed"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.eng.CreateRun(b.ctx, engine.CreateParams{Type: "dagn.flow.v1",
-		IdempotencyKey: "k8s:shop:order-1", Source: &engine.Source{Namespace: "shop", Name: "order-1", UID: "u-1"}}); err != nil {
+	res, err := b.eng.CreateRun(b.ctx, engine.CreateParams{Type: "dagn.flow.v1",
+		IdempotencyKey: "k8s:shop:order-1", Source: &engine.Source{Namespace: "shop", Name: "order-1", UID: "u-1"}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Drain what the insert announced (the DAG run itself changed).
 	for {
 		ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
-		_, err := conn.Conn().WaitForNotification(ctx)
+		n, err := conn.Conn().WaitForNotification(ctx)
 		cancel()
 		if err != nil {
 			break
+		}
+		if strings.Contains(n.Payload, "order-1") || strings.Contains(n.Payload, "shop") {
+			t.Fatalf("a notification any login may LISTEN to names the object: %q", n.Payload)
 		}
 	}
 	b.claimIn(t, "shop", "w1", []string{"dagnw."}, 1) // a's run becomes leased: only the step changed
@@ -452,7 +457,11 @@ func TestDAGStepChangesAnnounceTheWorkflowObject(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no notification for the DAG run's object: %v", err)
 		}
-		if n.Payload == "shop/order-1" {
+		if n.Payload == res.ID {
+			got, err := b.eng.SourcesOf(b.ctx, []string{n.Payload, "not-an-id", "00000000-0000-0000-0000-000000000000"})
+			if err != nil || len(got) != 1 || got[0].Source.Namespace != "shop" || got[0].Source.Name != "order-1" {
+				t.Fatalf("the object of the announced run: %+v %v", got, err)
+			}
 			return
 		}
 	}

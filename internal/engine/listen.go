@@ -22,8 +22,10 @@ const (
 	ChannelRunCreated = "workflow_run_created"
 	// ChannelRunCancelled carries the id of a run that was just cancelled.
 	ChannelRunCancelled = "workflow_run_cancelled"
-	// ChannelRunChanged carries "namespace/name" of the Kubernetes object a
-	// run was mirrored from, whenever its status, attempt or holder changes.
+	// ChannelRunChanged carries the id of a run mirrored from a Kubernetes
+	// object (or of the DAG run whose step changed) whenever its status,
+	// attempt, holder or wait changes; SourcesOf tells its object. Not the
+	// object's name: any database login may LISTEN.
 	ChannelRunChanged = "workflow_run_changed"
 )
 

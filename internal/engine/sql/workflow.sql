@@ -1594,13 +1594,14 @@ create or replace trigger workflow_run_soft_deleted before update of deleted_at 
 
 -- A run mirrored from a WorkflowRun (source_name set) tells the operator
 -- when its status, attempt, holder or wait changed: NOTIFY
--- workflow_run_changed with namespace/name, so status is written back at once.
+-- workflow_run_changed with the run's id, so status is written back at
+-- once. The id, not the object's namespace/name: any login may LISTEN, and
+-- an id tells a login of another namespace nothing it may read (the
+-- operator looks the object up).
 create or replace function workflow.on_source_run_changed() returns trigger
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
-    if octet_length(new.source_namespace) + octet_length(new.source_name) < 4000 then
-        perform pg_notify('workflow_run_changed', new.source_namespace || '/' || new.source_name);
-    end if;
+    perform pg_notify('workflow_run_changed', new.id::text);
     return null;
 end $$;
 create or replace trigger workflow_source_run_changed after update on workflow.workflow_run
@@ -4313,18 +4314,15 @@ begin
 end $$;
 
 -- A DAG step's change tells the operator about its DAG run (NOTIFY
--- workflow_run_changed), so the WorkflowRun's step list is written back.
+-- workflow_run_changed with the DAG run's id), so the WorkflowRun's step
+-- list is written back.
 create or replace function workflow.on_dag_step_changed() returns trigger
 language plpgsql set search_path = pg_catalog, pg_temp as $$
-declare
-    v_ns text;
-    v_name text;
 begin
-    select p.source_namespace, p.source_name into v_ns, v_name
-    from workflow.workflow_run p
+    perform 1 from workflow.workflow_run p
     where p.id = new.parent_id and p.dag is not null and p.source_name is not null;
-    if found and octet_length(v_ns) + octet_length(v_name) < 4000 then
-        perform pg_notify('workflow_run_changed', v_ns || '/' || v_name);
+    if found then
+        perform pg_notify('workflow_run_changed', new.parent_id::text);
     end if;
     return null;
 end $$;
