@@ -28,7 +28,9 @@ func (s *session) matches(workflowType string) bool {
 }
 
 // onNotify wakes the claim loop for a new run of a type this worker
-// claims, and cancels the handler of a run that was cancelled.
+// claims, and has the cancellation of a run this worker holds confirmed
+// (confirmLoop): any login may send that notification, so it cancels no
+// handler by itself. Ids of runs this worker does not hold are ignored.
 func (s *session) onNotify(n engine.Notification) {
 	switch n.Channel {
 	case engine.ChannelRunCreated:
@@ -39,9 +41,12 @@ func (s *session) onNotify(n engine.Notification) {
 	case engine.ChannelRunCancelled:
 		s.mu.Lock()
 		a := s.active[n.Payload]
+		if a != nil {
+			s.suspects[n.Payload] = struct{}{}
+		}
 		s.mu.Unlock()
 		if a != nil {
-			a.cancel(ErrRunCancelled)
+			signal(s.confirm)
 		}
 	}
 }

@@ -108,7 +108,8 @@ type activeRun struct {
 // takes one when it is claimed (start) and gives it back once its outcome
 // is written (freeSlots), so that the runs a worker holds leased never
 // exceed its concurrency. Its loops, each in its own file, claim runs
-// (claim.go), heartbeat their leases (heartbeat.go), reap expired leases
+// (claim.go), heartbeat their leases and confirm cancellation notifications
+// (heartbeat.go), reap expired leases
 // (reap.go), write steps (step_writer.go) and write outcomes
 // (outcome_write.go).
 type session struct {
@@ -129,8 +130,13 @@ type session struct {
 	superseded map[*activeRun]bool
 	// running counts claimed runs whose outcome is not written yet.
 	running int
+	// suspects are the active runs named by a cancellation notification,
+	// until confirmLoop asks the database about them.
+	suspects map[string]struct{}
 
 	wake chan struct{}
+	// confirm wakes confirmLoop.
+	confirm chan struct{}
 	// followUp wakes the claim loop once more engine.WakeFollowUp after the
 	// latest insert notification.
 	followUp  *time.Timer
@@ -162,7 +168,9 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 		prefixes:   prefixes,
 		active:     map[string]*activeRun{},
 		superseded: map[*activeRun]bool{},
+		suspects:   map[string]struct{}{},
 		wake:       make(chan struct{}, 1),
+		confirm:    make(chan struct{}, 1),
 		freed:      make(chan struct{}, 1),
 		outcomes:   make(chan outcome, p.cfg.Concurrency),
 		steps:      make(chan stepRequest, p.cfg.Concurrency),
@@ -203,6 +211,7 @@ func (s *session) run(ctx context.Context) error {
 		})
 	})
 	bgWG.Go(func() { s.heartbeatLoop(bg) })
+	bgWG.Go(func() { s.confirmLoop(bg) })
 	bgWG.Go(func() { s.stepLoop(bg) })
 	if s.cfg.ReapInterval > 0 {
 		bgWG.Go(func() { s.reapLoop(bg) })

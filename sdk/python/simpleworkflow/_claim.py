@@ -5,7 +5,8 @@ one ``workflow.claim_runs`` call, at once when woken, otherwise every
 ``poll_interval``; each claimed run is decoded, given a slot and its handler
 started. The claim loop is woken by the listening connection
 (:func:`listen_loop`: a new run of a type this worker claims, and once more
-``WAKE_FOLLOW_UP`` after it; a cancelled run's handler is cancelled), by the
+``WAKE_FOLLOW_UP`` after it; a cancellation notification for a run this worker
+holds is confirmed with the database before its handler is cancelled), by the
 timers of parked runs (:func:`wake_at`), by the reaper and by freed slots. A
 run this worker cannot decode fails alone, for good (:func:`fail_undecodable`).
 """
@@ -19,13 +20,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Set
 
 import psycopg
 
+from ._heartbeat import heartbeat
 from ._outcomes import _FAIL_RUNS, _clean_text
+from ._writes import _Conn
 from .client import _primary_message
-from .durable import REASON_CANCELLED, REASON_LEASE_LOST, Task
+from .durable import REASON_LEASE_LOST, Task
 from .errors import PermissionDeniedError
 
 if TYPE_CHECKING:
@@ -36,6 +39,11 @@ log = logging.getLogger("simpleworkflow")
 #: A parked run due within this many seconds gets a timer that wakes the claim
 #: loop on time; later ones are found by the regular poll.
 _WAKE_TIMER_HORIZON = 600.0
+
+#: The least seconds between two confirmations of cancellation notifications
+#: (Go: confirmGap): however many arrive, confirming them costs at most one
+#: heartbeat call in flight and ten a second.
+_CONFIRM_GAP = 0.1
 
 
 def _literal_prefix(prefix: str) -> str:
@@ -63,50 +71,85 @@ def listen_loop(p: Poller, follow_up: Callable[[], float]) -> None:
     """LISTEN for new runs and cancellations until the poller stops, reconnecting when the connection is lost.
 
     A new run of a type this worker claims wakes the claim loop, and again
-    follow_up() seconds later (WAKE_FOLLOW_UP, read at each notification); a
-    cancelled run's handler is cancelled.
+    follow_up() seconds later (WAKE_FOLLOW_UP, read at each notification). A
+    cancellation notification is only a hint: any database login may send one
+    (pg_notify), for any run id. So it cancels no handler by itself: the runs
+    it names that this worker holds are confirmed (:func:`confirm_cancelled`),
+    those of every notification that arrived meanwhile in one call, at most
+    one call every _CONFIRM_GAP seconds; ids this worker does not hold are
+    ignored.
     """
     prefixes = [_literal_prefix(x) for x in p.type_prefixes]
-    while not p._stopping.is_set():
-        try:
-            conn = p._open()
+    confirm = _Conn(p._open)
+    suspects: Set[str] = set()
+    confirmed_at = float("-inf")
+    try:
+        while not p._stopping.is_set():
             try:
-                conn.execute("listen workflow_run_created")
-                conn.execute("listen workflow_run_cancelled")
-                p._wake.set()  # catch up on anything missed while disconnected
-                follow_up_at = None
-                while not p._stopping.is_set():
-                    timeout = 0.5
-                    if follow_up_at is not None:
-                        timeout = max(0.0, min(timeout, follow_up_at - time.monotonic()))
-                    ready, _, _ = select.select([conn.fileno()], [], [], timeout)
-                    if follow_up_at is not None and time.monotonic() >= follow_up_at:
-                        # Runs committed right after the notifying transaction
-                        # were not announced on their own (see WAKE_FOLLOW_UP).
-                        follow_up_at = None
-                        p._wake.set()
-                    if not ready:
-                        continue
-                    conn.pgconn.consume_input()
-                    while True:
-                        n = conn.pgconn.notifies()
-                        if n is None:
-                            break
-                        channel, payload = n.relname.decode(), n.extra.decode()
-                        if channel == "workflow_run_created":
-                            if not prefixes or any(payload.startswith(x) for x in prefixes):
-                                p._wake.set()
-                                follow_up_at = time.monotonic() + follow_up()
-                        elif channel == "workflow_run_cancelled":
-                            with p._lock:
-                                task = p._active.get(payload)
-                            if task is not None:
-                                task._cancel(REASON_CANCELLED)
-            finally:
-                conn.close()
-        except (psycopg.Error, OSError) as e:
-            log.warning(json.dumps({"msg": "Listen connection lost; reconnecting", "error": str(e)}))
-            time.sleep(0.5)
+                conn = p._open()
+                try:
+                    conn.execute("listen workflow_run_created")
+                    conn.execute("listen workflow_run_cancelled")
+                    p._wake.set()  # catch up on anything missed while disconnected
+                    follow_up_at = None
+                    while not p._stopping.is_set():
+                        timeout = 0.5
+                        if follow_up_at is not None:
+                            timeout = max(0.0, min(timeout, follow_up_at - time.monotonic()))
+                        if suspects:
+                            timeout = max(0.0, min(timeout, confirmed_at + _CONFIRM_GAP - time.monotonic()))
+                        ready, _, _ = select.select([conn.fileno()], [], [], timeout)
+                        if follow_up_at is not None and time.monotonic() >= follow_up_at:
+                            # Runs committed right after the notifying transaction
+                            # were not announced on their own (see WAKE_FOLLOW_UP).
+                            follow_up_at = None
+                            p._wake.set()
+                        if ready:
+                            conn.pgconn.consume_input()
+                            while True:
+                                n = conn.pgconn.notifies()
+                                if n is None:
+                                    break
+                                channel, payload = n.relname.decode(), n.extra.decode(errors="replace")
+                                if channel == "workflow_run_created":
+                                    if not prefixes or any(payload.startswith(x) for x in prefixes):
+                                        p._wake.set()
+                                        follow_up_at = time.monotonic() + follow_up()
+                                elif channel == "workflow_run_cancelled":
+                                    with p._lock:
+                                        if payload in p._active:
+                                            suspects.add(payload)
+                        if suspects and time.monotonic() >= confirmed_at + _CONFIRM_GAP:
+                            confirmed_at = time.monotonic()
+                            confirm_cancelled(p, confirm, suspects)
+                finally:
+                    conn.close()
+            except (psycopg.Error, OSError) as e:
+                log.warning(json.dumps({"msg": "Listen connection lost; reconnecting", "error": str(e)}))
+                time.sleep(0.5)
+    finally:
+        confirm.close()
+
+
+def confirm_cancelled(p: Poller, conn: _Conn, suspects: Set[str]) -> None:
+    """Ask the database about the runs named by cancellation notifications, and empty suspects.
+
+    The runs this worker still holds get an immediate heartbeat: the same
+    call, allowed to the worker's login, that extends every lease. Only its
+    answer, that the run was cancelled or that this attempt no longer holds
+    the lease, cancels a handler. When the call fails, the next regular
+    heartbeat asks again.
+    """
+    with p._lock:
+        held = [p._active.get(run_id) for run_id in suspects]
+        refs = [(t.id, t.lease_token) for t in held if t is not None and not t.done]
+    suspects.clear()
+    try:
+        heartbeat(p, conn, refs)
+    except psycopg.Error as e:
+        log.error(json.dumps({"msg": "Confirming a cancellation failed; the next heartbeat checks again",
+                              "error": str(e), "runs": len(refs)}))
+        conn.reset()
 
 
 def connect_until_ready(p: Poller) -> Optional[psycopg.Connection[Any]]:
