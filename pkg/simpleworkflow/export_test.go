@@ -8,3 +8,6 @@ func SetWakeFollowUp(d time.Duration) (restore func()) {
 	old := wakeFollowUp.Swap(int64(d))
 	return func() { wakeFollowUp.Store(old) }
 }
+
+// LeaseFence is leaseFence, for the tests.
+func LeaseFence(token int64) int64 { return leaseFence(token) }

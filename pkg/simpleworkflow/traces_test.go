@@ -226,10 +226,15 @@ func TestTracesOverOTLP(t *testing.T) {
 				t.Errorf("attempt attribute %s = %q, want %q", key, got, want)
 			}
 		}
-		for _, key := range []string{"simpleworkflow.run.attempt", "simpleworkflow.lease.token"} {
-			if v := attr(a, key); v == nil || v.GetIntValue() < 1 {
-				t.Errorf("attempt attribute %s = %v, want a positive number", key, v)
-			}
+		if v := attr(a, "simpleworkflow.run.attempt"); v == nil || v.GetIntValue() < 1 {
+			t.Errorf("attempt attribute simpleworkflow.run.attempt = %v, want a positive number", v)
+		}
+		// The fence the run's row keeps, never the token itself.
+		if v := attr(a, "simpleworkflow.lease.fence"); v == nil || v.GetIntValue() == 0 {
+			t.Errorf("attempt attribute simpleworkflow.lease.fence = %v, want the lease's fence", v)
+		}
+		if v := attr(a, "simpleworkflow.lease.token"); v != nil {
+			t.Errorf("a span carries the lease token %v", v)
 		}
 	}
 	if !outcomes[simpleworkflow.OutcomeParked] || !outcomes[simpleworkflow.OutcomeSucceeded] {

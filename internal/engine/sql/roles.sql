@@ -42,8 +42,14 @@ begin;
 -- Migrations and this script never run at the same time (the same lock as
 -- engine.Migrate takes on an installed schema, which no login but the
 -- schema's owner may take; the wait is bounded).
+-- (A schema installed from the file alone, without engine.Migrate, has no
+-- workflow.schema_version: nothing to wait for.)
 set local lock_timeout = '60s';
-lock table workflow.schema_version in share row exclusive mode;
+do $$ begin
+    if to_regclass('workflow.schema_version') is not null then
+        lock table workflow.schema_version in share row exclusive mode;
+    end if;
+end $$;
 set local lock_timeout = 0;
 
 do $$

@@ -13,6 +13,7 @@ nothing is traced and nothing is spent.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -30,7 +31,7 @@ ATTR_RUN_TYPE = "simpleworkflow.run.type"
 ATTR_ATTEMPT = "simpleworkflow.run.attempt"
 ATTR_MAX_ATTEMPTS = "simpleworkflow.run.max_attempts"
 ATTR_WORKER_ID = "simpleworkflow.worker.id"
-ATTR_LEASE_TOKEN = "simpleworkflow.lease.token"
+ATTR_LEASE_FENCE = "simpleworkflow.lease.fence"
 ATTR_JOURNAL = "simpleworkflow.run.journal_entries"
 ATTR_OUTCOME = "simpleworkflow.outcome"
 ATTR_RETRY = "simpleworkflow.retry"
@@ -95,6 +96,14 @@ def _parse_traceparent(traceparent: Optional[str]) -> Optional[Tuple[int, int, i
     return trace_id, span_id, flags
 
 
+
+def lease_fence(token: int) -> int:
+    """What the run's row keeps of a lease token (workflow.lease_fence): the first 8 bytes of the
+    SHA-256 of the token's 8 big-endian bytes, as a signed integer. A span carries it, never the
+    token, which is the lease holder's alone."""
+    digest = hashlib.sha256((token & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
 class _NoSpan:
     """What a durable call sets attributes on when nothing is traced."""
 
@@ -155,7 +164,7 @@ class Tracing:
             ATTR_ATTEMPT: attempt,
             ATTR_MAX_ATTEMPTS: max_attempts,
             ATTR_WORKER_ID: worker_id,
-            ATTR_LEASE_TOKEN: lease_token,
+            ATTR_LEASE_FENCE: lease_fence(lease_token),
             ATTR_JOURNAL: journal_entries,
         }
         # An empty context: no parent, a new trace (an attempt may run long

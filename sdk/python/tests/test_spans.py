@@ -50,6 +50,13 @@ class WithoutOpenTelemetryTest(unittest.TestCase):
         t.end_attempt(None, tracing.OUTCOME_SUCCEEDED)
 
 
+class LeaseFenceTest(InboxTest):
+    def test_the_fence_a_span_carries_is_the_one_the_database_keeps(self):
+        for token in (1, -1, 2**62 + 5, -2**63, 2**63 - 1):
+            self.assertEqual(tracing.lease_fence(token),
+                             self.sql("select workflow.lease_fence(%s::bigint)", (token,))[0][0])
+
+
 @unittest.skipIf(otel_trace is None, "opentelemetry is not installed")
 @unittest.skipIf(TracerProvider is None, "opentelemetry is not installed (the opentelemetry-sdk package)")
 class SpansTest(InboxTest):
@@ -102,7 +109,8 @@ class SpansTest(InboxTest):
                 "simpleworkflow.run.id": res.id, "simpleworkflow.run.type": "pyspan.job.v1",
                 "simpleworkflow.run.attempt": attempt, "simpleworkflow.run.max_attempts": 3,
                 "simpleworkflow.worker.id": "py-spans", "simpleworkflow.run.journal_entries": attempt - 1})
-            self.assertIsInstance(attrs[tracing.ATTR_LEASE_TOKEN], int)
+            self.assertIsInstance(attrs[tracing.ATTR_LEASE_FENCE], int)
+            self.assertNotIn("simpleworkflow.lease.token", attrs)
         self.assertEqual(first.attributes["simpleworkflow.outcome"], "retrying")
         self.assertIs(first.attributes["simpleworkflow.retry"], True)
         self.assertRegex(first.attributes["simpleworkflow.next_attempt_at"], r"^\d{4}-\d\d-\d\dT[\d:.]+Z$")
