@@ -42,8 +42,17 @@ const maxLookup = 1000
 // ids that arrive while a lookup runs are looked up together, so a burst
 // costs a few queries, not one per change.
 func (w *InboxWatcher) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
 	changed := make(chan string, 4*maxLookup)
-	go w.lookUp(ctx, changed)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.lookUp(ctx, changed)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
 	err := w.Engine.Listen(ctx, engine.ListenConfig{
 		Channels: []string{engine.ChannelRunChanged},
 		OnNotify: func(n engine.Notification) {

@@ -23,6 +23,9 @@ func TestDAGPathsOfUnboundedCostAreRefused(t *testing.T) {
 		{`$.payload.a[*] ? (@.x == @.y)`, "compares two paths"},
 		{`$.payload.a == $.payload.b`, "compares two paths"},
 		{`exists($.payload.a[*] ? (exists($.payload.b)))`, "uses $ inside a filter"},
+		{`exists($.payload.x[$.payload.a ? (@.c[*] == @.d[*])])`, "uses $ inside a filter or a subscript"},
+		{`exists($.payload.a[*][($ ? (@.payload.b[*] == -5000)).size() - 1])`, "uses $ inside a filter or a subscript"},
+		{`exists($.payload.x[1 to 2] ? (@.c[*] == @.d[*]))`, "compares two paths"},
 	} {
 		err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{WorkflowName: "cost.bad.v1", Enabled: true,
 			Definition: &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{

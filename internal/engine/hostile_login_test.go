@@ -502,3 +502,125 @@ func TestScheduleNamesArePerNamespace(t *testing.T) {
 		t.Fatalf("team-a's schedules after team-b's delete: %+v %v", list, err)
 	}
 }
+
+// Wake-ups are debounced by rows a transaction holds only for the instant
+// of its commit: a login that makes the wake-up trigger immediate and
+// keeps its transaction open (holding, before, the row of its type's hash)
+// notifies without the row, and another namespace's type whose row it
+// would share is still announced.
+func TestImmediateWakeUpHoldsNoRow(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	attacker := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	var squat string
+	if err := b.pool.QueryRow(b.ctx, `select t from generate_series(1, 1000000) g,
+		lateral (select 'wakesq.t' || g || '.v1' as t) x
+		where (hashtext('team-a/' || t) & 4095) = (hashtext('team-b/wakeh.b.v1') & 4095) limit 1`).Scan(&squat); err != nil {
+		t.Fatal(err)
+	}
+	next := listenCreated(t, b)
+	tx, err := attacker.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+	if _, err := tx.Exec(b.ctx, "set constraints all immediate"); err != nil {
+		t.Fatal(err)
+	}
+	// The other team's very type, and one whose namespace and type share
+	// its row.
+	if _, err := tx.Exec(b.ctx, "insert into workflow.workflow_run (type) values ($1), ('wakeh.b.v1')", squat); err != nil {
+		t.Fatal(err)
+	}
+	b.teamRun(t, "team-b", "wakeh.b.v1")
+	if p := next(); p != "wakeh.b.v1" {
+		t.Fatalf("notification %q while team-a's transaction stays open, want wakeh.b.v1", p)
+	}
+}
+
+// A producer's open put_schedule holds nothing the operator's registry
+// writes wait for; busy schedules go after the others in a batch; the
+// owner acts on a SQL schedule of any namespace by its name, unless two
+// namespaces have one of that name.
+func TestSchedulesBusyAndOwnedFairly(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	a := b.tenantLogin(t, engine.RoleProducer, "team-a")
+	bp := b.tenantLogin(t, engine.RoleProducer, "team-b")
+
+	tx, err := a.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+	if _, err := tx.Exec(b.ctx, `select * from workflow.put_schedule('held-open', '* * * * *', 'schedf.job.v1')`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if err := b.eng.UpsertRegistryEntry(ctx, engine.RegistryEntry{WorkflowName: "schedf.flow.v1", Enabled: true,
+		Definition: &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{step("a", "schedf.a.v1")}}}); err != nil {
+		t.Fatalf("a registry write beside an open put_schedule: %v", err)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two Replace schedules whose runs team-a holds, one of team-b's due.
+	var held []engine.Schedule
+	for _, n := range []string{"r1", "r2"} {
+		s, err := a.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: n, Cron: "* * * * *", Type: "schedf.r.v1",
+			ConcurrencyPolicy: engine.ConcurrencyReplace})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, s)
+	}
+	b.clockTo(t, held[0].NextTickAt.Add(time.Second))
+	var runs []string
+	for _, f := range b.fire(t) {
+		runs = append(runs, f.RunID)
+	}
+	lock, err := a.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.WithoutCancel(b.ctx)) }()
+	if _, err := lock.Exec(b.ctx, "select id from workflow.workflow_run where id = any ($1::uuid[]) for update", runs); err != nil {
+		t.Fatal(err)
+	}
+	other, err := bp.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "other", Cron: "* * * * *", Type: "schedf.o.v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clockTo(t, other.NextTickAt.Add(time.Second))
+	for range 2 { // the first call finds both busy; the second fires team-b's first
+		got, err := b.eng.FireDueSchedules(b.ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range got {
+			if f.ScheduleID == other.ID && f.Outcome == engine.FiringFired {
+				goto fired
+			}
+		}
+	}
+	t.Fatal("team-b's schedule never fired within two batches of two beside two busy ones")
+fired:
+	if err := lock.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The owner deletes team-a's SQL schedule by name; a name two
+	// namespaces have is refused.
+	if ok, err := b.eng.DeleteSchedule(b.ctx, "", "r1"); err != nil || !ok {
+		t.Fatalf("the owner deletes team-a's r1: %v %v", ok, err)
+	}
+	if _, err := bp.eng.PutSchedule(b.ctx, engine.ScheduleSpec{Name: "r2", Cron: "* * * * *", Type: "schedf.r.v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.eng.DeleteSchedule(b.ctx, "", "r2"); !errors.Is(err, engine.ErrInvalid) ||
+		!strings.Contains(err.Error(), "namespaces team-a, team-b each have a SQL schedule") {
+		t.Fatalf("the owner deletes a name two namespaces have: %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -212,6 +213,16 @@ create table if not exists workflow.schema_version (
 			return nil, herr
 		}
 		return nil, fmt.Errorf("migrate: %w: %s", err, holders)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		holders, herr := lockHolders(ctx, conn.Conn(), `l.locktype = 'relation' and $1::bigint is not null
+			and l.relation in (select c.oid from pg_catalog.pg_class c where c.relnamespace = 'workflow'::regnamespace)`, 0)
+		if herr != nil {
+			return nil, herr
+		}
+		return nil, fmt.Errorf("migrate: from version %d to %d: %w (sessions holding the schema's tables: %s)",
+			current, target, err, holders)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("migrate: from version %d to %d: %w", current, target, err)

@@ -60,11 +60,19 @@ func lockSchemaVersion(ctx context.Context, tx pgx.Tx) error {
 		}
 		return fmt.Errorf("lock workflow.schema_version: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "set local lock_timeout = 0"); err != nil {
-		return fmt.Errorf("unbound the lock wait: %w", err)
+	// The upgrade's own statements (ALTER TABLE takes ACCESS EXCLUSIVE)
+	// wait a short while for a table another session reads: while one
+	// waits, every writer of that table queues behind it. Past it the
+	// upgrade fails, naming the sessions (Migrate), and the next start
+	// tries again.
+	if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", upgradeLockWait.Milliseconds())); err != nil {
+		return fmt.Errorf("bound the upgrade's lock waits: %w", err)
 	}
 	return nil
 }
+
+// upgradeLockWait bounds each lock wait of an upgrade's statements.
+const upgradeLockWait = 2 * time.Second
 
 // lockHolders describes the sessions that hold a lock matching where (a
 // condition on pg_locks l, with $1 the bigint arg): pid, user, application and

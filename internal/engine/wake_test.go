@@ -94,7 +94,7 @@ func TestWakeUpLeftToTheTransactionAnnouncingTheType(t *testing.T) {
 	}
 	defer func() { _ = holder.Rollback(b.ctx) }()
 	if _, err := holder.Exec(b.ctx, `select 1 from workflow.workflow_lock
-		where id = 1 + (hashtext($1) & 4095) for update`, "wake.t.v1"); err != nil {
+		where id = 1 + (hashtext($1) & 4095) for update`, "default/wake.t.v1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type) values ('wake.t.v1')`); err != nil {

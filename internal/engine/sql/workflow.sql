@@ -391,15 +391,22 @@ begin
     -- (role settings apply at login, to the login role only).
     v_bound := (select (extract(epoch from st.idle_transaction_timeout) * 1000)::bigint
                 from workflow.workflow_settings st);
-    if not exists (select 1 from pg_catalog.pg_db_role_setting s
-                   join pg_catalog.pg_roles r on r.oid = s.setrole
-                   where r.rolname = p_role
-                     and exists (select 1 from unnest(s.setconfig) c where c like 'idle\_in\_transaction\_session\_timeout=%')) then
+    -- (In this database only; a group role's settings never apply to its
+    -- members, so only a login gets one.)
+    if exists (select 1 from pg_catalog.pg_roles r where r.rolname = p_role and r.rolcanlogin)
+       and not exists (select 1 from pg_catalog.pg_db_role_setting s
+                       join pg_catalog.pg_roles r on r.oid = s.setrole
+                       where r.rolname = p_role
+                         and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database d
+                                                   where d.datname = current_database()))
+                         and exists (select 1 from unnest(s.setconfig) c
+                                     where c like 'idle\_in\_transaction\_session\_timeout=%')) then
         begin
-            execute format('alter role %I set idle_in_transaction_session_timeout = %s', p_role, v_bound);
+            execute format('alter role %I in database %I set idle_in_transaction_session_timeout = %s',
+                           p_role, current_database(), v_bound);
         exception when insufficient_privilege then
-            raise notice 'grant_namespace: % may not set the role''s idle bound; as an administrator, run: alter role % set idle_in_transaction_session_timeout = %',
-                current_user, quote_ident(p_role), v_bound;
+            raise notice 'grant_namespace: % may not set the role''s idle bound; as an administrator, run: alter role % in database % set idle_in_transaction_session_timeout = %',
+                current_user, quote_ident(p_role), quote_ident(current_database()), v_bound;
         end;
     end if;
 end $$;
@@ -1107,13 +1114,24 @@ create or replace trigger workflow_run_inserted after insert on workflow.workflo
 create or replace function workflow.on_run_committing() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
-    -- The type's wake-up row (one of 4096, by a hash of the type), which no
-    -- login but the schema's owner may lock: skipped when another
-    -- committing transaction holds it, as it then notifies.
-    perform 1 from workflow.workflow_lock l where l.id = 1 + (hashtext(new.type) & 4095) for update skip locked;
-    if found then
-        perform pg_notify('workflow_run_created', new.type);
+    -- Fired at commit (the statement is COMMIT, or the transaction is the
+    -- statement's own): the type's wake-up row (one of 4096, by a hash of
+    -- its namespace and type), which no login but the schema's owner may
+    -- lock, is held for the instant of the commit; skipped when another
+    -- committing transaction holds it, as that one then notifies. Fired
+    -- earlier (a transaction that made the trigger immediate, and could
+    -- then hold the row for as long as it likes), it notifies without the
+    -- row.
+    if statement_timestamp() = transaction_timestamp()
+       or current_query() ~* '^\s*(commit|end)\M' then
+        perform 1 from workflow.workflow_lock l
+        where l.id = 1 + (hashtext(new.type_namespace || '/' || new.type) & 4095)
+        for update skip locked;
+        if not found then
+            return null;
+        end if;
     end if;
+    perform pg_notify('workflow_run_created', new.type);
     return null;
 end $$;
 drop trigger if exists workflow_run_wake on workflow.workflow_run;
@@ -2469,6 +2487,10 @@ set enable_nestloop = off as $$
 declare
     v_now timestamptz := workflow.now();
     v_via text := workflow.set_marks();
+    -- The namespaces whose runs' status the caller may be told (null: all,
+    -- for the owner), read once.
+    v_worker_ns text[] := case when workflow.session_is_owner() then null
+                               else workflow.caller_namespaces('worker') end;
 begin
     if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
         raise exception 'heartbeat_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
@@ -2504,7 +2526,8 @@ begin
     -- a namespace the caller does not work for is 'missing': its status
     -- is not the caller's to read.
     left join (select c.id, c.status, c.last_error from workflow.workflow_run c
-               where c.id = any (p_ids) and workflow.acts_on(c.type_namespace, 'worker')) cur on cur.id = req.id;
+               where c.id = any (p_ids) and (v_worker_ns is null or c.type_namespace = any (v_worker_ns))) cur
+      on cur.id = req.id;
     perform workflow.restore_marks(v_via);
 end $$;
 
@@ -3429,9 +3452,9 @@ begin
             elsif v_recursive > 1 then
                 return 'it uses ** more than once; one ** reads the whole input, each more one reads it again for every item';
             end if;
-        elsif v_tk = '$' and cardinality(v_filters) > 0 then
-            return 'it uses $ inside a filter, which would read the input again for every item; compare items with @ and constants';
-        elsif v_tk in ('==', '!=', '<>', '<', '<=', '>', '>=') and v_brackets = 0 then
+        elsif v_tk = '$' and (cardinality(v_filters) > 0 or v_brackets > 0) then
+            return 'it uses $ inside a filter or a subscript, which would read the input again for every item; compare items with @ and constants';
+        elsif v_tk in ('==', '!=', '<>', '<', '<=', '>', '>=') then
             v_left := i > 1 and (v_tokens[i - 1] ~ '^[0-9]' or v_tokens[i - 1] in ('true', 'false', 'null')
                                  or (left(v_tokens[i - 1], 1) = '"' and (i < 3 or v_tokens[i - 2] <> '.')));
             v_j := i + 1;
@@ -3939,7 +3962,12 @@ begin
     if not workflow.dag_finally(p_run, jsonb_build_object('status', 'failed', 'error', p_error,
                                                             'reason', p_data->>'reason', 'step', p_data->>'step'),
                                 p_run.deadline_at) then
-        perform workflow.dag_end(p_run, 'failed', null, p_error, p_data);
+        -- (a final step that did not start: its type is not shared)
+        perform workflow.dag_end(p_run, 'failed', null,
+            p_error || coalesce(format(' (final step "%s" did not run: its type is not shared with namespace %s)',
+                                       workflow.dag_final_step(p_run.dag)->>'name', p_run.namespace)
+                                || case when workflow.dag_final_step(p_run.dag) is null then null else '' end, ''),
+            p_data);
         return;
     end if;
     perform set_config('workflow.cancel_reason', 'requested', true);
@@ -6113,6 +6141,7 @@ create table if not exists workflow.workflow_schedule (
     created_at timestamptz not null default now(),
     updated_at timestamptz not null default now(),
     namespace workflow.namespace_name not null default 'default', -- where its runs are recorded
+    busy_at timestamptz,                            -- when its tick was last found busy (fire_due_schedules)
     constraint workflow_schedule_pkey primary key (id),
     constraint workflow_schedule_name_format
         check (char_length(name) <= 253 and name ~ '^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$'),
@@ -6234,6 +6263,33 @@ language sql immutable parallel safe set search_path = pg_catalog, pg_temp as $$
     from (select case when p_namespace is null then 'schedule:' || p_id::text || ':'
                       else 'k8s:' || p_namespace || ':schedule/' || p_name || '/' end as p) k
 $$;
+
+-- schedule_namespace is the namespace of the schedule (p_source_namespace,
+-- p_name) that put_schedule and delete_schedule act on: a mirrored one's
+-- object's; for a producer, the one it produces for (default_namespace);
+-- for the owner (p_owner), the namespace of the one SQL schedule of that
+-- name ('default' when there is none; refused when several namespaces
+-- have one, 22023).
+create or replace function workflow.schedule_namespace(p_name text, p_source_namespace text, p_owner boolean)
+returns text
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+declare
+    v_found text[];
+begin
+    if p_source_namespace is not null then
+        return p_source_namespace;
+    elsif not p_owner then
+        return workflow.default_namespace();
+    end if;
+    select array_agg(distinct sc.namespace::text order by sc.namespace::text) into v_found
+    from workflow.workflow_schedule sc
+    where sc.source_namespace is null and sc.name = p_name;
+    if cardinality(v_found) > 1 then
+        raise exception 'schedule %: namespaces % each have a SQL schedule of that name; act on it as a login of its namespace',
+            p_name, array_to_string(v_found, ', ') using errcode = '22023';
+    end if;
+    return coalesce(v_found[1], 'default');
+end $$;
 
 -- Whether the database user of this session may act as the owner of the
 -- schedules (the operator, a DBA): only such a user writes a schedule
@@ -6362,8 +6418,9 @@ begin
     end if;
 
     -- A mirrored schedule's runs belong to its object's namespace; a
-    -- producer's, to the one it produces for.
-    v_ns := coalesce(p_source_namespace, workflow.default_namespace());
+    -- producer's, to the one it produces for; the owner's SQL schedule is
+    -- the one of that name, whatever its namespace (else 'default').
+    v_ns := workflow.schedule_namespace(p_name, p_source_namespace, v_owner);
     loop
         select * into v_old from workflow.workflow_schedule sc
         where sc.namespace = v_ns and coalesce(sc.source_namespace, '') = coalesce(p_source_namespace, '')
@@ -6397,8 +6454,9 @@ begin
             return;
         end if;
         -- A namespace has at most max_schedules_per_namespace schedules
-        -- (the owner's setting); new ones are counted one writer at a time.
-        perform 1 from workflow.workflow_lock l where l.id = 0 for update;
+        -- (the owner's setting). Counted without a lock (one a producer
+        -- could hold): puts committing at the same instant may pass it by
+        -- as many as there are of them.
         v_max := (select st.max_schedules_per_namespace from workflow.workflow_settings st);
         if (select count(*) from (select 1 from workflow.workflow_schedule sc
                                   where sc.namespace = v_ns limit v_max) x) >= v_max then
@@ -6441,7 +6499,7 @@ begin
             left(p_source_namespace, 100), left(p_name, 300) using errcode = '42501';
     end if;
     select * into v_old from workflow.workflow_schedule sc
-    where sc.namespace = coalesce(p_source_namespace, workflow.default_namespace())
+    where sc.namespace = workflow.schedule_namespace(p_name, p_source_namespace, v_owner)
       and coalesce(sc.source_namespace, '') = coalesce(p_source_namespace, '') and sc.name = p_name
     for update;
     if not found then
@@ -6539,7 +6597,9 @@ begin
     for s in
         select * from workflow.workflow_schedule sc
         where not sc.suspend and sc.next_tick_at <= v_now
-        order by sc.next_tick_at, sc.id
+        -- Schedules found busy go after the others (the longest busy
+        -- first): busy ones never crowd the others out of a batch.
+        order by sc.busy_at nulls first, sc.next_tick_at, sc.id
         limit p_limit
         for update skip locked
     loop
@@ -6597,6 +6657,9 @@ begin
                 if v_unfinished is not null and s.concurrency_policy = 'Forbid' then
                     v_outcome := 'skipped_forbid';
                 elsif v_unfinished is not null then
+                    -- Busy at once, not after lock_timeout, when another
+                    -- transaction holds one of them.
+                    perform 1 from workflow.workflow_run r where r.id = any (v_unfinished) order by r.id for update nowait;
                     perform set_config('workflow.cancelled_by',
                                        'schedule ' || coalesce(s.source_namespace || '/', '') || s.name, true);
                     foreach v_cancel in array v_unfinished loop
@@ -6637,7 +6700,8 @@ begin
         end;
         if v_outcome = 'busy' then
             -- Nothing of it was done (the block rolled back): it stays due,
-            -- for a later call.
+            -- for a later call, after the schedules that are not busy.
+            update workflow.workflow_schedule sc set busy_at = clock_timestamp() where sc.id = s.id;
             return query select s.id, v_tick, null::uuid, 'busy'::text;
             continue;
         end if;
@@ -6646,7 +6710,7 @@ begin
         return query select s.id, v_tick, v_run, v_outcome;
         update workflow.workflow_schedule sc
         set last_tick_at = v_tick, last_outcome = v_outcome, last_error = left(v_error, 8192),
-            last_fired_run = coalesce(v_run, sc.last_fired_run), next_tick_at = v_next
+            last_fired_run = coalesce(v_run, sc.last_fired_run), next_tick_at = v_next, busy_at = null
         where sc.id = s.id;
     end loop;
 end $$;
@@ -6772,6 +6836,7 @@ revoke all on function
     workflow.schedule_key(uuid, text, text, timestamptz),
     workflow.schedule_key_range(uuid, text, text),
     workflow.schedule_caller_is_owner(),
+    workflow.schedule_namespace(text, text, boolean),
     workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text,
                           interval, interval, text),
     workflow.delete_schedule(text, text),

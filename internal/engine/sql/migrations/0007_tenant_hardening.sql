@@ -16,14 +16,22 @@
 -- fences nothing); events recorded before the upgrade keep db_user null
 -- (who made them was not recorded).
 
-update workflow.workflow_run
-set lease_token = ('x' || left(encode(sha256(int8send(lease_token)), 'hex'), 16))::bit(64)::bigint
-where status = 'leased' and lease_token is not null;
+-- The sequence goes first: dropping it waits for the claims in flight
+-- (they hold it) and holds new ones back, so the rewrite below sees every
+-- lease drawn from it. Once it is gone the rewrite is done: running this
+-- file again changes nothing.
+do $$ begin
+    if to_regclass('workflow.lease_token_seq') is not null then
+        drop sequence workflow.lease_token_seq cascade;
+        update workflow.workflow_run
+        set lease_token = ('x' || left(encode(sha256(int8send(lease_token)), 'hex'), 16))::bit(64)::bigint
+        where status = 'leased' and lease_token is not null;
+    end if;
+end $$;
 
 alter table workflow.workflow_event add column if not exists db_user text;
 alter table workflow.workflow_event alter column db_user set default session_user;
 
-drop sequence if exists workflow.lease_token_seq cascade;
 
 -- The schedules a namespace may have (put_schedule counts them).
 alter table workflow.workflow_settings add column if not exists max_schedules_per_namespace integer not null default 1000;
@@ -58,14 +66,17 @@ begin
         where r.rolcanlogin
           and not exists (select 1 from pg_catalog.pg_db_role_setting s
                           where s.setrole = r.oid
+                            and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database d
+                                                      where d.datname = current_database()))
                             and exists (select 1 from unnest(s.setconfig) c
                                         where c like 'idle\_in\_transaction\_session\_timeout=%'))
     loop
         begin
-            execute format('alter role %I set idle_in_transaction_session_timeout = 300000', v_role);
+            execute format('alter role %I in database %I set idle_in_transaction_session_timeout = 300000',
+                           v_role, current_database());
         exception when insufficient_privilege then
-            raise notice 'version 7: as an administrator, run: alter role % set idle_in_transaction_session_timeout = 300000',
-                quote_ident(v_role);
+            raise notice 'version 7: as an administrator, run: alter role % in database % set idle_in_transaction_session_timeout = 300000',
+                quote_ident(v_role), quote_ident(current_database());
         end;
     end loop;
 end $$;
@@ -74,3 +85,11 @@ end $$;
 -- idx_workflow_schedule_name): two namespaces' producers may both have a
 -- "nightly".
 drop index if exists workflow.idx_workflow_schedule_identity;
+
+-- When a schedule's tick was last found busy (fire_due_schedules fires the
+-- others first).
+do $$ begin
+    if to_regclass('workflow.workflow_schedule') is not null then
+        alter table workflow.workflow_schedule add column if not exists busy_at timestamptz;
+    end if;
+end $$;
