@@ -19,13 +19,7 @@ func (e *Engine) SourcesOf(ctx context.Context, ids []string) ([]MirroredRun, er
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := e.pool.Query(ctx, `
-select r.id::text, r.source_namespace, r.source_name, coalesce(r.source_uid, '')
-from workflow.workflow_run r
-where r.id = any (array(select x::uuid from unnest($1::text[]) x
-                        where x ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-                        limit 10000))
-  and r.source_name is not null`, ids)
+	rows, err := e.pool.Query(ctx, `select id, source_namespace, source_name, source_uid from workflow.run_sources($1)`, ids)
 	if err != nil {
 		return nil, translate("look up the objects of changed runs", err)
 	}

@@ -4341,6 +4341,20 @@ begin
     perform workflow.restore_marks(v_via);
 end $$;
 
+-- run_sources names the Kubernetes objects the given runs were mirrored
+-- from (the ids of workflow_run_changed notifications; at most 10,000, ids
+-- that are not uuids left out). For the operator, which runs as the owner.
+create or replace function workflow.run_sources(p_ids text[])
+returns table (id text, source_namespace text, source_name text, source_uid text)
+language sql stable set search_path = pg_catalog, pg_temp as $$
+    select r.id::text, r.source_namespace, r.source_name, coalesce(r.source_uid, '')
+    from workflow.workflow_run r
+    where r.id = any (array(select x::uuid from unnest(p_ids) x
+                            where x ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                            limit 10000))
+      and r.source_name is not null
+$$;
+
 -- A DAG step's change tells the operator about its DAG run (NOTIFY
 -- workflow_run_changed with the DAG run's id), so the WorkflowRun's step
 -- list is written back.
@@ -6837,6 +6851,7 @@ revoke all on function
     workflow.schedule_key_range(uuid, text, text),
     workflow.schedule_caller_is_owner(),
     workflow.schedule_namespace(text, text, boolean),
+    workflow.run_sources(text[]),
     workflow.put_schedule(text, text, text, jsonb, text, integer, integer, interval, text, integer, boolean, text, text,
                           interval, interval, text),
     workflow.delete_schedule(text, text),
