@@ -3964,9 +3964,9 @@ begin
                                 p_run.deadline_at) then
         -- (a final step that did not start: its type is not shared)
         perform workflow.dag_end(p_run, 'failed', null,
-            p_error || coalesce(format(' (final step "%s" did not run: its type is not shared with namespace %s)',
-                                       workflow.dag_final_step(p_run.dag)->>'name', p_run.namespace)
-                                || case when workflow.dag_final_step(p_run.dag) is null then null else '' end, ''),
+            p_error || case when workflow.dag_final_step(p_run.dag) is null then ''
+                            else format(' (final step "%s" did not run: its type is not shared with namespace %s)',
+                                        workflow.dag_final_step(p_run.dag)->>'name', p_run.namespace) end,
             p_data);
         return;
     end if;
