@@ -24,7 +24,7 @@ func stepRuns(t *testing.T, client *simpleworkflow.Client, parent string) map[st
 	rows, err := client.Pool().Query(context.Background(), `
         select c.parent_step, c.status, coalesce(c.leased_by, ''), c.attempt, c.created_at,
                coalesce(c.started_at, 'epoch'), coalesce(c.finished_at, 'epoch'), c.result,
-               (select count(*) from workflow.workflow_event e where e.workflow_id = c.id and e.event_type = 'started')
+               (select count(*) from workflow.run_event e where e.workflow_id = c.id and e.event_type = 'started')
         from workflow.workflow_run c where c.parent_id = $1`, parent)
 	if err != nil {
 		t.Fatal(err)

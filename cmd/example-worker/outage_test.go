@@ -116,7 +116,7 @@ func TestWorkersSurviveDatabaseOutages(t *testing.T) {
             select workflow_id,
                    count(*) filter (where event_type = 'started') as starts,
                    count(*) filter (where event_type = 'retried') as retries
-            from workflow.workflow_event group by workflow_id)
+            from workflow.run_event group by workflow_id)
         select count(*) filter (where starts > 1), count(*) filter (where starts > 1 + retries)
         from per_run`).Scan(&doubled, &unexplained); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ var _ = Describe("Retention", func() {
 		_, err = pool.Exec(ctx, `insert into workflow.workflow_run (type) select $1 from generate_series(1, 3)`, typ)
 		Expect(err).NotTo(HaveOccurred())
 		var events int
-		Expect(pool.QueryRow(ctx, `select count(*) from workflow.workflow_event e join workflow.workflow_run r on r.id = e.workflow_id
+		Expect(pool.QueryRow(ctx, `select count(*) from workflow.run_event e join workflow.workflow_run r on r.id = e.workflow_id
 			where r.type = $1`, typ).Scan(&events)).To(Succeed())
 		Expect(events).To(Equal(2308), "each run has its created event")
 
@@ -127,7 +127,7 @@ var _ = Describe("Retention", func() {
 			"the partition whose runs retention deleted is dropped")
 		Expect(partitionOf(spans[1])()).To(HaveLen(1), "a partition with runs left stays")
 		var keptEvents int
-		Expect(pool.QueryRow(ctx, `select count(*) from workflow.workflow_event e join workflow.workflow_run r on r.id = e.workflow_id
+		Expect(pool.QueryRow(ctx, `select count(*) from workflow.run_event e join workflow.workflow_run r on r.id = e.workflow_id
 			where r.type = $1 and e.event_type = 'created'`, kept).Scan(&keptEvents)).To(Succeed())
 		Expect(keptEvents).To(Equal(5), "the other team's runs keep their trails")
 		_, err := pool.Exec(ctx, "delete from workflow.workflow_run where type = $1", kept)

@@ -398,7 +398,7 @@ var _ = Describe("WorkflowSchedule", func() {
 			Expect(runs).To(HaveKey(runName(ws.Name, tick)))
 		}
 		var created int
-		Expect(pool.QueryRow(ctx, `select count(*) from workflow.workflow_event e join workflow.workflow_run r on r.id = e.workflow_id
+		Expect(pool.QueryRow(ctx, `select count(*) from workflow.run_event e join workflow.workflow_run r on r.id = e.workflow_id
 			where r.source_namespace = $1 and e.event_type = 'created'`, ns).Scan(&created)).To(Succeed())
 		Expect(created).To(Equal(len(runs)))
 	})

@@ -84,7 +84,7 @@ func (b *bundle) leasedByKey(t *testing.T, typ string) map[string]int {
 func (b *bundle) maxLeasedFromAuditTrail(t *testing.T, typ string) map[string]int {
 	t.Helper()
 	rows, err := b.pool.Query(b.ctx, `select coalesce(r.concurrency_key, ''), e.event_type
-		from workflow.workflow_event e join workflow.workflow_run r on r.id = e.workflow_id
+		from workflow.run_event e join workflow.workflow_run r on r.id = e.workflow_id
 		where r.type = $1 and e.event_type in ('started', 'succeeded', 'failed', 'retried', 'released', 'cancelled')
 		order by e.id`, typ)
 	if err != nil {

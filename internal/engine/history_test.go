@@ -174,6 +174,16 @@ func TestRetentionDropsHistoryPartitionsWhole(t *testing.T) {
 	b.cancelAll(t, oldRuns)
 	longRun := b.insertAt(t, "teama.long.v1", straggling.Add(time.Minute), 1)
 	doneRuns := b.insertAt(t, "teama.done.v1", straggling.Add(2*time.Minute), 5)
+	// One claim starts the long run and the runs done later: their
+	// 'started' is one batch row, under the long run's id (the smallest).
+	if got := b.claim(t, "teama-worker", []string{"teama."}, 10); len(got) != 6 {
+		t.Fatalf("claimed %d of the straggling span's runs, want 6", len(got))
+	}
+	var batchOf int
+	if err := b.pool.QueryRow(b.ctx, `select cardinality(run_ids) from workflow.workflow_event
+		where workflow_id = $1 and run_ids is not null`, longRun[0]).Scan(&batchOf); err != nil || batchOf != 6 {
+		t.Fatalf("the claim's batch row names %d runs (%v), want 6", batchOf, err)
+	}
 	b.cancelAll(t, doneRuns)
 	bystanders := b.insertAt(t, "teamb.work.v1", recent.Add(time.Minute), 10) // still to run
 	if got := b.claim(t, "teamb-worker", []string{"teamb."}, 5); len(got) != 5 {

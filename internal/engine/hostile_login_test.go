@@ -18,7 +18,7 @@ import (
 // eventUsers is the db_user of each of a run's events of type typ.
 func (b *bundle) eventUsers(t *testing.T, id, typ string) []string {
 	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `select coalesce(db_user, '') from workflow.workflow_event
+	rows, err := b.pool.Query(b.ctx, `select coalesce(db_user, '') from workflow.run_event
 		where workflow_id = $1 and event_type = $2 order by id`, id, typ)
 	if err != nil {
 		t.Fatal(err)

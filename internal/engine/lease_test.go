@@ -362,7 +362,7 @@ func TestConcurrentReapersReclaimOnce(t *testing.T) {
 		total += <-counts
 	}
 	var retried int
-	if err := b.pool.QueryRow(b.ctx, "select count(*) from workflow.workflow_event where event_type = 'retried'").Scan(&retried); err != nil {
+	if err := b.pool.QueryRow(b.ctx, "select count(*) from workflow.run_event where event_type = 'retried'").Scan(&retried); err != nil {
 		t.Fatal(err)
 	}
 	if total != 200 || retried != 200 {
@@ -408,7 +408,7 @@ func TestDeleteFinishedRunsTakesEventsAlong(t *testing.T) {
 		t.Fatalf("deleted %d (%v), want 1", n, err)
 	}
 	var events int
-	if err := b.pool.QueryRow(b.ctx, "select count(*) from workflow.workflow_event where workflow_id = $1", old).Scan(&events); err != nil || events != 0 {
+	if err := b.pool.QueryRow(b.ctx, "select count(*) from workflow.run_event where workflow_id = $1", old).Scan(&events); err != nil || events != 0 {
 		t.Fatalf("events of the deleted run: %d (%v)", events, err)
 	}
 	for _, id := range []string{recent, pending} {

@@ -14,7 +14,7 @@ import (
 // retry_run.
 func (b *bundle) retriedEvents(t *testing.T, id string) []map[string]any {
 	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `select data from workflow.workflow_event
+	rows, err := b.pool.Query(b.ctx, `select data from workflow.run_event
         where workflow_id = $1 and event_type = 'retried' and data->>'reason' = 'retry_run' order by id`, id)
 	if err != nil {
 		t.Fatal(err)

@@ -178,7 +178,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true, "holds_lease": true,
 		"namespace_valid": true, "namespaces_valid": true, "session_is_owner": true, "acts_on": true,
-		"new_lease_token": true, "lease_fence": true,
+		"new_lease_token": true, "lease_fence": true, "run_trail": true,
 	}
 	// Touch no table and call pg_catalog's functions by their full names:
 	// no SET clause, which would cost more than the work they do.

@@ -99,7 +99,7 @@ func (b *bundle) keyedRuns(t *testing.T, prefix string) map[string]string {
 func (b *bundle) createdEvents(t *testing.T, prefix string) int {
 	t.Helper()
 	var n int
-	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_event e
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.run_event e
 		join workflow.workflow_run r on r.id = e.workflow_id
 		where e.event_type = 'created' and starts_with(r.idempotency_key, $1)`, prefix).Scan(&n); err != nil {
 		t.Fatal(err)

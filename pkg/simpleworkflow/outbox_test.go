@@ -59,7 +59,7 @@ func TestCreateInTheCallersTransaction(t *testing.T) {
 	rolledBack := order(1, false)
 	var runs, events int
 	if err := pool.QueryRow(b.ctx, `select (select count(*) from workflow.workflow_run where id = $1),
-        (select count(*) from workflow.workflow_event where workflow_id = $1)`, rolledBack).Scan(&runs, &events); err != nil {
+        (select count(*) from workflow.run_event where workflow_id = $1)`, rolledBack).Scan(&runs, &events); err != nil {
 		t.Fatal(err)
 	}
 	if runs != 0 || events != 0 {

@@ -100,7 +100,7 @@ func TestManyPollersWorkEveryRunExactlyOncePerAttempt(t *testing.T) {
 			count(*) filter (where e.event_type = 'retried'),
 			count(*) filter (where e.event_type = 'succeeded'),
 			count(*) filter (where e.event_type = 'failed')
-		from workflow.workflow_run r join workflow.workflow_event e on e.workflow_id = r.id
+		from workflow.workflow_run r join workflow.run_event e on e.workflow_id = r.id
 		group by r.id, r.attempt`)
 	if err != nil {
 		t.Fatal(err)

@@ -246,7 +246,7 @@ var _ = Describe("a load through outages", Ordered, func() {
                        count(*) over (partition by e.workflow_id) as n,
                        lag(e.event_type) over w as prev_type,
                        lag(e.created_at) over w as prev_at
-                from workflow.workflow_event e join runs r on r.id = e.workflow_id
+                from workflow.run_event e join runs r on r.id = e.workflow_id
                 window w as (partition by e.workflow_id order by e.id)),
             per_run as (
                 select r.id, r.status,

@@ -140,7 +140,7 @@ func setUp(t *testing.T) *env {
 func (e *env) runEvents(t *testing.T, wfr string) map[string]int {
 	t.Helper()
 	out := e.run(t, "psql", e.dbURL, "-Atc", fmt.Sprintf(`select e.event_type || ' ' || count(*)
-		from workflow.workflow_run r join workflow.workflow_event e on e.workflow_id = r.id
+		from workflow.workflow_run r join workflow.run_event e on e.workflow_id = r.id
 		where r.namespace = '%s' and r.source_name = '%s' group by e.event_type`, namespace, wfr))
 	counts := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -313,7 +313,7 @@ func workerKilled(t *testing.T, e *env) {
 	if ev["started"] != 2 || ev["succeeded"] != 1 || ev["retried"] != 1 {
 		t.Fatalf("events of the long run: %v, want two attempts started, one retried (lease expired), one success", ev)
 	}
-	reason := strings.TrimSpace(e.run(t, "psql", e.dbURL, "-Atc", `select e.data->>'reason' from workflow.workflow_event e
+	reason := strings.TrimSpace(e.run(t, "psql", e.dbURL, "-Atc", `select e.data->>'reason' from workflow.run_event e
 		join workflow.workflow_run r on r.id = e.workflow_id where r.source_name = 'long' and e.event_type = 'retried'`))
 	if reason != "lease_expired" {
 		t.Fatalf("the run came back with reason %q, want lease_expired", reason)
@@ -450,7 +450,7 @@ func upgrade(t *testing.T, e *env) {
 		if ev["retried"] > 0 {
 			handedBack++
 			reasons := e.run(t, "psql", e.dbURL, "-Atc", fmt.Sprintf(`select string_agg(e.data->>'reason', ',')
-				from workflow.workflow_event e join workflow.workflow_run r on r.id = e.workflow_id
+				from workflow.run_event e join workflow.workflow_run r on r.id = e.workflow_id
 				where r.source_name = '%s' and e.event_type = 'retried'`, name))
 			if strings.Trim(strings.TrimSpace(reasons), "released,") != "" {
 				t.Fatalf("%s came back by %q, want only released (a stopping worker's hand-back)", name, reasons)

@@ -124,7 +124,7 @@ grant insert (type, payload, priority, run_at, idempotency_key, max_attempts,
     on workflow.workflow_run to workflow_producer;
 grant update (status, updated_at, deleted_at) on workflow.workflow_run to workflow_producer;
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
-                workflow.workflow_signal, workflow.run_view
+                workflow.workflow_signal, workflow.run_view, workflow.run_event
     to workflow_producer;
 grant execute on function
     workflow.cancel_run(uuid),
@@ -142,7 +142,7 @@ grant execute on function workflow.default_namespace(), workflow.type_shared(tex
 
 -- A console reads everything.
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
-                workflow.workflow_signal, workflow.workflow_registry, workflow.run_view
+                workflow.workflow_signal, workflow.workflow_registry, workflow.run_view, workflow.run_event
     to workflow_reader;
 -- ... and the queue depth of a worker pool (a KEDA scaler or a dashboard).
 grant execute on function workflow.queue_depth(text[], text, bigint, text) to workflow_reader;
@@ -226,7 +226,9 @@ begin
             ('workflow_event', 'workflow_event_any', 'as permissive for all to public using (true) with check (true)'),
             ('workflow_event', 'workflow_event_namespace_read',
              'as restrictive for select to public
-              using (exists (select 1 from workflow.workflow_run r where r.id = workflow_id))'),
+              using (exists (select 1 from workflow.workflow_run r where r.id = workflow_id)
+                     or (run_ids is not null
+                         and exists (select 1 from workflow.workflow_run r where r.id = any (run_ids))))'),
             ('workflow_step', 'workflow_step_any', 'as permissive for all to public using (true) with check (true)'),
             ('workflow_step', 'workflow_step_namespace_read',
              'as restrictive for select to public

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 7
+-- schema version: 8
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -664,6 +664,12 @@ create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
 
 -- The audit trail: one row per transition, written in the transaction that
 -- makes it; numbered per run in the order written. Deleted with its run.
+-- The two transitions every run makes, a claim's 'started' and a
+-- completion's 'succeeded', are kept as one batch row per statement,
+-- namespace and history span (run_ids, attempts): a claim of 500 runs
+-- writes one row, not 500. A run's trail reads the same either way:
+-- run_trail, run_events and the view run_event give one row per run and
+-- transition, each batch row's data with the run's own attempt.
 --
 -- Partitioned by run id: ids begin with their creation time in
 -- milliseconds (new_run_id), so a range of ids is a span of creation times
@@ -685,10 +691,20 @@ create table if not exists workflow.workflow_event (
     -- The database login whose statement made the transition (the login,
     -- not a role it switched to; inside the functions, their caller).
     db_user text default session_user,
+    -- A batch row: the same transition of several runs of one namespace,
+    -- made by one statement (a claim's 'started', a completion's
+    -- 'succeeded'): their ids, each one's attempt (data then names none),
+    -- and workflow_id the smallest id. Null in a row of one run.
+    run_ids uuid[],
+    attempts integer[],
     constraint workflow_event_pkey primary key (workflow_id, id),
     constraint workflow_event_type_valid
         check (event_type in ('created', 'leased', 'started', 'heartbeat', 'succeeded', 'failed', 'retried',
-                              'cancelled', 'waiting', 'woken', 'signal_received'))
+                              'cancelled', 'waiting', 'woken', 'signal_received')),
+    constraint workflow_event_batch_valid
+        check ((run_ids is null and attempts is null)
+               or (event_type in ('started', 'succeeded') and cardinality(run_ids) between 1 and 10000
+                   and cardinality(attempts) = cardinality(run_ids)))
 ) partition by range (workflow_id);
 comment on table workflow.workflow_event is
     'Audit trail: one row per transition of a workflow_run, written in the same transaction.';
@@ -696,6 +712,9 @@ create table if not exists workflow.workflow_event_default partition of workflow
     with (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0,
           autovacuum_vacuum_insert_scale_factor = 0.02);
 create index if not exists idx_workflow_event_id on workflow.workflow_event using brin (id);
+-- The batch rows naming a run (run_trail).
+create index if not exists idx_workflow_event_runs on workflow.workflow_event using gin (run_ids)
+    where run_ids is not null;
 
 
 -- Locks the engine's own functions take, as rows no other login may read
@@ -915,17 +934,48 @@ create or replace trigger workflow_status_changed_by_sql after update on workflo
 -- A row deleted (retention, or a DELETE) takes its events, journal and
 -- signals with it, in the same statement; under retention, events kept in a
 -- time partition are left to drop_history_partitions, which drops them
--- with their partition once no run of its range is left.
+-- with their partition once no run of its range is left. A batch row
+-- loses the deleted runs (and goes with the last of them).
 create or replace function workflow.on_runs_deleted() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+    v_retention boolean := coalesce(current_setting('workflow.retention', true), '') = 'on';
+    v_ids uuid[];
 begin
-    if coalesce(current_setting('workflow.retention', true), '') = 'on' then
+    if v_retention then
         -- Retention (delete_finished_runs): a trail in a time partition
         -- leaves with its partition (drop_history_partitions).
-        delete from workflow.workflow_event_default e using old_runs o where e.workflow_id = o.id;
+        delete from workflow.workflow_event_default e using old_runs o
+        where e.workflow_id = o.id and e.run_ids is null;
     else
-        delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id;
+        delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id and e.run_ids is null;
     end if;
+    -- The batch rows naming deleted runs (under retention, the default
+    -- partition's alone), by idx_workflow_event_runs. The relation is one
+    -- of the two constants.
+    v_ids := array(select o.id from old_runs o);
+    execute format($q$
+        with doomed as (
+            select e.tableoid, e.ctid, e.run_ids, e.attempts from %s e
+            where e.run_ids && $1 and e.run_ids is not null
+        ), kept as (
+            select d.tableoid, d.ctid,
+                   array_agg(u.run_id order by u.run_id) as run_ids, array_agg(u.attempt order by u.run_id) as attempts
+            from doomed d
+            cross join lateral unnest(d.run_ids, d.attempts) u(run_id, attempt)
+            where u.run_id <> all ($1)
+            group by d.tableoid, d.ctid
+        ), emptied as (
+            delete from workflow.workflow_event e using doomed d
+            where e.run_ids && $1 and e.tableoid = d.tableoid and e.ctid = d.ctid
+              and not exists (select 1 from kept k where k.tableoid = d.tableoid and k.ctid = d.ctid)
+        )
+        update workflow.workflow_event e
+        set run_ids = k.run_ids, attempts = k.attempts, workflow_id = k.run_ids[1]
+        from kept k
+        where e.run_ids && $1 and e.tableoid = k.tableoid and e.ctid = k.ctid$q$,
+        case when v_retention then 'workflow.workflow_event_default' else 'workflow.workflow_event' end)
+    using v_ids;
     delete from workflow.workflow_step s using old_runs o where s.run_id = o.id;
     delete from workflow.workflow_signal g using old_runs o where g.run_id = o.id;
     return null;
@@ -2265,17 +2315,18 @@ declare
     v_type text;
     v_ns text := coalesce(p_namespace, 'default');
     v_owner boolean;
+    v_span interval;
 begin
-    -- workflow.now(), the journal's cap, the types with flow limits (for
-    -- this worker's namespace and runtime), and whether the login is the
-    -- owner, in one statement.
-    select pg_catalog.now() + st.clock_offset, st.max_journal_bytes,
+    -- workflow.now(), the journal's cap, the history span, the types with
+    -- flow limits (for this worker's namespace and runtime), and whether
+    -- the login is the owner, in one statement.
+    select pg_catalog.now() + st.clock_offset, st.max_journal_bytes, st.history_partition,
            (select array_agg(g.workflow_name order by g.workflow_name)
             from workflow.workflow_registry g
             where (g.max_leased is not null or g.max_leased_per_key is not null or g.rate_limit is not null)
               and g.namespace = v_ns and g.is_enabled and (p_runtime is null or g.runtime = p_runtime)),
            workflow.session_is_owner()
-    into v_now, v_journal_cap, v_limited, v_owner
+    into v_now, v_journal_cap, v_span, v_limited, v_owner
     from workflow.workflow_settings st;
     -- The namespace the worker serves ('default' when it names none): a
     -- login other than the owner must be bound to it as a worker.
@@ -2400,7 +2451,7 @@ begin
         where r.id = c.id
         returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
                   r.created_at, r.priority, c.token as lease_token, r.deadline_at, c.wait_kind, c.wait_step,
-                  r.traceparent
+                  r.traceparent, r.namespace
     ), timers as (
         -- The timer resolves the wait it ends: a sleep is done, any other wait
         -- timed out.
@@ -2412,18 +2463,29 @@ begin
           and s.run_id = c.id and s.name = c.wait_step and s.finished_at is null
         returning s.run_id
     ), events as (
+        -- A run that waited: woken, then started, in rows of its own, so
+        -- that its events are emitted (and numbered) in order. 'started' is
+        -- the lease: who holds it, for which attempt, until when.
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select c.id, e.event_type, e.data
         from claimed c
-        -- woken, then started: each run's events are emitted (and numbered)
-        -- in order. 'started' is the lease: who holds it, for which attempt,
-        -- until when.
         cross join lateral (values
             ('woken', jsonb_build_object('reason', case when c.wait_kind = 'sleep' then 'timer' else 'timeout' end,
                                          'step', c.wait_step, 'wait_kind', c.wait_kind)),
             ('started', jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
                                            'lease_until', c.lease_until))) e(event_type, data)
-        where e.event_type <> 'woken' or c.wait_kind is not null
+        where c.wait_kind is not null
+    ), started as (
+        -- Every other run: one batch row per namespace and history span
+        -- (see workflow_event.run_ids), whose runs share the worker and
+        -- the lease's end.
+        insert into workflow.workflow_event (workflow_id, event_type, data, run_ids, attempts)
+        select (array_agg(c.id order by c.id))[1], 'started',
+               jsonb_build_object('worker_id', p_worker_id, 'lease_until', min(c.lease_until)),
+               array_agg(c.id order by c.id), array_agg(c.attempt order by c.id)
+        from claimed c
+        where c.wait_kind is null
+        group by c.namespace, workflow.history_span_start(workflow.run_id_time(c.id), v_span)
     )
     select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at,
            c.lease_token, c.deadline_at,
@@ -2582,6 +2644,7 @@ set enable_nestloop = off as $$
 declare
     v_via text := workflow.set_marks(p_frees_slots => true);
     v_now timestamptz := workflow.now();
+    v_span interval := (select st.history_partition from workflow.workflow_settings st);
 begin
     perform workflow.lock_parents(p_ids);
     return query
@@ -2600,19 +2663,27 @@ begin
             updated_at  = v_now
         from req where r.id = any (p_ids) and r.id = req.id
           and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
-        returning r.id, r.attempt, r.status, r.last_error, r.type, r.concurrency_key, r.type_namespace
+        returning r.id, r.attempt, r.status, r.last_error, r.type, r.concurrency_key, r.type_namespace, r.namespace
     ), freed as (
         -- The slots of the keys whose runs ended (one row, when any has a key).
         select workflow.free_slots(array_agg(d.type_namespace), array_agg(d.type), array_agg(d.concurrency_key)) as let_go
         from done d where d.concurrency_key is not null having count(*) > 0
-    ), events as (
+    ), refused as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select d.id, d.status,
-               case when d.status = 'succeeded'
-                    then jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt)
-                    else jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt,
-                                            'reason', 'result_refused', 'error', d.last_error) end
+               jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt,
+                                  'reason', 'result_refused', 'error', d.last_error)
         from done d
+        where d.status <> 'succeeded'
+    ), succeeded as (
+        -- One batch row per namespace and history span (see
+        -- workflow_event.run_ids).
+        insert into workflow.workflow_event (workflow_id, event_type, data, run_ids, attempts)
+        select (array_agg(d.id order by d.id))[1], 'succeeded', jsonb_build_object('worker_id', p_worker_id),
+               array_agg(d.id order by d.id), array_agg(d.attempt order by d.id)
+        from done d
+        where d.status = 'succeeded'
+        group by d.namespace, workflow.history_span_start(workflow.run_id_time(d.id), v_span)
     )
     select d.id, d.status, d.last_error from done d left join freed on true;
     perform workflow.restore_marks(v_via, p_frees_slots => true);
@@ -4755,8 +4826,20 @@ begin
             execute format('insert into workflow.workflow_event overriding system value
                             select e.* from workflow.workflow_run r
                             join workflow.%I e on e.workflow_id = r.id
-                            where r.id >= $1 and r.id < $2', v_part.partition_name)
+                            where r.id >= $1 and r.id < $2 and e.run_ids is null', v_part.partition_name)
                 using v_part.from_id, v_part.to_id;
+            -- A batch row's runs still recorded (of this range or, when
+            -- the span changed since, another) keep their transition, as
+            -- rows of their own.
+            execute format('insert into workflow.workflow_event
+                                (id, workflow_id, event_type, data, created_at, db_user) overriding system value
+                            select e.id, u.run_id, e.event_type, e.data || jsonb_build_object(''attempt'', u.attempt),
+                                   e.created_at, e.db_user
+                            from workflow.%I e
+                            cross join lateral unnest(e.run_ids, e.attempts) u(run_id, attempt)
+                            where e.run_ids is not null
+                              and exists (select 1 from workflow.workflow_run r where r.id = u.run_id)',
+                           v_part.partition_name);
             execute format('drop table workflow.%I', v_part.partition_name);
             v_dropped := v_dropped + 1;
         exception when lock_not_available then
@@ -5050,14 +5133,51 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     limit p_limit
 $$;
 
+-- run_trail: a run's audit trail, in no order: its own rows, and one row
+-- per batch row naming it (workflow_event.run_ids), whose data gains the
+-- run's attempt, as a row of its own would hold. The batch rows are found
+-- by idx_workflow_event_runs (their smallest id is at most the run's). An
+-- SQL body without SET clauses: inlined into its callers, whose row-level
+-- security it keeps.
+create or replace function workflow.run_trail(p_id uuid)
+returns table (id bigint, workflow_id uuid, event_type text, data jsonb, created_at timestamptz, db_user text)
+language sql stable as $$
+    select e.id, e.workflow_id, e.event_type, e.data, e.created_at, e.db_user
+    from workflow.workflow_event e
+    where e.workflow_id = p_id and e.run_ids is null
+    union all
+    select e.id, p_id, e.event_type,
+           e.data || jsonb_build_object('attempt', e.attempts[pg_catalog.array_position(e.run_ids, p_id)]),
+           e.created_at, e.db_user
+    from workflow.workflow_event e
+    where e.run_ids @> array[p_id] and e.run_ids is not null and e.workflow_id <= p_id
+$$;
+
+-- run_event: every run's audit trail, one row per run and transition (a
+-- batch row of workflow_event expanded into its runs' rows), for plain
+-- SQL readers; row-level security as workflow_event's. To read one run's,
+-- run_events (or run_trail) finds its batch rows by index where this view
+-- reads them all.
+create or replace view workflow.run_event with (security_invoker = true) as
+    select e.id, e.workflow_id, e.event_type, e.data, e.created_at, e.db_user
+    from workflow.workflow_event e
+    where e.run_ids is null
+    union all
+    select e.id, b.run_id, e.event_type, e.data || jsonb_build_object('attempt', b.attempt), e.created_at, e.db_user
+    from workflow.workflow_event e
+    cross join lateral unnest(e.run_ids, e.attempts) b(run_id, attempt)
+    where e.run_ids is not null;
+comment on view workflow.run_event is
+    'The audit trail one row per run and transition (workflow_event''s batch rows expanded).';
+
 -- run_events: a run's audit trail after an event id (0: all), oldest first;
 -- nothing once the run is deleted.
 create or replace function workflow.run_events(p_id uuid, p_after bigint default 0)
 returns table (id bigint, workflow_id uuid, event_type text, data jsonb, created_at timestamptz)
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select e.id, e.workflow_id, e.event_type, e.data, e.created_at
-    from workflow.workflow_event e
-    where e.workflow_id = p_id and e.id > coalesce(p_after, 0)
+    from workflow.run_trail(p_id) e
+    where e.id > coalesce(p_after, 0)
       -- a deleted run's trail may wait for its partition to be dropped
       and exists (select 1 from workflow.workflow_run r where r.id = p_id)
     order by e.id
@@ -5176,11 +5296,12 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     limit 10000
 $$;
 
--- event_counts_after: transitions since an event id, by type.
+-- event_counts_after: transitions since an event id, by type (a batch row
+-- counts its runs).
 create or replace function workflow.event_counts_after(p_after bigint)
 returns table (event_type text, events bigint, last_id bigint)
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    select e.event_type, count(*), max(e.id)
+    select e.event_type, sum(coalesce(cardinality(e.run_ids), 1))::bigint, max(e.id)
     from workflow.workflow_event e
     where e.id > p_after
     group by e.event_type
@@ -5525,7 +5646,7 @@ returns table (id uuid, version text)
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select r.id,
            r.status || '/' || r.attempt || '/' || extract(epoch from r.updated_at)::text || '/' ||
-           coalesce((select max(e.id) from workflow.workflow_event e where e.workflow_id = r.id), 0) || '/' ||
+           coalesce((select max(e.id) from workflow.run_trail(r.id) e), 0) || '/' ||
            (select count(*) from workflow.workflow_step st where st.run_id = r.id) || '/' ||
            coalesce((select count(*) || '@' || extract(epoch from max(c.updated_at))::text
                      from (select c.updated_at from workflow.workflow_run c where c.parent_id = r.id
@@ -5540,8 +5661,7 @@ create or replace function workflow.run_latest_events(p_id uuid, p_limit integer
 returns table (id bigint, event_type text, data text, created_at timestamptz)
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select e.id, e.event_type, left(e.data::text, p_data_chars), e.created_at
-    from workflow.workflow_event e
-    where e.workflow_id = p_id
+    from workflow.run_trail(p_id) e
     order by e.id desc
     limit p_limit
 $$;
@@ -5556,9 +5676,8 @@ returns table (event_type text, attempt integer, worker_id text, error text, cre
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select e.event_type, (e.data->>'attempt')::int, e.data->>'worker_id', left(e.data->>'error', p_error_chars),
            e.created_at
-    from workflow.workflow_event e
-    where e.workflow_id = p_id
-      and e.event_type in ('leased', 'started', 'succeeded', 'failed', 'retried', 'cancelled')
+    from workflow.run_trail(p_id) e
+    where e.event_type in ('leased', 'started', 'succeeded', 'failed', 'retried', 'cancelled')
       and e.data->>'attempt' ~ '^[0-9]{1,6}$'
       and e.data->>'reason' is distinct from 'retry_run' -- no attempt's end: see run_retries
     order by e.id
