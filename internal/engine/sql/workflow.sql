@@ -666,8 +666,10 @@ create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
 -- makes it; numbered per run in the order written. Deleted with its run.
 -- The two transitions every run makes, a claim's 'started' and a
 -- completion's 'succeeded', are kept as one batch row per statement,
--- namespace and history span (run_ids, attempts): a claim of 500 runs
--- writes one row, not 500. A run's trail reads the same either way:
+-- namespace and history span (run_ids, attempts) when the statement makes
+-- them for several runs: a claim of 500 runs writes one row, not 500 (a
+-- claim of one writes the run's own row, without the index of batch
+-- rows). A run's trail reads the same either way:
 -- run_trail, run_events and the view run_event give one row per run and
 -- transition, each batch row's data with the run's own attempt.
 --
@@ -2463,28 +2465,29 @@ begin
           and s.run_id = c.id and s.name = c.wait_step and s.finished_at is null
         returning s.run_id
     ), events as (
-        -- A run that waited: woken, then started, in rows of its own, so
-        -- that its events are emitted (and numbered) in order. 'started' is
-        -- the lease: who holds it, for which attempt, until when.
-        insert into workflow.workflow_event (workflow_id, event_type, data)
-        select c.id, e.event_type, e.data
+        -- A run that waited (woken, then started, so that its events are
+        -- emitted and numbered in order) and the run of a claim of one:
+        -- rows of their own. 'started' is the lease: who holds it, for
+        -- which attempt, until when. The other runs of a claim of several:
+        -- one batch row per namespace and history span (see
+        -- workflow_event.run_ids), whose runs share the worker and the
+        -- lease's end. (One INSERT for both: one table to open.)
+        insert into workflow.workflow_event (workflow_id, event_type, data, run_ids, attempts)
+        select c.id, e.event_type, e.data, null, null
         from claimed c
         cross join lateral (values
             ('woken', jsonb_build_object('reason', case when c.wait_kind = 'sleep' then 'timer' else 'timeout' end,
                                          'step', c.wait_step, 'wait_kind', c.wait_kind)),
             ('started', jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
                                            'lease_until', c.lease_until))) e(event_type, data)
-        where c.wait_kind is not null
-    ), started as (
-        -- Every other run: one batch row per namespace and history span
-        -- (see workflow_event.run_ids), whose runs share the worker and
-        -- the lease's end.
-        insert into workflow.workflow_event (workflow_id, event_type, data, run_ids, attempts)
+        where (c.wait_kind is not null or (select count(*) from claimed) = 1)
+          and (e.event_type <> 'woken' or c.wait_kind is not null)
+        union all
         select (array_agg(c.id order by c.id))[1], 'started',
                jsonb_build_object('worker_id', p_worker_id, 'lease_until', min(c.lease_until)),
                array_agg(c.id order by c.id), array_agg(c.attempt order by c.id)
         from claimed c
-        where c.wait_kind is null
+        where c.wait_kind is null and (select count(*) from claimed) > 1
         group by c.namespace, workflow.history_span_start(workflow.run_id_time(c.id), v_span)
     )
     select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at,
@@ -2644,7 +2647,6 @@ set enable_nestloop = off as $$
 declare
     v_via text := workflow.set_marks(p_frees_slots => true);
     v_now timestamptz := workflow.now();
-    v_span interval := (select st.history_partition from workflow.workflow_settings st);
 begin
     perform workflow.lock_parents(p_ids);
     return query
@@ -2668,22 +2670,27 @@ begin
         -- The slots of the keys whose runs ended (one row, when any has a key).
         select workflow.free_slots(array_agg(d.type_namespace), array_agg(d.type), array_agg(d.concurrency_key)) as let_go
         from done d where d.concurrency_key is not null having count(*) > 0
-    ), refused as (
-        insert into workflow.workflow_event (workflow_id, event_type, data)
-        select d.id, d.status,
-               jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt,
-                                  'reason', 'result_refused', 'error', d.last_error)
-        from done d
-        where d.status <> 'succeeded'
-    ), succeeded as (
-        -- One batch row per namespace and history span (see
-        -- workflow_event.run_ids).
+    ), events as (
+        -- A refused result, and the run of a completion of one: rows of
+        -- their own; the other successes: one batch row per namespace and
+        -- history span (see workflow_event.run_ids). One INSERT for both.
         insert into workflow.workflow_event (workflow_id, event_type, data, run_ids, attempts)
+        select d.id, d.status,
+               case when d.status = 'succeeded'
+                    then jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt)
+                    else jsonb_build_object('worker_id', p_worker_id, 'attempt', d.attempt,
+                                            'reason', 'result_refused', 'error', d.last_error) end,
+               null, null
+        from done d
+        where d.status <> 'succeeded' or (select count(*) from done) = 1
+        union all
         select (array_agg(d.id order by d.id))[1], 'succeeded', jsonb_build_object('worker_id', p_worker_id),
                array_agg(d.id order by d.id), array_agg(d.attempt order by d.id)
         from done d
-        where d.status = 'succeeded'
-        group by d.namespace, workflow.history_span_start(workflow.run_id_time(d.id), v_span)
+        where d.status = 'succeeded' and (select count(*) from done) > 1
+        group by d.namespace,
+                 workflow.history_span_start(workflow.run_id_time(d.id),
+                                             (select st.history_partition from workflow.workflow_settings st))
     )
     select d.id, d.status, d.last_error from done d left join freed on true;
     perform workflow.restore_marks(v_via, p_frees_slots => true);
