@@ -133,3 +133,43 @@ begin
     end if;
     commit;
 end $$;
+
+-- Variant "leased": the claim also marks the run row leased (status,
+-- holder, lease end), so that the row says what the narrow rows say. With
+-- no index of the run table naming those columns (narrow_hot_path_indexes.sql)
+-- the update is HOT.
+create function workflow.proto_claim_leased(p_worker text, p_type text, p_limit integer, p_lease_ms bigint)
+returns table (id uuid, token bigint)
+language plpgsql set enable_seqscan = off as $$
+#variable_conflict use_column
+begin
+    return query
+    with c as (
+        select * from workflow.proto_claim(p_worker, p_type, p_limit, p_lease_ms)
+    ), marked as (
+        update workflow.workflow_run r
+        set status = 'leased', attempt = c.attempt, leased_by = p_worker,
+            lease_until = now() + p_lease_ms * interval '1 millisecond', lease_token = workflow.lease_fence(c.token),
+            started_at = coalesce(r.started_at, now()), updated_at = now()
+        from c where r.id = c.id
+        returning r.id, c.token
+    )
+    select m.id, m.token from marked m;
+end $$;
+
+create procedure workflow.proto_cycle_leased(p_limit integer) language plpgsql as $$
+declare
+    v_ids uuid[];
+    v_tokens bigint[];
+begin
+    perform workflow.set_marks();
+    select array_agg(c.id), array_agg(c.token) into v_ids, v_tokens
+    from workflow.proto_claim_leased('w' || pg_backend_pid(), 'proto.job.v1', p_limit, 30000) c;
+    commit;
+    if v_ids is not null then
+        perform workflow.set_marks(true);
+        perform workflow.proto_complete('w' || pg_backend_pid(), v_ids, v_tokens,
+                                        array_fill('{}'::jsonb, array[cardinality(v_ids)]));
+    end if;
+    commit;
+end $$;
