@@ -245,8 +245,8 @@ func TestLocksOnlyTheEngineTakes(t *testing.T) {
 
 	next := listenCreated(t, b)
 	b.teamRun(t, "team-b", "wake.b.v1")
-	if p := next(); p != "wake.b.v1" {
-		t.Fatalf("notification %q, want wake.b.v1", p)
+	if p := next(); p != "team-b/wake.b.v1" {
+		t.Fatalf("notification %q, want team-b/wake.b.v1", p)
 	}
 	if got := b.claimIn(t, "team-b", "wb", []string{"lim."}, 10); len(got) != 3 {
 		t.Fatalf("team-b's limited claim took %d of 3", len(got))
@@ -533,8 +533,8 @@ func TestImmediateWakeUpHoldsNoRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.teamRun(t, "team-b", "wakeh.b.v1")
-	if p := next(); p != "wakeh.b.v1" {
-		t.Fatalf("notification %q while team-a's transaction stays open, want wakeh.b.v1", p)
+	if p := next(); p != "team-b/wakeh.b.v1" {
+		t.Fatalf("notification %q while team-a's transaction stays open, want team-b/wakeh.b.v1", p)
 	}
 }
 

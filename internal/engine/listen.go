@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,8 +13,10 @@ import (
 
 // Notification channels raised by the schema's triggers.
 const (
-	// ChannelRunCreated carries the type of newly inserted runs: at most one
-	// notification per type and committing transaction, sent at commit. Only
+	// ChannelRunCreated carries the type of newly inserted runs, as
+	// "namespace/type" (the namespace whose workers run the type; see
+	// SplitWakePayload): at most one notification per type and committing
+	// transaction, sent at commit. Only
 	// one committing transaction per type notifies at a time (so producers
 	// are not serialised by NOTIFY); the others leave it to that one, whose
 	// notification may therefore arrive just before their runs are visible.
@@ -28,6 +31,17 @@ const (
 	// object's name: any database login may LISTEN.
 	ChannelRunChanged = "workflow_run_changed"
 )
+
+// SplitWakePayload splits a ChannelRunCreated payload into the namespace
+// whose workers run the type and the type. A payload without a namespace
+// (a NOTIFY sent by hand, or by a schema older than version 8) gives an
+// empty namespace: it concerns the type in every namespace.
+func SplitWakePayload(payload string) (namespace, workflowType string) {
+	if ns, typ, ok := strings.Cut(payload, "/"); ok {
+		return ns, typ
+	}
+	return "", payload
+}
 
 // WakeFollowUp is how long after a ChannelRunCreated notification a worker
 // claims once more, for runs whose transactions committed right after the

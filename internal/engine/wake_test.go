@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -39,8 +40,8 @@ func listenCreated(t *testing.T, b *bundle) func() string {
 	}
 }
 
-// Inserts notify at commit, once per type and transaction; what a
-// rolled-back savepoint inserted is not announced.
+// Inserts notify at commit, once per type (of a namespace) and
+// transaction; what a rolled-back savepoint inserted is not announced.
 func TestWakeUpOncePerTypeAtCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -53,6 +54,7 @@ func TestWakeUpOncePerTypeAtCommit(t *testing.T) {
 	for _, sql := range []string{
 		`insert into workflow.workflow_run (type) values ('wake.a.v1'), ('wake.a.v1')`,
 		`insert into workflow.workflow_run (type) values ('wake.b.v1'), ('wake.a.v1')`,
+		`insert into workflow.workflow_run (type, namespace) values ('wake.a.v1', 'team-a'), ('wake.a.v1', 'team-a')`,
 		`savepoint s`,
 		`insert into workflow.workflow_run (type) values ('wake.c.v1')`,
 		`rollback to savepoint s`,
@@ -69,12 +71,20 @@ func TestWakeUpOncePerTypeAtCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seq []string
-	for p := ""; p != "wake.z.v1"; {
+	for p := ""; p != "default/wake.z.v1"; {
 		p = next()
 		seq = append(seq, p)
 	}
-	if len(seq) != 3 || seq[0] != "wake.a.v1" || seq[1] != "wake.b.v1" {
-		t.Fatalf("notifications %v, want wake.a.v1, wake.b.v1, then the marker", seq)
+	// Each names the type's namespace: team-a's runs of a type of the same
+	// name are announced apart, to team-a's workers.
+	if want := []string{"default/wake.a.v1", "default/wake.b.v1", "team-a/wake.a.v1", "default/wake.z.v1"}; !slices.Equal(seq, want) {
+		t.Fatalf("notifications %v, want %v", seq, want)
+	}
+	if ns, typ := engine.SplitWakePayload(seq[2]); ns != "team-a" || typ != "wake.a.v1" {
+		t.Fatalf("SplitWakePayload(%q) = %q, %q", seq[2], ns, typ)
+	}
+	if ns, typ := engine.SplitWakePayload("wake.a.v1"); ns != "" || typ != "wake.a.v1" {
+		t.Fatalf("a payload without a namespace splits into %q, %q", ns, typ)
 	}
 }
 
@@ -103,7 +113,7 @@ func TestWakeUpLeftToTheTransactionAnnouncingTheType(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type) values ('wake.m.v1')`); err != nil {
 		t.Fatal(err)
 	}
-	if p := next(); p != "wake.m.v1" {
+	if p := next(); p != "default/wake.m.v1" {
 		t.Fatalf("notification %q while wake.t.v1's lock was held, want only the marker wake.m.v1", p)
 	}
 	if err := holder.Rollback(b.ctx); err != nil {
@@ -112,7 +122,7 @@ func TestWakeUpLeftToTheTransactionAnnouncingTheType(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type) values ('wake.t.v1')`); err != nil {
 		t.Fatal(err)
 	}
-	if p := next(); p != "wake.t.v1" {
+	if p := next(); p != "default/wake.t.v1" {
 		t.Fatalf("notification %q, want wake.t.v1", p)
 	}
 }

@@ -27,14 +27,23 @@ func (s *session) matches(workflowType string) bool {
 	return false
 }
 
+// wakes reports whether an insert notification's payload concerns this
+// worker: a type of its namespace (or of any, for a payload without one)
+// under one of its prefixes.
+func (s *session) wakes(payload string) bool {
+	ns, typ := engine.SplitWakePayload(payload)
+	return (ns == "" || ns == s.cfg.Namespace) && s.matches(typ)
+}
+
 // onNotify wakes the claim loop for a new run of a type this worker
-// claims, and has the cancellation of a run this worker holds confirmed
+// claims (of its namespace: another namespace's inserts wake its own
+// workers only), and has the cancellation of a run this worker holds confirmed
 // (confirmLoop): any login may send that notification, so it cancels no
 // handler by itself. Ids of runs this worker does not hold are ignored.
 func (s *session) onNotify(n engine.Notification) {
 	switch n.Channel {
 	case engine.ChannelRunCreated:
-		if s.matches(n.Payload) {
+		if s.wakes(n.Payload) {
 			signal(s.wake)
 			s.followUp.Reset(time.Duration(wakeFollowUp.Load()))
 		}

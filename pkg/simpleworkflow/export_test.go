@@ -11,3 +11,10 @@ func SetWakeFollowUp(d time.Duration) (restore func()) {
 
 // LeaseFence is leaseFence, for the tests.
 func LeaseFence(token int64) int64 { return leaseFence(token) }
+
+// WakesFor is whether a poller of namespace with the literal prefixes is
+// woken by a workflow_run_created payload.
+func WakesFor(namespace string, prefixes []string, payload string) bool {
+	s := &session{cfg: PollerConfig{Namespace: namespace}, prefixes: prefixes}
+	return s.wakes(payload)
+}

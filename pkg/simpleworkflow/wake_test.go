@@ -60,3 +60,29 @@ func TestPollerClaimsAgainAfterANotification(t *testing.T) {
 		t.Fatal("the run was not claimed after the notification")
 	}
 }
+
+// An insert notification names the type's namespace: a poller wakes for
+// its own namespace's types under its prefixes (and for a payload naming
+// no namespace), never for another namespace's.
+func TestInsertNotificationsWakeTheirNamespaceOnly(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ns       string
+		prefixes []string
+		payload  string
+		want     bool
+	}{
+		{"team-a", []string{"billing."}, "team-a/billing.charge.v1", true},
+		{"team-a", []string{"billing."}, "team-b/billing.charge.v1", false},
+		{"team-a", nil, "team-b/billing.charge.v1", false},
+		{"team-a", nil, "team-a/any.job.v1", true},
+		{"team-a", []string{"billing."}, "team-a/shipping.label.v1", false},
+		{"default", []string{"billing."}, "billing.charge.v1", true},
+		{"default", []string{"billing."}, "default/billing.charge.v1", true},
+		{"default", []string{"billing."}, "/billing.charge.v1", true},
+	} {
+		if got := simpleworkflow.WakesFor(c.ns, c.prefixes, c.payload); got != c.want {
+			t.Errorf("a poller of %s with prefixes %v woken by %q: %v, want %v", c.ns, c.prefixes, c.payload, got, c.want)
+		}
+	}
+}

@@ -1157,12 +1157,14 @@ create or replace trigger workflow_run_inserted after insert on workflow.workflo
     referencing new table as new_runs for each statement execute function workflow.on_run_inserted();
 
 -- Wake-ups: at commit, one NOTIFY workflow_run_created per type of the new
--- runs (the type is the payload), so idle workers claim at once instead of
--- at their next poll. The WHEN clause remembers the types already seen in
--- the transaction (workflow.wake_types), so a batch of 10,000 runs of one
--- type fires the trigger once; the type's row of workflow_lock lets one
--- committing transaction per type notify at a time, and the others skip
--- theirs (a worker woken claims every runnable run of the type).
+-- runs (the payload is the type's namespace and name, 'namespace/type'),
+-- so idle workers of that namespace claim at once instead of at their next
+-- poll, and the workers of other namespaces sleep on. The WHEN clause
+-- remembers the types already seen in the transaction
+-- (workflow.wake_types), so a batch of 10,000 runs of one type fires the
+-- trigger once; the type's row of workflow_lock lets one committing
+-- transaction per type notify at a time, and the others skip theirs (a
+-- worker woken claims every runnable run of the type).
 create or replace function workflow.on_run_committing() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
@@ -1183,20 +1185,22 @@ begin
             return null;
         end if;
     end if;
-    perform pg_notify('workflow_run_created', new.type);
+    perform pg_notify('workflow_run_created', new.type_namespace || '/' || new.type);
     return null;
 end $$;
 drop trigger if exists workflow_run_wake on workflow.workflow_run;
 create constraint trigger workflow_run_wake
     after insert on workflow.workflow_run
     deferrable initially deferred
-    for each row when (strpos(coalesce(current_setting('workflow.wake_types', true), ''), ',' || new.type || ',') = 0
+    for each row when (strpos(coalesce(current_setting('workflow.wake_types', true), ''),
+                              ',' || new.type_namespace || '/' || new.type || ',') = 0
                        and set_config('workflow.wake_types',
-                                      coalesce(current_setting('workflow.wake_types', true), '') || ',' || new.type || ',',
+                                      coalesce(current_setting('workflow.wake_types', true), '') || ','
+                                      || new.type_namespace || '/' || new.type || ',',
                                       true) <> '')
     execute function workflow.on_run_committing();
 comment on trigger workflow_run_wake on workflow.workflow_run is
-    'Notifies workflow_run_created once per type at commit; one committing transaction per type at a time (see on_run_committing).';
+    'Notifies workflow_run_created (namespace/type) once per type at commit; one committing transaction per type at a time (see on_run_committing).';
 
 -- create_runs records many runs in one call, checking every row first and
 -- naming the first bad one (type, key, numbers, traceparent, payload JSON)

@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set
 
 import psycopg
 
@@ -65,6 +65,22 @@ def _decode(what: str, text: Optional[str]) -> Any:
                                 f"(RecursionError)") from e
     except (ValueError, MemoryError) as e:
         raise _UndecodableError(f"the run's {what} cannot be decoded: {type(e).__name__}: {e}") from e
+
+
+def wakes(namespace: str, prefixes: List[str], payload: str) -> bool:
+    """Whether a workflow_run_created payload concerns a poller of namespace with these literal prefixes.
+
+    The payload is "namespace/type" (the namespace whose workers run the
+    type); one without a namespace (a NOTIFY sent by hand, or by a schema
+    older than version 8) concerns the type in every namespace. Go:
+    engine.SplitWakePayload.
+    """
+    ns, sep, typ = payload.partition("/")
+    if not sep:
+        ns, typ = "", payload
+    if ns and ns != namespace:
+        return False
+    return not prefixes or any(typ.startswith(x) for x in prefixes)
 
 
 def listen_loop(p: Poller, follow_up: Callable[[], float]) -> None:
@@ -112,7 +128,7 @@ def listen_loop(p: Poller, follow_up: Callable[[], float]) -> None:
                                     break
                                 channel, payload = n.relname.decode(), n.extra.decode(errors="replace")
                                 if channel == "workflow_run_created":
-                                    if not prefixes or any(payload.startswith(x) for x in prefixes):
+                                    if wakes(p.namespace, prefixes, payload):
                                         p._wake.set()
                                         follow_up_at = time.monotonic() + follow_up()
                                 elif channel == "workflow_run_cancelled":

@@ -33,6 +33,23 @@ SEED_CANCEL = ("update workflow.workflow_run set status = 'cancelled', updated_a
 class NamespaceSettingsTest(unittest.TestCase):
     """The poller's namespace setting, checked before anything connects."""
 
+    def test_insert_notifications_wake_their_namespace_only(self):
+        """workflow_run_created names the type's namespace (Go: TestInsertNotificationsWakeTheirNamespaceOnly)."""
+        from simpleworkflow._claim import wakes
+        cases = [
+            ("team-a", ["billing."], "team-a/billing.charge.v1", True),
+            ("team-a", ["billing."], "team-b/billing.charge.v1", False),
+            ("team-a", [], "team-b/billing.charge.v1", False),
+            ("team-a", [], "team-a/any.job.v1", True),
+            ("team-a", ["billing."], "team-a/shipping.label.v1", False),
+            ("default", ["billing."], "billing.charge.v1", True),
+            ("default", ["billing."], "default/billing.charge.v1", True),
+            ("default", ["billing."], "/billing.charge.v1", True),
+        ]
+        for ns, prefixes, payload, want in cases:
+            with self.subTest(namespace=ns, payload=payload):
+                self.assertEqual(wakes(ns, prefixes, payload), want)
+
     def test_default_namespace(self):
         self.assertEqual(DEFAULT_NAMESPACE, "default")
         self.assertEqual(Poller("postgres://unused").namespace, "default")
