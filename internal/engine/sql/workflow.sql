@@ -705,7 +705,7 @@ create table if not exists workflow.workflow_event (
                               'cancelled', 'waiting', 'woken', 'signal_received')),
     constraint workflow_event_batch_valid
         check ((run_ids is null and attempts is null)
-               or (event_type in ('started', 'succeeded') and cardinality(run_ids) between 1 and 10000
+               or (event_type in ('started', 'succeeded') and cardinality(run_ids) >= 1
                    and cardinality(attempts) = cardinality(run_ids)))
 ) partition by range (workflow_id);
 comment on table workflow.workflow_event is

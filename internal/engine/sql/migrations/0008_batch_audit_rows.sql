@@ -17,7 +17,7 @@ do $$ begin
                    where conrelid = 'workflow.workflow_event'::regclass and conname = 'workflow_event_batch_valid') then
         alter table workflow.workflow_event add constraint workflow_event_batch_valid
             check ((run_ids is null and attempts is null)
-                   or (event_type in ('started', 'succeeded') and cardinality(run_ids) between 1 and 10000
+                   or (event_type in ('started', 'succeeded') and cardinality(run_ids) >= 1
                        and cardinality(attempts) = cardinality(run_ids)));
     end if;
     if exists (select 1 from pg_catalog.pg_policies
