@@ -204,10 +204,18 @@ func TestBatchAuditRowsReadAsRowsPerRun(t *testing.T) {
 	if evs, err := r.eng.ListEvents(b.ctx, theirs[0]); err != nil || len(evs) != 0 {
 		t.Fatalf("team-a's reader reads %d events of team-b's run (%v)", len(evs), err)
 	}
+	// ... and its own runs' trails whole, batch rows included.
+	if evs, err := r.eng.ListEvents(b.ctx, mine[3]); err != nil || len(evs) != 3 {
+		t.Fatalf("team-a's reader reads %d events of its own run (%v), want 3", len(evs), err)
+	}
+	var through int
+	if err := r.pool.QueryRow(b.ctx, "select count(*) from workflow.run_trail($1)", theirs[1]).Scan(&through); err != nil || through != 0 {
+		t.Fatalf("team-a's reader reads %d rows of team-b's trail through run_trail (%v)", through, err)
+	}
 
-	// Deleting runs takes them out of the batch rows: the smallest first
-	// (the row moves to the next), then the rest; the other runs' trails
-	// stay whole, and a row with no run left goes.
+	// Deleting runs takes them out of the batch rows: the two smallest,
+	// then the rest; the other runs' trails stay whole, and a row with no
+	// run left goes.
 	sorted := slices.Clone(mine)
 	slices.Sort(sorted)
 	if _, err := b.pool.Exec(b.ctx, "delete from workflow.workflow_run where id = any ($1::uuid[])", sorted[:2]); err != nil {
@@ -216,8 +224,10 @@ func TestBatchAuditRowsReadAsRowsPerRun(t *testing.T) {
 	var whole int
 	for _, r := range b.batchRows(t, sorted[2:]) {
 		whole++
-		if len(r.Runs) != 28 || len(r.Attempts) != 28 || r.Workflow != sorted[2] || !slices.IsSorted(r.Runs) {
-			t.Fatalf("after deleting two runs a batch row is %+v, want 28 runs under %s", r, sorted[2])
+		// It stays where it was, under the smallest id it was written with
+		// (still at most every id it names).
+		if len(r.Runs) != 28 || len(r.Attempts) != 28 || r.Workflow != sorted[0] || !slices.IsSorted(r.Runs) {
+			t.Fatalf("after deleting two runs a batch row is %+v, want 28 runs under %s", r, sorted[0])
 		}
 	}
 	if whole != 2 {

@@ -144,6 +144,9 @@ grant execute on function workflow.default_namespace(), workflow.type_shared(tex
 grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflow_step,
                 workflow.workflow_signal, workflow.workflow_registry, workflow.run_view, workflow.run_event
     to workflow_reader;
+-- Whoever reads runs reads their audit trails through run_trail (which
+-- checks the caller's namespaces itself, as row-level security would).
+grant execute on function workflow.run_trail(uuid) to workflow_producer, workflow_reader, workflow_worker;
 -- ... and the queue depth of a worker pool (a KEDA scaler or a dashboard).
 grant execute on function workflow.queue_depth(text[], text, bigint, text) to workflow_reader;
 -- ... and every type's queue (the console's overview).

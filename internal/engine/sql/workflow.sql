@@ -92,7 +92,8 @@
 --                                  partition go with their partition:
 --                                  drop_history_partitions)
 --
--- Every transition writes its row of workflow_event (the audit trail) in
+-- Every transition writes its row of workflow_event (the audit trail; a
+-- claim's and a completion's of several runs, one batch row) in
 -- the same transaction, by the function that makes it or by the trigger
 -- named above. Every trigger on workflow_run serves a plain-SQL path too
 -- (an INSERT, an UPDATE of status or deleted_at, a DELETE), so a transition
@@ -662,8 +663,8 @@ create index if not exists idx_workflow_run_flow_list on workflow.workflow_run
     (type_namespace, type collate "C", priority, created_at) where wait_kind = 'limit' and deleted_at is null;
 
 
--- The audit trail: one row per transition, written in the transaction that
--- makes it; numbered per run in the order written. Deleted with its run.
+-- The audit trail: one row per transition (or per batch, below), written
+-- in the transaction that makes it; numbered per run in the order written. Deleted with its run.
 -- The two transitions every run makes, a claim's 'started' and a
 -- completion's 'succeeded', are kept as one batch row per statement,
 -- namespace and history span (run_ids, attempts) when the statement makes
@@ -709,13 +710,16 @@ create table if not exists workflow.workflow_event (
                    and cardinality(attempts) = cardinality(run_ids)))
 ) partition by range (workflow_id);
 comment on table workflow.workflow_event is
-    'Audit trail: one row per transition of a workflow_run, written in the same transaction.';
+    'Audit trail: one row per transition of a workflow_run (a claim''s or completion''s of several runs: one batch row, run_ids), written in the same transaction.';
 create table if not exists workflow.workflow_event_default partition of workflow.workflow_event default
     with (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0,
           autovacuum_vacuum_insert_scale_factor = 0.02);
 create index if not exists idx_workflow_event_id on workflow.workflow_event using brin (id);
--- The batch rows naming a run (run_trail).
+-- The batch rows naming a run (run_trail, deletes, dropping a partition),
+-- and by the largest id they name (dropping a partition).
 create index if not exists idx_workflow_event_runs on workflow.workflow_event using gin (run_ids)
+    where run_ids is not null;
+create index if not exists idx_workflow_event_runs_last on workflow.workflow_event ((run_ids[cardinality(run_ids)]))
     where run_ids is not null;
 
 
@@ -953,29 +957,26 @@ begin
         delete from workflow.workflow_event e using old_runs o where e.workflow_id = o.id and e.run_ids is null;
     end if;
     -- The batch rows naming deleted runs (under retention, the default
-    -- partition's alone), by idx_workflow_event_runs. The relation is one
-    -- of the two constants.
+    -- partition's alone), by idx_workflow_event_runs: each loses them, the
+    -- rest recomputed from the row as it is when updated (a concurrent
+    -- delete's trim is kept), and a row left with none goes; its
+    -- workflow_id stays (still at most every id it names). The relation
+    -- is one of the two constants.
     v_ids := array(select o.id from old_runs o);
     execute format($q$
-        with doomed as (
-            select e.tableoid, e.ctid, e.run_ids, e.attempts from %s e
-            where e.run_ids && $1 and e.run_ids is not null
-        ), kept as (
-            select d.tableoid, d.ctid,
-                   array_agg(u.run_id order by u.run_id) as run_ids, array_agg(u.attempt order by u.run_id) as attempts
-            from doomed d
-            cross join lateral unnest(d.run_ids, d.attempts) u(run_id, attempt)
-            where u.run_id <> all ($1)
-            group by d.tableoid, d.ctid
-        ), emptied as (
-            delete from workflow.workflow_event e using doomed d
-            where e.run_ids && $1 and e.tableoid = d.tableoid and e.ctid = d.ctid
-              and not exists (select 1 from kept k where k.tableoid = d.tableoid and k.ctid = d.ctid)
-        )
-        update workflow.workflow_event e
-        set run_ids = k.run_ids, attempts = k.attempts, workflow_id = k.run_ids[1]
-        from kept k
-        where e.run_ids && $1 and e.tableoid = k.tableoid and e.ctid = k.ctid$q$,
+        update %1$s e
+        set (run_ids, attempts) = (
+                select array_agg(u.run_id order by u.run_id), array_agg(u.attempt order by u.run_id)
+                from unnest(e.run_ids, e.attempts) u(run_id, attempt)
+                where not exists (select 1 from unnest($1) d(id) where d.id = u.run_id))
+        where e.run_ids && $1 and e.run_ids is not null
+          and exists (select 1 from unnest(e.run_ids) u(run_id)
+                      where not exists (select 1 from unnest($1) d(id) where d.id = u.run_id))$q$,
+        case when v_retention then 'workflow.workflow_event_default' else 'workflow.workflow_event' end)
+    using v_ids;
+    execute format($q$
+        delete from %1$s e
+        where e.run_ids && $1 and e.run_ids is not null and e.run_ids <@ $1$q$,
         case when v_retention then 'workflow.workflow_event_default' else 'workflow.workflow_event' end)
     using v_ids;
     delete from workflow.workflow_step s using old_runs o where s.run_id = o.id;
@@ -1587,7 +1588,7 @@ begin
     if v_run.dag is not null then
         perform workflow.dag_advance(p_id);
     end if;
-    perform pg_notify('workflow_run_created', v_run.type);
+    perform pg_notify('workflow_run_created', v_run.type_namespace || '/' || v_run.type);
     perform workflow.restore_marks(v_via);
     return query select 'retried'::text, null::text;
 end $$;
@@ -3235,7 +3236,7 @@ begin
         insert into workflow.workflow_event (workflow_id, event_type, data)
         values (p_run_id, 'woken', jsonb_build_object('reason', 'signal', 'step', v_run.wait_step,
                                                       'signal', p_name, 'signal_id', v_oldest.id));
-        perform pg_notify('workflow_run_created', v_run.type);
+        perform pg_notify('workflow_run_created', v_run.type_namespace || '/' || v_run.type);
         return query select v_id, false, true;
         return;
     end if;
@@ -3423,7 +3424,7 @@ begin
         insert into workflow.workflow_event (workflow_id, event_type, data)
         values (v_parent.id, 'woken', jsonb_build_object('reason', 'child_finished', 'step', new.parent_step,
                                                          'child_id', new.id, 'child_status', new.status));
-        perform pg_notify('workflow_run_created', v_parent.type);
+        perform pg_notify('workflow_run_created', v_parent.type_namespace || '/' || v_parent.type);
     end if;
     return null;
 end $$;
@@ -4839,9 +4840,11 @@ begin
                             join workflow.%I e on e.workflow_id = r.id
                             where r.id >= $1 and r.id < $2 and e.run_ids is null', v_part.partition_name)
                 using v_part.from_id, v_part.to_id;
-            -- A batch row's runs still recorded (of this range or, when
-            -- the span changed since, another) keep their transition, as
-            -- rows of their own.
+            -- A batch row's runs still recorded keep their transition, as
+            -- rows of their own: the runs of this range (by
+            -- idx_workflow_event_runs) and, when the span changed since
+            -- the row was written, runs past it (its largest id, by
+            -- idx_workflow_event_runs_last); never a read of the partition.
             execute format('insert into workflow.workflow_event
                                 (id, workflow_id, event_type, data, created_at, db_user) overriding system value
                             select e.id, u.run_id, e.event_type, e.data || jsonb_build_object(''attempt'', u.attempt),
@@ -4849,8 +4852,12 @@ begin
                             from workflow.%I e
                             cross join lateral unnest(e.run_ids, e.attempts) u(run_id, attempt)
                             where e.run_ids is not null
+                              and (e.run_ids && array(select r.id from workflow.workflow_run r
+                                                      where r.id >= $1 and r.id < $2)
+                                   or e.run_ids[cardinality(e.run_ids)] >= $2)
                               and exists (select 1 from workflow.workflow_run r where r.id = u.run_id)',
-                           v_part.partition_name);
+                           v_part.partition_name)
+                using v_part.from_id, v_part.to_id;
             execute format('drop table workflow.%I', v_part.partition_name);
             v_dropped := v_dropped + 1;
         exception when lock_not_available then
@@ -5144,31 +5151,46 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     limit p_limit
 $$;
 
--- run_trail: a run's audit trail, in no order: its own rows, and one row
--- per batch row naming it (workflow_event.run_ids), whose data gains the
--- run's attempt, as a row of its own would hold. The batch rows are found
--- by idx_workflow_event_runs (their smallest id is at most the run's). An
--- SQL body without SET clauses: inlined into its callers, whose row-level
--- security it keeps.
+-- run_trail: a run's audit trail, in no order, when the run is recorded
+-- and the caller may read it (the rule of workflow_run's row-level
+-- security: the owner, or a login reading or producing for its
+-- namespace): its own rows, and one row per batch row naming it
+-- (workflow_event.run_ids), whose data gains the run's attempt, as a row
+-- of its own would hold. Security definer, so that the batch rows are
+-- found by idx_workflow_event_runs whoever asks (row-level security
+-- would keep the planner from that index: @> is not leakproof), within
+-- the partitions a batch row naming the run can be in (its smallest id
+-- is at most the run's, and at most a span of 31 days before it).
+-- Reads only.
 create or replace function workflow.run_trail(p_id uuid)
 returns table (id bigint, workflow_id uuid, event_type text, data jsonb, created_at timestamptz, db_user text)
-language sql stable as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    with seen as materialized (
+        select r.id from workflow.workflow_run r
+        where r.id = p_id
+          and ((select workflow.caller_namespaces('read')) is null
+               or r.namespace = any ((select workflow.caller_namespaces('read'))::text[]))
+    )
     select e.id, e.workflow_id, e.event_type, e.data, e.created_at, e.db_user
     from workflow.workflow_event e
-    where e.workflow_id = p_id and e.run_ids is null
+    where e.workflow_id = p_id and e.run_ids is null and exists (select 1 from seen)
     union all
     select e.id, p_id, e.event_type,
-           e.data || jsonb_build_object('attempt', e.attempts[pg_catalog.array_position(e.run_ids, p_id)]),
+           e.data || jsonb_build_object('attempt', e.attempts[array_position(e.run_ids, p_id)]),
            e.created_at, e.db_user
     from workflow.workflow_event e
-    where e.run_ids @> array[p_id] and e.run_ids is not null and e.workflow_id <= p_id
+    where e.run_ids @> array[p_id] and e.run_ids is not null
+      and e.workflow_id <= p_id
+      and e.workflow_id >= workflow.run_id_at(workflow.run_id_time(p_id) - interval '31 days')
+      and exists (select 1 from seen)
 $$;
 
 -- run_event: every run's audit trail, one row per run and transition (a
 -- batch row of workflow_event expanded into its runs' rows), for plain
--- SQL readers; row-level security as workflow_event's. To read one run's,
--- run_events (or run_trail) finds its batch rows by index where this view
--- reads them all.
+-- SQL readers' joins and bulk reads; row-level security as
+-- workflow_event's. Not for one run: a filter on its workflow_id cannot
+-- reach the index of batch rows, so it reads them all; run_events(id)
+-- reads one run's trail by index.
 create or replace view workflow.run_event with (security_invoker = true) as
     select e.id, e.workflow_id, e.event_type, e.data, e.created_at, e.db_user
     from workflow.workflow_event e
@@ -7091,6 +7113,7 @@ revoke all on function
     workflow.queue_depth(text[], text, bigint, text),
     workflow.reap_expired_leases(integer),
     workflow.resolve_child_entry(workflow.workflow_run),
+    workflow.run_trail(uuid),
     workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[]),
     workflow.release_runs(text, uuid[], bigint[]),
     workflow.send_signal(uuid, text, jsonb, text),
