@@ -447,7 +447,7 @@ func TestInsertNotifiesListeners(t *testing.T) {
 			t.Fatalf("no %s notification", channel)
 		}
 	}
-	expect(engine.ChannelRunCreated, "n.a.v1")
+	expect(engine.ChannelRunCreated, "default/n.a.v1")
 	if _, err := b.eng.CancelRun(b.ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -466,5 +466,5 @@ func TestInsertNotifiesListeners(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type) values ('n.b.v1')`); err != nil {
 		t.Fatal(err)
 	}
-	expect(engine.ChannelRunCreated, "n.b.v1")
+	expect(engine.ChannelRunCreated, "default/n.b.v1")
 }
