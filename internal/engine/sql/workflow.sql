@@ -4853,9 +4853,12 @@ begin
                             where r.id >= $1 and r.id < $2 and e.run_ids is null', v_part.partition_name)
                 using v_part.from_id, v_part.to_id;
             -- A batch row's runs still recorded keep their transition, as
-            -- rows of their own: the runs of this range, whose batch rows
-            -- are found by idx_workflow_event_runs (never a read of the
-            -- partition) ...
+            -- rows of their own. The rows naming runs of this range are
+            -- found by idx_workflow_event_runs (never a read of the
+            -- partition); only when the owner changed history_partition
+            -- since the partition was made (a batch row groups its runs by
+            -- the span of its day, which may then reach past this range)
+            -- are all its batch rows read.
             execute format('insert into workflow.workflow_event
                                 (id, workflow_id, event_type, data, created_at, db_user) overriding system value
                             select e.id, u.run_id, e.event_type, e.data || jsonb_build_object(''attempt'', u.attempt),
@@ -4863,29 +4866,13 @@ begin
                             from workflow.%I e
                             cross join lateral unnest(e.run_ids, e.attempts) u(run_id, attempt)
                             where e.run_ids is not null
-                              and e.run_ids && array(select r.id from workflow.workflow_run r
-                                                     where r.id >= $1 and r.id < $2)
-                              and u.run_id < $2
+                              and ($3 or e.run_ids && array(select r.id from workflow.workflow_run r
+                                                            where r.id >= $1 and r.id < $2))
                               and exists (select 1 from workflow.workflow_run r where r.id = u.run_id)',
                            v_part.partition_name)
-                using v_part.from_id, v_part.to_id;
-            -- ... and, when the owner changed history_partition since this
-            -- partition was made (a batch row groups its runs by the span
-            -- of its day, which may then reach past this range), the runs
-            -- past it: the one case that reads the partition's batch rows.
-            if v_part.to_time - v_part.from_time
-               <> (select st.history_partition from workflow.workflow_settings st) then
-                execute format('insert into workflow.workflow_event
-                                    (id, workflow_id, event_type, data, created_at, db_user) overriding system value
-                                select e.id, u.run_id, e.event_type, e.data || jsonb_build_object(''attempt'', u.attempt),
-                                       e.created_at, e.db_user
-                                from workflow.%I e
-                                cross join lateral unnest(e.run_ids, e.attempts) u(run_id, attempt)
-                                where e.run_ids is not null and u.run_id >= $1
-                                  and exists (select 1 from workflow.workflow_run r where r.id = u.run_id)',
-                               v_part.partition_name)
-                    using v_part.to_id;
-            end if;
+                using v_part.from_id, v_part.to_id,
+                      v_part.to_time - v_part.from_time
+                      <> (select st.history_partition from workflow.workflow_settings st);
             execute format('drop table workflow.%I', v_part.partition_name);
             v_dropped := v_dropped + 1;
         exception when lock_not_available then
