@@ -28,6 +28,10 @@ type ClaimParams struct {
 	// Namespace is the namespace the worker serves: it claims only runs
 	// whose type belongs to it. Empty means "default".
 	Namespace string
+	// After, when not empty, makes the claim a hand-off (see
+	// CompleteRunsHandOff): it claims only the runs that these runs, ended
+	// by the worker earlier in the same transaction, made runnable.
+	After []string
 }
 
 // ClaimedRun is a run leased to the caller.
@@ -49,6 +53,9 @@ type ClaimedRun struct {
 	Journal []JournalEntry
 	// TraceParent is the W3C traceparent stored with the run ("" when none).
 	TraceParent string
+	// ParentID is the run's DAG run or durable parent ("" when it has
+	// none): completing it may make another run runnable at once.
+	ParentID string
 	// DecodeError is set when the run's journal could not be decoded (a
 	// value nested deeper than this client decodes, say): the run cannot
 	// be replayed, and the caller fails it alone, for good, with this error;
@@ -71,11 +78,24 @@ func (c ClaimedRun) Ref() LeaseRef {
 // ClaimRuns leases runnable runs in priority, then age order (see
 // workflow.claim_runs).
 func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, error) {
+	rows, err := e.pool.Query(ctx, e.q[qRunClaim], claimArgs(p))
+	if err != nil {
+		return nil, translate("claim runs", err)
+	}
+	out, err := collectClaimed(rows)
+	if err != nil {
+		return nil, translate("claim runs", err)
+	}
+	return out, nil
+}
+
+// claimArgs are the arguments of the RunClaim query.
+func claimArgs(p ClaimParams) pgx.NamedArgs {
 	prefixes := p.TypePrefixes
 	if prefixes == nil {
 		prefixes = []string{}
 	}
-	rows, err := e.pool.Query(ctx, e.q[qRunClaim], pgx.NamedArgs{
+	return pgx.NamedArgs{
 		"worker_id":     p.WorkerID,
 		"type_prefixes": prefixes,
 		"runtime":       nullIfEmpty(p.Runtime),
@@ -83,20 +103,24 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 		"lease_ms":      p.LeaseDuration.Milliseconds(),
 		"types":         nilIfEmpty(p.Types),
 		"namespace":     nullIfEmpty(p.Namespace),
-	})
-	if err != nil {
-		return nil, translate("claim runs", err)
+		"after":         nilIfEmpty(p.After),
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRun, error) {
+}
+
+// collectClaimed reads the rows of a RunClaim query. A journal that cannot
+// be decoded fails its own run (DecodeError), not the claim.
+func collectClaimed(rows pgx.Rows) ([]ClaimedRun, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRun, error) {
 		var c ClaimedRun
 		var payload, journal []byte
-		var traceParent *string
+		var traceParent, parentID *string
 		err := row.Scan(&c.ID, &c.Type, &payload, &c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.CreatedAt,
-			&c.LeaseToken, &c.DeadlineAt, &journal, &traceParent)
+			&c.LeaseToken, &c.DeadlineAt, &journal, &traceParent, &parentID)
 		if err != nil {
 			return c, err
 		}
 		c.TraceParent = deref(traceParent)
+		c.ParentID = deref(parentID)
 		c.Payload = payload
 		var tooLarge string
 		if len(journal) > 0 && journal[0] == '"' && json.Unmarshal(journal, &tooLarge) == nil {
@@ -110,10 +134,6 @@ func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, er
 		}
 		return c, nil
 	})
-	if err != nil {
-		return nil, translate("claim runs", err)
-	}
-	return out, nil
 }
 
 // LeaseRef names one attempt of a run held by a worker: the lease token
@@ -196,6 +216,19 @@ func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Complet
 	if len(cs) == 0 {
 		return nil, nil
 	}
+	rows, err := e.pool.Query(ctx, e.q[qRunComplete], completeArgs(workerID, cs))
+	if err != nil {
+		return nil, translate("complete runs", err)
+	}
+	done, err := collectCompleted(rows)
+	if err != nil {
+		return nil, translate("complete runs", err)
+	}
+	return done, nil
+}
+
+// completeArgs are the arguments of the RunComplete query.
+func completeArgs(workerID string, cs []Completion) pgx.NamedArgs {
 	ids := make([]string, len(cs))
 	tokens := make([]int64, len(cs))
 	results := make([]*string, len(cs))
@@ -206,13 +239,12 @@ func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Complet
 			results[i] = &s
 		}
 	}
-	rows, err := e.pool.Query(ctx, e.q[qRunComplete], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "tokens": tokens, "results": results,
-	})
-	if err != nil {
-		return nil, translate("complete runs", err)
-	}
-	done, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Completed, error) {
+	return pgx.NamedArgs{"worker_id": workerID, "ids": ids, "tokens": tokens, "results": results}
+}
+
+// collectCompleted reads the rows of a RunComplete query.
+func collectCompleted(rows pgx.Rows) ([]Completed, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Completed, error) {
 		var c Completed
 		var status string
 		var msg *string
@@ -220,10 +252,6 @@ func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Complet
 		c.Status, c.Error = Status(status), deref(msg)
 		return c, err
 	})
-	if err != nil {
-		return nil, translate("complete runs", err)
-	}
-	return done, nil
 }
 
 // Failure is a failed attempt.

@@ -121,10 +121,7 @@ func (s *session) claimLoop(ctx context.Context) {
 		// runs, they are started (and finish within the grace period) rather
 		// than left leased until their lease expires.
 		cctx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-		claimed, err := s.eng.ClaimRuns(cctx, engine.ClaimParams{
-			WorkerID: s.cfg.WorkerID, TypePrefixes: s.cfg.TypePrefixes, Runtime: s.cfg.Runtime,
-			Limit: limit, LeaseDuration: s.cfg.LeaseDuration, Types: s.types, Namespace: s.cfg.Namespace,
-		})
+		claimed, err := s.eng.ClaimRuns(cctx, s.claimParams(limit))
 		cancelClaim()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -141,6 +138,14 @@ func (s *session) claimLoop(ctx context.Context) {
 			continue // there may be more runnable runs
 		}
 		wait()
+	}
+}
+
+// claimParams asks for up to limit runs of this worker's types.
+func (s *session) claimParams(limit int) engine.ClaimParams {
+	return engine.ClaimParams{
+		WorkerID: s.cfg.WorkerID, TypePrefixes: s.cfg.TypePrefixes, Runtime: s.cfg.Runtime,
+		Limit: limit, LeaseDuration: s.cfg.LeaseDuration, Types: s.types, Namespace: s.cfg.Namespace,
 	}
 }
 

@@ -172,7 +172,7 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 	}
 	if len(completions) > 0 {
 		// Results the database cannot store fail their runs instead.
-		failures = append(failures, s.succeed(ctx, completions, byID, ends)...)
+		failures = append(failures, s.succeedAndHandOff(ctx, completions, byID, ends)...)
 	}
 	if len(failures) > 0 {
 		s.fail(ctx, failures, byID, ends)
@@ -202,11 +202,40 @@ func firstOfEachRun(batch []outcome) (first, later []outcome) {
 	return first, later
 }
 
+// succeedAndHandOff records successful attempts (succeed) and starts the
+// runs their completion handed to this worker: the next steps of their
+// DAGs and their durable parents woken, claimed in the same transaction
+// (engine.CompleteRunsHandOff) into the slots the batch frees, so a chain
+// goes on without a trip through the queue. Nothing is handed off once
+// the worker stops claiming (the gate, closed before shutdown begins).
+func (s *session) succeedAndHandOff(ctx context.Context, completions []engine.Completion, byID map[string]outcome,
+	ends map[string]attemptEnd) []engine.Failure {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	handOff := 0
+	if !s.stopping {
+		for _, c := range completions {
+			if byID[c.ID].run.parent {
+				handOff++
+			}
+		}
+		handOff = min(handOff, s.cfg.ClaimBatchSize)
+	}
+	unstorable, handed := s.succeed(ctx, completions, byID, ends, handOff)
+	for _, c := range handed {
+		s.log.Debug("Run handed off", "run_id", c.ID, "type", c.Type, "parent_id", c.ParentID)
+		s.start(ctx, c)
+	}
+	return unstorable
+}
+
 // succeed records successful attempts and reports each, in ends and the
 // log. It returns the failures that replace results the database could not
-// store (byID and ends already say so).
-func (s *session) succeed(ctx context.Context, completions []engine.Completion, byID map[string]outcome, ends map[string]attemptEnd) []engine.Failure {
-	done, unstorable, err := s.completeRuns(ctx, completions)
+// store (byID and ends already say so), and the runs handed off (handOff
+// is the most to claim; see completeRuns).
+func (s *session) succeed(ctx context.Context, completions []engine.Completion, byID map[string]outcome,
+	ends map[string]attemptEnd, handOff int) ([]engine.Failure, []engine.ClaimedRun) {
+	done, handed, unstorable, err := s.completeRuns(ctx, completions, handOff)
 	for _, f := range unstorable {
 		o := byID[f.ID]
 		o.kind, o.err, o.retryable = outcomeFail, errors.New(f.Error), false
@@ -236,7 +265,7 @@ func (s *session) succeed(ctx context.Context, completions []engine.Completion, 
 			s.log.Warn("Run result discarded: the lease was no longer held", "run_id", c.ID, "attempt", c.Attempt)
 		}
 	}
-	return unstorable
+	return unstorable, handed
 }
 
 // fail records failed attempts (retried, or failed for good) and reports
@@ -295,17 +324,29 @@ func cleanText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "") + cleanedNote
 }
 
-// completeRuns records successful attempts. A batch that the database
-// refuses as invalid (a result it cannot store, such as one holding \u0000)
-// is written row by row, so only the bad row is affected: that run fails
-// for good, saying why, instead of being executed again.
-func (s *session) completeRuns(ctx context.Context, cs []engine.Completion) ([]engine.Completed, []engine.Failure, error) {
-	done, err := withRetry(ctx, func(ctx context.Context) ([]engine.Completed, error) {
-		return s.eng.CompleteRuns(ctx, s.cfg.WorkerID, cs)
+// completeRuns records successful attempts and, with handOff > 0, claims
+// up to that many of the runs they made runnable in the same transaction
+// (engine.CompleteRunsHandOff). A batch that the database refuses as
+// invalid (a result it cannot store, such as one holding \u0000) is
+// written row by row, without a hand-off, so only the bad row is affected:
+// that run fails for good, saying why, instead of being executed again.
+func (s *session) completeRuns(ctx context.Context, cs []engine.Completion, handOff int) ([]engine.Completed, []engine.ClaimedRun, []engine.Failure, error) {
+	type answer struct {
+		done   []engine.Completed
+		handed []engine.ClaimedRun
+	}
+	a, err := withRetry(ctx, func(ctx context.Context) (answer, error) {
+		if handOff > 0 {
+			done, handed, err := s.eng.CompleteRunsHandOff(ctx, s.cfg.WorkerID, cs, s.claimParams(handOff))
+			return answer{done, handed}, err
+		}
+		done, err := s.eng.CompleteRuns(ctx, s.cfg.WorkerID, cs)
+		return answer{done: done}, err
 	})
 	if err == nil || !errors.Is(err, ErrInvalid) {
-		return done, nil, err
+		return a.done, a.handed, nil, err
 	}
+	done := a.done
 	done = done[:0]
 	var unstorable []engine.Failure
 	for _, c := range cs {
@@ -317,12 +358,12 @@ func (s *session) completeRuns(ctx context.Context, cs []engine.Completion) ([]e
 			unstorable = append(unstorable, engine.Failure{LeaseRef: c.LeaseRef,
 				Error: cleanText(fmt.Sprintf("the handler's result could not be stored: %v", err))})
 		case err != nil:
-			return done, unstorable, err
+			return done, nil, unstorable, err
 		default:
 			done = append(done, one...)
 		}
 	}
-	return done, unstorable, nil
+	return done, nil, unstorable, nil
 }
 
 // failRuns records failed attempts, row by row when the database

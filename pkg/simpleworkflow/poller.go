@@ -102,6 +102,9 @@ type activeRun struct {
 	// handedBack is set when shutdown gave the run back without waiting for
 	// its handler: its outcome has no one to write it.
 	handedBack bool
+	// parent is set for a run with a DAG run or durable parent: its
+	// completion may hand the next run to this worker.
+	parent bool
 }
 
 // session is the state of one Run call. It owns the handler slots: a run
@@ -133,6 +136,12 @@ type session struct {
 	// suspects are the active runs named by a cancellation notification,
 	// until confirmLoop asks the database about them.
 	suspects map[string]struct{}
+
+	// gate orders hand-offs (which start runs from the outcome writers)
+	// before shutdown: once stopping is set under its write lock, no run
+	// is started but by the claim loop, which has ended.
+	gate     sync.RWMutex
+	stopping bool
 
 	wake chan struct{}
 	// confirm wakes confirmLoop.
@@ -226,6 +235,9 @@ func (s *session) run(ctx context.Context) error {
 	s.log.Info("Worker started", "type_prefixes", s.cfg.TypePrefixes, "runtime", s.cfg.Runtime,
 		"concurrency", s.cfg.Concurrency, "lease_duration", s.cfg.LeaseDuration)
 	s.claimLoop(ctx)
+	s.gate.Lock()
+	s.stopping = true
+	s.gate.Unlock()
 	s.shutdown(bg)
 	close(stopCompleter)
 	<-completerDone
@@ -237,7 +249,7 @@ func (s *session) run(ctx context.Context) error {
 func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	hctx, span := s.startAttemptSpan(context.WithoutCancel(ctx), c)
 	hctx, cancel := context.WithCancelCause(hctx)
-	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span}
+	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span, parent: c.ParentID != ""}
 	s.mu.Lock()
 	if old := s.active[c.ID]; old != nil {
 		// This worker claimed the run again after an earlier attempt of its

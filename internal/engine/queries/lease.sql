@@ -1,7 +1,8 @@
 -- name: RunClaim
 select id, type, payload, attempt, max_attempts, lease_until, created_at, lease_token, deadline_at, journal,
-       traceparent
-from workflow.claim_runs(@worker_id, @type_prefixes, @runtime, @limit, @lease_ms, @types, @namespace::text);
+       traceparent, parent_id
+from workflow.claim_runs(@worker_id, @type_prefixes, @runtime, @limit, @lease_ms, @types, @namespace::text,
+                         @after::uuid[]);
 
 -- name: RunHeartbeat
 select id, status, owned, deadline_exceeded

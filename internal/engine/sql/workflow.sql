@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 8
+-- schema version: 9
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -2281,6 +2281,63 @@ begin
     return v_freed;
 end $$;
 
+-- hand_off_candidates locks the runs that the runs p_after, ended by
+-- worker p_worker earlier in this transaction (their finished_at is its
+-- workflow.now(), p_now), made runnable, and returns their addresses:
+-- the steps their completion started in their DAGs and their durable
+-- parents it woke. Only runs a claim of the worker could take now: of
+-- namespace p_ns, of the claimable types p_types (null: any type the
+-- registry neither disables nor gives to another runtime than p_runtime),
+-- not of a type in p_limited (a flow limit admits those), not behind a
+-- runnable run of those types with a better priority. At most p_limit,
+-- best priority first, then oldest. claim_runs' hand-off.
+-- Locks: the runs returned, FOR UPDATE, skipping locked ones.
+create or replace function workflow.hand_off_candidates(
+    p_ns text, p_worker text, p_after uuid[], p_types text[], p_limited text[], p_runtime text,
+    p_limit integer, p_now timestamptz
+) returns tid[]
+language sql set search_path = pg_catalog, pg_temp as $$
+    with ended as materialized (
+        select distinct d.parent_id from workflow.workflow_run d
+        where d.id = any (p_after) and d.parent_id is not null
+          and d.leased_by = p_worker and d.finished_at = p_now
+    ), near as (
+        -- the parents, and the steps inserted in this transaction (by the
+        -- parent and creation time: one probe of idx_workflow_run_parent)
+        select e.parent_id as id from ended e
+        union
+        select s.id from ended e
+        join workflow.workflow_run s on s.parent_id = e.parent_id and s.created_at = pg_catalog.now()
+    )
+    select coalesce(array_agg(x.ctid), '{}') from (
+        select r.ctid from workflow.workflow_run r
+        where r.id = any (array(select n.id from near n))
+          and coalesce(r.status, '') = 'pending' and r.deleted_at is null and r.dag is null
+          and r.type_namespace = p_ns
+          and r.wait_kind is distinct from 'limit' and r.run_at <= p_now
+          and (r.deadline_at is null or r.deadline_at > p_now)
+          and (p_types is null or r.type = any (p_types))
+          and (p_limited is null or r.type <> all (p_limited))
+          and (p_types is not null or not exists (
+                  select 1 from workflow.workflow_registry g
+                  where g.namespace = p_ns and g.workflow_name = r.type
+                    and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)
+                         or (g.max_leased is not null or g.max_leased_per_key is not null or g.rate_limit is not null))))
+          and not exists (
+                  select 1 from unnest(coalesce(p_types, array[r.type])) t(type)
+                  cross join lateral (
+                      select 1 from workflow.workflow_run b
+                      where b.type_namespace = p_ns and b.type collate "C" = t.type
+                        and coalesce(b.status, '') = 'pending' and b.deleted_at is null
+                        and b.wait_kind is distinct from 'limit'
+                        and b.priority < r.priority and b.run_at <= p_now
+                      limit 1) b)
+        order by r.priority, r.created_at
+        limit p_limit
+        for update of r skip locked
+    ) x
+$$;
+
 -- claim_runs leases up to p_limit runnable runs of a worker's types (its
 -- prefixes, or the exact p_types) in the namespace it serves (p_namespace,
 -- 'default' when null; refused unless the login works for it), skipping types disabled in the registry
@@ -2293,6 +2350,12 @@ end $$;
 -- A parked run whose timer is due is woken here: its wait entry is
 -- resolved (a sleep 'ok', any other wait 'timeout') and a 'woken' event
 -- precedes 'started'. Types with flow limits go through flow_admit.
+-- With p_after (a hand-off), it claims nothing from the queue: only the
+-- runs that the runs in p_after, ended by this worker earlier in the same
+-- transaction, made runnable: the next steps of their DAGs and their
+-- durable parents woken, of the worker's types and namespace, unless the
+-- type has a flow limit or a runnable run of the worker's types has a
+-- better priority (those wait in the queue as any run does).
 -- Fires: workflow_source_run_changed (mirrored runs); what flow_admit fires.
 -- Locks: what flow_admit locks, type by type in name order; the claimed
 -- runs, type by type, skipping locked rows (never waits on another claim);
@@ -2306,7 +2369,8 @@ create or replace function workflow.claim_runs(
     p_limit integer,
     p_lease_ms bigint,
     p_types text[] default null,
-    p_namespace text default null
+    p_namespace text default null,
+    p_after uuid[] default null
 ) returns table (
     id uuid,
     type text,
@@ -2318,7 +2382,8 @@ create or replace function workflow.claim_runs(
     lease_token bigint,
     deadline_at timestamptz,
     journal jsonb,
-    traceparent text
+    traceparent text,
+    parent_id uuid
 )
 language plpgsql security definer set search_path = pg_catalog, pg_temp
 set enable_hashjoin = off set enable_mergejoin = off as $$
@@ -2389,7 +2454,17 @@ begin
     if v_limited is not null and v_types is not null then
         v_limited := nullif(array(select t from unnest(v_limited) t where t = any (v_types)), '{}');
     end if;
-    if v_limited is not null then
+    if p_after is not null then
+        -- A hand-off: the runs the ended ones made runnable, locked here
+        -- (as flow_admit's are), and nothing from the queue.
+        if cardinality(p_after) > 10000 then
+            raise exception 'claim_runs: at most 10000 ended runs to hand off from, got %', cardinality(p_after)
+                using errcode = '22023';
+        end if;
+        v_admitted := workflow.hand_off_candidates(v_ns, p_worker_id, p_after, v_types, v_limited,
+                                                   p_runtime, p_limit, v_now);
+        v_types := '{}';
+    elsif v_limited is not null then
         foreach v_type in array v_limited loop
             v_admitted := v_admitted || workflow.flow_admit(v_ns, v_type, p_limit - cardinality(v_admitted), v_now);
             exit when cardinality(v_admitted) >= p_limit;
@@ -2470,7 +2545,7 @@ begin
         where r.id = c.id
         returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
                   r.created_at, r.priority, c.token as lease_token, r.deadline_at, c.wait_kind, c.wait_step,
-                  r.traceparent, r.namespace
+                  r.traceparent, r.namespace, r.parent_id
     ), timers as (
         -- The timer resolves the wait it ends: a sleep is done, any other wait
         -- timed out.
@@ -2524,13 +2599,13 @@ begin
                        'output', s.output, 'error', s.error, 'child_id', s.child_id)
                    order by s.position)
             from workflow.workflow_step s where s.run_id = c.id) end,
-           c.traceparent
+           c.traceparent, c.parent_id
     from claimed c
     order by c.priority, c.created_at;
     perform workflow.restore_marks(v_via);
 end $$;
-comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[], text) is
-    'Leases up to p_limit runnable runs of a worker''s types; returns each with its journal and traceparent.';
+comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[]) is
+    'Leases up to p_limit runnable runs of a worker''s types (or, with p_after, the runs its ended runs made runnable); returns each with its journal and traceparent.';
 
 -- holds_lease is the fence of every write a worker makes (its batches, and
 -- held_run for the writes made run by run): the run is leased, by this
@@ -7055,7 +7130,7 @@ declare
 begin
     foreach f in array array[
         'workflow.active_types(text, text[])',
-        'workflow.claim_runs(text, text[], text, integer, bigint, text[], text)',
+        'workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[])',
         'workflow.heartbeat_runs(text, uuid[], bigint[], bigint)',
         'workflow.lock_parents(uuid[])',
         'workflow.complete_runs(text, uuid[], bigint[], jsonb[])',
@@ -7091,7 +7166,8 @@ revoke all on function
     workflow.cancel_run(uuid),
     workflow.retry_run(uuid, integer, text),
     workflow.created_attempts(uuid),
-    workflow.claim_runs(text, text[], text, integer, bigint, text[], text),
+    workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[]),
+    workflow.hand_off_candidates(text, text, uuid[], text[], text[], text, integer, timestamptz),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
                          text[], text[], text, text),
