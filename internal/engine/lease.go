@@ -32,6 +32,12 @@ type ClaimParams struct {
 	// CompleteRunsHandOff): it claims only the runs that these runs, ended
 	// by the worker earlier in the same transaction, made runnable.
 	After []string
+	// Woken says the claim follows an insert notification: it claims
+	// nothing while another woken claim of the same namespace, prefixes
+	// and types is under way (that one takes what there is, and a claim
+	// that fills its limit notifies the others again). A claim of a
+	// worker that polls, or goes on after a full claim, is not woken.
+	Woken bool
 }
 
 // ClaimedRun is a run leased to the caller.
@@ -104,6 +110,7 @@ func claimArgs(p ClaimParams) pgx.NamedArgs {
 		"types":         nilIfEmpty(p.Types),
 		"namespace":     nullIfEmpty(p.Namespace),
 		"after":         nilIfEmpty(p.After),
+		"woken":         p.Woken,
 	}
 }
 

@@ -347,7 +347,7 @@ func TestWorkerRoleWorksThroughFunctionsOnly(t *testing.T) {
 		"truncate workflow.workflow_event",
 		"create table workflow.sneak (id int)",
 		"drop table workflow.workflow_signal",
-		"alter function workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[]) security invoker",
+		"alter function workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean) security invoker",
 		"select workflow.lease_fence(1)",
 		"select workflow.delete_finished_runs(interval '1 day', 10)",
 		"select workflow.held_run('w', gen_random_uuid(), 1)",
@@ -502,7 +502,7 @@ func TestReaderRoleOnlyReads(t *testing.T) {
 		t.Fatalf("read a run as reader: %v", err)
 	}
 	for _, fn := range []string{
-		"workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[])",
+		"workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean)",
 		"workflow.complete_runs(text, uuid[], bigint[], jsonb[])",
 		"workflow.cancel_run(uuid)",
 		"workflow.send_signal(uuid, text, jsonb, text)",

@@ -245,7 +245,7 @@ func TestUpgradeDropsWhatTheFileNoLongerDefines(t *testing.T) {
 		t.Fatalf("routines the file does not define survived the upgrade: %v", left)
 	}
 	var kept bool
-	if err := b.pool.QueryRow(b.ctx, `select to_regprocedure('workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[])') is not null`).Scan(&kept); err != nil || !kept {
+	if err := b.pool.QueryRow(b.ctx, `select to_regprocedure('workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean)') is not null`).Scan(&kept); err != nil || !kept {
 		t.Fatalf("claim_runs is gone after the upgrade (%v)", err)
 	}
 }

@@ -72,7 +72,12 @@ func (s *session) wakeAt(at time.Time) {
 func (s *session) claimLoop(ctx context.Context) {
 	timer := time.NewTimer(s.cfg.PollInterval)
 	defer timer.Stop()
-	wait := func(chs ...chan struct{}) {
+	// woken is set when the claim loop was woken by a notification (or a
+	// timer of its own) rather than by its poll: that claim goes ahead only
+	// if no other woken claim of the same types is under way
+	// (engine.ClaimParams.Woken).
+	woken := false
+	wait := func() {
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -80,14 +85,10 @@ func (s *session) claimLoop(ctx context.Context) {
 			}
 		}
 		timer.Reset(s.cfg.PollInterval)
-		var extra chan struct{}
-		if len(chs) > 0 {
-			extra = chs[0]
-		}
 		select {
 		case <-ctx.Done():
 		case <-s.wake:
-		case <-extra:
+			woken = true
 		case <-timer.C:
 		}
 	}
@@ -121,7 +122,9 @@ func (s *session) claimLoop(ctx context.Context) {
 		// runs, they are started (and finish within the grace period) rather
 		// than left leased until their lease expires.
 		cctx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-		claimed, err := s.eng.ClaimRuns(cctx, s.claimParams(limit))
+		params := s.claimParams(limit)
+		params.Woken, woken = woken, false
+		claimed, err := s.eng.ClaimRuns(cctx, params)
 		cancelClaim()
 		if err != nil {
 			if ctx.Err() != nil {

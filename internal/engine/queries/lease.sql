@@ -2,7 +2,7 @@
 select id, type, payload, attempt, max_attempts, lease_until, created_at, lease_token, deadline_at, journal,
        traceparent, parent_id
 from workflow.claim_runs(@worker_id, @type_prefixes, @runtime, @limit, @lease_ms, @types, @namespace::text,
-                         @after::uuid[]);
+                         @after::uuid[], @woken::boolean);
 
 -- name: RunHeartbeat
 select id, status, owned, deadline_exceeded

@@ -97,7 +97,7 @@ grant usage on schema workflow to workflow_worker, workflow_producer, workflow_r
 -- Workers: the functions, and the registry (which types are enabled, and
 -- for which runtime).
 grant execute on function
-    workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[]),
+    workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean),
     workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),

@@ -2303,7 +2303,7 @@ create or replace function workflow.hand_off_candidates(
     p_ns text, p_worker text, p_after uuid[], p_types text[], p_prefixes text[], p_runtime text,
     p_limit integer, p_now timestamptz
 ) returns tid[]
-language plpgsql set search_path = pg_catalog, pg_temp set enable_bitmapscan = off as $$
+language plpgsql set search_path = pg_catalog, pg_temp set enable_bitmapscan = off set jit = off as $$
 declare
     v_patterns text[];
     -- the types whose runnable runs may come first: the worker's
@@ -2369,6 +2369,10 @@ end $$;
 -- A parked run whose timer is due is woken here: its wait entry is
 -- resolved (a sleep 'ok', any other wait 'timeout') and a 'woken' event
 -- precedes 'started'. Types with flow limits go through flow_admit.
+-- p_woken says the claim follows a notification: it returns nothing when
+-- another woken claim of the same namespace, prefixes and types is under
+-- way, and a claim that fills p_limit notifies workflow_run_created again
+-- so that those it skipped look once more.
 -- With p_after (a hand-off), it claims nothing from the queue: only the
 -- runs that the runs in p_after, ended by this worker earlier in the same
 -- transaction, made runnable: the next steps of their DAGs and their
@@ -2389,7 +2393,8 @@ create or replace function workflow.claim_runs(
     p_lease_ms bigint,
     p_types text[] default null,
     p_namespace text default null,
-    p_after uuid[] default null
+    p_after uuid[] default null,
+    p_woken boolean default false
 ) returns table (
     id uuid,
     type text,
@@ -2419,6 +2424,7 @@ declare
     v_ns text := coalesce(p_namespace, 'default');
     v_owner boolean;
     v_span interval;
+    v_claimed bigint;
 begin
     -- workflow.now(), the journal's cap, the history span, the types with
     -- flow limits (for this worker's namespace and runtime), and whether
@@ -2436,6 +2442,15 @@ begin
     if not v_owner and not workflow.acts_on(v_ns, 'worker') then
         raise exception 'claim_runs: database user % does not work for namespace %', session_user,
             quote_literal(left(v_ns, 100)) using errcode = '42501';
+    end if;
+    -- One claimer per wake-up: a claim woken by a notification goes on
+    -- only when no other woken claim of the same namespace, prefixes and
+    -- types is under way (the one under way takes what there is, and
+    -- wakes the others again below if it filled its limit).
+    if p_woken and not pg_catalog.pg_try_advisory_xact_lock(1398230604,
+            pg_catalog.hashtext(v_ns || '|' || coalesce(array_to_string(p_type_prefixes, ','), '') || '|'
+                                || coalesce((select string_agg(t, ',' order by t) from unnest(p_types) t), ''))) then
+        return;
     end if;
     v_via := workflow.set_marks();
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
@@ -2623,9 +2638,16 @@ begin
            c.traceparent, c.parent_id
     from claimed c
     order by c.priority, c.created_at;
+    get diagnostics v_claimed = row_count;
+    -- A full claim may have left runs behind: the workers of these types
+    -- that a wake-up skipped (above) are woken again.
+    if v_claimed = p_limit and p_after is null then
+        perform pg_catalog.pg_notify('workflow_run_created',
+                                     v_ns || '/' || coalesce(p_type_prefixes[1], p_types[1], ''));
+    end if;
     perform workflow.restore_marks(v_via);
 end $$;
-comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[]) is
+comment on function workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean) is
     'Leases up to p_limit runnable runs of a worker''s types (or, with p_after, the runs its ended runs made runnable); returns each with its journal and traceparent.';
 
 -- holds_lease is the fence of every write a worker makes (its batches, and
@@ -7151,7 +7173,7 @@ declare
 begin
     foreach f in array array[
         'workflow.active_types(text, text[])',
-        'workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[])',
+        'workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean)',
         'workflow.heartbeat_runs(text, uuid[], bigint[], bigint)',
         'workflow.lock_parents(uuid[])',
         'workflow.complete_runs(text, uuid[], bigint[], jsonb[])',
@@ -7187,7 +7209,7 @@ revoke all on function
     workflow.cancel_run(uuid),
     workflow.retry_run(uuid, integer, text),
     workflow.created_attempts(uuid),
-    workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[]),
+    workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean),
     workflow.hand_off_candidates(text, text, uuid[], text[], text[], text, integer, timestamptz),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],

@@ -186,11 +186,15 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
     """Claim runs into the free slots until the poller stops: at once when woken, otherwise every
     poll_interval; each claimed run takes a slot and its handler is submitted to pool."""
     lease_ms = int(p.lease_duration * 1000)
+    # Set when a notification (or a timer of the poller's) ended the wait:
+    # that claim goes ahead only when no other woken claim of the same
+    # types is under way (claim_runs' p_woken).
+    woken = False
     while not p._stopping.is_set():
         with p._lock:
             free = p.concurrency - len(p._active) - len(p._older)
         if free <= 0:
-            p._wake.wait(p.poll_interval)
+            woken = p._wake.wait(p.poll_interval) or woken
             p._wake.clear()
             continue
         limit = min(free, p.claim_batch_size)
@@ -200,12 +204,13 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
             rows = conn.execute(
                 "select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
                 "journal::text, traceparent "
-                "from workflow.claim_runs(%s, %s, %s, %s, %s, %s, %s)",
+                "from workflow.claim_runs(%s, %s, %s, %s, %s, %s, %s, null, %s)",
                 # Only the types this worker has handlers for, of the
                 # namespace it serves.
                 (p.worker_id, p.type_prefixes, p.runtime, limit, lease_ms,
-                 sorted(p._handlers) or None, p.namespace),
+                 sorted(p._handlers) or None, p.namespace, woken),
             ).fetchall()
+            woken = False
         except psycopg.errors.InsufficientPrivilege as e:
             # SQLSTATE 42501: the login does not work for the namespace.
             raise PermissionDeniedError(
@@ -254,7 +259,7 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
             pool.submit(p._execute, task)
         if len(rows) == limit:
             continue
-        p._wake.wait(p.poll_interval)
+        woken = p._wake.wait(p.poll_interval)
         p._wake.clear()
 
 
