@@ -728,13 +728,15 @@ create index if not exists idx_workflow_event_runs on workflow.workflow_event us
 -- or lock (an advisory lock can be taken by any login, which could then
 -- stop what waits for it): row 0 serialises registry definitions
 -- (on_registry_written); rows 1 to 4096 debounce wake-ups, one per hash
--- bucket of a type (on_run_committing). Nothing else is stored here.
+-- bucket of a type (on_run_committing); rows 4097 to 8192 let one woken
+-- claim at a time go ahead, one per hash bucket of a worker's namespace,
+-- prefixes and types (claim_runs). Nothing else is stored here.
 create table if not exists workflow.workflow_lock (
-    id integer primary key check (id between 0 and 4096)
+    id integer primary key check (id between 0 and 8192)
 );
-insert into workflow.workflow_lock (id) select g from generate_series(0, 4096) g on conflict do nothing;
+insert into workflow.workflow_lock (id) select g from generate_series(0, 8192) g on conflict do nothing;
 comment on table workflow.workflow_lock is
-    'Rows the engine locks (0: registry definitions; 1-4096: wake-up buckets); no login but the owner may read or lock them.';
+    'Rows the engine locks (0: registry definitions; 1-4096: wake-up buckets; 4097-8192: woken claimers); no login but the owner may read or lock them.';
 
 comment on column workflow.workflow_event.db_user is
     'The database login (session_user) whose statement made the transition; null for events recorded before schema version 7.';
@@ -2446,11 +2448,18 @@ begin
     -- One claimer per wake-up: a claim woken by a notification goes on
     -- only when no other woken claim of the same namespace, prefixes and
     -- types is under way (the one under way takes what there is, and
-    -- wakes the others again below if it filled its limit).
-    if p_woken and not pg_catalog.pg_try_advisory_xact_lock(1398230604,
-            pg_catalog.hashtext(v_ns || '|' || coalesce(array_to_string(p_type_prefixes, ','), '') || '|'
-                                || coalesce((select string_agg(t, ',' order by t) from unnest(p_types) t), ''))) then
-        return;
+    -- wakes the others again below if it filled its limit). Their bucket's
+    -- row of workflow_lock, which no login but the owner may lock, is
+    -- held until the claim commits.
+    if p_woken then
+        perform 1 from workflow.workflow_lock l
+        where l.id = 4097 + (pg_catalog.hashtext(
+                  v_ns || '|' || coalesce(array_to_string(p_type_prefixes, ','), '') || '|'
+                  || coalesce((select string_agg(t, ',' order by t) from unnest(p_types) t), '')) & 4095)
+        for update skip locked;
+        if not found then
+            return;
+        end if;
     end if;
     v_via := workflow.set_marks();
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
