@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
 
 import psycopg
 
@@ -185,7 +185,6 @@ def connect_until_ready(p: Poller) -> Optional[psycopg.Connection[Any]]:
 def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecutor) -> None:
     """Claim runs into the free slots until the poller stops: at once when woken, otherwise every
     poll_interval; each claimed run takes a slot and its handler is submitted to pool."""
-    lease_ms = int(p.lease_duration * 1000)
     # Set when a notification (or a timer of the poller's) ended the wait:
     # that claim goes ahead only when no other woken claim of the same
     # types is under way (claim_runs' p_woken).
@@ -201,15 +200,7 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
         try:
             # Payload and journal as text, decoded run by run below: a
             # value this worker cannot decode fails its own run only.
-            rows = conn.execute(
-                "select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
-                "journal::text, traceparent "
-                "from workflow.claim_runs(%s, %s, %s, %s, %s, %s, %s, null, %s)",
-                # Only the types this worker has handlers for, of the
-                # namespace it serves.
-                (p.worker_id, p.type_prefixes, p.runtime, limit, lease_ms,
-                 sorted(p._handlers) or None, p.namespace, woken),
-            ).fetchall()
+            rows = conn.execute(CLAIM_RUNS, claim_params(p, limit, None, woken)).fetchall()
             woken = False
         except psycopg.errors.InsufficientPrivilege as e:
             # SQLSTATE 42501: the login does not work for the namespace.
@@ -225,42 +216,72 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
                 return
             conn = reconnected
             continue
-        for run_id, wtype, payload_text, attempt, max_attempts, token, deadline_at, journal_text, traceparent in rows:
-            try:
-                payload = _decode("payload", payload_text)
-                journal = _decode("journal", journal_text)
-                if isinstance(journal, str):
-                    # The database's word that the journal is too large to load.
-                    raise _UndecodableError(f"the run's journal cannot be loaded: {journal}")
-            except _UndecodableError as e:
-                fail_undecodable(p, conn, run_id, wtype, attempt, token, str(e))
-                continue
-            span = p._tracing.start_attempt(run_id, wtype, attempt, max_attempts, p.worker_id, token,
-                                            len(journal or []), traceparent)
-            task = Task(run_id, wtype, payload, attempt, max_attempts, p.worker_id,
-                        lease_token=token, deadline_at=deadline_at, traceparent=traceparent,
-                        journal=journal, connect=p._conn, on_park=p._wake_at,
-                        record_step=p._record_step, tracing=p._tracing, span=span)
-            with p._lock:
-                older = p._active.get(run_id)
-                if older is not None:
-                    # An attempt of this worker lost the lease (reaped
-                    # while its handler still ran) and the run came back
-                    # here: the older attempt is told, and the run's
-                    # entry is the new attempt from now on.
-                    older._cancel(REASON_LEASE_LOST)
-                    p._older.add(older)
-                p._active[run_id] = task
-            fields = {"worker_id": p.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
-            if journal:
-                log.info(json.dumps({"msg": "Run resumed", **fields, "journal": len(journal)}))
-            else:
-                log.info(json.dumps({"msg": "Run started", **fields}))
-            pool.submit(p._execute, task)
+        start_claimed(p, conn, rows, pool)
         if len(rows) == limit:
             continue
         woken = p._wake.wait(p.poll_interval)
         p._wake.clear()
+
+
+#: The claim (Go: engine.ClaimRuns): the columns start_claimed reads, in its order.
+CLAIM_RUNS = ("select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
+              "journal::text, traceparent, parent_id::text "
+              "from workflow.claim_runs(%s, %s, %s, %s, %s, %s, %s, %s::uuid[], %s)")
+
+
+def claim_params(p: Poller, limit: int, after: Optional[List[str]], woken: bool) -> Tuple[Any, ...]:
+    """The arguments of CLAIM_RUNS: only the types this worker has handlers for, of the namespace it
+    serves; after names the runs a hand-off claims from (None: a claim from the queue)."""
+    return (p.worker_id, p.type_prefixes, p.runtime, limit, int(p.lease_duration * 1000),
+            sorted(p._handlers) or None, p.namespace, after, woken)
+
+
+def start_claimed(p: Poller, conn: psycopg.Connection[Any], rows: List[Tuple[Any, ...]], pool: ThreadPoolExecutor,
+                  handed: bool = False) -> List[Task]:
+    """Give each claimed run a slot and submit its handler to pool; a run this worker cannot decode
+    fails alone. For runs handed off by a completion (handed), only while the poller still claims:
+    the others are returned, not started, for the caller to hand back."""
+    refused: List[Task] = []
+    for run_id, wtype, payload_text, attempt, max_attempts, token, deadline_at, journal_text, traceparent, \
+            parent_id in rows:
+        try:
+            payload = _decode("payload", payload_text)
+            journal = _decode("journal", journal_text)
+            if isinstance(journal, str):
+                # The database's word that the journal is too large to load.
+                raise _UndecodableError(f"the run's journal cannot be loaded: {journal}")
+        except _UndecodableError as e:
+            fail_undecodable(p, conn, run_id, wtype, attempt, token, str(e))
+            continue
+        span = p._tracing.start_attempt(run_id, wtype, attempt, max_attempts, p.worker_id, token,
+                                        len(journal or []), traceparent)
+        task = Task(run_id, wtype, payload, attempt, max_attempts, p.worker_id,
+                    lease_token=token, deadline_at=deadline_at, traceparent=traceparent,
+                    journal=journal, connect=p._conn, on_park=p._wake_at,
+                    record_step=p._record_step, tracing=p._tracing, span=span)
+        task._has_parent = parent_id is not None
+        with p._lock:
+            if handed and not p._claiming:
+                refused.append(task)
+                continue
+            older = p._active.get(run_id)
+            if older is not None:
+                # An attempt of this worker lost the lease (reaped
+                # while its handler still ran) and the run came back
+                # here: the older attempt is told, and the run's
+                # entry is the new attempt from now on.
+                older._cancel(REASON_LEASE_LOST)
+                p._older.add(older)
+            p._active[run_id] = task
+        fields = {"worker_id": p.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}
+        if handed:
+            log.info(json.dumps({"msg": "Run handed off", **fields, "parent_id": parent_id}))
+        elif journal:
+            log.info(json.dumps({"msg": "Run resumed", **fields, "journal": len(journal)}))
+        else:
+            log.info(json.dumps({"msg": "Run started", **fields}))
+        pool.submit(p._execute, task)
+    return refused
 
 
 def fail_undecodable(p: Poller, conn: psycopg.Connection[Any], run_id: str, wtype: str, attempt: int,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
-from ._writes import _Conn, _Refused, with_retry
+from ._writes import _Conn, _Refused, in_retry, with_retry
 from .durable import REASON_CANCELLED, REASON_DEADLINE, Task
 from .errors import PermanentError
 from .tracing import (
@@ -166,7 +166,7 @@ def succeed(p: Poller, conn: _Conn, completions: List[_Outcome], ends: _Ends) ->
     into failures for good that say why.
     """
     by_id = {o.task.id: o for o in completions}
-    done, unstorable, err = write_completions(p, conn, completions)
+    done, handed, unstorable, err = write_completions_handing_off(p, conn, completions)
     failures: List[_Outcome] = []
     for o, message in unstorable:
         # A result Postgres cannot store (such as one holding \u0000)
@@ -196,7 +196,29 @@ def succeed(p: Poller, conn: _Conn, completions: List[_Outcome], ends: _Ends) ->
                 ends[o.task.id] = (OUTCOME_LEASE_LOST, None, None)
                 log.warning(json.dumps({"msg": "Run result discarded: the lease was no longer held",
                                         **_fields(p, o)}))
+    if handed:
+        start_handed(p, conn, handed)
     return failures
+
+
+def start_handed(p: Poller, conn: _Conn, rows: List[Tuple[Any, ...]]) -> None:
+    """Start the runs a completion handed to this worker (they take the slots its batch frees); those
+    that come back once shutdown has begun are handed back at once (pending, the attempt not counted)."""
+    from ._claim import start_claimed  # (_claim imports this module)
+
+    pool = p._pool
+    if pool is None:
+        return
+    refused = start_claimed(p, conn.get(), rows, pool, handed=True)
+    if refused:
+        try:
+            with_retry(conn, _RELEASE_RUNS, (p.worker_id, [t.id for t in refused],
+                                             [t.lease_token for t in refused]), p.lease_duration)
+        except Exception as e:  # noqa: BLE001
+            log.error(json.dumps({"msg": "Handing runs back failed; they are retried after their lease "
+                                         "expires", "error": str(e), "runs": len(refused)}))
+        for t in refused:
+            p._tracing.end_attempt(t._span, OUTCOME_RELEASED)
 
 
 def fail(p: Poller, conn: _Conn, failures: List[_Outcome], ends: _Ends) -> None:
@@ -239,6 +261,42 @@ def release(p: Poller, conn: _Conn, releases: List[_Outcome], ends: _Ends) -> No
     for (run_id,) in rows:
         ends[run_id] = (OUTCOME_RELEASED, None, None)
         log.info(json.dumps({"msg": "Run handed back", "reason": by_id[run_id].reason, **_fields(p, by_id[run_id])}))
+
+
+def write_completions_handing_off(
+    p: Poller, conn: _Conn, completions: List[_Outcome]
+) -> Tuple[List[Tuple[Any, ...]], List[Tuple[Any, ...]], List[Tuple[_Outcome, str]], Optional[BaseException]]:
+    """write_completions, and when the batch holds runs with a parent and the poller still claims, a
+    hand-off in the same transaction (Go: engine.CompleteRunsHandOff): claim_runs with p_after leases
+    the runs those completions made runnable (a DAG's next steps, a parent woken), at most one per such
+    completion. Returns (rows, handed rows, [(outcome, why) unstorable], error); a batch the database
+    refuses is written as write_completions writes it, without a hand-off."""
+    from ._claim import CLAIM_RUNS, claim_params  # (_claim imports this module)
+
+    limit = min(sum(1 for o in completions if o.task._has_parent), p.claim_batch_size)
+    with p._lock:
+        claiming = p._claiming
+    if limit == 0 or not claiming:
+        done, unstorable, err = write_completions(p, conn, completions)
+        return done, [], unstorable, err
+    ids = [o.task.id for o in completions]
+
+    def write(c: Any) -> Tuple[List[Tuple[Any, ...]], List[Tuple[Any, ...]]]:
+        with c.transaction():
+            done = c.execute(_COMPLETE_RUNS, (p.worker_id, ids, [o.task.lease_token for o in completions],
+                                              [o.raw_result for o in completions])).fetchall()
+            handed = c.execute(CLAIM_RUNS, claim_params(p, limit, ids, False)).fetchall()
+        return done, handed
+
+    try:
+        done, handed = in_retry(conn, write, p.lease_duration)
+        return done, handed, [], None
+    except _Refused:
+        pass
+    except Exception as e:  # noqa: BLE001
+        return [], [], [], e
+    done, unstorable, err = write_completions(p, conn, completions)
+    return done, [], unstorable, err
 
 
 def write_completions(

@@ -107,11 +107,16 @@ def with_retry(conn: _Conn, query: str, params: Sequence[Any], lease_duration: f
     that did land changes nothing. A value the database refuses raises
     _Refused at once.
     """
+    return in_retry(conn, lambda c: c.execute(query, params).fetchall(), lease_duration)
+
+
+def in_retry(conn: _Conn, write: Callable[[psycopg.Connection[Any]], T], lease_duration: float) -> T:
+    """with_retry for any write made on the connection (several statements in one transaction, say)."""
     deadline = time.monotonic() + max(lease_duration, 5.0)
     backoff = 0.1
     while True:
         try:
-            return conn.get().execute(query, params).fetchall()
+            return write(conn.get())
         except psycopg.OperationalError:
             conn.reset()
             if time.monotonic() + backoff > deadline:

@@ -162,6 +162,9 @@ class Task:
         # Set by the poller when shutdown gave the run back without waiting
         # for the handler: the attempt's outcome has no one to write it.
         self._handed_back = False
+        # Set by the poller for a run with a DAG run or durable parent: its
+        # completion may hand the next run to this worker.
+        self._has_parent = False
         # Durable state: the journal loaded at claim, the position reached,
         # and what the attempt decided about itself.
         self._connect = connect

@@ -209,6 +209,12 @@ class Poller:
         self._timers: List[threading.Timer] = []
         self._steps: _BatchQueue[_StepRequest] = _BatchQueue("record step")
         self._outcomes: _BatchQueue[_Outcome] = _BatchQueue("record outcome")
+        # The handlers' pool, and whether runs may still be started: the
+        # outcome writer starts the runs a completion hands off only while
+        # the claim loop runs (both read and cleared under _lock, so none
+        # starts once shutdown has begun).
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._claiming = False
 
     def config(self) -> PollerConfig:
         """The settings in effect, defaults filled in (Go: Poller.Config)."""
@@ -274,6 +280,8 @@ class Poller:
         denied: Optional[PermissionDeniedError] = None
         try:
             if conn is not None:
+                with self._lock:
+                    self._pool, self._claiming = pool, True
                 try:
                     claim_loop(self, conn, pool)
                 except PermissionDeniedError as e:
@@ -283,6 +291,9 @@ class Poller:
                     log.error(json.dumps({"msg": "Claim refused; stopping", "worker_id": self.worker_id,
                                           "namespace": self.namespace, "error": str(e)}))
                     self._stopping.set()
+                finally:
+                    with self._lock:
+                        self._claiming = False
             self._shutdown(pool)
         finally:
             self._stopping.set()
