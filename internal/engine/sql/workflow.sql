@@ -2374,7 +2374,10 @@ end $$;
 -- p_woken says the claim follows a notification: it returns nothing when
 -- another woken claim of the same namespace, prefixes and types is under
 -- way, and a claim that fills p_limit notifies workflow_run_created again
--- so that those it skipped look once more.
+-- so that those it skipped look once more. A woken claim that leases
+-- nothing in a transaction that had written nothing before it commits
+-- without waiting for its WAL flush (synchronous_commit off for the rest
+-- of that transaction: call it as a statement of its own, as the SDKs do).
 -- With p_after (a hand-off), it claims nothing from the queue: only the
 -- runs that the runs in p_after, ended by this worker earlier in the same
 -- transaction, made runnable: the next steps of their DAGs and their
@@ -2427,6 +2430,7 @@ declare
     v_owner boolean;
     v_span interval;
     v_claimed bigint;
+    v_fresh boolean;
 begin
     -- workflow.now(), the journal's cap, the history span, the types with
     -- flow limits (for this worker's namespace and runtime), and whether
@@ -2452,6 +2456,7 @@ begin
     -- row of workflow_lock, which no login but the owner may lock, is
     -- held until the claim commits.
     if p_woken then
+        v_fresh := pg_catalog.pg_current_xact_id_if_assigned() is null;
         perform 1 from workflow.workflow_lock l
         where l.id = 4097 + (pg_catalog.hashtext(
                   v_ns || '|' || coalesce(array_to_string(p_type_prefixes, ','), '') || '|'
@@ -2653,6 +2658,12 @@ begin
     if v_claimed = p_limit and p_after is null then
         perform pg_catalog.pg_notify('workflow_run_created',
                                      v_ns || '/' || coalesce(p_type_prefixes[1], p_types[1], ''));
+    end if;
+    -- A woken claim of a transaction of its own that leased nothing wrote
+    -- nothing but its lock: its commit need not wait for the WAL to reach
+    -- the disk (a crash loses no transition).
+    if v_fresh and v_claimed = 0 and v_limited is null then
+        perform pg_catalog.set_config('synchronous_commit', 'off', true);
     end if;
     perform workflow.restore_marks(v_via);
 end $$;
