@@ -237,6 +237,8 @@ func TestLocksOnlyTheEngineTakes(t *testing.T) {
 	for _, sql := range []string{
 		"select 1 from workflow.workflow_registry for key share",
 		"select 1 from workflow.workflow_lock for update",
+		"select 1 from workflow.workflow_claimer for update",
+		"insert into workflow.workflow_claimer values ('default', 0)",
 		"do $$ begin lock table workflow.schema_version in share row exclusive mode; end $$",
 		"do $$ begin lock table workflow.workflow_registry in share mode; end $$",
 	} {

@@ -10,36 +10,62 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// A claim woken by a notification claims nothing while another woken claim
-// of the same namespace, prefixes and types is under way; a claim that is
-// not woken, or of other types, goes ahead; once the first commits, a
-// woken claim claims again.
-func TestOneWokenClaimerAtATime(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	for range 6 {
-		b.create(t, engine.CreateParams{Type: "wk.job.v1"})
+// holdBucket locks the worker bucket of namespace ns and worker key
+// (prefixes '|' sorted types) in a transaction of its own, as a woken
+// claim under way does, making the row if it is missing; release ends it.
+func (b *bundle) holdBucket(t *testing.T, ns, key string) (release func()) {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_claimer (namespace, bucket)
+		values ($1, hashtext($2) & 255) on conflict do nothing`, ns, key); err != nil {
+		t.Fatal(err)
 	}
-	other := b.create(t, engine.CreateParams{Type: "wk.other.v1"})
-	params := func(worker string, woken bool, types ...string) engine.ClaimParams {
-		return engine.ClaimParams{WorkerID: worker, TypePrefixes: []string{"wk."}, Types: types, Runtime: "go",
-			Limit: 2, LeaseDuration: 30 * time.Second, Woken: woken}
-	}
-
-	// The first woken claim, its transaction left open.
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
-	var held int
-	if err := tx.QueryRow(b.ctx, `select count(*) from workflow.claim_runs('w1', '{wk.}', 'go', 2, 30000,
-		'{wk.job.v1}', null, null, true)`).Scan(&held); err != nil || held != 2 {
-		t.Fatalf("the first woken claim took %d runs (%v), want 2", held, err)
+	if _, err := tx.Exec(b.ctx, `select 1 from workflow.workflow_claimer
+		where namespace = $1 and bucket = hashtext($2) & 255 for update`, ns, key); err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }
+}
+
+// A claim woken by a notification claims nothing while another woken claim
+// of the same namespace, prefixes and types holds their bucket; a claim
+// that is not woken, one of other types, and one of the same types in
+// another namespace go ahead; once the bucket is free, a woken claim claims
+// again. The first woken claim of a bucket makes its row.
+func TestOneWokenClaimerAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 8 {
+		b.create(t, engine.CreateParams{Type: "wk.job.v1"})
+	}
+	other := b.create(t, engine.CreateParams{Type: "wk.other.v1"})
+	elsewhere := b.create(t, engine.CreateParams{Type: "wk.job.v1", Namespace: "team-x"})
+	params := func(worker string, woken bool, types ...string) engine.ClaimParams {
+		return engine.ClaimParams{WorkerID: worker, TypePrefixes: []string{"wk."}, Types: types, Runtime: "go",
+			Limit: 2, LeaseDuration: 30 * time.Second, Woken: woken}
+	}
+	const key, otherKey = "wk.|wk.job.v1", "wk.|wk.other.v1"
+	var distinct bool
+	if err := b.pool.QueryRow(b.ctx, `select hashtext($1) & 255 <> hashtext($2) & 255`, key, otherKey).Scan(&distinct); err != nil || !distinct {
+		t.Fatalf("the two workers' buckets are one (%v): the test needs other types", err)
 	}
 
+	if got, err := b.eng.ClaimRuns(b.ctx, params("w1", true, "wk.job.v1")); err != nil || len(got) != 2 {
+		t.Fatalf("a woken claim took %d runs (%v), want 2", len(got), err)
+	}
+	var rows int
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_claimer
+		where namespace = 'default' and bucket = hashtext($1) & 255`, key).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("the woken claim's bucket has %d rows (%v), want 1", rows, err)
+	}
+
+	release := b.holdBucket(t, "default", key)
+	defer release()
 	if got, err := b.eng.ClaimRuns(b.ctx, params("w2", true, "wk.job.v1")); err != nil || len(got) != 0 {
-		t.Fatalf("a second woken claim took %d runs (%v) beside the first", len(got), err)
+		t.Fatalf("a woken claim took %d runs (%v) beside another", len(got), err)
 	}
 	if got, err := b.eng.ClaimRuns(b.ctx, params("w2", false, "wk.job.v1")); err != nil || len(got) != 2 {
 		t.Fatalf("a claim that was not woken took %d runs (%v), want 2", len(got), err)
@@ -47,11 +73,14 @@ func TestOneWokenClaimerAtATime(t *testing.T) {
 	if got, err := b.eng.ClaimRuns(b.ctx, params("w3", true, "wk.other.v1")); err != nil || len(got) != 1 || got[0].ID != other {
 		t.Fatalf("a woken claim of other types took %+v (%v), want the other run", got, err)
 	}
-	if err := tx.Commit(b.ctx); err != nil {
-		t.Fatal(err)
+	px := params("wx", true, "wk.job.v1")
+	px.Namespace = "team-x"
+	if got, err := b.eng.ClaimRuns(b.ctx, px); err != nil || len(got) != 1 || got[0].ID != elsewhere {
+		t.Fatalf("a woken claim of another namespace took %+v (%v), want its run", got, err)
 	}
+	release()
 	if got, err := b.eng.ClaimRuns(b.ctx, params("w2", true, "wk.job.v1")); err != nil || len(got) != 2 {
-		t.Fatalf("a woken claim after the first committed took %d runs (%v), want 2", len(got), err)
+		t.Fatalf("a woken claim after the other ended took %d runs (%v), want 2", len(got), err)
 	}
 }
 

@@ -728,15 +728,27 @@ create index if not exists idx_workflow_event_runs on workflow.workflow_event us
 -- or lock (an advisory lock can be taken by any login, which could then
 -- stop what waits for it): row 0 serialises registry definitions
 -- (on_registry_written); rows 1 to 4096 debounce wake-ups, one per hash
--- bucket of a type (on_run_committing); rows 4097 to 8192 let one woken
--- claim at a time go ahead, one per hash bucket of a worker's namespace,
--- prefixes and types (claim_runs). Nothing else is stored here.
+-- bucket of a type (on_run_committing). Nothing else is stored here.
 create table if not exists workflow.workflow_lock (
-    id integer primary key check (id between 0 and 8192)
+    id integer primary key check (id between 0 and 4096)
 );
-insert into workflow.workflow_lock (id) select g from generate_series(0, 8192) g on conflict do nothing;
+insert into workflow.workflow_lock (id) select g from generate_series(0, 4096) g on conflict do nothing;
 comment on table workflow.workflow_lock is
-    'Rows the engine locks (0: registry definitions; 1-4096: wake-up buckets; 4097-8192: woken claimers); no login but the owner may read or lock them.';
+    'Rows the engine locks (0: registry definitions; 1-4096: wake-up buckets); no login but the owner may read or lock them.';
+
+-- The worker buckets of woken claims (claim_runs): while a claim woken by
+-- a notification holds its bucket's row, other woken claims of the bucket
+-- return at once. A bucket is a namespace and a hash of the worker's
+-- prefixes and types (256 per namespace), so a login holds back only the
+-- workers of a namespace it works for. Rows are made on first use; like
+-- workflow_lock, no login but the owner may read or lock them.
+create table if not exists workflow.workflow_claimer (
+    namespace text not null,
+    bucket smallint not null check (bucket between 0 and 255),
+    primary key (namespace, bucket)
+);
+comment on table workflow.workflow_claimer is
+    'Worker buckets of woken claims, one row per namespace and hash of a worker''s prefixes and types; locked by claim_runs only.';
 
 comment on column workflow.workflow_event.db_user is
     'The database login (session_user) whose statement made the transition; null for events recorded before schema version 7.';
@@ -2374,10 +2386,12 @@ end $$;
 -- p_woken says the claim follows a notification: it returns nothing when
 -- another woken claim of the same namespace, prefixes and types is under
 -- way, and a claim that fills p_limit notifies workflow_run_created again
--- so that those it skipped look once more. A woken claim that leases
--- nothing in a transaction that had written nothing before it commits
--- without waiting for its WAL flush (synchronous_commit off for the rest
--- of that transaction: call it as a statement of its own, as the SDKs do).
+-- so that those it skipped look once more (a worker's bucket: its
+-- namespace and a hash of its prefixes and types, a row of
+-- workflow_claimer). A woken claim that leases nothing in a transaction
+-- that had written nothing before it commits without waiting for its WAL
+-- flush (synchronous_commit off for the rest of that transaction: call it
+-- as a statement of its own, as the SDKs do).
 -- With p_after (a hand-off), it claims nothing from the queue: only the
 -- runs that the runs in p_after, ended by this worker earlier in the same
 -- transaction, made runnable: the next steps of their DAGs and their
@@ -2431,6 +2445,7 @@ declare
     v_span interval;
     v_claimed bigint;
     v_fresh boolean;
+    v_bucket smallint;
 begin
     -- workflow.now(), the journal's cap, the history span, the types with
     -- flow limits (for this worker's namespace and runtime), and whether
@@ -2452,18 +2467,24 @@ begin
     -- One claimer per wake-up: a claim woken by a notification goes on
     -- only when no other woken claim of the same namespace, prefixes and
     -- types is under way (the one under way takes what there is, and
-    -- wakes the others again below if it filled its limit). Their bucket's
-    -- row of workflow_lock, which no login but the owner may lock, is
-    -- held until the claim commits.
+    -- wakes the others again below if it filled its limit): their
+    -- bucket's row of workflow_claimer is held until the claim commits.
     if p_woken then
         v_fresh := pg_catalog.pg_current_xact_id_if_assigned() is null;
-        perform 1 from workflow.workflow_lock l
-        where l.id = 4097 + (pg_catalog.hashtext(
-                  v_ns || '|' || coalesce(array_to_string(p_type_prefixes, ','), '') || '|'
-                  || coalesce((select string_agg(t, ',' order by t) from unnest(p_types) t), '')) & 4095)
+        v_bucket := pg_catalog.hashtext(coalesce(array_to_string(p_type_prefixes, ','), '') || '|'
+                                        || coalesce((select string_agg(t, ',' order by t) from unnest(p_types) t), ''))
+                    & 255;
+        perform 1 from workflow.workflow_claimer w
+        where w.namespace = v_ns and w.bucket = v_bucket
         for update skip locked;
         if not found then
-            return;
+            -- Held by another woken claim, or not made yet (the insert
+            -- holds the new row as the lock does).
+            insert into workflow.workflow_claimer (namespace, bucket) values (v_ns, v_bucket)
+            on conflict do nothing;
+            if not found then
+                return;
+            end if;
         end if;
     end if;
     v_via := workflow.set_marks();
