@@ -84,9 +84,11 @@ func TestOneWokenClaimerAtATime(t *testing.T) {
 	}
 }
 
-// A claim that fills its limit may have left runs behind, so it notifies
-// workflow_run_created (namespace and its first prefix) for the workers it
-// may have skipped; a claim that takes less than its limit does not.
+// A woken claim that fills its limit may have left runs behind, so it
+// notifies workflow_run_created (namespace and its first prefix) for the
+// workers it may have made skip; a woken claim that takes less than its
+// limit does not, nor does a full claim that was not woken (a burn-down's
+// claims: their NOTIFYs would serialise their commits).
 func TestFullClaimWakesTheOthersAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -113,16 +115,35 @@ func TestFullClaimWakesTheOthersAgain(t *testing.T) {
 	for next(300*time.Millisecond) != "" { // the inserts' own
 	}
 
-	if got := b.claimIn(t, "team-f", "w1", []string{"full."}, 2); len(got) != 2 {
-		t.Fatalf("claimed %d runs, want 2", len(got))
+	for range 2 {
+		b.create(t, engine.CreateParams{Type: "full.job.v1", Namespace: "team-f"})
 	}
-	if p := next(5 * time.Second); p != "team-f/full." {
-		t.Fatalf("after a full claim: notification %q, want team-f/full.", p)
+	for next(300*time.Millisecond) != "" { // the inserts' own
 	}
-	if got := b.claimIn(t, "team-f", "w1", []string{"full."}, 2); len(got) != 1 {
-		t.Fatalf("claimed %d runs, want the last one", len(got))
+	claim := func(limit int, woken bool) int {
+		got, err := b.eng.ClaimRuns(b.ctx, engine.ClaimParams{WorkerID: "w1", TypePrefixes: []string{"full."},
+			Runtime: "go", Limit: limit, LeaseDuration: 30 * time.Second, Namespace: "team-f", Woken: woken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got)
+	}
+	if n := claim(2, false); n != 2 {
+		t.Fatalf("claimed %d runs, want 2", n)
 	}
 	if p := next(500 * time.Millisecond); p != "" {
-		t.Fatalf("a claim short of its limit notified %q", p)
+		t.Fatalf("a full claim that was not woken notified %q", p)
+	}
+	if n := claim(2, true); n != 2 {
+		t.Fatalf("claimed %d runs, want 2", n)
+	}
+	if p := next(5 * time.Second); p != "team-f/full." {
+		t.Fatalf("after a full woken claim: notification %q, want team-f/full.", p)
+	}
+	if n := claim(2, true); n != 1 {
+		t.Fatalf("claimed %d runs, want the last one", n)
+	}
+	if p := next(500 * time.Millisecond); p != "" {
+		t.Fatalf("a woken claim short of its limit notified %q", p)
 	}
 }

@@ -77,14 +77,15 @@ func (s *session) claimLoop(ctx context.Context) {
 	// if no other woken claim of the same types is under way
 	// (engine.ClaimParams.Woken).
 	woken := false
-	wait := func() {
+	// wait waits for a wake-up, or until d has passed.
+	wait := func(d time.Duration) {
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
 		}
-		timer.Reset(s.cfg.PollInterval)
+		timer.Reset(d)
 		select {
 		case <-ctx.Done():
 		case <-s.wake:
@@ -131,7 +132,7 @@ func (s *session) claimLoop(ctx context.Context) {
 				return
 			}
 			s.log.Error("Claim failed; retrying", "error", err)
-			wait()
+			wait(s.cfg.PollInterval)
 			continue
 		}
 		for _, c := range claimed {
@@ -140,9 +141,21 @@ func (s *session) claimLoop(ctx context.Context) {
 		if len(claimed) == limit {
 			continue // there may be more runnable runs
 		}
-		wait()
+		if params.Woken && len(claimed) == 0 {
+			// Another woken claim of these types may have been under way
+			// (this one then claims nothing): unless a wake-up comes first,
+			// claim once more, not woken, shortly after. At most one such
+			// claim per wokenRetry, however many notifications arrive.
+			wait(wokenRetry)
+			continue
+		}
+		wait(s.cfg.PollInterval)
 	}
 }
+
+// wokenRetry is how long after a woken claim that claimed nothing the
+// claim loop claims again without being woken.
+const wokenRetry = 20 * time.Millisecond
 
 // claimParams asks for up to limit runs of this worker's types.
 func (s *session) claimParams(limit int) engine.ClaimParams {

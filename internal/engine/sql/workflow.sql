@@ -2385,8 +2385,8 @@ end $$;
 -- precedes 'started'. Types with flow limits go through flow_admit.
 -- p_woken says the claim follows a notification: it returns nothing when
 -- another woken claim of the same namespace, prefixes and types is under
--- way, and a claim that fills p_limit notifies workflow_run_created again
--- so that those it skipped look once more (a worker's bucket: its
+-- way, and a woken claim that fills p_limit notifies workflow_run_created
+-- again so that those it skipped look once more (a worker's bucket: its
 -- namespace and a hash of its prefixes and types, a row of
 -- workflow_claimer). A woken claim that leases nothing in a transaction
 -- that had written nothing before it commits without waiting for its WAL
@@ -2674,9 +2674,12 @@ begin
     from claimed c
     order by c.priority, c.created_at;
     get diagnostics v_claimed = row_count;
-    -- A full claim may have left runs behind: the workers of these types
-    -- that a wake-up skipped (above) are woken again.
-    if v_claimed = p_limit and p_after is null then
+    -- A full woken claim may have left runs behind: the workers of its
+    -- bucket that it made skip (above) are woken again. (Only a woken
+    -- claim makes others skip; a NOTIFY from every full claim serialised
+    -- the commits of a burn-down's claims on the server's notification
+    -- lock, and cost a third of its rate with four pollers.)
+    if v_claimed = p_limit and v_bucket is not null then
         perform pg_catalog.pg_notify('workflow_run_created',
                                      v_ns || '/' || coalesce(p_type_prefixes[1], p_types[1], ''));
     end if;

@@ -40,6 +40,10 @@ log = logging.getLogger("simpleworkflow")
 #: loop on time; later ones are found by the regular poll.
 _WAKE_TIMER_HORIZON = 600.0
 
+#: Seconds after a woken claim that claimed nothing before the claim loop claims again without being
+#: woken (Go: wokenRetry): another woken claim of the same types may have been under way.
+_WOKEN_RETRY = 0.02
+
 #: The least seconds between two confirmations of cancellation notifications
 #: (Go: confirmGap): however many arrive, confirming them costs at most one
 #: heartbeat call in flight and ten a second.
@@ -200,6 +204,7 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
         try:
             # Payload and journal as text, decoded run by run below: a
             # value this worker cannot decode fails its own run only.
+            was_woken = woken
             rows = conn.execute(CLAIM_RUNS, claim_params(p, limit, None, woken)).fetchall()
             woken = False
         except psycopg.errors.InsufficientPrivilege as e:
@@ -219,7 +224,13 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
         start_claimed(p, conn, rows, pool)
         if len(rows) == limit:
             continue
-        woken = p._wake.wait(p.poll_interval)
+        if was_woken and not rows:
+            # Another woken claim of these types may have been under way
+            # (this one then claims nothing): unless a wake-up comes first,
+            # claim once more, not woken, shortly after (Go: wokenRetry).
+            woken = p._wake.wait(_WOKEN_RETRY)
+        else:
+            woken = p._wake.wait(p.poll_interval)
         p._wake.clear()
 
 
