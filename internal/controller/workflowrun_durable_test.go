@@ -325,7 +325,9 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			g.Expect(got.Status.WaitingFor.Until).NotTo(BeNil())
 			g.Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(HavePrefix("sleeping at step nap until "))
 		}).Should(Succeed())
-		Expect(eventNotes(ns, "nap", "Waiting")).To(ConsistOf(HavePrefix("Sleeping at step nap until ")))
+		// The Event is recorded asynchronously, after the status.
+		Eventually(func() []string { return eventNotes(ns, "nap", "Waiting") }).
+			Should(ConsistOf(HavePrefix("Sleeping at step nap until ")))
 		// Its time came: no worker took it yet, so it waits for one. Nothing
 		// in the inbox changed; the controller looks again by itself.
 		Eventually(func(g Gomega) {
