@@ -2301,7 +2301,8 @@ end $$;
 -- the steps their completion started in their DAGs and their durable
 -- parents it woke. Only runs a claim of the worker could take now: of
 -- namespace p_ns, of the worker's types p_types and under its prefixes
--- p_prefixes (each null or empty: any), of a type the registry neither
+-- p_prefixes (as LIKE patterns, p_patterns; each null or empty: any), of
+-- a type the registry neither
 -- disables, nor gives to another runtime than p_runtime, nor limits
 -- (flow_admit admits those), and not behind a runnable run of the
 -- worker's types (p_types, else the active types under its prefixes, else
@@ -2314,20 +2315,16 @@ end $$;
 -- index's entries of the whole namespace (a generic plan did, on a table
 -- whose statistics were young).
 create or replace function workflow.hand_off_candidates(
-    p_ns text, p_worker text, p_after uuid[], p_types text[], p_prefixes text[], p_runtime text,
-    p_limit integer, p_now timestamptz
+    p_ns text, p_worker text, p_after uuid[], p_types text[], p_prefixes text[], p_patterns text[],
+    p_runtime text, p_limit integer, p_now timestamptz
 ) returns tid[]
 language plpgsql set search_path = pg_catalog, pg_temp set enable_bitmapscan = off set jit = off as $$
 declare
-    v_patterns text[];
     -- the types whose runnable runs may come first: the worker's
     v_ranked text[] := p_types;
 begin
-    if cardinality(p_prefixes) > 0 then
-        select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_prefixes) p;
-        if p_types is null then
-            v_ranked := array(select t from workflow.active_types(p_ns, p_prefixes) t);
-        end if;
+    if p_types is null and cardinality(p_prefixes) > 0 then
+        v_ranked := array(select t from workflow.active_types(p_ns, p_prefixes) t);
     end if;
     return (
     with ended as materialized (
@@ -2350,7 +2347,7 @@ begin
           and r.wait_kind is distinct from 'limit' and r.run_at <= p_now
           and (r.deadline_at is null or r.deadline_at > p_now)
           and (p_types is null or r.type = any (p_types))
-          and (v_patterns is null or r.type like any (v_patterns))
+          and (p_patterns is null or r.type like any (p_patterns))
           and not exists (
                   select 1 from workflow.workflow_registry g
                   where g.namespace = p_ns and g.workflow_name = r.type
@@ -2464,6 +2461,28 @@ begin
         raise exception 'claim_runs: database user % does not work for namespace %', session_user,
             quote_literal(left(v_ns, 100)) using errcode = '42501';
     end if;
+    v_via := workflow.set_marks();
+    if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
+        raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
+    end if;
+    if p_limit is null or p_limit < 1 or p_limit > 10000 then
+        raise exception 'claim_runs: limit must be between 1 and 10000, got %', p_limit using errcode = '22023';
+    end if;
+    if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
+        raise exception 'claim_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
+    end if;
+    -- '' and '%' would both mean "every type": say so with an empty list.
+    if exists (select 1 from unnest(p_type_prefixes) p where p is null or p = '' or p = '%') then
+        raise exception 'claim_runs: a type prefix must not be empty or "%%"; pass no prefixes to claim every type'
+            using errcode = '22023';
+    end if;
+    if cardinality(p_type_prefixes) > 0 then
+        select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
+    end if;
+    if cardinality(p_after) > 10000 then
+        raise exception 'claim_runs: at most 10000 ended runs to hand off from, got %', cardinality(p_after)
+            using errcode = '22023';
+    end if;
     -- One claimer per wake-up: a claim woken by a notification goes on
     -- only when no other woken claim of the same namespace, prefixes and
     -- types is under way (the one under way takes what there is, and
@@ -2483,37 +2502,16 @@ begin
             insert into workflow.workflow_claimer (namespace, bucket) values (v_ns, v_bucket)
             on conflict do nothing;
             if not found then
+                perform workflow.restore_marks(v_via);
                 return;
             end if;
         end if;
     end if;
-    v_via := workflow.set_marks();
-    if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
-        raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
-    end if;
-    if p_limit is null or p_limit < 1 or p_limit > 10000 then
-        raise exception 'claim_runs: limit must be between 1 and 10000, got %', p_limit using errcode = '22023';
-    end if;
-    if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
-        raise exception 'claim_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
-    end if;
-    -- '' and '%' would both mean "every type": say so with an empty list.
-    if exists (select 1 from unnest(p_type_prefixes) p where p is null or p = '' or p = '%') then
-        raise exception 'claim_runs: a type prefix must not be empty or "%%"; pass no prefixes to claim every type'
-            using errcode = '22023';
-    end if;
-    if cardinality(p_type_prefixes) > 0 then
-        select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
-    end if;
     if p_after is not null then
         -- A hand-off: the runs the ended ones made runnable, locked here
         -- (as flow_admit's are), and nothing from the queue.
-        if cardinality(p_after) > 10000 then
-            raise exception 'claim_runs: at most 10000 ended runs to hand off from, got %', cardinality(p_after)
-                using errcode = '22023';
-        end if;
         v_admitted := workflow.hand_off_candidates(v_ns, p_worker_id, p_after, p_types, p_type_prefixes,
-                                                   p_runtime, p_limit, v_now);
+                                                   v_patterns, p_runtime, p_limit, v_now);
         v_types := '{}';
     else
         -- The claimable types; null means every type (no prefixes, no types).
@@ -7254,7 +7252,7 @@ revoke all on function
     workflow.retry_run(uuid, integer, text),
     workflow.created_attempts(uuid),
     workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean),
-    workflow.hand_off_candidates(text, text, uuid[], text[], text[], text, integer, timestamptz),
+    workflow.hand_off_candidates(text, text, uuid[], text[], text[], text[], text, integer, timestamptz),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
                          text[], text[], text, text),
