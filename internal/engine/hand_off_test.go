@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 )
 
 // handOff completes runs as worker and claims, in the same transaction,
@@ -26,22 +27,6 @@ func (b *bundle) handOff(t *testing.T, worker string, runs []engine.ClaimedRun, 
 		t.Fatalf("complete and hand off: %v", err)
 	}
 	return done, claimed
-}
-
-// sameTransaction reports whether run a's succeeded event and run next's
-// started event were written by one transaction (the same xmin).
-func (b *bundle) sameTransaction(t *testing.T, a, next string) bool {
-	t.Helper()
-	var same bool
-	if err := b.pool.QueryRow(b.ctx, `select
-		(select max(e.xmin::text::bigint) from workflow.workflow_event e
-		 where (e.workflow_id = $1 or $1 = any (e.run_ids)) and e.event_type = 'succeeded')
-		= (select max(e.xmin::text::bigint) from workflow.workflow_event e
-		   where (e.workflow_id = $2 or $2 = any (e.run_ids)) and e.event_type = 'started')`,
-		a, next).Scan(&same); err != nil {
-		t.Fatal(err)
-	}
-	return same
 }
 
 // A completion hands the next step of its DAG to the worker that completed
@@ -72,7 +57,7 @@ func TestCompletionHandsOffTheChainsNextStep(t *testing.T) {
 	if r := b.get(t, next[0].ID); r.Status != engine.StatusLeased || r.LeasedBy != "w1" {
 		t.Fatalf("step b is %s by %q, want leased by w1", r.Status, r.LeasedBy)
 	}
-	if !b.sameTransaction(t, a[0].ID, next[0].ID) {
+	if !pgtest.StartedWith(b.ctx, t, b.pool, a[0].ID, next[0].ID) {
 		t.Fatal("step b was not started in the transaction that ended step a")
 	}
 	if got := b.stepRuns(t, dag); got != "a=succeeded b=leased" {

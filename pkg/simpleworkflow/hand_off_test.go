@@ -9,24 +9,9 @@ import (
 	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
+	"github.com/simple-workflow/simple-workflow/internal/pgtest"
 	"github.com/simple-workflow/simple-workflow/pkg/simpleworkflow"
 )
-
-// handedOff reports whether run next was started by the transaction that
-// ended run prev (its started event has the xmin of prev's succeeded).
-func (b *bundle) handedOff(t *testing.T, prev, next string) bool {
-	t.Helper()
-	var same bool
-	if err := b.client.Pool().QueryRow(b.ctx, `select
-		(select max(e.xmin::text::bigint) from workflow.workflow_event e
-		 where (e.workflow_id = $1 or $1 = any (e.run_ids)) and e.event_type = 'succeeded')
-		= (select max(e.xmin::text::bigint) from workflow.workflow_event e
-		   where (e.workflow_id = $2 or $2 = any (e.run_ids)) and e.event_type = 'started')`,
-		prev, next).Scan(&same); err != nil {
-		t.Fatal(err)
-	}
-	return same
-}
 
 // A worker that completes a DAG step starts the next one itself, in the
 // completion's transaction, and a durable parent woken by its child's end
@@ -115,7 +100,7 @@ func TestChainStepsHandOffToTheWorkerThatEndedTheStepBefore(t *testing.T) {
 		t.Fatalf("step runs %v (%v), want %d", ids, err, steps)
 	}
 	for i := 1; i < steps; i++ {
-		if !b.handedOff(t, ids[i-1], ids[i]) {
+		if !pgtest.StartedWith(b.ctx, t, b.client.Pool(), ids[i-1], ids[i]) {
 			t.Errorf("step s%d was not started by the transaction that ended s%d", i, i-1)
 		}
 	}
@@ -124,7 +109,7 @@ func TestChainStepsHandOffToTheWorkerThatEndedTheStepBefore(t *testing.T) {
 		parent.ID).Scan(&child); err != nil {
 		t.Fatal(err)
 	}
-	if !b.handedOff(t, child, parent.ID) {
+	if !pgtest.StartedWith(b.ctx, t, b.client.Pool(), child, parent.ID) {
 		t.Error("the parent did not resume in the transaction that ended its child")
 	}
 }

@@ -263,6 +263,12 @@ def release(p: Poller, conn: _Conn, releases: List[_Outcome], ends: _Ends) -> No
         log.info(json.dumps({"msg": "Run handed back", "reason": by_id[run_id].reason, **_fields(p, by_id[run_id])}))
 
 
+def _complete_params(p: Poller, batch: List[_Outcome]) -> Tuple[Any, ...]:
+    """The arguments of _COMPLETE_RUNS for a batch of completions."""
+    return (p.worker_id, [o.task.id for o in batch], [o.task.lease_token for o in batch],
+            [o.raw_result for o in batch])
+
+
 def write_completions_handing_off(
     p: Poller, conn: _Conn, completions: List[_Outcome]
 ) -> Tuple[List[Tuple[Any, ...]], List[Tuple[Any, ...]], List[Tuple[_Outcome, str]], Optional[BaseException]]:
@@ -283,8 +289,7 @@ def write_completions_handing_off(
 
     def write(c: Any) -> Tuple[List[Tuple[Any, ...]], List[Tuple[Any, ...]]]:
         with c.transaction():
-            done = c.execute(_COMPLETE_RUNS, (p.worker_id, ids, [o.task.lease_token for o in completions],
-                                              [o.raw_result for o in completions])).fetchall()
+            done = c.execute(_COMPLETE_RUNS, _complete_params(p, completions)).fetchall()
             handed = c.execute(CLAIM_RUNS, claim_params(p, limit, ids, False)).fetchall()
         return done, handed
 
@@ -305,9 +310,7 @@ def write_completions(
     """complete_runs for a batch: (rows, [(outcome, why) unstorable], error)."""
 
     def call(batch: List[_Outcome]) -> List[Tuple[Any, ...]]:
-        return with_retry(conn, _COMPLETE_RUNS, (
-            p.worker_id, [o.task.id for o in batch], [o.task.lease_token for o in batch],
-            [o.raw_result for o in batch]), p.lease_duration)
+        return with_retry(conn, _COMPLETE_RUNS, _complete_params(p, batch), p.lease_duration)
 
     try:
         return call(completions), [], None
