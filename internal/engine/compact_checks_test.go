@@ -1,34 +1,61 @@
 package engine_test
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// compactedChecks are the constraints of workflow_run written in a compact
-// form, because they are evaluated on every write of the hot path.
+// compactedChecks are the rules of workflow_run written in a compact form
+// because they are evaluated on the hot path: CHECKs of the table
+// (status_valid, wait_kind_valid) and of the columns' domains
+// (idempotency_key_length, traceparent_format), read from the catalog.
 var compactedChecks = []string{
-	"workflow_run_reserved_key", "workflow_run_dag_key", "workflow_run_traceparent_format",
-	"workflow_run_retry_policy_valid", "workflow_run_status_valid", "workflow_run_wait_kind_valid",
+	"workflow_run_traceparent_format", "workflow_run_status_valid", "workflow_run_wait_kind_valid",
 	"workflow_run_idempotency_key_length",
 }
 
-// checkRules reads the rule of each named constraint of workflow_run.
+// insertRules are the rules on columns a run is written with once, which
+// on_run_inserted checks at insert (no catalog holds them as an
+// expression): the test inserts each case and compares what the schema
+// refuses with their plain forms.
+var insertRules = []string{
+	"workflow_run_reserved_key", "workflow_run_dag_key", "workflow_run_retry_policy_valid",
+	"workflow_run_parent_step_set",
+}
+
+// domainColumns names the run column each domain's rule is written for
+// (a domain's check reads VALUE).
+var domainColumns = map[string]string{
+	"workflow_run_traceparent_format":     "traceparent",
+	"workflow_run_idempotency_key_length": "idempotency_key",
+}
+
+// checkRules reads the rule of each named constraint of workflow_run, or
+// of the domain of its column, as an expression over the run's columns.
 func checkRules(t *testing.T, b *bundle, names []string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, name := range names {
 		var def string
-		if err := b.pool.QueryRow(b.ctx, `select pg_get_constraintdef(oid) from pg_constraint
-			where conrelid = 'workflow.workflow_run'::regclass and conname = $1`, name).Scan(&def); err != nil {
+		if err := b.pool.QueryRow(b.ctx, `select pg_get_constraintdef(c.oid) from pg_constraint c
+			where c.conname = $1 and (c.conrelid = 'workflow.workflow_run'::regclass
+			      or c.contypid = (select a.atttypid from pg_attribute a
+			                       where a.attrelid = 'workflow.workflow_run'::regclass and a.attname = $2))`,
+			name, domainColumns[name]).Scan(&def); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		rule, ok := strings.CutPrefix(strings.TrimSuffix(def, " NOT VALID"), "CHECK ")
 		if !ok {
 			t.Fatalf("%s is not a check constraint: %s", name, def)
+		}
+		if col := domainColumns[name]; col != "" {
+			rule = strings.ReplaceAll(rule, "VALUE", col)
 		}
 		out[name] = rule
 	}
@@ -58,6 +85,7 @@ var plainRules = map[string]string{
 		    and substr(traceparent, 4, 32) <> '00000000000000000000000000000000'
 		    and substr(traceparent, 37, 16) <> '0000000000000000')`,
 	"workflow_run_wait_kind_valid": `wait_kind is null or wait_kind in ('sleep', 'signal', 'child', 'dag')`,
+	"workflow_run_parent_step_set": `(parent_id is null) = (parent_step is null)`,
 }
 
 // checkCase is one row's worth of the columns those constraints read.
@@ -139,28 +167,7 @@ func TestCompactChecksMatchTheirPlainRules(t *testing.T) {
 	for _, name := range compactedChecks {
 		before[name] = "(" + plainRules[name] + ")"
 	}
-	// The cases are stored as text, and read with the columns' types.
-	if _, err := b.pool.Exec(b.ctx, `create table check_case_text (
-		n int primary key, idempotency_key text, source_namespace text, source_uid text,
-		parent_id text, parent_step text, traceparent text,
-		retry_base_delay text, retry_max_delay text, status text, wait_kind text);
-		create view check_case as
-		select n, idempotency_key, source_namespace, source_uid, parent_id::uuid as parent_id, parent_step,
-		       traceparent, retry_base_delay::interval as retry_base_delay,
-		       retry_max_delay::interval as retry_max_delay, status, wait_kind
-		from check_case_text`); err != nil {
-		t.Fatal(err)
-	}
-	cases := checkCases()
-	rows := make([][]any, len(cases))
-	for i, c := range cases {
-		rows[i] = []any{i, c.key, c.namespace, c.uid, c.parent, c.step, c.traceparent, c.baseDelay, c.maxDelay, c.status, c.waitKind}
-	}
-	if _, err := b.pool.CopyFrom(b.ctx, pgx.Identifier{"check_case_text"}, []string{"n", "idempotency_key", "source_namespace",
-		"source_uid", "parent_id", "parent_step", "traceparent", "retry_base_delay", "retry_max_delay", "status", "wait_kind"},
-		pgx.CopyFromRows(rows)); err != nil {
-		t.Fatal(err)
-	}
+	cases := loadCheckCases(t, b)
 	for _, name := range compactedChecks {
 		// Both expressions are the schema's own text, never a value.
 		q := fmt.Sprintf(`select n, (%s) is not false, (%s) is not false from check_case order by n`, before[name], after[name])
@@ -192,6 +199,115 @@ func TestCompactChecksMatchTheirPlainRules(t *testing.T) {
 		// always-false rewrite could not pass.
 		if accepted == 0 || refused == 0 {
 			t.Errorf("%s: %d cases accepted, %d refused; the cases must reach both", name, accepted, refused)
+		}
+	}
+}
+
+// loadCheckCases stores checkCases in the table check_case_text and
+// makes the view check_case, which reads them with the columns' types.
+func loadCheckCases(t *testing.T, b *bundle) []checkCase {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, `create table check_case_text (
+		n int primary key, idempotency_key text, source_namespace text, source_uid text,
+		parent_id text, parent_step text, traceparent text,
+		retry_base_delay text, retry_max_delay text, status text, wait_kind text);
+		create view check_case as
+		select n, idempotency_key, source_namespace, source_uid, parent_id::uuid as parent_id, parent_step,
+		       traceparent, retry_base_delay::interval as retry_base_delay,
+		       retry_max_delay::interval as retry_max_delay, status, wait_kind
+		from check_case_text`); err != nil {
+		t.Fatal(err)
+	}
+	cases := checkCases()
+	rows := make([][]any, len(cases))
+	for i, c := range cases {
+		rows[i] = []any{i, c.key, c.namespace, c.uid, c.parent, c.step, c.traceparent, c.baseDelay, c.maxDelay, c.status, c.waitKind}
+	}
+	if _, err := b.pool.CopyFrom(b.ctx, pgx.Identifier{"check_case_text"}, []string{"n", "idempotency_key", "source_namespace",
+		"source_uid", "parent_id", "parent_step", "traceparent", "retry_base_delay", "retry_max_delay", "status", "wait_kind"},
+		pgx.CopyFromRows(rows)); err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+// TestInsertRulesMatchTheirPlainRules inserts every case as a run (each
+// in a savepoint rolled back at once, so that keys never collide) and
+// compares what the schema refuses with the plain forms of the rules an
+// insert meets: a row is refused exactly when one of them refuses it, and
+// the error names one of those. The rules on columns written once are not
+// expressions in the catalog (on_run_inserted checks them), so only their
+// behaviour can be compared.
+func TestInsertRulesMatchTheirPlainRules(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := loadCheckCases(t, b)
+	rules := append(append([]string{}, insertRules...), "workflow_run_idempotency_key_length",
+		"workflow_run_traceparent_format")
+	var verdicts strings.Builder
+	for i, name := range rules {
+		if i > 0 {
+			verdicts.WriteString(", ")
+		}
+		// The plain rules are the test's own constants.
+		fmt.Fprintf(&verdicts, "(%s) is false", plainRules[name])
+	}
+	got, err := b.pool.Query(b.ctx, fmt.Sprintf(`select n, array[%s] from check_case order by n`, verdicts.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing := make([][]string, len(cases))
+	for got.Next() {
+		var n int
+		var refused []bool
+		if err := got.Scan(&n, &refused); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range refused {
+			if r {
+				refusing[n] = append(refusing[n], rules[i])
+			}
+		}
+	}
+	if err := got.Err(); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	named := map[string]int{}
+	for n := range cases {
+		if _, err := tx.Exec(b.ctx, "savepoint one_case"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tx.Exec(b.ctx, `insert into workflow.workflow_run (type, namespace, type_namespace, idempotency_key,
+			source_namespace, source_uid, parent_id, parent_step, traceparent, retry_base_delay, retry_max_delay)
+			select 'check.case.v1', 'default', 'default', idempotency_key, source_namespace, source_uid, parent_id,
+			       parent_step, traceparent, retry_base_delay, retry_max_delay
+			from check_case where n = $1`, n)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil && len(refusing[n]) > 0:
+			t.Errorf("row %s is accepted by the schema, refused by %v", describe(cases[n]), refusing[n])
+		case err != nil && !errors.As(err, &pgErr):
+			t.Fatalf("row %s: %v", describe(cases[n]), err)
+		case err != nil && (pgErr.Code != "23514" || !slices.Contains(refusing[n], pgErr.ConstraintName)):
+			t.Errorf("row %s is refused by the schema (%s %s: %s), by %v in plain rules", describe(cases[n]),
+				pgErr.Code, pgErr.ConstraintName, pgErr.Message, refusing[n])
+		case err != nil:
+			named[pgErr.ConstraintName]++
+		}
+		if _, err := tx.Exec(b.ctx, "rollback to savepoint one_case"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every rule of the insert refuses some case by its own name, so a
+	// rule that refused nothing could not pass.
+	for _, name := range insertRules {
+		if named[name] == 0 {
+			t.Errorf("no case was refused by %s (refusals by name: %v)", name, named)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 9
+-- schema version: 10
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -273,6 +273,67 @@ do $$ begin
     end if;
 end $$;
 
+-- The run table's rules on one column each are domains too: the server
+-- keeps a domain's check compiled for the session and runs it only for the
+-- columns a statement writes, where a table CHECK is read back from its
+-- stored text by every statement that inserts or updates a run and runs on
+-- every row it writes, whatever columns changed (decision 0013). Each
+-- domain's constraint keeps the name the table's CHECK had: errors name
+-- the same rule. A value a function returns from one of these columns is
+-- cast to its base type (PL/pgSQL's RETURN QUERY takes no domain for it).
+do $$ begin
+    if to_regtype('workflow.run_type') is null then
+        create domain workflow.run_type as text
+            constraint workflow_run_type_format
+            check (char_length(value) <= 253 and value ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$');
+    end if;
+    if to_regtype('workflow.run_payload') is null then
+        create domain workflow.run_payload as jsonb
+            constraint workflow_run_payload_object check (jsonb_typeof(value) = 'object');
+    end if;
+    if to_regtype('workflow.run_priority') is null then
+        create domain workflow.run_priority as integer
+            constraint workflow_run_priority_range check (value >= 0 and value <= 1000000);
+    end if;
+    if to_regtype('workflow.run_idempotency_key') is null then
+        create domain workflow.run_idempotency_key as text
+            constraint workflow_run_idempotency_key_length check (char_length(value) >= 1 and char_length(value) <= 512);
+    end if;
+    if to_regtype('workflow.run_concurrency_key') is null then
+        create domain workflow.run_concurrency_key as text
+            constraint workflow_run_concurrency_key_length check (char_length(value) >= 1 and char_length(value) <= 255);
+    end if;
+    if to_regtype('workflow.run_result') is null then
+        create domain workflow.run_result as jsonb
+            constraint workflow_run_result_size check (octet_length(value::text) <= 1048576);
+    end if;
+    if to_regtype('workflow.run_traceparent') is null then
+        create domain workflow.run_traceparent as text
+            constraint workflow_run_traceparent_format
+            check (octet_length(value) = 55 and value ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+                   and substr(value, 4, 32) <> '00000000000000000000000000000000'
+                   and substr(value, 37, 16) <> '0000000000000000');
+    end if;
+    -- A mirrored WorkflowRun's namespace, name and UID (one rule, three lengths).
+    if to_regtype('workflow.run_source_namespace') is null then
+        create domain workflow.run_source_namespace as text
+            constraint workflow_run_source_bounded check (char_length(value) <= 63);
+    end if;
+    if to_regtype('workflow.run_source_name') is null then
+        create domain workflow.run_source_name as text
+            constraint workflow_run_source_bounded check (char_length(value) <= 253);
+    end if;
+    if to_regtype('workflow.run_source_uid') is null then
+        create domain workflow.run_source_uid as text
+            constraint workflow_run_source_bounded check (char_length(value) <= 128);
+    end if;
+    -- run_at and deadline_at: a real time, never infinity.
+    if to_regtype('workflow.run_time') is null then
+        create domain workflow.run_time as timestamptz
+            constraint workflow_run_times_finite check (isfinite(value));
+    end if;
+end $$;
+
 -- (Release 6's migration creates this table with the same statement.)
 create table if not exists workflow.workflow_namespace_grant (
     role_name text not null,
@@ -503,23 +564,23 @@ $$;
 -- early and unthrottled, as a queue replaces its rows all day.
 create table if not exists workflow.workflow_run (
     id uuid not null default workflow.new_run_id(),
-    type text not null,
-    payload jsonb not null default '{}',
+    type workflow.run_type not null,
+    payload workflow.run_payload not null default '{}',
     status text not null default 'pending',
-    priority integer not null default 100,          -- lower runs first
-    run_at timestamptz not null default now(),      -- not before
-    idempotency_key text,                           -- one run per key, ever
+    priority workflow.run_priority not null default 100, -- lower runs first
+    run_at workflow.run_time not null default now(), -- not before
+    idempotency_key workflow.run_idempotency_key,   -- one run per key, ever
     attempt integer not null default 0,             -- attempts started
     max_attempts integer not null default 3,
     leased_by text,
     lease_until timestamptz,
     last_error text,
-    result jsonb,
+    result workflow.run_result,
     retry_base_delay interval,                      -- null: one minute
     retry_max_delay interval,                       -- null: no cap
-    source_namespace text,                          -- a mirrored WorkflowRun
-    source_name text,
-    source_uid text,
+    source_namespace workflow.run_source_namespace, -- a mirrored WorkflowRun
+    source_name workflow.run_source_name,
+    source_uid workflow.run_source_uid,
     started_at timestamptz,
     finished_at timestamptz,
     created_at timestamptz not null default now(),
@@ -529,58 +590,31 @@ create table if not exists workflow.workflow_run (
     heartbeat_count integer not null default 0,     -- of the current attempt
     parent_id uuid,                                 -- a child: its parent
     parent_step text,                               -- and the step that started it
-    deadline_at timestamptz,                        -- past it: failed
+    deadline_at workflow.run_time,                  -- past it: failed
     wait_kind text,                                 -- parked: what it waits for
     wait_step text,
     wait_signal text,
     dag jsonb,
-    traceparent text,
-    concurrency_key text,                           -- the flow limits' key (a customer, a tenant)
+    traceparent workflow.run_traceparent,
+    concurrency_key workflow.run_concurrency_key,   -- the flow limits' key (a customer, a tenant)
     dag_skipped text[],                             -- a DAG's steps whose condition was false
     dag_fanout jsonb,                               -- a DAG's fanned-out steps: {name: elements}
     namespace workflow.namespace_name not null,     -- its tenant (on_run_inserting sets it)
     type_namespace workflow.namespace_name not null, -- whose registry and workers run its type
     constraint workflow_run_pkey primary key (id),
+    -- The rules of the state machine: several columns, changed by claims
+    -- and completions. (Rules on one column are the columns' domains;
+    -- rules on columns written once are checked once, at insert, by
+    -- on_run_inserted, and those columns are not written afterwards:
+    -- workflow_run_written_once.)
     constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
-    constraint workflow_run_idempotency_key_length
-        check (char_length(idempotency_key) >= 1 and char_length(idempotency_key) <= 512),
-    constraint workflow_run_concurrency_key_length
-        check (char_length(concurrency_key) >= 1 and char_length(concurrency_key) <= 255),
     constraint workflow_run_lease_held
         check (status <> 'leased' or (leased_by is not null and lease_until is not null)),
     constraint workflow_run_max_attempts_range check (max_attempts >= 1 and max_attempts <= 1000),
-    constraint workflow_run_parent_step_set check ((parent_id is null) = (parent_step is null)),
-    constraint workflow_run_payload_object check (jsonb_typeof(payload) = 'object'),
-    constraint workflow_run_priority_range check (priority >= 0 and priority <= 1000000),
-    constraint workflow_run_retry_policy_valid
-        check (retry_base_delay > '0' and retry_max_delay > '0' and retry_max_delay >= retry_base_delay),
     constraint workflow_run_status_valid check (status = any ('{pending,leased,succeeded,failed,cancelled}')),
-    constraint workflow_run_type_format
-        check (char_length(type) <= 253 and type ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'),
     constraint workflow_run_wait_kind_valid check (wait_kind = any ('{sleep,signal,child,dag,limit}')),
     constraint workflow_run_wait_not_leased check (wait_kind is null or status <> 'leased'),
-    -- A DAG step's key names its DAG run and step; nobody else may take one.
-    constraint workflow_run_dag_key
-        check (left(idempotency_key, 4) <> 'dag:'
-               or idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'
-               or coalesce(idempotency_key = 'dag:' || parent_id::text || ':' || parent_step, false)),
-    constraint workflow_run_pending_has_attempt_left check (status <> 'pending' or attempt < max_attempts),
-    -- k8s: and k8s-uid: keys belong to runs mirrored from Kubernetes.
-    constraint workflow_run_reserved_key
-        check ((left(idempotency_key, 4) <> 'k8s:' and left(idempotency_key, 8) <> 'k8s-uid:')
-               or coalesce((source_uid is not null
-                            and starts_with(idempotency_key, 'k8s:' || source_namespace || ':'))
-                           or idempotency_key = 'k8s-uid:' || source_uid, false)),
-    constraint workflow_run_result_size check (result is null or octet_length(result::text) <= 1048576),
-    constraint workflow_run_source_bounded
-        check (char_length(source_namespace) <= 63 and char_length(source_name) <= 253
-               and char_length(source_uid) <= 128),
-
-    constraint workflow_run_times_finite check (isfinite(run_at) and (deadline_at is null or isfinite(deadline_at))),
-    constraint workflow_run_traceparent_format
-        check (octet_length(traceparent) = 55 and traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
-               and substr(traceparent, 4, 32) <> '00000000000000000000000000000000'
-               and substr(traceparent, 37, 16) <> '0000000000000000')
+    constraint workflow_run_pending_has_attempt_left check (status <> 'pending' or attempt < max_attempts)
 ) with (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 comment on table workflow.workflow_run is
     'The durable inbox: one row per recorded intent. A pending row always runs eventually.';
@@ -1068,7 +1102,41 @@ declare
     v_big record;
     v_dag record;
     v_now timestamptz;
+    v_rule text;
 begin
+    -- The rules on columns a run is recorded with and that nothing writes
+    -- afterwards (workflow_run_written_once), checked here once per
+    -- statement as a CHECK would check each row (one that is null passes):
+    -- a child names its parent and step together; retry delays are
+    -- positive, the maximum at least the base; a dag: key is its DAG
+    -- step's own; k8s: and k8s-uid: keys are mirrored runs'.
+    select n.* into v_big
+    from new_runs n
+    where not coalesce((n.parent_id is null) = (n.parent_step is null), true)
+       or not coalesce(n.retry_base_delay > '0' and n.retry_max_delay > '0'
+                       and n.retry_max_delay >= n.retry_base_delay, true)
+       or not (left(n.idempotency_key, 4) <> 'dag:'
+               or n.idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'
+               or coalesce(n.idempotency_key = 'dag:' || n.parent_id::text || ':' || n.parent_step, false))
+       or not ((left(n.idempotency_key, 4) <> 'k8s:' and left(n.idempotency_key, 8) <> 'k8s-uid:')
+               or coalesce((n.source_uid is not null
+                            and starts_with(n.idempotency_key, 'k8s:' || n.source_namespace || ':'))
+                           or n.idempotency_key = 'k8s-uid:' || n.source_uid, false))
+    limit 1;
+    if found then
+        v_rule := case
+            when not coalesce((v_big.parent_id is null) = (v_big.parent_step is null), true)
+                then 'workflow_run_parent_step_set'
+            when not coalesce(v_big.retry_base_delay > '0' and v_big.retry_max_delay > '0'
+                              and v_big.retry_max_delay >= v_big.retry_base_delay, true)
+                then 'workflow_run_retry_policy_valid'
+            when left(v_big.idempotency_key, 4) = 'dag:' then 'workflow_run_dag_key'
+            else 'workflow_run_reserved_key' end;
+        raise exception 'new row for relation "workflow_run" violates check constraint "%"', v_rule
+            using errcode = '23514', constraint = v_rule, table = 'workflow_run', schema = 'workflow',
+                  detail = format('A %s run (idempotency key %s).', v_big.type,
+                                  coalesce(quote_literal(left(v_big.idempotency_key, 100)), 'none'));
+    end if;
     select n.type, octet_length(n.payload::text) as bytes into v_big
     from new_runs n where octet_length(n.payload::text) > v_limit limit 1;
     if found then
@@ -1182,6 +1250,27 @@ begin
 end $$;
 create or replace trigger workflow_run_inserted after insert on workflow.workflow_run
     referencing new table as new_runs for each statement execute function workflow.on_run_inserted();
+
+-- What a run is recorded with and nothing writes afterwards: its parent and
+-- step, idempotency key, source and retry delays (on_run_inserted checks
+-- their rules once, at insert). An UPDATE naming one of them is refused
+-- unless one of the functions makes it (retry_run detaches a retried
+-- child from its parent and key). Producers, workers and readers may not
+-- update these columns at all (roles.sql); this keeps the owner's plain
+-- SQL from bypassing the rules.
+create or replace function workflow.on_written_once_updated() returns trigger
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+    if coalesce(current_setting('workflow.via_function', true), '') = 'on' then
+        return null;
+    end if;
+    raise exception 'a run''s parent_id, parent_step, idempotency_key, source_namespace, source_name, source_uid, retry_base_delay and retry_max_delay are written once, when it is recorded'
+        using errcode = '55000';
+end $$;
+create or replace trigger workflow_run_written_once
+    before update of parent_id, parent_step, idempotency_key, source_namespace, source_name, source_uid,
+                     retry_base_delay, retry_max_delay on workflow.workflow_run
+    for each statement execute function workflow.on_written_once_updated();
 
 -- Wake-ups: at commit, one NOTIFY workflow_run_created per type of the new
 -- runs (the payload is the type's namespace and name, 'namespace/type'),
@@ -2651,8 +2740,8 @@ begin
         where c.wait_kind is null and (select count(*) from claimed) > 1
         group by c.namespace, workflow.history_span_start(workflow.run_id_time(c.id), v_span)
     )
-    select c.id, c.type, c.payload, c.attempt, c.max_attempts, c.lease_until, c.created_at,
-           c.lease_token, c.deadline_at,
+    select c.id, c.type::text, c.payload::jsonb, c.attempt, c.max_attempts, c.lease_until, c.created_at,
+           c.lease_token, c.deadline_at::timestamptz,
            -- A journal too large to load is handed over as a JSON string
            -- saying so (the client fails that run alone), never aggregated:
            -- an aggregate over jsonb's limit would fail the whole claim.
@@ -2668,7 +2757,7 @@ begin
                        'output', s.output, 'error', s.error, 'child_id', s.child_id)
                    order by s.position)
             from workflow.workflow_step s where s.run_id = c.id) end,
-           c.traceparent, c.parent_id
+           c.traceparent::text, c.parent_id
     from claimed c
     order by c.priority, c.created_at;
     get diagnostics v_claimed = row_count;
@@ -2952,7 +3041,7 @@ begin
         select workflow.free_slots(array_agg(f.type_namespace), array_agg(f.type), array_agg(f.concurrency_key)) as let_go
         from failed f where f.concurrency_key is not null having count(*) > 0
     )
-    select f.id, f.status, f.run_at from failed f left join freed on true;
+    select f.id, f.status, f.run_at::timestamptz from failed f left join freed on true;
     perform workflow.restore_marks(v_via, p_frees_slots => true);
 end $$;
 
@@ -5691,7 +5780,7 @@ begin
     end if;
     if v_direct then
         return query
-        select r.id, r.type, r.status, r.attempt, r.max_attempts, r.namespace::text, r.source_name,
+        select r.id, r.type::text, r.status, r.attempt, r.max_attempts, r.namespace::text, r.source_name::text,
                r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
         from workflow.workflow_run r
         where (p_status is null or r.status = p_status)
@@ -5780,7 +5869,7 @@ begin
     ), page as (
         select p.created_at, p.id from part p order by 1 desc, 2 desc limit p_limit
     )
-    select r.id, r.type, r.status, r.attempt, r.max_attempts, r.namespace::text, r.source_name,
+    select r.id, r.type::text, r.status, r.attempt, r.max_attempts, r.namespace::text, r.source_name::text,
            r.created_at, r.finished_at, r.wait_kind, r.deleted_at, left(r.last_error, 200)
     from page cross join lateral (select * from workflow.workflow_run r where r.id = page.id) r
     order by page.created_at desc, page.id desc;

@@ -1,0 +1,115 @@
+package engine_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// The table's own CHECKs are the state machine's rules, which read columns
+// that claims and completions write; every other rule is a column's domain
+// or checked at insert, so that no statement of the hot path rebuilds it.
+func TestRunTableChecksReadOnlyWhatTransitionsWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows, err := b.pool.Query(b.ctx, `select c.conname::text,
+		       array(select a.attname::text from pg_attribute a
+		             where a.attrelid = c.conrelid and a.attnum = any (c.conkey) order by 1)
+		from pg_constraint c
+		where c.conrelid = 'workflow.workflow_run'::regclass and c.contype = 'c' order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type check struct {
+		name    string
+		columns []string
+	}
+	checks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (check, error) {
+		var c check
+		err := r.Scan(&c.name, &c.columns)
+		return c, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := []string{"status", "attempt", "max_attempts", "leased_by", "lease_until", "wait_kind"}
+	if len(checks) == 0 {
+		t.Fatal("workflow_run has no CHECK at all")
+	}
+	for _, c := range checks {
+		for _, col := range c.columns {
+			if !slices.Contains(written, col) {
+				t.Errorf("CHECK %s reads %s, which no transition writes: make it a domain or an insert rule", c.name, col)
+			}
+		}
+	}
+	// The single-column rules are domains of their columns.
+	for col, domain := range map[string]string{
+		"type": "workflow.run_type", "payload": "workflow.run_payload", "priority": "workflow.run_priority",
+		"run_at": "workflow.run_time", "deadline_at": "workflow.run_time",
+		"idempotency_key": "workflow.run_idempotency_key", "concurrency_key": "workflow.run_concurrency_key",
+		"result": "workflow.run_result", "traceparent": "workflow.run_traceparent",
+		"source_uid": "workflow.run_source_uid",
+	} {
+		var got string
+		if err := b.pool.QueryRow(b.ctx, `select atttypid::regtype::text from pg_attribute
+			where attrelid = 'workflow.workflow_run'::regclass and attname = $1`, col).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != domain {
+			t.Errorf("column %s is of type %s, want the domain %s", col, got, domain)
+		}
+	}
+}
+
+// What a run is recorded with once is not rewritten by plain SQL, even the
+// owner's: the statement is refused and the run, and its neighbour, keep
+// their values. The functions that must (retry_run detaching a retried
+// child) still may; a domain's rule refuses a bad value in any statement.
+func TestWrittenOnceColumnsRefusePlainUpdates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.create(t, engine.CreateParams{Type: "once.job.v1", IdempotencyKey: "kept-key"})
+	bystander := b.create(t, engine.CreateParams{Type: "once.job.v1", IdempotencyKey: "other-key"})
+	for _, sql := range []string{
+		"update workflow.workflow_run set idempotency_key = 'dag:' || id::text || ':x' where id = $1",
+		"update workflow.workflow_run set parent_id = id, parent_step = 's' where id = $1",
+		"update workflow.workflow_run set source_uid = 'u-1' where id = $1",
+		"update workflow.workflow_run set retry_base_delay = '-1 second' where id = $1",
+		"update workflow.workflow_run set idempotency_key = idempotency_key where id = $1",
+		"update workflow.workflow_run set idempotency_key = 'x' where id <> $1",
+	} {
+		_, err := b.pool.Exec(b.ctx, sql, id)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55000" {
+			t.Errorf("%s: %v, want the written-once refusal (55000)", sql, err)
+		}
+	}
+	for run, key := range map[string]string{id: "kept-key", bystander: "other-key"} {
+		var got string
+		var parent, uid, base *string
+		if err := b.pool.QueryRow(b.ctx, `select idempotency_key, parent_id::text, source_uid, retry_base_delay::text
+			from workflow.workflow_run where id = $1`, run).Scan(&got, &parent, &uid, &base); err != nil {
+			t.Fatal(err)
+		}
+		if got != key || parent != nil || uid != nil || base != nil {
+			t.Errorf("run %s: key %q parent %v uid %v base %v after refused updates, want %q and nulls",
+				run, got, parent, uid, base, key)
+		}
+	}
+	// A domain's rule holds in an UPDATE too: a producer's columns are
+	// not writable, but the owner's plain SQL meets the rule.
+	_, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set priority = -1 where id = $1", id)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23514" || pgErr.ConstraintName != "workflow_run_priority_range" {
+		t.Fatalf("priority -1: %v, want workflow_run_priority_range", err)
+	}
+	if msg := engine.ConstraintMessage(pgErr.ConstraintName); msg == "" {
+		t.Fatalf("no message for %s", pgErr.ConstraintName)
+	}
+}
