@@ -3,6 +3,7 @@ package engine_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -111,5 +112,72 @@ func TestWrittenOnceColumnsRefusePlainUpdates(t *testing.T) {
 	}
 	if msg := engine.ConstraintMessage(pgErr.ConstraintName); msg == "" {
 		t.Fatalf("no message for %s", pgErr.ConstraintName)
+	}
+}
+
+// A producer of team-a sends hostile values in a batch beside a good row:
+// each statement is refused whole, nothing of team-a is recorded, and a
+// producer cannot rewrite a written-once column of team-b's run either.
+// Team-b's run keeps its key, stays pending, and its worker claims it.
+func TestHostileRunValuesStayWithTheirProducer(t *testing.T) {
+	t.Parallel()
+	b := setupRoles(t)
+	theirs := b.create(t, engine.CreateParams{Type: "hostile.job.v1", Namespace: "team-b", IdempotencyKey: "b-key"})
+	producer := b.tenantLogin(t, "workflow_producer", "team-a")
+	good := `('hostile.job.v1', '{"ok": true}', null, null, null, null, 100)`
+	// Each bad row, with the SQLSTATE that refuses it (a rule of the
+	// schema, never a missing privilege: the control below is taken).
+	for name, c := range map[string]struct{ row, code string }{
+		"a key of 513 characters":        {`('hostile.job.v1', '{}', '` + strings.Repeat("k", 513) + `', null, null, null, 100)`, "23514"},
+		"a dag: key naming team-b's run": {`('hostile.job.v1', '{}', 'dag:` + theirs + `:s', null, null, null, 100)`, "23514"},
+		"a k8s: key of team-b":           {`('hostile.job.v1', '{}', 'k8s:team-b:b-key', null, null, null, 100)`, "42501"},
+		"a negative retry delay":         {`('hostile.job.v1', '{}', null, '-1 second', null, null, 100)`, "23514"},
+		"a payload 200 levels deep":      {`('hostile.job.v1', '` + nested(200) + `', null, null, null, null, 100)`, "22023"},
+		"a NUL in the payload":           {`('hostile.job.v1', '{"a": "\u0000"}', null, null, null, null, 100)`, "22P05"},
+		"a malformed traceparent":        {`('hostile.job.v1', '{}', null, null, '00-zz', null, 100)`, "23514"},
+		"a concurrency key of 256":       {`('hostile.job.v1', '{}', null, null, null, '` + strings.Repeat("c", 256) + `', 100)`, "23514"},
+		"a priority out of range":        {`('hostile.job.v1', '{}', null, null, null, null, 2000000)`, "23514"},
+		"a type that is no type":         {`('Hostile Job', '{}', null, null, null, null, 100)`, "23514"},
+	} {
+		_, err := producer.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, payload, idempotency_key,
+			retry_base_delay, traceparent, concurrency_key, priority)
+			values `+good+`, `+c.row)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != c.code {
+			t.Errorf("%s: %v, want SQLSTATE %s", name, err, c.code)
+		}
+	}
+	// The control: the good row alone is taken, and is the only run of team-a.
+	if _, err := producer.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, payload, idempotency_key,
+		retry_base_delay, traceparent, concurrency_key, priority) values `+good); err != nil {
+		t.Fatalf("the good row alone: %v", err)
+	}
+	var mine int
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_run where namespace = 'team-a'`).Scan(&mine); err != nil {
+		t.Fatal(err)
+	}
+	if mine != 1 {
+		t.Errorf("%d runs of team-a were recorded, want the control's alone: every other statement had a bad row", mine)
+	}
+	// Team-b's run, through the producer of team-a: no column of it is the
+	// producer's to write, and a cancel finds no row.
+	if _, err := producer.pool.Exec(b.ctx, `update workflow.workflow_run set idempotency_key = 'taken' where id = $1`,
+		theirs); err == nil {
+		t.Error("a producer rewrote an idempotency key")
+	}
+	tag, err := producer.pool.Exec(b.ctx, `update workflow.workflow_run set status = 'cancelled' where id = $1`, theirs)
+	if err != nil || tag.RowsAffected() != 0 {
+		t.Errorf("cancel of team-b's run by team-a: %v, %d rows", err, tag.RowsAffected())
+	}
+	var key, status string
+	if err := b.pool.QueryRow(b.ctx, `select idempotency_key, status from workflow.workflow_run where id = $1`,
+		theirs).Scan(&key, &status); err != nil {
+		t.Fatal(err)
+	}
+	if key != "b-key" || status != "pending" {
+		t.Fatalf("team-b's run: key %q status %s, want b-key pending", key, status)
+	}
+	if got := b.claimIn(t, "team-b", "wb", []string{"hostile."}, 10); len(got) != 1 || got[0].ID != theirs {
+		t.Fatalf("team-b's worker claimed %+v, want its run %s", got, theirs)
 	}
 }

@@ -1102,7 +1102,6 @@ declare
     v_big record;
     v_dag record;
     v_now timestamptz;
-    v_rule text;
 begin
     -- The rules on columns a run is recorded with and that nothing writes
     -- afterwards (workflow_run_written_once), checked here once per
@@ -1110,30 +1109,31 @@ begin
     -- a child names its parent and step together; retry delays are
     -- positive, the maximum at least the base; a dag: key is its DAG
     -- step's own; k8s: and k8s-uid: keys are mirrored runs'.
-    select n.* into v_big
+    select n.type, n.idempotency_key,
+           case when not r.parent_step_set then 'workflow_run_parent_step_set'
+                when not r.retry_policy_valid then 'workflow_run_retry_policy_valid'
+                when not r.dag_key then 'workflow_run_dag_key'
+                else 'workflow_run_reserved_key' end as rule
+    into v_big
     from new_runs n
-    where not coalesce((n.parent_id is null) = (n.parent_step is null), true)
-       or not coalesce(n.retry_base_delay > '0' and n.retry_max_delay > '0'
-                       and n.retry_max_delay >= n.retry_base_delay, true)
-       or not (left(n.idempotency_key, 4) <> 'dag:'
-               or n.idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'
-               or coalesce(n.idempotency_key = 'dag:' || n.parent_id::text || ':' || n.parent_step, false))
-       or not ((left(n.idempotency_key, 4) <> 'k8s:' and left(n.idempotency_key, 8) <> 'k8s-uid:')
-               or coalesce((n.source_uid is not null
-                            and starts_with(n.idempotency_key, 'k8s:' || n.source_namespace || ':'))
-                           or n.idempotency_key = 'k8s-uid:' || n.source_uid, false))
+    cross join lateral (select
+        coalesce((n.parent_id is null) = (n.parent_step is null), true) as parent_step_set,
+        coalesce(n.retry_base_delay > '0' and n.retry_max_delay > '0'
+                 and n.retry_max_delay >= n.retry_base_delay, true) as retry_policy_valid,
+        coalesce(left(n.idempotency_key, 4) <> 'dag:'
+                 or n.idempotency_key !~ '^dag:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:'
+                 or coalesce(n.idempotency_key = 'dag:' || n.parent_id::text || ':' || n.parent_step, false),
+                 true) as dag_key,
+        coalesce((left(n.idempotency_key, 4) <> 'k8s:' and left(n.idempotency_key, 8) <> 'k8s-uid:')
+                 or coalesce((n.source_uid is not null
+                              and starts_with(n.idempotency_key, 'k8s:' || n.source_namespace || ':'))
+                             or n.idempotency_key = 'k8s-uid:' || n.source_uid, false),
+                 true) as reserved_key) r
+    where not (r.parent_step_set and r.retry_policy_valid and r.dag_key and r.reserved_key)
     limit 1;
     if found then
-        v_rule := case
-            when not coalesce((v_big.parent_id is null) = (v_big.parent_step is null), true)
-                then 'workflow_run_parent_step_set'
-            when not coalesce(v_big.retry_base_delay > '0' and v_big.retry_max_delay > '0'
-                              and v_big.retry_max_delay >= v_big.retry_base_delay, true)
-                then 'workflow_run_retry_policy_valid'
-            when left(v_big.idempotency_key, 4) = 'dag:' then 'workflow_run_dag_key'
-            else 'workflow_run_reserved_key' end;
-        raise exception 'new row for relation "workflow_run" violates check constraint "%"', v_rule
-            using errcode = '23514', constraint = v_rule, table = 'workflow_run', schema = 'workflow',
+        raise exception 'new row for relation "workflow_run" violates check constraint "%"', v_big.rule
+            using errcode = '23514', constraint = v_big.rule, table = 'workflow_run', schema = 'workflow',
                   detail = format('A %s run (idempotency key %s).', v_big.type,
                                   coalesce(quote_literal(left(v_big.idempotency_key, 100)), 'none'));
     end if;
