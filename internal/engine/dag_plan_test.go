@@ -9,7 +9,7 @@ import (
 )
 
 // A DAG step's end, made by complete_runs (generic plans, nested loops
-// off, which the trigger and dag_advance inherit), reads the DAG's steps by
+// off, which children_finished and dags_advance inherit), reads the DAG's steps by
 // their parent's index, never by a scan of every run: each plan of every
 // statement it runs is read from auto_explain. The premise is asserted too:
 // with statistics taken while a few workflows had many steps, the same read,
@@ -82,8 +82,8 @@ func TestDAGStepEndsReadTheirDAGByIndex(t *testing.T) {
 				t.Fatalf("%s steps %d-%d: completed %d (%v)", round, i, i+9, n, err)
 			}
 			all := notices()
-			if !strings.Contains(all, "dag_advance") && !strings.Contains(all, "dag_ready_steps") && round == "ninth" {
-				t.Fatalf("no plan of dag_advance's statements was logged:\n%s", all)
+			if !strings.Contains(all, "dags_advance") && !strings.Contains(all, "dag_ready_steps") && round == "ninth" {
+				t.Fatalf("no plan of dags_advance's statements was logged:\n%s", all)
 			}
 			if strings.Contains(all, "Seq Scan on workflow_run") {
 				t.Fatalf("ending %s steps read every run:\n%s", round, all)

@@ -16,7 +16,8 @@ import (
 
 // endOneByOne completes each run in its own complete_runs call, in one
 // transaction of one connection that counts the calls of every function,
-// and returns how many times dag_advance ran. between, when set, is called
+// and returns how many times a DAG was moved on (dags_advance, through
+// which every step's end goes: called for one DAG here). between, when set, is called
 // (inside the transaction) after each completion with the number done.
 func (b *bundle) endOneByOne(t *testing.T, runs []engine.ClaimedRun, between func(tx pgx.Tx, done int)) int {
 	t.Helper()
@@ -34,7 +35,7 @@ func (b *bundle) endOneByOne(t *testing.T, runs []engine.ClaimedRun, between fun
 	advances := func() int {
 		var n int
 		if err := tx.QueryRow(b.ctx, `select coalesce(sum(calls), 0) from pg_stat_xact_user_functions
-			where schemaname = 'workflow' and funcname = 'dag_advance'`).Scan(&n); err != nil {
+			where schemaname = 'workflow' and funcname = 'dags_advance'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -58,7 +59,7 @@ func (b *bundle) endOneByOne(t *testing.T, runs []engine.ClaimedRun, between fun
 }
 
 // The steps of a wide fan-out that end one at a time (in separate calls,
-// in any order) leave the workflow alone until the last: dag_advance, which
+// in any order) leave the workflow alone until the last: its advance, which
 // reads every step of the DAG, runs once, when the last step ends, and the
 // workflow then succeeds with every step's result. (Called on every step's
 // end, it made a 100-wide fan-out read its steps 10,000 times.)
@@ -87,7 +88,7 @@ func TestDAGFanOutStepsEndingApartAdvanceOnce(t *testing.T) {
 		}
 	})
 	if calls != 1 {
-		t.Fatalf("dag_advance ran %d times for %d steps ending one by one, want 1", calls, width)
+		t.Fatalf("dags_advance ran %d times for %d steps ending one by one, want 1", calls, width)
 	}
 	run := b.get(t, id)
 	var result struct {
@@ -118,14 +119,14 @@ func TestDAGStepEndsAdvanceOnlyWhenSomethingCanStart(t *testing.T) {
 	}
 	// b (nothing depends on it) while a runs: nothing to do.
 	if calls := b.endOneByOne(t, bb, nil); calls != 0 {
-		t.Fatalf("b's end ran dag_advance %d times, want 0", calls)
+		t.Fatalf("b's end ran dags_advance %d times, want 0", calls)
 	}
 	if got := b.stepRuns(t, id); got != "a=leased b=succeeded" {
 		t.Fatalf("after b: %q", got)
 	}
 	// a (each depends on it): each fans out.
 	if calls := b.endOneByOne(t, a, nil); calls != 1 {
-		t.Fatalf("a's end ran dag_advance %d times, want 1", calls)
+		t.Fatalf("a's end ran dags_advance %d times, want 1", calls)
 	}
 	elems := b.claimElements(t, "dagdepe.", 4)
 	order := []engine.ClaimedRun{elems[2], elems[0], elems[3], elems[1]}
@@ -140,7 +141,7 @@ func TestDAGStepEndsAdvanceOnlyWhenSomethingCanStart(t *testing.T) {
 		}
 	})
 	if calls != 1 {
-		t.Fatalf("the elements' ends ran dag_advance %d times, want 1 (the last)", calls)
+		t.Fatalf("the elements' ends ran dags_advance %d times, want 1 (the last)", calls)
 	}
 	j := b.claim(t, "w1", []string{"dagdepj."}, 1)
 	if len(j) != 1 || string(j[0].Payload) == "" {
@@ -153,7 +154,7 @@ func TestDAGStepEndsAdvanceOnlyWhenSomethingCanStart(t *testing.T) {
 		t.Fatalf("join's input %s: %v", j[0].Payload, err)
 	}
 	if calls := b.endOneByOne(t, j, nil); calls != 1 {
-		t.Fatalf("join's end ran dag_advance %d times, want 1", calls)
+		t.Fatalf("join's end ran dags_advance %d times, want 1", calls)
 	}
 	if run := b.get(t, id); run.Status != engine.StatusSucceeded {
 		t.Fatalf("workflow %s", run.Status)

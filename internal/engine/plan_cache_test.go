@@ -192,7 +192,7 @@ func TestFunctionsThatTurnAPlannerMethodOffTurnJITOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	if checked < 12 {
-		t.Fatalf("%d functions turn a planner method off; want at least the 9 hot calls, flow_admit, dag_advance and on_child_finished", checked)
+		t.Fatalf("%d functions turn a planner method off; want at least the 9 hot calls, flow_admit, dag_advance, dags_advance and children_finished", checked)
 	}
 	if len(missing) > 0 {
 		t.Errorf("these functions turn a planner method off and leave JIT on: %v", missing)

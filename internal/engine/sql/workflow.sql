@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 10
+-- schema version: 11
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -2894,11 +2894,12 @@ return workflow.stored_value_problem(p_result, 'result');
 -- and token; a run it no longer holds is left alone and not returned). A
 -- result over the limits fails its run alone, with the reason; the rest of
 -- the batch stands. Returns (id, status, error) per finished run.
--- Fires: workflow_child_finished (a parent's journal and wake-up, or its
--- DAG's next steps), workflow_parent_ended (children of a run that failed
--- here), workflow_source_run_changed; workflow_run_flow_slot_freed only for
--- the runs those triggers end (free_slots lets go the parked runs of the
--- keys of the runs it ends itself).
+-- Fires: children_finished, once for the batch (its runs' parents move
+-- on: a parent's journal and wake-up, every DAG's next steps together),
+-- workflow_parent_ended (children of a run that failed here),
+-- workflow_source_run_changed; workflow_run_flow_slot_freed only for the
+-- runs those end (free_slots lets go the parked runs of the keys of the
+-- runs it ends itself).
 -- Locks: the parents of the batch's runs in id order, then the runs, then
 -- the parked runs it lets go.
 -- A hot call: planned as section 9 says (run it again after replacing
@@ -2915,6 +2916,9 @@ declare
     v_now timestamptz := workflow.now();
 begin
     perform workflow.lock_parents(p_ids);
+    -- The parents of the runs this statement ends move on together (the
+    -- moved step), not one by one (workflow_child_finished).
+    perform set_config('workflow.ends_children', 'on', true);
     return query
     with req as (
         select t.id, t.token, t.result, workflow.result_problem(t.result) as problem
@@ -2931,11 +2935,16 @@ begin
             updated_at  = v_now
         from req where r.id = any (p_ids) and r.id = req.id
           and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
-        returning r.id, r.attempt, r.status, r.last_error, r.type, r.concurrency_key, r.type_namespace, r.namespace
+        returning r.id, r.attempt, r.status, r.last_error, r.type, r.concurrency_key, r.type_namespace, r.namespace,
+                  r.parent_id
     ), freed as (
         -- The slots of the keys whose runs ended (one row, when any has a key).
         select workflow.free_slots(array_agg(d.type_namespace), array_agg(d.type), array_agg(d.concurrency_key)) as let_go
         from done d where d.concurrency_key is not null having count(*) > 0
+    ), moved as (
+        -- The parents of the runs that ended, together (one row, when any has one).
+        select workflow.children_finished(array_agg(d.id)) as moved_on
+        from done d where d.parent_id is not null having count(*) > 0
     ), events as (
         -- A refused result, and the run of a completion of one: rows of
         -- their own; the other successes: one batch row per namespace and
@@ -2958,7 +2967,8 @@ begin
                  workflow.history_span_start(workflow.run_id_time(d.id),
                                              (select st.history_partition from workflow.workflow_settings st))
     )
-    select d.id, d.status, d.last_error from done d left join freed on true;
+    select d.id, d.status, d.last_error from done d left join freed on true left join moved on true;
+    perform set_config('workflow.ends_children', '', true);
     perform workflow.restore_marks(v_via, p_frees_slots => true);
 end $$;
 comment on function workflow.complete_runs(text, uuid[], bigint[], jsonb[]) is
@@ -2986,8 +2996,8 @@ $$;
 -- fail_runs records handler errors of runs a worker holds: a retryable
 -- error with attempts left makes the run pending again after retry_delay
 -- ('retried', with next_run_at); otherwise it fails ('failed').
--- Fires: workflow_child_finished, workflow_parent_ended (runs that failed
--- for good), workflow_source_run_changed; free_slots, as complete_runs.
+-- Fires: children_finished, workflow_parent_ended (runs that failed for
+-- good), workflow_source_run_changed; free_slots, as complete_runs.
 -- Locks: the parents of the batch's runs in id order, then the runs, then
 -- the parked runs it lets go.
 -- A hot call: planned as section 9 says (run it again after replacing
@@ -3004,6 +3014,7 @@ declare
     v_via text := workflow.set_marks(p_frees_slots => true);
 begin
     perform workflow.lock_parents(p_ids);
+    perform set_config('workflow.ends_children', 'on', true);
     return query
     with req as (
         select * from unnest(p_ids, p_tokens, p_errors, p_retryable)
@@ -3026,7 +3037,7 @@ begin
         from req where r.id = any (p_ids) and r.id = req.id
           and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, req.token)
         returning r.id, r.status, r.run_at, r.attempt, r.max_attempts, r.last_error, r.type, r.concurrency_key,
-                  r.type_namespace
+                  r.type_namespace, r.parent_id
     ), events as (
         insert into workflow.workflow_event (workflow_id, event_type, data)
         select f.id,
@@ -3040,8 +3051,13 @@ begin
     ), freed as (
         select workflow.free_slots(array_agg(f.type_namespace), array_agg(f.type), array_agg(f.concurrency_key)) as let_go
         from failed f where f.concurrency_key is not null having count(*) > 0
+    ), moved as (
+        -- The parents of the runs that failed for good, together.
+        select workflow.children_finished(array_agg(f.id)) as moved_on
+        from failed f where f.parent_id is not null and f.status = 'failed' having count(*) > 0
     )
-    select f.id, f.status, f.run_at::timestamptz from failed f left join freed on true;
+    select f.id, f.status, f.run_at::timestamptz from failed f left join freed on true left join moved on true;
+    perform set_config('workflow.ends_children', '', true);
     perform workflow.restore_marks(v_via, p_frees_slots => true);
 end $$;
 
@@ -3615,83 +3631,131 @@ begin
     return query select 'started', v_child, v_step.outcome, v_step.output, v_step.error, null::text;
 end $$;
 
--- A child's end, whatever ended it: under a DAG run, dag_advance takes the
--- next steps (or ends the DAG); under a durable parent, the child's journal
--- entry is resolved (ok with its result, or error) and the parent, if it
--- is parked on that child, is woken ('woken', NOTIFY to its workers).
--- A DAG's run is locked first, as dag_advance would (the callers that end
--- runs locked it already), so of two steps ending together the later one
--- sees the earlier one ended. A DAG that ended is left alone. A step that
--- succeeded while other steps of the DAG still run leaves dag_advance
--- nothing to do when no step depends on it, or when it is an element of a
--- fan-out whose other elements still run: nothing can start and the DAG
--- cannot end. A step that a later step waits for (a chain's) goes to
--- dag_advance at once. (dag_advance reads every step of its DAG: called on
--- each step's end, a 100-wide fan-out whose steps ended apart read its
--- steps 10,000 times.)
--- Locks: the parent (the DAG run, or a durable parent woken).
-create or replace function workflow.on_child_finished() returns trigger
-language plpgsql security definer
+-- children_finished moves on the parents of runs that ended (p_ids: the
+-- runs one statement ended; runs not ended are left out): the DAGs among
+-- them together, each at most once (dags_advance), and for each child of a
+-- durable parent its journal entry resolved (ok with its result, or error)
+-- and the parent, if it is parked on that child, woken ('woken', NOTIFY to
+-- its workers). A DAG that ended is left alone. A step that succeeded while
+-- other steps of its DAG still run leaves its DAG alone when no step
+-- depends on it, or when it is an element of a fan-out whose other
+-- elements still run: nothing can start and the DAG cannot end. (A DAG's
+-- advance reads every step of the DAG: called on each step's end, a
+-- 100-wide fan-out whose steps ended apart read its steps 10,000 times.)
+-- Called by on_child_finished for the runs any statement ends, and by
+-- complete_runs and fail_runs for those their own statement ends (the
+-- trigger leaves those rows alone while workflow.ends_children is on). What
+-- it ends itself (a DAG, the steps a failure cancels) fires the triggers as
+-- any statement's ends do: the callers' marks are off meanwhile.
+-- Fires: workflow_run_inserted (steps), what dag_end and dag_fail fire.
+-- Locks: the DAG runs in id order (the callers that end steps locked them
+-- first, lock_parents), then each durable parent woken.
+create or replace function workflow.children_finished(p_ids uuid[]) returns void
+language plpgsql
 set search_path = pg_catalog, pg_temp
--- (Its read of the other steps by parent, under the generic plans of the
--- functions that end runs, was a scan of every run: see dag_advance.)
+-- Index scans and nested loops, as dags_advance: the callers that end
+-- steps plan generically with nested loops off, under which its reads of
+-- steps and parents by id became scans of every DAG run.
 set enable_seqscan = off
+set enable_nestloop = on
 set jit = off
 as $$
 declare
+    v_frees text := coalesce(current_setting('workflow.frees_slots', true), '');
+    v_ends text := coalesce(current_setting('workflow.ends_children', true), '');
+    v_dags uuid[];
+    v_child workflow.workflow_run;
     v_parent workflow.workflow_run;
-    v_dag jsonb;
-    v_pending boolean;
-    v_step text;
-    v_awaited boolean;
 begin
-    -- A DAG parent is read once, locked (a durable parent is not: it is
-    -- locked below only if it waits for this child).
-    select p.dag, p.status = 'pending' into v_dag, v_pending
-    from workflow.workflow_run p
-    where p.id = new.parent_id and p.dag is not null
-    for update;
-    if found then
-        if not v_pending then
-            -- Ended, as when the steps that ended it were updated in one
-            -- statement: dag_advance would return at once.
-            return null;
-        end if;
-        if new.status = 'succeeded' then
-            v_step := regexp_replace(new.parent_step, '\[[0-9]+\]$', ''); -- an element's step
-            v_awaited := jsonb_path_exists(v_dag, '$.steps[*].dependsOn[*] ? (@ == $s)', jsonb_build_object('s', v_step));
-            if (not v_awaited or v_step <> new.parent_step)
-               and v_step is distinct from workflow.dag_final_step(v_dag)->>'name' then
-                if exists (select 1 from workflow.workflow_run c
-                           where c.parent_id = new.parent_id and c.id <> new.id
-                             and c.status in ('pending', 'leased')
-                             and (not v_awaited or left(c.parent_step, char_length(v_step) + 1) = v_step || '[')) then
-                    return null;
-                end if;
-            end if;
-        end if;
-        perform workflow.dag_advance(new.parent_id);
-        return null;
+    perform set_config('workflow.frees_slots', '', true);
+    perform set_config('workflow.ends_children', '', true);
+    -- The DAG parents, locked in id order, so that of two statements ending
+    -- steps of one DAG the later sees what the earlier ended.
+    perform 1 from workflow.workflow_run p
+    where p.id = any (array(select c.parent_id from workflow.workflow_run c
+                            where c.id = any (p_ids) and c.parent_id is not null))
+      and p.dag is not null
+    order by p.id
+    for update of p;
+    -- The DAGs with something to do: a step that ended otherwise than
+    -- succeeded, or one a step waits for (or the final step), or the last
+    -- of the steps no step waits for, or the last element of a fan-out.
+    -- Whether something still runs is asked once per DAG (or fanned-out
+    -- step), not once per step ended, and stops at the first it finds.
+    -- (A definition is read once per DAG: the steps some step waits for,
+    -- and its final step.)
+    with dags as materialized (
+        select p.id,
+               array(select d from jsonb_array_elements(p.dag->'steps') s,
+                                   jsonb_array_elements_text(coalesce(s->'dependsOn', '[]')) d) as awaited,
+               (select s->>'name' from jsonb_array_elements(p.dag->'steps') s
+                where coalesce((s->>'final')::boolean, false) limit 1) as final
+        from workflow.workflow_run p
+        where p.id = any (array(select c.parent_id from workflow.workflow_run c
+                                where c.id = any (p_ids) and c.parent_id is not null))
+          and p.dag is not null and p.status = 'pending'
+    ), ended as (
+        select c.parent_id,
+               c.status = 'succeeded'
+               and (not st.step = any (d.awaited) or st.step <> c.parent_step)
+               and st.step is distinct from d.final as quiet,
+               case when st.step = any (d.awaited) then st.step else '' end as waits_for
+        from workflow.workflow_run c
+        join dags d on d.id = c.parent_id
+        cross join lateral (select regexp_replace(c.parent_step, '\[[0-9]+\]$', '') as step) st -- an element's step
+        where c.id = any (p_ids) and c.status in ('succeeded', 'failed', 'cancelled')
+    )
+    select array_agg(distinct x.parent_id) into v_dags
+    from (select e.parent_id from ended e where not e.quiet
+          union
+          select k.parent_id
+          from (select distinct e.parent_id, e.waits_for from ended e where e.quiet) k
+          where not exists (select 1 from workflow.workflow_run o
+                            where o.parent_id = k.parent_id and o.status in ('pending', 'leased')
+                              and (k.waits_for = ''
+                                   or left(o.parent_step, char_length(k.waits_for) + 1) = k.waits_for || '['))) x;
+    if v_dags is not null then
+        perform workflow.dags_advance(v_dags);
     end if;
 
-    perform workflow.resolve_child_entry(new);
+    for v_child in
+        select c.* from workflow.workflow_run c
+        where c.id = any (p_ids) and c.parent_id is not null
+          and c.status in ('succeeded', 'failed', 'cancelled')
+          and not exists (select 1 from workflow.workflow_run p where p.id = c.parent_id and p.dag is not null)
+        order by c.id
+    loop
+        perform workflow.resolve_child_entry(v_child);
+        update workflow.workflow_run p
+        set run_at = workflow.now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = workflow.now()
+        where p.id = v_child.parent_id and p.status = 'pending'
+          and p.wait_kind = 'child' and p.wait_step = v_child.parent_step
+        returning * into v_parent;
+        if v_parent.id is not null then
+            insert into workflow.workflow_event (workflow_id, event_type, data)
+            values (v_parent.id, 'woken', jsonb_build_object('reason', 'child_finished', 'step', v_child.parent_step,
+                                                             'child_id', v_child.id, 'child_status', v_child.status));
+            perform pg_notify('workflow_run_created', v_parent.type_namespace || '/' || v_parent.type);
+        end if;
+    end loop;
+    perform set_config('workflow.frees_slots', v_frees, true);
+    perform set_config('workflow.ends_children', v_ends, true);
+end $$;
 
-    update workflow.workflow_run p
-    set run_at = workflow.now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = workflow.now()
-    where p.id = new.parent_id and p.status = 'pending'
-      and p.wait_kind = 'child' and p.wait_step = new.parent_step
-    returning * into v_parent;
-    if v_parent.id is not null then
-        insert into workflow.workflow_event (workflow_id, event_type, data)
-        values (v_parent.id, 'woken', jsonb_build_object('reason', 'child_finished', 'step', new.parent_step,
-                                                         'child_id', new.id, 'child_status', new.status));
-        perform pg_notify('workflow_run_created', v_parent.type_namespace || '/' || v_parent.type);
-    end if;
+-- A child's end, whatever ended it, moves its parent on (children_finished);
+-- the runs complete_runs and fail_runs end themselves are theirs to move
+-- on, all together (workflow.ends_children).
+create or replace function workflow.on_child_finished() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    perform workflow.children_finished(array[new.id]);
     return null;
 end $$;
 create or replace trigger workflow_child_finished after update on workflow.workflow_run
     for each row when (new.parent_id is not null and old.status in ('pending', 'leased')
-                       and new.status in ('succeeded', 'failed', 'cancelled'))
+                       and new.status in ('succeeded', 'failed', 'cancelled')
+                       and (pg_trigger_depth() > 0
+                            or coalesce(current_setting('workflow.ends_children', true), '') <> 'on'))
     execute function workflow.on_child_finished();
 
 -- A parent that failed or was cancelled cancels its unfinished children
@@ -4682,6 +4746,120 @@ begin
             exit marked;
         end if;
     end;
+    perform workflow.restore_marks(v_via);
+end $$;
+
+-- dags_advance moves DAG runs on together (p_runs: DAG runs whose steps
+-- changed; those not pending are left alone). The DAGs whose definitions
+-- are plain (no final step, condition, fan-out or other namespace's type)
+-- move in set-based statements: a DAG with a step that failed or was
+-- cancelled fails, one whose steps all succeeded ends with their results
+-- (within a result's limits), the others start their ready steps, every
+-- DAG's in one insert. The rest, and every DAG whose move is a failure
+-- (a step failed, a ready step's payload or the results over the limits),
+-- go to dag_advance one by one, in id order.
+-- Fires: workflow_run_inserted (the steps), the triggers of the DAG runs
+-- that end (workflow_child_finished, workflow_source_run_changed), and what
+-- dag_advance fires.
+-- Locks: the DAG runs (the callers locked them first), in id order.
+create or replace function workflow.dags_advance(p_runs uuid[]) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set jit = off
+-- Index scans and nested loops, as dag_advance (its callers plan with
+-- nested loops off).
+set enable_seqscan = off
+set enable_nestloop = on
+as $$
+declare
+    v_via text := workflow.set_marks();
+    v_now timestamptz := workflow.now();
+    v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
+    v_one uuid[];
+    v_ids uuid[];
+    v_results jsonb[];
+    v_kinds text[];
+    v_slow uuid[];
+    v_id uuid;
+begin
+    -- Plain DAGs, with what their steps say; the others one by one.
+    select array_agg(r.id order by r.id) filter (where not x.plain)
+    into v_one
+    from workflow.workflow_run r
+    cross join lateral (select r.dag_fanout is null and r.dag_skipped is null
+                               and not jsonb_path_exists(r.dag, '$.steps[*] ? (exists (@.final) || exists (@.when)
+                                                                   || exists (@.forEach) || exists (@.typeNamespace))')
+                               as plain) x
+    where r.id = any (p_runs) and r.status = 'pending' and r.dag is not null;
+    select array_agg(k.id order by k.id), array_agg(k.results order by k.id),
+           array_agg(case when k.bad > 0 then 'one'
+                          when k.ok < k.total then 'next'
+                          when octet_length(jsonb_build_object('steps', k.results)::text) > 1048576
+                               or workflow.json_too_deep(jsonb_build_object('steps', k.results)) then 'one'
+                          else 'end' end order by k.id)
+    into v_ids, v_results, v_kinds
+    from (
+        select r.id, jsonb_array_length(r.dag->'steps') as total,
+               coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb))
+                            filter (where c.status = 'succeeded'), '{}'::jsonb) as results,
+               count(c.id) filter (where c.status = 'succeeded') as ok,
+               count(c.id) filter (where c.status in ('failed', 'cancelled')) as bad
+        from workflow.workflow_run r
+        left join lateral workflow.child_runs(r.id) c on true
+        where r.id = any (p_runs) and r.status = 'pending' and r.dag is not null
+          and not r.id = any (coalesce(v_one, '{}'))
+        group by r.id
+    ) k;
+
+    -- Ended: every step succeeded.
+    with ended as (
+        update workflow.workflow_run r
+        set status = 'succeeded', result = jsonb_build_object('steps', u.results), last_error = null,
+            wait_kind = null, wait_step = null, wait_signal = null, finished_at = v_now, updated_at = v_now
+        from unnest(v_ids, v_results, v_kinds) u(id, results, kind)
+        where u.kind = 'end' and r.id = u.id
+        returning r.id, (select count(*) from jsonb_object_keys(u.results)) as steps
+    )
+    insert into workflow.workflow_event (workflow_id, event_type, data)
+    select e.id, 'succeeded', jsonb_build_object('steps', e.steps) from ended e;
+
+    -- The ready steps of every DAG that goes on, read once: they start,
+    -- unless one of a DAG's would have a payload too large or too deep;
+    -- then none of that DAG's starts and it goes to dag_advance, to fail.
+    with ready as materialized (
+        select d.id as run_id, d.priority, d.deadline_at, d.traceparent, d.namespace, d.type_namespace,
+               s.name, s.type, s.payload, s.max_attempts, s.base_delay, s.max_delay,
+               octet_length(s.payload::text) as bytes
+        from unnest(v_ids, v_results, v_kinds) u(id, results, kind)
+        join workflow.workflow_run d on d.id = u.id
+        cross join lateral workflow.dag_ready_steps(d, u.results) s
+        where u.kind = 'next'
+    ), bad as (
+        select distinct x.run_id from ready x
+        where x.bytes > v_limit or workflow.json_too_deep(x.payload)
+    ), started as (
+        insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                           retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
+                                           traceparent, namespace, type_namespace)
+        select r.type, r.payload, r.priority, 'dag:' || r.run_id::text || ':' || r.name, r.max_attempts,
+               r.base_delay, r.max_delay, r.run_id, r.name, r.deadline_at, r.traceparent, r.namespace,
+               r.type_namespace
+        from ready r
+        where not r.run_id in (select b.run_id from bad b)
+        order by r.run_id, r.name
+        on conflict do nothing
+        returning 1
+    )
+    select array_agg(b.run_id) into v_slow from bad b;
+
+    for v_id in
+        select x from unnest(coalesce(v_one, '{}') || coalesce(v_slow, '{}')
+                             || coalesce(array(select u.id from unnest(v_ids, v_kinds) u(id, kind)
+                                               where u.kind = 'one'), '{}')) x
+        order by x
+    loop
+        perform workflow.dag_advance(v_id);
+    end loop;
     perform workflow.restore_marks(v_via);
 end $$;
 
@@ -7346,6 +7524,8 @@ revoke all on function
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
                          text[], text[], text, text),
     workflow.dag_advance(uuid),
+    workflow.dags_advance(uuid[]),
+    workflow.children_finished(uuid[]),
     workflow.dag_unshared_step(workflow.workflow_run),
     workflow.new_lease_token(),
     workflow.lease_fence(bigint),

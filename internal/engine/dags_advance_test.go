@@ -1,0 +1,250 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// advanceCalls is how many times one complete_runs call of every given run
+// (each with its result, in one transaction that counts function calls)
+// ran dags_advance and dag_advance.
+type advanceCalls struct{ together, oneByOne int }
+
+// completeTogether completes runs in one complete_runs call and returns the
+// calls of the DAG advance it made.
+func (b *bundle) completeTogether(t *testing.T, worker string, runs []engine.ClaimedRun, result func(engine.ClaimedRun) string) advanceCalls {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(b.ctx, "set local track_functions = 'all'"); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() advanceCalls {
+		var c advanceCalls
+		if err := tx.QueryRow(b.ctx, `select coalesce(sum(calls) filter (where funcname = 'dags_advance'), 0),
+			       coalesce(sum(calls) filter (where funcname = 'dag_advance'), 0)
+			from pg_stat_xact_user_functions where schemaname = 'workflow'`).Scan(&c.together, &c.oneByOne); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	before := calls()
+	ids, tokens, results := make([]string, len(runs)), make([]int64, len(runs)), make([]string, len(runs))
+	for i, r := range runs {
+		ids[i], tokens[i], results[i] = r.ID, r.LeaseToken, result(r)
+	}
+	var n int
+	if err := tx.QueryRow(b.ctx, `select count(*) from workflow.complete_runs($1, $2::uuid[], $3, $4::jsonb[])`,
+		worker, ids, tokens, results).Scan(&n); err != nil || n != len(runs) {
+		t.Fatalf("complete %d runs together: %d completed, %v", len(runs), n, err)
+	}
+	after := calls()
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return advanceCalls{after.together - before.together, after.oneByOne - before.oneByOne}
+}
+
+// byParent groups claimed steps by their DAG run.
+func byParent(runs []engine.ClaimedRun) map[string][]engine.ClaimedRun {
+	out := map[string][]engine.ClaimedRun{}
+	for _, r := range runs {
+		out[r.ParentID] = append(out[r.ParentID], r)
+	}
+	return out
+}
+
+// The steps of many DAGs ended by one completion move every DAG on in one
+// call of dags_advance, without dag_advance: chains start their next step,
+// joins start theirs with both dependencies' results, and DAGs whose steps
+// all succeeded end with every result and one event each; a chain whose
+// step failed for good fails alone. Another team's DAG, whose step is
+// leased throughout, is left as it was, and moves on when its own worker
+// ends its step.
+func TestDAGsOfOneCompletionMoveOnTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.registerIn(t, "team-a", "mv.chain.v1", step("a", "mv.a.v1"), step("b", "mv.b.v1", "a"), step("c", "mv.c.v1", "b"))
+	b.registerIn(t, "team-a", "mv.join.v1", step("x", "mv.x.v1"), step("y", "mv.y.v1"), step("z", "mv.z.v1", "x", "y"))
+	b.registerIn(t, "team-b", "mv.chain.v1", step("a", "mv.a.v1"), step("b", "mv.b.v1", "a"), step("c", "mv.c.v1", "b"))
+	const chains, joins = 20, 5
+	chain := map[string]bool{}
+	for i := range chains {
+		chain[b.create(t, engine.CreateParams{Type: "mv.chain.v1", Namespace: "team-a", Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, i))})] = true
+	}
+	join := map[string]bool{}
+	for range joins {
+		join[b.create(t, engine.CreateParams{Type: "mv.join.v1", Namespace: "team-a"})] = true
+	}
+	other := b.create(t, engine.CreateParams{Type: "mv.chain.v1", Namespace: "team-b"})
+	otherA := b.claimIn(t, "team-b", "wb", []string{"mv."}, 10)
+	if len(otherA) != 1 || otherA[0].ParentID != other {
+		t.Fatalf("team-b claimed %+v, want its step a", otherA)
+	}
+	echo := func(r engine.ClaimedRun) string { return fmt.Sprintf(`{"step": %q}`, r.Type) }
+
+	first := b.claimIn(t, "team-a", "wa", []string{"mv."}, 1000)
+	if len(first) != chains+2*joins {
+		t.Fatalf("team-a claimed %d first steps, want %d", len(first), chains+2*joins)
+	}
+	if c := b.completeTogether(t, "wa", first, echo); c != (advanceCalls{together: 1}) {
+		t.Fatalf("ending %d first steps together: %+v, want one dags_advance and no dag_advance", len(first), c)
+	}
+	for id := range chain {
+		if got := b.stepRuns(t, id); got != "a=succeeded b=pending" {
+			t.Errorf("chain %s after its first step: %s", id, got)
+		}
+	}
+	for id := range join {
+		if got := b.stepRuns(t, id); got != "x=succeeded y=succeeded z=pending" {
+			t.Errorf("join %s after its first steps: %s", id, got)
+		}
+	}
+	if got := b.stepRuns(t, other); got != "a=leased" {
+		t.Fatalf("team-b's chain after team-a's batch: %s, want its step a leased and nothing else", got)
+	}
+
+	second := b.claimIn(t, "team-a", "wa", []string{"mv."}, 1000)
+	if len(second) != chains+joins {
+		t.Fatalf("claimed %d second steps, want %d", len(second), chains+joins)
+	}
+	var failing engine.ClaimedRun
+	var rest []engine.ClaimedRun
+	for _, r := range second {
+		if r.Type == "mv.z.v1" {
+			var in struct {
+				Steps map[string]map[string]string `json:"steps"`
+			}
+			if err := json.Unmarshal(r.Payload, &in); err != nil || in.Steps["x"]["step"] != "mv.x.v1" || in.Steps["y"]["step"] != "mv.y.v1" {
+				t.Fatalf("a join's step z has payload %s (%v), want both dependencies' results", r.Payload, err)
+			}
+		}
+		if r.Type == "mv.b.v1" && failing.ID == "" {
+			failing = r
+			continue
+		}
+		rest = append(rest, r)
+	}
+	if _, err := b.eng.FailRuns(b.ctx, "wa", []engine.Failure{{LeaseRef: failing.Ref(), Error: "boom"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := b.completeTogether(t, "wa", rest, echo); c != (advanceCalls{together: 1}) {
+		t.Fatalf("ending %d steps together: %+v, want one dags_advance and no dag_advance", len(rest), c)
+	}
+	if r := b.get(t, failing.ParentID); r.Status != engine.StatusFailed || !strings.Contains(r.LastError, `step "b" (mv.b.v1) failed: boom`) {
+		t.Fatalf("the chain whose step b failed: %s %q", r.Status, r.LastError)
+	}
+	for id := range join {
+		if r := b.get(t, id); r.Status != engine.StatusSucceeded {
+			t.Errorf("join %s: %s, want succeeded", id, r.Status)
+		}
+	}
+
+	third := b.claimIn(t, "team-a", "wa", []string{"mv."}, 1000)
+	if len(third) != chains-1 {
+		t.Fatalf("claimed %d third steps, want %d", len(third), chains-1)
+	}
+	if c := b.completeTogether(t, "wa", third, echo); c != (advanceCalls{together: 1}) {
+		t.Fatalf("ending the last steps together: %+v, want one dags_advance and no dag_advance", c)
+	}
+	for id := range chain {
+		if id == failing.ParentID {
+			continue
+		}
+		var result, events string
+		if err := b.pool.QueryRow(b.ctx, `select r.result::text,
+			       (select string_agg(e.data::text, ' ') from workflow.workflow_event e
+			        where e.workflow_id = r.id and e.event_type = 'succeeded')
+			from workflow.workflow_run r where r.id = $1 and r.status = 'succeeded'`, id).Scan(&result, &events); err != nil {
+			t.Fatalf("chain %s did not succeed: %v", id, err)
+		}
+		if want := `{"steps": {"a": {"step": "mv.a.v1"}, "b": {"step": "mv.b.v1"}, "c": {"step": "mv.c.v1"}}}`; result != want {
+			t.Errorf("chain %s result %s, want %s", id, result, want)
+		}
+		if events != `{"steps": 3}` {
+			t.Errorf("chain %s succeeded events: %s, want one with its 3 steps", id, events)
+		}
+	}
+
+	// team-b's chain goes on from where it was.
+	if c := b.completeTogether(t, "wb", otherA, echo); c != (advanceCalls{together: 1}) {
+		t.Fatalf("team-b's step: %+v", c)
+	}
+	if got := b.stepRuns(t, other); got != "a=succeeded b=pending" {
+		t.Fatalf("team-b's chain after its own step: %s", got)
+	}
+}
+
+// A DAG whose move would break a limit fails alone, by dag_advance, while
+// the DAGs ended beside it in the same call move on together: a result that
+// would make the next step's payload too large, one nested so deep the
+// next step's payload would pass 64 levels, and results that together pass
+// the 1 MiB of a result. Another team's DAG is unharmed.
+func TestDAGsMovingOnTogetherFailOnlyTheOneOverALimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_settings set max_payload_bytes = 10000`); err != nil {
+		t.Fatal(err)
+	}
+	b.registerIn(t, "team-a", "lim.chain.v1", step("a", "lim.a.v1"), step("b", "lim.b.v1", "a"))
+	b.registerIn(t, "team-a", "lim.wide.v1", step("p", "lim.p.v1"), step("q", "lim.q.v1"), step("r", "lim.r.v1"))
+	b.registerIn(t, "team-b", "lim.chain.v1", step("a", "lim.a.v1"), step("b", "lim.b.v1", "a"))
+	big := b.create(t, engine.CreateParams{Type: "lim.chain.v1", Namespace: "team-a"})
+	deep := b.create(t, engine.CreateParams{Type: "lim.chain.v1", Namespace: "team-a"})
+	fine := b.create(t, engine.CreateParams{Type: "lim.chain.v1", Namespace: "team-a"})
+	wide := b.create(t, engine.CreateParams{Type: "lim.wide.v1", Namespace: "team-a"})
+	small := b.create(t, engine.CreateParams{Type: "lim.wide.v1", Namespace: "team-a"})
+	other := b.create(t, engine.CreateParams{Type: "lim.chain.v1", Namespace: "team-b"})
+
+	nested := strings.Repeat(`{"d": `, 63) + `1` + strings.Repeat(`}`, 63)
+	steps := b.claimIn(t, "team-a", "wa", []string{"lim."}, 1000)
+	if len(steps) != 9 {
+		t.Fatalf("claimed %d steps, want 9", len(steps))
+	}
+	result := func(r engine.ClaimedRun) string {
+		switch {
+		case r.ParentID == big:
+			return fmt.Sprintf(`{"blob": %q}`, strings.Repeat("x", 9990))
+		case r.ParentID == deep:
+			return nested
+		case r.ParentID == wide:
+			return fmt.Sprintf(`{"blob": %q}`, strings.Repeat("w", 400_000))
+		}
+		return `{"ok": true}`
+	}
+	c := b.completeTogether(t, "wa", steps, result)
+	if c.together != 1 || c.oneByOne != 3 {
+		t.Fatalf("ending the steps together: %+v, want one dags_advance and dag_advance for the three over a limit", c)
+	}
+	for _, tc := range []struct{ id, reason string }{
+		{big, "payload_too_large"}, {deep, "payload_too_deep"}, {wide, "result_too_large"},
+	} {
+		var status, reason string
+		if err := b.pool.QueryRow(b.ctx, `select r.status,
+			       (select e.data->>'reason' from workflow.workflow_event e
+			        where e.workflow_id = r.id and e.event_type = 'failed')
+			from workflow.workflow_run r where r.id = $1`, tc.id).Scan(&status, &reason); err != nil {
+			t.Fatal(err)
+		}
+		if status != "failed" || reason != tc.reason {
+			t.Errorf("DAG over a limit (%s): %s with reason %q", tc.reason, status, reason)
+		}
+	}
+	if got := b.stepRuns(t, fine); got != "a=succeeded b=pending" {
+		t.Errorf("the chain beside them: %s", got)
+	}
+	if r := b.get(t, small); r.Status != engine.StatusSucceeded {
+		t.Errorf("the wide DAG with small results: %s", r.Status)
+	}
+	if got := b.stepRuns(t, other); got != "a=pending" {
+		t.Errorf("team-b's chain: %s, want untouched", got)
+	}
+}
