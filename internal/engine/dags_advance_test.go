@@ -248,3 +248,73 @@ func TestDAGsMovingOnTogetherFailOnlyTheOneOverALimit(t *testing.T) {
 		t.Errorf("team-b's chain: %s, want untouched", got)
 	}
 }
+
+// One INSERT of many DAG runs starts every DAG's first steps in one call of
+// dags_advance: 200 runs of a plain chain and a join start theirs, and one
+// run whose payload would make its first step's payload too large fails
+// alone (by dag_advance) without failing the statement or its neighbours.
+func TestDAGsInsertedTogetherStartTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_settings set max_payload_bytes = 10000`); err != nil {
+		t.Fatal(err)
+	}
+	b.register(t, "start.chain.v1", step("a", "starta.a.v1"), step("b", "starta.b.v1", "a"))
+	b.register(t, "start.join.v1", step("x", "startx.x.v1"), step("y", "startx.y.v1"), step("z", "startx.z.v1", "x", "y"))
+	if err := b.eng.UpsertRegistryEntry(b.ctx, engine.RegistryEntry{
+		WorkflowName: "start.padded.v1", Enabled: true, Definition: &engine.DAGDefinition{Steps: []engine.DAGStepDefinition{{
+			Name: "p", Type: "startp.p.v1", Payload: json.RawMessage(fmt.Sprintf(`{"pad": %q}`, strings.Repeat("p", 5000))),
+		}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(b.ctx, "set local track_functions = 'all'"); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() (together, oneByOne int) {
+		if err := tx.QueryRow(b.ctx, `select coalesce(sum(calls) filter (where funcname = 'dags_advance'), 0),
+			       coalesce(sum(calls) filter (where funcname = 'dag_advance'), 0)
+			from pg_stat_xact_user_functions where schemaname = 'workflow'`).Scan(&together, &oneByOne); err != nil {
+			t.Fatal(err)
+		}
+		return together, oneByOne
+	}
+	t0, o0 := calls()
+	var inserted int
+	if err := tx.QueryRow(b.ctx, `with i as (
+		insert into workflow.workflow_run (type, payload)
+		select case when g % 2 = 0 then 'start.chain.v1' else 'start.join.v1' end, jsonb_build_object('n', g)
+		from generate_series(1, 200) g
+		union all
+		select 'start.padded.v1', jsonb_build_object('blob', repeat('x', 6000))
+		returning 1) select count(*) from i`).Scan(&inserted); err != nil || inserted != 201 {
+		t.Fatalf("insert: %d, %v", inserted, err)
+	}
+	t1, o1 := calls()
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if t1-t0 != 1 || o1-o0 != 1 {
+		t.Fatalf("starting 201 DAGs: dags_advance %d, dag_advance %d; want 1 and 1 (the padded one)", t1-t0, o1-o0)
+	}
+	var chains, joins, padded int
+	if err := b.pool.QueryRow(b.ctx, `select
+		(select count(*) from workflow.workflow_run p where p.type = 'start.chain.v1' and p.status = 'pending'
+		   and (select string_agg(c.parent_step || '=' || c.status, ' ' order by c.parent_step)
+		        from workflow.workflow_run c where c.parent_id = p.id) = 'a=pending'),
+		(select count(*) from workflow.workflow_run p where p.type = 'start.join.v1' and p.status = 'pending'
+		   and (select string_agg(c.parent_step || '=' || c.status, ' ' order by c.parent_step)
+		        from workflow.workflow_run c where c.parent_id = p.id) = 'x=pending y=pending'),
+		(select count(*) from workflow.workflow_run p where p.type = 'start.padded.v1' and p.status = 'failed'
+		   and p.last_error like 'the payload of step "p" would be%')`).Scan(&chains, &joins, &padded); err != nil {
+		t.Fatal(err)
+	}
+	if chains != 100 || joins != 100 || padded != 1 {
+		t.Fatalf("started chains %d, joins %d (want 100 each); padded run failed: %d (want 1)", chains, joins, padded)
+	}
+}

@@ -1092,15 +1092,17 @@ create or replace trigger workflow_run_inserting before insert on workflow.workf
 -- new run gets its 'created' event, a run of a key at its type's limit is
 -- parked on 'limit', and a run whose type has steps (a DAG,
 -- from the registry or its own dag column) is parked on 'dag' with a
--- 'waiting' event and its first steps inserted by dag_advance (which fires
--- this trigger again for them). A DAG step whose own type has steps fails.
--- Locks: the DAG runs it starts (dag_advance).
+-- 'waiting' event and its first steps inserted, every new DAG's by one
+-- call of dags_advance (which fires this trigger again for them). A DAG
+-- step whose own type has steps fails.
+-- Locks: the DAG runs it starts (dags_advance).
 create or replace function workflow.on_run_inserted() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
     v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
     v_big record;
     v_dag record;
+    v_started uuid[] := '{}';
     v_now timestamptz;
 begin
     -- The rules on columns a run is recorded with and that nothing writes
@@ -1243,8 +1245,12 @@ begin
             insert into workflow.workflow_event (workflow_id, event_type, data)
             values (v_dag.id, 'waiting', jsonb_build_object('kind', 'dag',
                                                             'steps', jsonb_array_length(v_dag.def->'steps')));
-            perform workflow.dag_advance(v_dag.id);
+            v_started := v_started || v_dag.id;
         end loop;
+        -- Their first steps, every DAG's together.
+        if cardinality(v_started) > 0 then
+            perform workflow.dags_advance(v_started);
+        end if;
     end if;
     return null;
 end $$;
