@@ -86,6 +86,11 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 			baseMS[i], maxMS[i] = millisOrNil(p.RetryPolicy.BaseDelay), millisOrNil(p.RetryPolicy.MaxDelay)
 		}
 	}
+	// A column no run sets goes as NULL, not as an array of n NULLs that
+	// the server would decode and unnest for nothing.
+	priorities, runAts, keys = noneSet(priorities), noneSet(runAts), noneSet(keys)
+	maxAttempts, deadlineMS, baseMS, maxMS = noneSet(maxAttempts), noneSet(deadlineMS), noneSet(baseMS), noneSet(maxMS)
+	traces, flowKeys = noneSet(traces), noneSet(flowKeys)
 	var ids []string
 	var created []bool
 	err := db.QueryRow(ctx, e.q[qRunCreateMany], pgx.NamedArgs{
@@ -105,4 +110,14 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		out[i] = CreateResult{ID: ids[i], Created: created[i]}
 	}
 	return out, nil
+}
+
+// noneSet returns vs, or nil (sent as NULL) when no element is set.
+func noneSet[T any](vs []*T) []*T {
+	for _, v := range vs {
+		if v != nil {
+			return vs
+		}
+	}
+	return nil
 }

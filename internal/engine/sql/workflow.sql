@@ -1473,9 +1473,11 @@ begin
                workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey, v_ns, v_tns
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
                     p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents, p_concurrency_keys)
-             with ordinality t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
-                               traceparent, ckey, ord)
-        order by t.ord;
+             as t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
+                  traceparent, ckey);
+        -- (Unsorted: the ids were given above, in order, and nothing reads
+        -- the order rows are inserted in; sorting a batch's rows, payloads
+        -- and all, cost a tenth of the call.)
         return query select u.o::integer, u.id, true from unnest(v_ids) with ordinality u(id, o);
         return;
     end if;
