@@ -318,3 +318,54 @@ func TestDAGsInsertedTogetherStartTogether(t *testing.T) {
 		t.Fatalf("started chains %d, joins %d (want 100 each); padded run failed: %d (want 1)", chains, joins, padded)
 	}
 }
+
+// A DAG with a final step moves its other steps together with the rest of
+// the batch; once they are done, its final step starts (and, when it ends,
+// decides the end) by dag_advance, one DAG at a time, with the outcome in
+// its payload.
+func TestDAGsWithAFinalStepMoveTogetherUntilTheFinalStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "fmv.chain.v1", step("a", "fmv.a.v1"), step("b", "fmv.b.v1", "a"), finalStep("fin", "fmvf.fin.v1"))
+	const n = 10
+	ids := map[string]bool{}
+	for range n {
+		ids[b.insertSQL(t, "fmv.chain.v1", `{}`)] = true
+	}
+	echo := func(r engine.ClaimedRun) string { return fmt.Sprintf(`{"step": %q}`, r.Type) }
+	a := b.claim(t, "w1", []string{"fmv."}, 100)
+	if len(a) != n {
+		t.Fatalf("claimed %d first steps, want %d", len(a), n)
+	}
+	if c := b.completeTogether(t, "w1", a, echo); c != (advanceCalls{together: 1}) {
+		t.Fatalf("ending the first steps: %+v, want one dags_advance and no dag_advance", c)
+	}
+	bs := b.claim(t, "w1", []string{"fmv."}, 100)
+	if len(bs) != n {
+		t.Fatalf("claimed %d second steps, want %d", len(bs), n)
+	}
+	if c := b.completeTogether(t, "w1", bs, echo); c != (advanceCalls{together: 1, oneByOne: n}) {
+		t.Fatalf("ending the last steps before the final one: %+v, want one dags_advance and %d dag_advance", c, n)
+	}
+	fins := b.claim(t, "w1", []string{"fmvf."}, 100)
+	if len(fins) != n {
+		t.Fatalf("claimed %d final steps, want %d", len(fins), n)
+	}
+	for _, f := range fins {
+		var in struct {
+			Steps   map[string]map[string]string `json:"steps"`
+			Outcome map[string]string            `json:"outcome"`
+		}
+		if err := json.Unmarshal(f.Payload, &in); err != nil || in.Outcome["status"] != "succeeded" || in.Steps["b"]["step"] != "fmv.b.v1" {
+			t.Fatalf("final step payload %s (%v), want the steps' results and outcome succeeded", f.Payload, err)
+		}
+	}
+	if c := b.completeTogether(t, "w1", fins, echo); c != (advanceCalls{together: 1, oneByOne: n}) {
+		t.Fatalf("ending the final steps: %+v", c)
+	}
+	for id := range ids {
+		if r := b.get(t, id); r.Status != engine.StatusSucceeded {
+			t.Errorf("DAG %s: %s, want succeeded", id, r.Status)
+		}
+	}
+}

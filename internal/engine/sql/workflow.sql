@@ -4759,13 +4759,14 @@ end $$;
 
 -- dags_advance moves DAG runs on together (p_runs: DAG runs whose steps
 -- changed; those not pending are left alone). The DAGs whose definitions
--- are plain (no final step, condition, fan-out or other namespace's type)
--- move in set-based statements: a DAG with a step that failed or was
--- cancelled fails, one whose steps all succeeded ends with their results
--- (within a result's limits), the others start their ready steps, every
--- DAG's in one insert. The rest, and every DAG whose move is a failure
--- (a step failed, a ready step's payload or the results over the limits),
--- go to dag_advance one by one, in id order.
+-- are plain (no condition, fan-out or other namespace's type) move in
+-- set-based statements: one whose steps all succeeded ends with their
+-- results (within a result's limits), the others start their ready steps,
+-- every DAG's in one insert. The rest go to dag_advance one by one, in id
+-- order: DAGs that are not plain, every DAG whose move is a failure (a
+-- step failed, a ready step's payload or the results over the limits),
+-- and a DAG with a final step once its other steps are done (the final
+-- step starts, or has, and decides the end).
 -- Fires: workflow_run_inserted (the steps), the triggers of the DAG runs
 -- that end (workflow_child_finished, workflow_source_run_changed), and what
 -- dag_advance fires.
@@ -4795,28 +4796,33 @@ begin
     into v_one
     from workflow.workflow_run r
     cross join lateral (select r.dag_fanout is null and r.dag_skipped is null
-                               and not jsonb_path_exists(r.dag, '$.steps[*] ? (exists (@.final) || exists (@.when)
-                                                                   || exists (@.forEach) || exists (@.typeNamespace))')
+                               and not jsonb_path_exists(r.dag, '$.steps[*] ? (exists (@.when) || exists (@.forEach)
+                                                                               || exists (@.typeNamespace))')
                                as plain) x
     where r.id = any (p_runs) and r.status = 'pending' and r.dag is not null;
     select array_agg(k.id order by k.id), array_agg(k.results order by k.id),
-           array_agg(case when k.bad > 0 then 'one'
+           array_agg(case when k.bad > 0 or k.final_started > 0 then 'one'
                           when k.ok < k.total then 'next'
+                          when k.final is not null then 'one'
                           when octet_length(jsonb_build_object('steps', k.results)::text) > 1048576
                                or workflow.json_too_deep(jsonb_build_object('steps', k.results)) then 'one'
                           else 'end' end order by k.id)
     into v_ids, v_results, v_kinds
     from (
-        select r.id, jsonb_array_length(r.dag->'steps') as total,
+        select r.id, f.name as final,
+               jsonb_array_length(r.dag->'steps') - case when f.name is null then 0 else 1 end as total,
                coalesce(jsonb_object_agg(c.parent_step, coalesce(c.result, 'null'::jsonb))
-                            filter (where c.status = 'succeeded'), '{}'::jsonb) as results,
-               count(c.id) filter (where c.status = 'succeeded') as ok,
-               count(c.id) filter (where c.status in ('failed', 'cancelled')) as bad
+                            filter (where c.status = 'succeeded' and c.parent_step is distinct from f.name),
+                        '{}'::jsonb) as results,
+               count(c.id) filter (where c.status = 'succeeded' and c.parent_step is distinct from f.name) as ok,
+               count(c.id) filter (where c.status in ('failed', 'cancelled')) as bad,
+               count(c.id) filter (where c.parent_step = f.name) as final_started
         from workflow.workflow_run r
+        cross join lateral (select workflow.dag_final_step(r.dag)->>'name' as name) f
         left join lateral workflow.child_runs(r.id) c on true
         where r.id = any (p_runs) and r.status = 'pending' and r.dag is not null
           and not r.id = any (coalesce(v_one, '{}'))
-        group by r.id
+        group by r.id, f.name
     ) k;
 
     -- Ended: every step succeeded.
