@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -366,6 +367,78 @@ func TestDAGsWithAFinalStepMoveTogetherUntilTheFinalStep(t *testing.T) {
 	for id := range ids {
 		if r := b.get(t, id); r.Status != engine.StatusSucceeded {
 			t.Errorf("DAG %s: %s, want succeeded", id, r.Status)
+		}
+	}
+}
+
+// A step failed for good and another retried in one fail_runs call: the
+// DAG fails and cancels the retried step, whose trail reads retried, then
+// cancelled (the batch's own events are written before its parents move).
+func TestDAGFailingInsideABatchKeepsItsStepsTrailsInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "ord.pair.v1", step("a", "ord.a.v1"), step("b", "ord.b.v1"))
+	dag := b.insertSQL(t, "ord.pair.v1", `{}`)
+	steps := b.claim(t, "w1", []string{"ord."}, 10)
+	if len(steps) != 2 {
+		t.Fatalf("claimed %d steps, want 2", len(steps))
+	}
+	var retried string
+	fs := make([]engine.Failure, 2)
+	for i, s := range steps {
+		fs[i] = engine.Failure{LeaseRef: s.Ref(), Error: "boom", Retryable: s.Type == "ord.b.v1"}
+		if s.Type == "ord.b.v1" {
+			retried = s.ID
+		}
+	}
+	if _, err := b.eng.FailRuns(b.ctx, "w1", fs); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get(t, dag); r.Status != engine.StatusFailed {
+		t.Fatalf("DAG %s, want failed", r.Status)
+	}
+	var trail string
+	if err := b.pool.QueryRow(b.ctx, `select string_agg(e.event_type, ' ' order by e.id) from workflow.run_events($1) e`,
+		retried).Scan(&trail); err != nil {
+		t.Fatal(err)
+	}
+	if trail != "created started retried cancelled" {
+		t.Fatalf("the retried step's trail: %q, want created started retried cancelled", trail)
+	}
+}
+
+// The mark with which complete_runs and fail_runs keep their own runs from
+// the row trigger is a setting any session can set; set with it, a cancel
+// and the reaper still move the ended steps' DAGs on (they fail).
+func TestAForgedEndsChildrenMarkLeavesNoDAGUnmoved(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "forge.one.v1", engine.DAGStepDefinition{Name: "a", Type: "forgea.a.v1", MaxAttempts: 1},
+		step("b", "forgea.b.v1", "a"))
+	cancelled := b.insertSQL(t, "forge.one.v1", `{}`)
+	reaped := b.insertSQL(t, "forge.one.v1", `{}`)
+	steps := b.claim(t, "w1", []string{"forgea.a."}, 10)
+	if len(steps) != 2 {
+		t.Fatalf("claimed %d steps, want 2", len(steps))
+	}
+	conn, exec := session(t, b.ctx, b.pool)
+	exec(`set workflow.ends_children = 'on'`)
+	for _, s := range steps {
+		if s.ParentID == cancelled {
+			var ok bool
+			if err := conn.QueryRow(b.ctx, `select workflow.cancel_run($1)`, s.ID).Scan(&ok); err != nil || !ok {
+				t.Fatalf("cancel the step: %v %v", ok, err)
+			}
+		}
+	}
+	b.advanceClock(t, time.Hour)
+	var n int
+	if err := conn.QueryRow(b.ctx, `select count(*) from workflow.reap_expired_leases(100)`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("reaped %d runs (%v), want the other step", n, err)
+	}
+	for _, id := range []string{cancelled, reaped} {
+		if r := b.get(t, id); r.Status != engine.StatusFailed {
+			t.Errorf("DAG %s after its step ended under a forged mark: %s, want failed", id, r.Status)
 		}
 	}
 }

@@ -940,6 +940,11 @@ create or replace trigger workflow_run_history_rewritten
 -- nested in another function's keeps the outer function's mark on. The
 -- two touch no table and name pg_catalog's functions in full, so they need
 -- no SET clause: with one, a pair of calls took 14 µs instead of 8.
+-- It also turns workflow.ends_children off, whoever set it: only
+-- complete_runs and fail_runs turn it on, after set_marks, for their own
+-- statement (which moves its runs' parents on itself); a session that set
+-- it before calling any other function that ends runs (a cancel, the
+-- reaper, deadlines) would otherwise leave their parents unmoved.
 -- Fires: nothing. Locks: nothing.
 create or replace function workflow.set_marks(p_frees_slots boolean default false) returns text
 language plpgsql as $$
@@ -947,6 +952,7 @@ declare
     v_was text := coalesce(pg_catalog.current_setting('workflow.via_function', true), '');
 begin
     perform pg_catalog.set_config('workflow.via_function', 'on', true);
+    perform pg_catalog.set_config('workflow.ends_children', '', true);
     if p_frees_slots then
         perform pg_catalog.set_config('workflow.frees_slots', 'on', true);
     end if;
@@ -1545,6 +1551,9 @@ declare
     v_done boolean;
 begin
     perform set_config('workflow.cancel_reason', 'requested', true);
+    -- (A cancel moves its run's parent on: the mark only complete_runs and
+    -- fail_runs use is off, whoever set it; see set_marks.)
+    perform set_config('workflow.ends_children', '', true);
     update workflow.workflow_run
     set status = 'cancelled', updated_at = workflow.now()
     where id = p_id and status in ('pending', 'leased') and workflow.acts_on(namespace, 'producer');
@@ -2949,10 +2958,6 @@ begin
         -- The slots of the keys whose runs ended (one row, when any has a key).
         select workflow.free_slots(array_agg(d.type_namespace), array_agg(d.type), array_agg(d.concurrency_key)) as let_go
         from done d where d.concurrency_key is not null having count(*) > 0
-    ), moved as (
-        -- The parents of the runs that ended, together (one row, when any has one).
-        select workflow.children_finished(array_agg(d.id)) as moved_on
-        from done d where d.parent_id is not null having count(*) > 0
     ), events as (
         -- A refused result, and the run of a completion of one: rows of
         -- their own; the other successes: one batch row per namespace and
@@ -2974,6 +2979,14 @@ begin
         group by d.namespace,
                  workflow.history_span_start(workflow.run_id_time(d.id),
                                              (select st.history_partition from workflow.workflow_settings st))
+        returning 1
+    ), moved as (
+        -- The parents of the runs that ended, together (one row, when any
+        -- has one), after the runs' own events (read first), so that a
+        -- run's trail keeps its order when its parent's move ends it too.
+        select workflow.children_finished(array_agg(d.id)) as moved_on
+        from done d where d.parent_id is not null and (select count(*) from events) >= 0
+        having count(*) > 0
     )
     select d.id, d.status, d.last_error from done d left join freed on true left join moved on true;
     perform set_config('workflow.ends_children', '', true);
@@ -3056,13 +3069,17 @@ begin
                    'reason', 'handler_error',
                    'next_run_at', case when f.status = 'pending' then f.run_at end))
         from failed f
+        returning 1
     ), freed as (
         select workflow.free_slots(array_agg(f.type_namespace), array_agg(f.type), array_agg(f.concurrency_key)) as let_go
         from failed f where f.concurrency_key is not null having count(*) > 0
     ), moved as (
-        -- The parents of the runs that failed for good, together.
+        -- The parents of the runs that failed for good, together, after
+        -- the runs' own events (as complete_runs).
         select workflow.children_finished(array_agg(f.id)) as moved_on
-        from failed f where f.parent_id is not null and f.status = 'failed' having count(*) > 0
+        from failed f where f.parent_id is not null and f.status = 'failed'
+                        and (select count(*) from events) >= 0
+        having count(*) > 0
     )
     select f.id, f.status, f.run_at::timestamptz from failed f left join freed on true left join moved on true;
     perform set_config('workflow.ends_children', '', true);
@@ -3679,9 +3696,13 @@ begin
     perform set_config('workflow.ends_children', '', true);
     -- The DAG parents, locked in id order, so that of two statements ending
     -- steps of one DAG the later sees what the earlier ended.
+    -- (Each read of the given runs names their parent and status so that no
+    -- partial index's predicate is implied: the primary key is the only way
+    -- in. Written plainly, the status filter read the index of every
+    -- finished run, which grows with the history.)
     perform 1 from workflow.workflow_run p
     where p.id = any (array(select c.parent_id from workflow.workflow_run c
-                            where c.id = any (p_ids) and c.parent_id is not null))
+                            where c.id = any (p_ids) and coalesce(c.parent_id::text, '') <> ''))
       and p.dag is not null
     order by p.id
     for update of p;
@@ -3700,7 +3721,7 @@ begin
                 where coalesce((s->>'final')::boolean, false) limit 1) as final
         from workflow.workflow_run p
         where p.id = any (array(select c.parent_id from workflow.workflow_run c
-                                where c.id = any (p_ids) and c.parent_id is not null))
+                                where c.id = any (p_ids) and coalesce(c.parent_id::text, '') <> ''))
           and p.dag is not null and p.status = 'pending'
     ), ended as (
         select c.parent_id,
@@ -3711,7 +3732,7 @@ begin
         from workflow.workflow_run c
         join dags d on d.id = c.parent_id
         cross join lateral (select regexp_replace(c.parent_step, '\[[0-9]+\]$', '') as step) st -- an element's step
-        where c.id = any (p_ids) and c.status in ('succeeded', 'failed', 'cancelled')
+        where c.id = any (p_ids) and coalesce(c.status, '') in ('succeeded', 'failed', 'cancelled')
     )
     select array_agg(distinct x.parent_id) into v_dags
     from (select e.parent_id from ended e where not e.quiet
@@ -3728,8 +3749,8 @@ begin
 
     for v_child in
         select c.* from workflow.workflow_run c
-        where c.id = any (p_ids) and c.parent_id is not null
-          and c.status in ('succeeded', 'failed', 'cancelled')
+        where c.id = any (p_ids) and coalesce(c.parent_id::text, '') <> ''
+          and coalesce(c.status, '') in ('succeeded', 'failed', 'cancelled')
           and not exists (select 1 from workflow.workflow_run p where p.id = c.parent_id and p.dag is not null)
         order by c.id
     loop
