@@ -4846,46 +4846,52 @@ begin
         group by r.id, f.name
     ) k;
 
-    -- Ended: every step succeeded.
-    with ended as (
-        update workflow.workflow_run r
-        set status = 'succeeded', result = jsonb_build_object('steps', u.results), last_error = null,
-            wait_kind = null, wait_step = null, wait_signal = null, finished_at = v_now, updated_at = v_now
-        from unnest(v_ids, v_results, v_kinds) u(id, results, kind)
-        where u.kind = 'end' and r.id = u.id
-        returning r.id, (select count(*) from jsonb_object_keys(u.results)) as steps
-    )
-    insert into workflow.workflow_event (workflow_id, event_type, data)
-    select e.id, 'succeeded', jsonb_build_object('steps', e.steps) from ended e;
+    -- Ended: every step succeeded. (Each statement below runs only when it
+    -- has rows to write: an UPDATE or INSERT of the run table costs its
+    -- plan's start, every index opened, even for no rows.)
+    if 'end' = any (v_kinds) then
+        with ended as (
+            update workflow.workflow_run r
+            set status = 'succeeded', result = jsonb_build_object('steps', u.results), last_error = null,
+                wait_kind = null, wait_step = null, wait_signal = null, finished_at = v_now, updated_at = v_now
+            from unnest(v_ids, v_results, v_kinds) u(id, results, kind)
+            where u.kind = 'end' and r.id = u.id
+            returning r.id, (select count(*) from jsonb_object_keys(u.results)) as steps
+        )
+        insert into workflow.workflow_event (workflow_id, event_type, data)
+        select e.id, 'succeeded', jsonb_build_object('steps', e.steps) from ended e;
+    end if;
 
     -- The ready steps of every DAG that goes on, read once: they start,
     -- unless one of a DAG's would have a payload too large or too deep;
     -- then none of that DAG's starts and it goes to dag_advance, to fail.
-    with ready as materialized (
-        select d.id as run_id, d.priority, d.deadline_at, d.traceparent, d.namespace, d.type_namespace,
-               s.name, s.type, s.payload, s.max_attempts, s.base_delay, s.max_delay,
-               octet_length(s.payload::text) as bytes
-        from unnest(v_ids, v_results, v_kinds) u(id, results, kind)
-        join workflow.workflow_run d on d.id = u.id
-        cross join lateral workflow.dag_ready_steps(d, u.results) s
-        where u.kind = 'next'
-    ), bad as (
-        select distinct x.run_id from ready x
-        where x.bytes > v_limit or workflow.json_too_deep(x.payload)
-    ), started as (
-        insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
-                                           retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
-                                           traceparent, namespace, type_namespace)
-        select r.type, r.payload, r.priority, 'dag:' || r.run_id::text || ':' || r.name, r.max_attempts,
-               r.base_delay, r.max_delay, r.run_id, r.name, r.deadline_at, r.traceparent, r.namespace,
-               r.type_namespace
-        from ready r
-        where not r.run_id in (select b.run_id from bad b)
-        order by r.run_id, r.name
-        on conflict do nothing
-        returning 1
-    )
-    select array_agg(b.run_id) into v_slow from bad b;
+    if 'next' = any (v_kinds) then
+        with ready as materialized (
+            select d.id as run_id, d.priority, d.deadline_at, d.traceparent, d.namespace, d.type_namespace,
+                   s.name, s.type, s.payload, s.max_attempts, s.base_delay, s.max_delay,
+                   octet_length(s.payload::text) as bytes
+            from unnest(v_ids, v_results, v_kinds) u(id, results, kind)
+            join workflow.workflow_run d on d.id = u.id
+            cross join lateral workflow.dag_ready_steps(d, u.results) s
+            where u.kind = 'next'
+        ), bad as (
+            select distinct x.run_id from ready x
+            where x.bytes > v_limit or workflow.json_too_deep(x.payload)
+        ), started as (
+            insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                               retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
+                                               traceparent, namespace, type_namespace)
+            select r.type, r.payload, r.priority, 'dag:' || r.run_id::text || ':' || r.name, r.max_attempts,
+                   r.base_delay, r.max_delay, r.run_id, r.name, r.deadline_at, r.traceparent, r.namespace,
+                   r.type_namespace
+            from ready r
+            where not r.run_id in (select b.run_id from bad b)
+            order by r.run_id, r.name
+            on conflict do nothing
+            returning 1
+        )
+        select array_agg(b.run_id) into v_slow from bad b;
+    end if;
 
     for v_id in
         select x from unnest(coalesce(v_one, '{}') || coalesce(v_slow, '{}')
