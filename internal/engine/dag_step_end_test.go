@@ -21,26 +21,8 @@ import (
 // (inside the transaction) after each completion with the number done.
 func (b *bundle) endOneByOne(t *testing.T, runs []engine.ClaimedRun, between func(tx pgx.Tx, done int)) int {
 	t.Helper()
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(b.ctx, "set local track_functions = 'all'"); err != nil {
-		t.Fatal(err)
-	}
-	// The view also holds what earlier transactions of this connection
-	// counted and the server has not filed yet: the difference is this
-	// transaction's.
-	advances := func() int {
-		var n int
-		if err := tx.QueryRow(b.ctx, `select coalesce(sum(calls), 0) from pg_stat_xact_user_functions
-			where schemaname = 'workflow' and funcname = 'dags_advance'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	before := advances()
+	tx := b.countingTx(t)
+	before := b.advanceCallsIn(t, tx)
 	for i, c := range runs {
 		var n int
 		if err := tx.QueryRow(b.ctx, `select count(*) from workflow.complete_runs('w1', array[$1::uuid], array[$2::bigint], array['{"ok": true}'::jsonb])`,
@@ -51,7 +33,7 @@ func (b *bundle) endOneByOne(t *testing.T, runs []engine.ClaimedRun, between fun
 			between(tx, i+1)
 		}
 	}
-	calls := advances() - before
+	calls := b.advanceCallsIn(t, tx).since(before).together
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -8,36 +8,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// advanceCalls is how many times one complete_runs call of every given run
-// (each with its result, in one transaction that counts function calls)
-// ran dags_advance and dag_advance.
+// advanceCalls counts the calls of dags_advance (together) and of
+// dag_advance (one by one).
 type advanceCalls struct{ together, oneByOne int }
 
-// completeTogether completes runs in one complete_runs call and returns the
-// calls of the DAG advance it made.
-func (b *bundle) completeTogether(t *testing.T, worker string, runs []engine.ClaimedRun, result func(engine.ClaimedRun) string) advanceCalls {
+// countingTx begins a transaction that counts the calls of every function
+// (pg_stat_xact_user_functions); the caller rolls it back or commits it.
+func (b *bundle) countingTx(t *testing.T) pgx.Tx {
 	t.Helper()
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	if _, err := tx.Exec(b.ctx, "set local track_functions = 'all'"); err != nil {
 		t.Fatal(err)
 	}
-	calls := func() advanceCalls {
-		var c advanceCalls
-		if err := tx.QueryRow(b.ctx, `select coalesce(sum(calls) filter (where funcname = 'dags_advance'), 0),
-			       coalesce(sum(calls) filter (where funcname = 'dag_advance'), 0)
-			from pg_stat_xact_user_functions where schemaname = 'workflow'`).Scan(&c.together, &c.oneByOne); err != nil {
-			t.Fatal(err)
-		}
-		return c
+	return tx
+}
+
+// advanceCallsIn is what tx has counted of the DAG advance so far. The view
+// also holds what earlier transactions of the connection counted and the
+// server has not filed yet: callers take the difference of two readings.
+func (b *bundle) advanceCallsIn(t *testing.T, tx pgx.Tx) advanceCalls {
+	t.Helper()
+	var c advanceCalls
+	if err := tx.QueryRow(b.ctx, `select coalesce(sum(calls) filter (where funcname = 'dags_advance'), 0),
+		       coalesce(sum(calls) filter (where funcname = 'dag_advance'), 0)
+		from pg_stat_xact_user_functions where schemaname = 'workflow'`).Scan(&c.together, &c.oneByOne); err != nil {
+		t.Fatal(err)
 	}
-	before := calls()
+	return c
+}
+
+// since is c less an earlier reading.
+func (c advanceCalls) since(before advanceCalls) advanceCalls {
+	return advanceCalls{c.together - before.together, c.oneByOne - before.oneByOne}
+}
+
+// completeTogether completes runs in one complete_runs call and returns the
+// calls of the DAG advance it made.
+func (b *bundle) completeTogether(t *testing.T, worker string, runs []engine.ClaimedRun, result func(engine.ClaimedRun) string) advanceCalls {
+	t.Helper()
+	tx := b.countingTx(t)
+	before := b.advanceCallsIn(t, tx)
 	ids, tokens, results := make([]string, len(runs)), make([]int64, len(runs)), make([]string, len(runs))
 	for i, r := range runs {
 		ids[i], tokens[i], results[i] = r.ID, r.LeaseToken, result(r)
@@ -47,20 +66,11 @@ func (b *bundle) completeTogether(t *testing.T, worker string, runs []engine.Cla
 		worker, ids, tokens, results).Scan(&n); err != nil || n != len(runs) {
 		t.Fatalf("complete %d runs together: %d completed, %v", len(runs), n, err)
 	}
-	after := calls()
+	calls := b.advanceCallsIn(t, tx).since(before)
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	return advanceCalls{after.together - before.together, after.oneByOne - before.oneByOne}
-}
-
-// byParent groups claimed steps by their DAG run.
-func byParent(runs []engine.ClaimedRun) map[string][]engine.ClaimedRun {
-	out := map[string][]engine.ClaimedRun{}
-	for _, r := range runs {
-		out[r.ParentID] = append(out[r.ParentID], r)
-	}
-	return out
+	return calls
 }
 
 // The steps of many DAGs ended by one completion move every DAG on in one
@@ -269,23 +279,8 @@ func TestDAGsInsertedTogetherStartTogether(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(b.ctx, "set local track_functions = 'all'"); err != nil {
-		t.Fatal(err)
-	}
-	calls := func() (together, oneByOne int) {
-		if err := tx.QueryRow(b.ctx, `select coalesce(sum(calls) filter (where funcname = 'dags_advance'), 0),
-			       coalesce(sum(calls) filter (where funcname = 'dag_advance'), 0)
-			from pg_stat_xact_user_functions where schemaname = 'workflow'`).Scan(&together, &oneByOne); err != nil {
-			t.Fatal(err)
-		}
-		return together, oneByOne
-	}
-	t0, o0 := calls()
+	tx := b.countingTx(t)
+	before := b.advanceCallsIn(t, tx)
 	var inserted int
 	if err := tx.QueryRow(b.ctx, `with i as (
 		insert into workflow.workflow_run (type, payload)
@@ -296,12 +291,12 @@ func TestDAGsInsertedTogetherStartTogether(t *testing.T) {
 		returning 1) select count(*) from i`).Scan(&inserted); err != nil || inserted != 201 {
 		t.Fatalf("insert: %d, %v", inserted, err)
 	}
-	t1, o1 := calls()
+	calls := b.advanceCallsIn(t, tx).since(before)
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if t1-t0 != 1 || o1-o0 != 1 {
-		t.Fatalf("starting 201 DAGs: dags_advance %d, dag_advance %d; want 1 and 1 (the padded one)", t1-t0, o1-o0)
+	if calls != (advanceCalls{together: 1, oneByOne: 1}) {
+		t.Fatalf("starting 201 DAGs: %+v, want one dags_advance and one dag_advance (the padded one)", calls)
 	}
 	var chains, joins, padded int
 	if err := b.pool.QueryRow(b.ctx, `select
