@@ -1,0 +1,129 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+// One claim and one completion of runs recorded in three history spans
+// (ids an owner chose, an hour apart, spans of an hour) and of new runs
+// write one batch row per span each, naming exactly that span's runs: the
+// claim's and the completion's shortcut for the span of their oldest run
+// places every other run by its own creation time.
+func TestBatchRowsKeepToTheirRunsSpans(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_settings set history_partition = interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	spans := map[string][]string{}
+	for h := 3; h >= 1; h-- {
+		for i := range 4 {
+			var id, span string
+			if err := b.pool.QueryRow(b.ctx, `insert into workflow.workflow_run (id, type)
+				values (workflow.run_id_at(workflow.now() - make_interval(hours => $1) + make_interval(secs => $2)), 'span.job.v1')
+				returning id::text, workflow.history_span_start(workflow.run_id_time(id), interval '1 hour')::text`,
+				h, i).Scan(&id, &span); err != nil {
+				t.Fatal(err)
+			}
+			spans[span] = append(spans[span], id)
+		}
+	}
+	for range 4 {
+		id := b.create(t, engine.CreateParams{Type: "span.job.v1"})
+		var span string
+		if err := b.pool.QueryRow(b.ctx, `select workflow.history_span_start(workflow.run_id_time($1::uuid), interval '1 hour')::text`,
+			id).Scan(&span); err != nil {
+			t.Fatal(err)
+		}
+		spans[span] = append(spans[span], id)
+	}
+	if len(spans) < 4 {
+		t.Fatalf("the runs fall in %d spans, want 4", len(spans))
+	}
+	got := b.claim(t, "w", []string{"span."}, 100)
+	if len(got) != 16 {
+		t.Fatalf("claimed %d runs, want 16", len(got))
+	}
+	b.completeAll(t, "w", got)
+	var all []string
+	for _, ids := range spans {
+		all = append(all, ids...)
+	}
+	rows := b.batchRows(t, all)
+	for _, kind := range []string{"started", "succeeded"} {
+		var seen int
+		for _, r := range rows {
+			if r.Type != kind {
+				continue
+			}
+			seen++
+			var span string
+			if err := b.pool.QueryRow(b.ctx, `select workflow.history_span_start(workflow.run_id_time($1::uuid), interval '1 hour')::text`,
+				r.Runs[0]).Scan(&span); err != nil {
+				t.Fatal(err)
+			}
+			want := slices.Clone(spans[span])
+			slices.Sort(want)
+			if !slices.Equal(r.Runs, want) {
+				t.Fatalf("the %s row of span %s names %v, want %v", kind, span, r.Runs, want)
+			}
+		}
+		if seen != len(spans) {
+			t.Fatalf("%d %s rows, want one per span (%d)", seen, kind, len(spans))
+		}
+	}
+}
+
+// A claim gives every run its own token, a later claim of the same run
+// another, and no token is its fence or another run's.
+func TestEveryClaimDrawsNewTokens(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 20 {
+		b.create(t, engine.CreateParams{Type: "token.job.v1"})
+	}
+	first := b.claim(t, "w", []string{"token."}, 20)
+	seen := map[int64]bool{}
+	for _, c := range first {
+		if seen[c.LeaseToken] {
+			t.Fatalf("token %d given twice in one claim", c.LeaseToken)
+		}
+		seen[c.LeaseToken] = true
+	}
+	refs := make([]engine.LeaseRef, len(first))
+	for i, c := range first {
+		refs[i] = c.Ref()
+	}
+	if _, err := b.eng.ReleaseRuns(b.ctx, "w", refs); err != nil {
+		t.Fatal(err)
+	}
+	again := b.claim(t, "w", []string{"token."}, 20)
+	if len(again) != 20 {
+		t.Fatalf("claimed %d runs again, want 20", len(again))
+	}
+	for _, c := range again {
+		if seen[c.LeaseToken] {
+			t.Fatalf("run %s got a token of the earlier claim again", c.ID)
+		}
+		var fence int64
+		if err := b.pool.QueryRow(b.ctx, `select lease_token from workflow.workflow_run where id = $1`, c.ID).Scan(&fence); err != nil {
+			t.Fatal(err)
+		}
+		if fence == c.LeaseToken {
+			t.Fatalf("run %s keeps its token in the row", c.ID)
+		}
+	}
+	// The tokens of the earlier claim no longer write.
+	done, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: refs[0], Result: json.RawMessage(`{}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 0 {
+		t.Fatalf("an earlier claim's token completed %+v", done)
+	}
+	b.completeAll(t, "w", again)
+}
