@@ -50,7 +50,7 @@ begin
                        limit p_limit for update skip locked)
         returning q.id, q.type_namespace, q.type
     ), tok as (
-        select t.*, workflow.new_lease_token() as token, r.attempt + 1 as attempt, r.payload, r.namespace
+        select t.*, workflow.new_lease_token(uuid_send(gen_random_uuid()), t.id) as token, r.attempt + 1 as attempt, r.payload, r.namespace
         from taken t join workflow.workflow_run r on r.id = t.id
     ), leased as (
         insert into workflow.proto_lease (id, type_namespace, type, attempt, leased_by, lease_until, lease_fence, started_at)

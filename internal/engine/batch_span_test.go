@@ -3,6 +3,8 @@ package engine_test
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -126,4 +128,76 @@ func TestEveryClaimDrawsNewTokens(t *testing.T) {
 		t.Fatalf("an earlier claim's token completed %+v", done)
 	}
 	b.completeAll(t, "w", again)
+}
+
+// The shortcut's span ends where history_span_start says, in seconds, not
+// a calendar day later in the session's time zone: in Berlin the day the
+// clocks go back (2026-10-25) lasts 25 hours, and runs of the first hour
+// of the next day (UTC) get their own batch rows.
+func TestBatchRowsKeepToTheirSpansAcrossAClockChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `update workflow.workflow_settings set history_partition = interval '1 day'`); err != nil {
+		t.Fatal(err)
+	}
+	conn, exec := session(t, b.ctx, b.pool)
+	exec(`set timezone = 'Europe/Berlin'`)
+	spans := map[string][]string{}
+	for i, at := range []string{"2026-10-25 12:00:00+00", "2026-10-25 23:59:00+00", "2026-10-26 00:30:00+00", "2026-10-26 00:45:00+00"} {
+		var id string
+		if err := conn.QueryRow(b.ctx, `insert into workflow.workflow_run (id, type)
+			values (workflow.run_id_at($1::timestamptz + make_interval(secs => $2)), 'dst.job.v1') returning id::text`,
+			at, i).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		spans[at[:10]] = append(spans[at[:10]], id)
+	}
+	var ids []string
+	var tokens []int64
+	rows, err := conn.Query(b.ctx, `select id::text, lease_token from workflow.claim_runs('w', '{dst.}', null, 10, 30000)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var tok int64
+		if err := rows.Scan(&id, &tok); err != nil {
+			t.Fatal(err)
+		}
+		ids, tokens = append(ids, id), append(tokens, tok)
+	}
+	if rows.Err() != nil || len(ids) != 4 {
+		t.Fatalf("claimed %d runs (%v), want 4", len(ids), rows.Err())
+	}
+	results := make([]string, len(ids))
+	for i := range results {
+		results[i] = "{}"
+	}
+	exec(`select count(*) from workflow.complete_runs('w', '{` + strings.Join(ids, ",") + `}'::uuid[], '{` +
+		strings.Join(func() []string {
+			out := make([]string, len(tokens))
+			for i, tok := range tokens {
+				out[i] = strconv.FormatInt(tok, 10)
+			}
+			return out
+		}(), ",") + `}'::bigint[], array_fill('{}'::jsonb, array[4]))`)
+	all := append(slices.Clone(spans["2026-10-25"]), spans["2026-10-26"]...)
+	for _, kind := range []string{"started", "succeeded"} {
+		var got [][]string
+		for _, r := range b.batchRows(t, all) {
+			if r.Type == kind {
+				got = append(got, r.Runs)
+			}
+		}
+		if len(got) != 2 {
+			t.Fatalf("%d %s rows for runs of two days, want 2: %v", len(got), kind, got)
+		}
+		for _, day := range []string{"2026-10-25", "2026-10-26"} {
+			want := slices.Clone(spans[day])
+			slices.Sort(want)
+			if !slices.ContainsFunc(got, func(r []string) bool { return slices.Equal(r, want) }) {
+				t.Fatalf("no %s row names exactly the runs of %s (%v): %v", kind, day, want, got)
+			}
+		}
+	}
 }

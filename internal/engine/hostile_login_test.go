@@ -38,8 +38,8 @@ func (b *bundle) eventUsers(t *testing.T, id, typ string) []string {
 // A lease's token goes to its claimer alone: the row keeps a one-way
 // fence of it, so whoever reads the row (the owner here; a login of the
 // same namespace) cannot complete the run as its holder, and a login of
-// another namespace sees no row at all. Tokens are drawn at random, not in
-// sequence. Every event names the database login that made it.
+// another namespace sees no row at all. Tokens are unpredictable (derived
+// from a secret each claim draws at random), not in sequence. Every event names the database login that made it.
 func TestLeaseTokensCannotBeReadOrForged(t *testing.T) {
 	t.Parallel()
 	b := setupRoles(t)

@@ -33,8 +33,9 @@
 --                if none); 'limit' is a run its type's flow limits hold
 --                back (see FLOW LIMITS in section 3)
 --     leased     a worker holds it until lease_until; every write the
---                holder makes names its lease token, drawn at random by
---                each claim (the row keeps only its fence, lease_token)
+--                holder makes names its lease token, unpredictable (each
+--                claim derives its runs' tokens from a secret it draws at
+--                random; the row keeps only its fence, lease_token)
 --     succeeded, failed, cancelled
 --                finished: final (trigger workflow_run_finished_is_final)
 --
@@ -797,9 +798,11 @@ comment on column workflow.workflow_event.db_user is
 
 -- new_lease_token is the token of run p_id in a claim whose secret is
 -- p_seed: the first 64 bits of the SHA-256 of the two. The claim draws its
--- secret once (16 bytes from the server's strong random source, which
--- costs 2.5 µs a draw here, more than the rest of a token) and never
--- stores or returns it, so a token cannot be told from the run id, the
+-- secret once per statement (a UUID's 122 random bits from the server's
+-- strong random source, which costs 2.5 µs a draw here, more than the
+-- rest of a token), inside the statement, so that it is never stored,
+-- returned, nor written into a plan as a constant (as a PL/pgSQL
+-- variable's value would be): a token cannot be told from the run id, the
 -- fence or other tokens.
 create or replace function workflow.new_lease_token(p_seed bytea, p_id uuid) returns bigint
 language sql immutable parallel safe
@@ -2553,8 +2556,6 @@ declare
     v_claimed bigint;
     v_fresh boolean;
     v_bucket smallint;
-    -- The secret this claim's tokens come from (see new_lease_token).
-    v_seed bytea := uuid_send(gen_random_uuid());
 begin
     -- workflow.now(), the journal's cap, the history span, the types with
     -- flow limits (for this worker's namespace and runtime), and whether
@@ -2656,7 +2657,11 @@ begin
     end if;
 
     return query
-    with candidates as (
+    with secret as materialized (
+        -- The secret this claim's tokens come from (see new_lease_token):
+        -- drawn once, here.
+        select uuid_send(gen_random_uuid()) as seed
+    ), candidates as (
         -- What flow_admit let start is leased whole; the other types fill
         -- the rest of the claim, best priority first, then oldest.
         select c.id, c.wait_kind, c.wait_step
@@ -2722,7 +2727,10 @@ begin
             wait_signal = null,
             started_at  = coalesce(r.started_at, v_now),
             updated_at  = v_now
-        from (select c.*, workflow.new_lease_token(v_seed, c.id) as token from candidates c) c
+        -- (offset 0: each token is computed once, not once for the fence
+        -- and again for the returned value.)
+        from (select c.*, workflow.new_lease_token(k.seed, c.id) as token
+              from candidates c cross join secret k offset 0) c
         where r.id = c.id
         returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
                   r.created_at, r.priority, c.token as lease_token, r.deadline_at, c.wait_kind, c.wait_step,
@@ -2742,7 +2750,10 @@ begin
         -- bound it, once: a run inside is placed by two comparisons of its
         -- id, any other by its creation time (reading the time from an id
         -- cost a tenth of a claim's server time a run).
-        select s.start, workflow.run_id_at(s.start) as lo, workflow.run_id_at(s.start + v_span) as hi
+        -- (The end in seconds, as history_span_start counts: a day added
+        -- to a time would be a calendar day of the session's time zone.)
+        select s.start, workflow.run_id_at(s.start) as lo,
+               workflow.run_id_at(to_timestamp(extract(epoch from s.start) + extract(epoch from v_span))) as hi
         from (select workflow.history_span_start(workflow.run_id_time(x.id), v_span) as start
               from claimed x order by x.id limit 1) s
     ), events as (
@@ -2976,10 +2987,11 @@ begin
         from done d where d.concurrency_key is not null having count(*) > 0
     ), span as materialized (
         -- The history span of the batch's oldest run, once (as in claim_runs).
-        select s.start, s.width, workflow.run_id_at(s.start) as lo, workflow.run_id_at(s.start + s.width) as hi
+        select s.start, s.width, workflow.run_id_at(s.start) as lo,
+               workflow.run_id_at(to_timestamp(extract(epoch from s.start) + extract(epoch from s.width))) as hi
         from (select w.width, workflow.history_span_start(workflow.run_id_time(x.id), w.width) as start
               from done x
-              cross join (select st.history_partition as width from workflow.workflow_settings st) w
+              cross join (select (select st.history_partition from workflow.workflow_settings st) as width) w
               order by x.id limit 1) s
     ), events as (
         -- A refused result, and the run of a completion of one: rows of
