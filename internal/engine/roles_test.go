@@ -175,7 +175,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"prefix_pattern": true, "retry_delay": true, "far_future": true, "new_run_id": true, "now": true, "stored_value_problem": true,
 		"step_name_problem": true, "output_problem": true, "nondeterminism_message": true,
 		"traceparent_valid": true, "json_too_deep": true, "result_problem": true,
-		"run_id_at": true, "run_id_time": true, "history_span_start": true, "list_filter_match": true,
+		"run_id_at": true, "run_id_time": true, "history_span_start": true, "history_span_bounds": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true, "holds_lease": true,
 		"namespace_valid": true, "namespaces_valid": true, "session_is_owner": true, "acts_on": true,
 		"new_lease_token": true, "lease_fence": true,

@@ -2746,16 +2746,13 @@ begin
           and s.run_id = c.id and s.name = c.wait_step and s.finished_at is null
         returning s.run_id
     ), span as materialized (
-        -- The history span of the claim's oldest run, and the run ids that
-        -- bound it, once: a run inside is placed by two comparisons of its
-        -- id, any other by its creation time (reading the time from an id
-        -- cost a tenth of a claim's server time a run).
-        -- (The end in seconds, as history_span_start counts: a day added
-        -- to a time would be a calendar day of the session's time zone.)
-        select s.start, workflow.run_id_at(s.start) as lo,
-               workflow.run_id_at(to_timestamp(extract(epoch from s.start) + extract(epoch from v_span))) as hi
-        from (select workflow.history_span_start(workflow.run_id_time(x.id), v_span) as start
-              from claimed x order by x.id limit 1) s
+        -- The history span of the claim's oldest run, once: a run inside
+        -- is placed by two comparisons of its id, any other by its
+        -- creation time (reading the time from an id cost a tenth of a
+        -- claim's server time a run).
+        select b.start, b.lo, b.hi
+        from (select x.id from claimed x order by x.id limit 1) x
+        cross join lateral workflow.history_span_bounds(x.id, v_span) b
     ), events as (
         -- A run that waited (woken, then started, so that its events are
         -- emitted and numbered in order) and the run of a claim of one:
@@ -2987,12 +2984,10 @@ begin
         from done d where d.concurrency_key is not null having count(*) > 0
     ), span as materialized (
         -- The history span of the batch's oldest run, once (as in claim_runs).
-        select s.start, s.width, workflow.run_id_at(s.start) as lo,
-               workflow.run_id_at(to_timestamp(extract(epoch from s.start) + extract(epoch from s.width))) as hi
-        from (select w.width, workflow.history_span_start(workflow.run_id_time(x.id), w.width) as start
-              from done x
-              cross join (select (select st.history_partition from workflow.workflow_settings st) as width) w
-              order by x.id limit 1) s
+        select b.start, x.width, b.lo, b.hi
+        from (select x.id, (select st.history_partition from workflow.workflow_settings st) as width
+              from done x order by x.id limit 1) x
+        cross join lateral workflow.history_span_bounds(x.id, x.width) b
     ), events as (
         -- A refused result, and the run of a completion of one: rows of
         -- their own; the other successes: one batch row per namespace and
@@ -5182,6 +5177,20 @@ return to_timestamp((('x' || substr(replace(p_id::text, '-', ''), 1, 12))::bit(4
 create or replace function workflow.history_span_start(p_at timestamptz, p_width interval) returns timestamptz
 language sql immutable parallel safe
 return to_timestamp(floor(extract(epoch from p_at) / extract(epoch from p_width)) * extract(epoch from p_width));
+
+-- The history span of width p_width that holds run p_id, and the run ids
+-- that bound it (lo inclusive, hi exclusive): a run of the span is known
+-- by two comparisons of its id, without reading its time (the batch rows
+-- of claim_runs and complete_runs, for all runs of the span of their
+-- oldest). The end is counted in seconds, as history_span_start counts: a
+-- day added to a time would be a calendar day of the session's time zone.
+create or replace function workflow.history_span_bounds(
+    p_id uuid, p_width interval, out start timestamptz, out lo uuid, out hi uuid)
+language sql immutable parallel safe as $$
+    select s.start, workflow.run_id_at(s.start),
+           workflow.run_id_at(to_timestamp(extract(epoch from s.start) + extract(epoch from p_width)))
+    from (select workflow.history_span_start(workflow.run_id_time(p_id), p_width) as start) s
+$$;
 
 -- history_partitions lists the time partitions of the audit trail, oldest
 -- first: the span of run creation times each holds (and the run ids that
