@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -251,35 +252,91 @@ func run() error {
 	if err := mgr.Add(watcher); err != nil {
 		return err
 	}
+	schedules := &controller.WorkflowScheduleReconciler{
+		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowschedule-controller"),
+		DeletionGracePeriod: o.deletionGracePeriod,
+	}
+	var inboxes *controller.InboxSet
+	servedBy := func(name string) func(context.Context, string) bool {
+		return func(ctx context.Context, ns string) bool {
+			_, at, err := inboxes.For(ctx, ns)
+			return err == nil && at == name
+		}
+	}
+	autoscaler := func(name string, e *engine.Engine) *controller.Autoscaler {
+		return &controller.Autoscaler{
+			Client: mgr.GetClient(), Engine: e, Recorder: mgr.GetEventRecorder("worker-autoscaler"),
+			Log: ctrl.Log.WithName("autoscaler").WithValues("inbox", name), Metrics: m, Interval: o.autoscaleInterval,
+			Serves: servedBy(name),
+		}
+	}
+	maintenance := func(name string, e *engine.Engine) *controller.Maintenance {
+		return &controller.Maintenance{
+			Engine: e, Inbox: name, Log: ctrl.Log.WithName("maintenance").WithValues("inbox", name), Metrics: m,
+			Retention: o.retention, Schedules: schedules,
+		}
+	}
+	// The loops of a WorkflowInbox's database, run while it is connected.
+	serve := func(ctx context.Context, name string, e *engine.Engine) {
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = watcher.For(e, ctrl.Log.WithName("inbox-watch").WithValues("inbox", name)).Start(ctx) })
+		wg.Go(func() { _ = maintenance(name, e).Start(ctx) })
+		wg.Go(func() { _ = autoscaler(name, e).Start(ctx) })
+		wg.Wait()
+	}
+	inboxes = controller.NewInboxSet(mgr.GetClient(), eng, serve, ctrl.Log.WithName("inboxes"), m)
+	defer inboxes.Close()
+	if err := mgr.Add(inboxes); err != nil {
+		return err
+	}
+	waker := controller.NewNamespaceWaker(mgr.GetClient(), watcher, ctrl.Log.WithName("inboxes"))
+	schedules.Inboxes, schedules.Woken = inboxes, waker.Schedules
+	// A cluster upgraded without the WorkflowInbox CRD (helm does not
+	// upgrade CRDs) keeps working with the default inbox alone.
+	inboxKind := workflowv1alpha1.GroupVersion.WithKind("WorkflowInbox").GroupKind()
+	if _, err := mgr.GetRESTMapper().RESTMapping(inboxKind, workflowv1alpha1.GroupVersion.Version); err != nil {
+		log.Info("WorkflowInbox is not served by the API server (its CRD is not installed): only the default inbox is used",
+			"error", err.Error())
+	} else if err := (&controller.WorkflowInboxReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Set: inboxes,
+		Recorder: mgr.GetEventRecorder("workflowinbox-controller"), Wake: waker.Wake,
+		Migrate: func(ctx context.Context, p *pgxpool.Pool) (int, error) {
+			if !o.skipMigrations {
+				if _, err := engine.Migrate(ctx, p); err != nil {
+					return 0, err
+				}
+			}
+			if o.createDatabaseRoles {
+				if err := engine.CreateRoles(ctx, p); err != nil {
+					return 0, err
+				}
+			}
+			return engine.InstalledSchemaVersion(ctx, p)
+		},
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up WorkflowInbox controller: %w", err)
+	}
 	if err := (&controller.WorkflowRunReconciler{
-		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
+		Client: mgr.GetClient(), Inbox: eng, Inboxes: inboxes, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
 		Changes: watcher.Changes(), Followers: watcher.Followers(), ResyncPeriod: o.resyncPeriod, Metrics: m, MaxConcurrentReconciles: o.maxConcurrent,
 		DeletionGracePeriod: o.deletionGracePeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowRun controller: %w", err)
 	}
 	if err := (&controller.WorkflowRegistryReconciler{
-		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowregistry-controller"),
+		Client: mgr.GetClient(), Inbox: eng, Inboxes: inboxes, Woken: waker.Registries,
+		Recorder:            mgr.GetEventRecorder("workflowregistry-controller"),
 		DeletionGracePeriod: o.deletionGracePeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowRegistry controller: %w", err)
 	}
-	schedules := &controller.WorkflowScheduleReconciler{
-		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowschedule-controller"),
-		DeletionGracePeriod: o.deletionGracePeriod,
-	}
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowSchedule controller: %w", err)
 	}
-	if err := mgr.Add(&controller.Maintenance{
-		Engine: eng, Log: ctrl.Log.WithName("maintenance"), Metrics: m, Retention: o.retention, Schedules: schedules,
-	}); err != nil {
+	if err := mgr.Add(maintenance(workflowv1alpha1.DefaultInboxName, eng)); err != nil {
 		return err
 	}
-	if err := mgr.Add(&controller.Autoscaler{
-		Client: mgr.GetClient(), Engine: eng, Recorder: mgr.GetEventRecorder("worker-autoscaler"),
-		Log: ctrl.Log.WithName("autoscaler"), Metrics: m, Interval: o.autoscaleInterval,
-	}); err != nil {
+	if err := mgr.Add(autoscaler(workflowv1alpha1.DefaultInboxName, eng)); err != nil {
 		return err
 	}
 	if o.consoleAddr != "" {

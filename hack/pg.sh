@@ -9,6 +9,8 @@
 #   hack/pg.sh stop DIR                  stop the server and remove DIR.
 #   hack/pg.sh restart DIR               crash-restart it (pg_ctl restart -m
 #                                        immediate), same port, for outage tests.
+#   hack/pg.sh halt DIR                  stop the server, keeping its files.
+#   hack/pg.sh resume DIR                start a halted server on its port.
 #   hack/pg.sh pause DIR SECONDS         freeze every server process (SIGSTOP)
 #                                        for SECONDS, then let them go on.
 #
@@ -71,6 +73,11 @@ as_owner() {
   fi
 }
 
+# server_opts are the server's options on a port, its socket in a directory.
+server_opts() {
+  echo "-p $1 -k $2 -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${PG_FSYNC:-on} -c shared_buffers=256MB ${PG_EXTRA_OPTS:-}"
+}
+
 start() {
   local dir=$1 watch=${2:-}
   local bindir port
@@ -99,8 +106,7 @@ start() {
   while :; do
     port=$(free_port)
     if as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${PG_FSYNC:-on} -c shared_buffers=256MB ${PG_EXTRA_OPTS:-}" \
-      start >/dev/null 2>&1; then
+      -o "$(server_opts "$port" "$dir")" start >/dev/null 2>&1; then
       break
     fi
     tries=$((tries + 1))
@@ -146,6 +152,23 @@ restart() {
   as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m immediate -w -t 60 restart >/dev/null
 }
 
+# halt stops the server and keeps its files (resume starts it again).
+halt() {
+  local dir bindir
+  dir=$(cluster_dir "$1")
+  bindir=$(find_bindir)
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null
+}
+
+# resume starts a halted server again on its port.
+resume() {
+  local dir bindir port
+  dir=$(cluster_dir "$1")
+  bindir=$(find_bindir)
+  port=$(cat "$1/port")
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$(server_opts "$port" "$dir")" start >/dev/null
+}
+
 pause() {
   local dir pid pids
   dir=$(cluster_dir "$1")
@@ -171,12 +194,20 @@ restart)
   [ $# -ge 2 ] || { log "usage: $0 restart DIR"; exit 2; }
   restart "$2"
   ;;
+halt)
+  [ $# -ge 2 ] || { log "usage: $0 halt DIR"; exit 2; }
+  halt "$2"
+  ;;
+resume)
+  [ $# -ge 2 ] || { log "usage: $0 resume DIR"; exit 2; }
+  resume "$2"
+  ;;
 pause)
   [ $# -ge 3 ] || { log "usage: $0 pause DIR SECONDS"; exit 2; }
   pause "$2" "$3"
   ;;
 *)
-  log "usage: $0 start DIR [--watch PID] | stop DIR | restart DIR | pause DIR SECONDS"
+  log "usage: $0 start DIR [--watch PID] | stop DIR | restart DIR | halt DIR | resume DIR | pause DIR SECONDS"
   exit 2
   ;;
 esac

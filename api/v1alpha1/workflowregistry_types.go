@@ -246,6 +246,12 @@ type WorkflowRegistryStatus struct {
 	// WorkerPools counts the declared worker pools.
 	// +optional
 	WorkerPools int32 `json:"workerPools"`
+	// Inbox names the inbox holding the registry's types and runs:
+	// default (the chart's database) or a WorkflowInbox. Workers of its
+	// pools connect to that inbox's database (the WorkflowInbox's
+	// spec.secretRef names the Secret to mount).
+	// +optional
+	Inbox string `json:"inbox,omitempty"`
 	// Workers reports each worker pool.
 	// +optional
 	Workers []WorkerPoolStatus `json:"workers,omitempty"`
@@ -266,6 +272,7 @@ type WorkflowRegistryStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="DAGs",type=integer,JSONPath=`.status.definedWorkflows`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Inbox",type=string,JSONPath=`.status.inbox`,priority=1
 
 // WorkflowRegistry declares workflow types (runtime or steps, enabled) and
 // the worker pools that serve them.

@@ -62,6 +62,9 @@ type Autoscaler struct {
 	// Namespace restricts scaling to one namespace; empty means all. Type
 	// prefix ownership is decided over the registries of all namespaces.
 	Namespace string
+	// Serves, when set, restricts scaling to the namespaces it accepts
+	// (those of one inbox, whose depth this autoscaler measures).
+	Serves func(ctx context.Context, namespace string) bool
 
 	mu    sync.Mutex
 	state map[string]*scaleState
@@ -152,7 +155,8 @@ func (a *Autoscaler) Evaluate(ctx context.Context) error {
 	var queries []engine.PoolQuery
 	for i := range regs.Items {
 		reg := &regs.Items[i]
-		if !reg.DeletionTimestamp.IsZero() || (a.Namespace != "" && reg.Namespace != a.Namespace) {
+		if !reg.DeletionTimestamp.IsZero() || (a.Namespace != "" && reg.Namespace != a.Namespace) ||
+			(a.Serves != nil && !a.Serves(ctx, reg.Namespace)) {
 			continue
 		}
 		for _, w := range reg.Spec.Workers {

@@ -28,12 +28,29 @@ func NewInboxWatcher(eng *engine.Engine, log logr.Logger) *InboxWatcher {
 	return &InboxWatcher{Engine: eng, Log: log, events: make(chan event.GenericEvent, 4096), followers: NewFollowers()}
 }
 
+// For returns a watcher of another inbox that feeds the same Changes and
+// shares the Followers.
+func (w *InboxWatcher) For(eng *engine.Engine, log logr.Logger) *InboxWatcher {
+	return &InboxWatcher{Engine: eng, Log: log, events: w.events, followers: w.followers}
+}
+
 // Changes is the channel of objects to reconcile.
 func (w *InboxWatcher) Changes() <-chan event.GenericEvent { return w.events }
 
 // Followers is the set of objects woken along with the object a run was
 // recorded from; the WorkflowRun controller fills it.
 func (w *InboxWatcher) Followers() *Followers { return w.followers }
+
+// enqueue hands one WorkflowRun to the controller; false when ctx ended.
+func (w *InboxWatcher) enqueue(ctx context.Context, o types.NamespacedName) bool {
+	obj := &workflowv1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}}
+	select {
+	case w.events <- event.GenericEvent{Object: obj}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // maxLookup bounds the run ids one lookup of their objects takes.
 const maxLookup = 1000

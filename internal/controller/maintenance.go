@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -15,7 +16,9 @@ import (
 // refreshes the inbox metrics. It is a manager Runnable (leader only).
 type Maintenance struct {
 	Engine *engine.Engine
-	Log    logr.Logger
+	// Inbox names the inbox in metrics; DefaultInboxName when empty.
+	Inbox string
+	Log   logr.Logger
 	// Metrics to refresh; optional.
 	Metrics *Metrics
 	// ReapInterval defaults to 5s.
@@ -149,12 +152,20 @@ func (m *Maintenance) fireDueSchedules(ctx context.Context) {
 			schedules[f.ScheduleID] = true
 		}
 		if m.Schedules != nil && len(firings) > 0 {
-			m.Schedules.Fired(ctx, firings)
+			m.Schedules.Fired(ctx, m.Engine, firings)
 		}
 		if len(schedules) < scheduleBatch {
 			return
 		}
 	}
+}
+
+// inboxName is the inbox's name in metrics.
+func (m *Maintenance) inboxName() string {
+	if m.Inbox == "" {
+		return defaultInbox
+	}
+	return m.Inbox
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -181,15 +192,16 @@ func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, fin
 		}
 		return lastEventID, finishedSince
 	}
-	m.Metrics.Runs.Reset()
+	inbox := prometheus.Labels{"inbox": m.inboxName()}
+	m.Metrics.Runs.DeletePartialMatch(inbox)
 	labels := newSeriesLabels()
 	for _, c := range counts {
 		ns, prefix := labels.of(c.Namespace, c.Prefix)
-		m.Metrics.Runs.WithLabelValues(ns, prefix, string(c.Status)).Add(float64(c.Count))
+		m.Metrics.Runs.WithLabelValues(m.inboxName(), ns, prefix, string(c.Status)).Add(float64(c.Count))
 	}
 	ages, err := m.Engine.OldestRunnableAge(ctx)
 	if err == nil {
-		m.Metrics.OldestRunnableAge.Reset()
+		m.Metrics.OldestRunnableAge.DeletePartialMatch(inbox)
 		oldest := map[[2]string]float64{}
 		for _, a := range ages {
 			ns, prefix := labels.of(a.Namespace, a.Prefix)
@@ -197,13 +209,13 @@ func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, fin
 			oldest[k] = max(oldest[k], a.Age.Seconds())
 		}
 		for k, age := range oldest {
-			m.Metrics.OldestRunnableAge.WithLabelValues(k[0], k[1]).Set(age)
+			m.Metrics.OldestRunnableAge.WithLabelValues(m.inboxName(), k[0], k[1]).Set(age)
 		}
 	}
 	evs, maxID, err := m.Engine.CountEventsAfter(ctx, lastEventID)
 	if err == nil {
 		for _, e := range evs {
-			m.Metrics.Transitions.WithLabelValues(string(e.Type)).Add(float64(e.Count))
+			m.Metrics.Transitions.WithLabelValues(m.inboxName(), string(e.Type)).Add(float64(e.Count))
 		}
 		lastEventID = maxID
 	}
@@ -211,7 +223,7 @@ func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, fin
 	if err == nil {
 		for _, f := range finished {
 			ns, prefix := labels.of(f.Namespace, f.Prefix)
-			m.Metrics.RunDuration.WithLabelValues(ns, prefix, string(f.Status)).Observe(f.Duration.Seconds())
+			m.Metrics.RunDuration.WithLabelValues(m.inboxName(), ns, prefix, string(f.Status)).Observe(f.Duration.Seconds())
 			finishedSince = f.FinishedAt
 		}
 	}

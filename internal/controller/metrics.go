@@ -22,6 +22,8 @@ type Metrics struct {
 	// PoolDesiredReplicas and PoolRunnable, per worker pool.
 	PoolDesiredReplicas *prometheus.GaugeVec
 	PoolRunnable        *prometheus.GaugeVec
+	// InboxUp is 1 while an inbox's database answers, 0 while it does not.
+	InboxUp *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -36,20 +38,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "simpleworkflow_transitions_total",
 			Help: "Run transitions recorded in the audit trail, by event type.",
-		}, []string{"event"}),
+		}, []string{"inbox", "event"}),
 		RunDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "simpleworkflow_run_duration_seconds",
 			Help:    "Time from a run's first start to its end, by namespace, type prefix and final status.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
-		}, []string{"namespace", "prefix", "status"}),
+		}, []string{"inbox", "namespace", "prefix", "status"}),
 		Runs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "simpleworkflow_runs",
 			Help: "Runs in the inbox by namespace, type prefix (first segment) and status.",
-		}, []string{"namespace", "prefix", "status"}),
+		}, []string{"inbox", "namespace", "prefix", "status"}),
 		OldestRunnableAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "simpleworkflow_oldest_runnable_age_seconds",
 			Help: "Age of the oldest runnable pending run, by namespace and type prefix (first segment).",
-		}, []string{"namespace", "prefix"}),
+		}, []string{"inbox", "namespace", "prefix"}),
+		InboxUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "simpleworkflow_inbox_up",
+			Help: "1 while the inbox's database answers the manager's pings, 0 while it does not.",
+		}, []string{"inbox"}),
 	}
 	m.PoolDesiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "simpleworkflow_pool_desired_replicas",
@@ -59,6 +65,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "simpleworkflow_pool_runnable_runs",
 		Help: "Runnable runs a worker pool's workers could claim, counted up to maxReplicas × runsPerReplica (or activationRuns, if higher).",
 	}, []string{"namespace", "registry", "pool"})
-	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge)
+	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge, m.InboxUp)
 	return m
 }

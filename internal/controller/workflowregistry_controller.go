@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -36,7 +37,13 @@ const conflictRetryPeriod = 30 * time.Second
 // database validates and runs.
 type WorkflowRegistryReconciler struct {
 	client.Client
-	Inbox    Inbox
+	// Inbox is the only inbox, when Inboxes is nil.
+	Inbox Inbox
+	// Inboxes, when set, finds the inbox of each object's namespace.
+	Inboxes *InboxSet
+	// Woken, optional, delivers registries to look at again (their
+	// namespace moved to another inbox, or its inbox answers again).
+	Woken    <-chan event.GenericEvent
 	Recorder recorder.EventRecorder
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
@@ -52,15 +59,25 @@ type WorkflowRegistryReconciler struct {
 
 // Reconcile mirrors one WorkflowRegistry.
 func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := r.reconcileRequest(ctx, req)
+	obj := conditionedRegistry{&workflowv1alpha1.WorkflowRegistry{}}
+	var router InboxRouter
+	if r.Inboxes != nil {
+		router = r.Inboxes
+	}
+	inbox, name, ok, res, err := routeOrMark(ctx, routerOr(router, r.Inbox), r.Client, r.Recorder, req, obj)
+	if !ok {
+		return endOnShutdown(ctx, res, err)
+	}
+	res, err = (&registryPass{WorkflowRegistryReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(ctx, req)
+	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
 	return endOnShutdown(ctx, res, err)
 }
 
-func (r *WorkflowRegistryReconciler) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *registryPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	return reconcileObject(ctx, r.Client, req, &workflowv1alpha1.WorkflowRegistry{}, r.finalize, r.reconcile)
 }
 
-func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
+func (r *registryPass) reconcile(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	before := reg.DeepCopy()
 	owned, err := r.Inbox.ListRegistryEntriesByOwner(ctx, reg.Namespace, reg.Name)
@@ -141,6 +158,8 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 	reg.Status.DefinedWorkflows = defined
 	reg.Status.InvalidWorkflows = invalid
 	reg.Status.WorkerPools = int32(len(reg.Spec.Workers))
+	reg.Status.Inbox = r.inboxName
+	inboxAvailableAgain(&reg.Status.Conditions, reg.Generation)
 	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRegistered,
 		Message: fmt.Sprintf("%d workflow(s) registered", registered), ObservedGeneration: reg.Generation}
 	switch {
@@ -181,7 +200,7 @@ func (r *WorkflowRegistryReconciler) reconcile(ctx context.Context, reg *workflo
 // Event is recorded. Once the deletion has waited DeletionGracePeriod the
 // finalizer is removed anyway: the registry rows this object owned stay in
 // the inbox.
-func (r *WorkflowRegistryReconciler) finalize(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
+func (r *registryPass) finalize(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(reg, Finalizer) {
 		return ctrl.Result{}, nil
 	}
@@ -206,7 +225,7 @@ func (r *WorkflowRegistryReconciler) now() time.Time {
 
 // inboxUnreachable handles an inbox error met while deleting (see
 // inboxOutage.handle).
-func (r *WorkflowRegistryReconciler) inboxUnreachable(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry, cause error) (ctrl.Result, error) {
+func (r *registryPass) inboxUnreachable(ctx context.Context, reg *workflowv1alpha1.WorkflowRegistry, cause error) (ctrl.Result, error) {
 	return inboxOutage{
 		client: r.Client, recorder: r.Recorder, grace: r.DeletionGracePeriod, now: r.now(),
 		obj: reg, conditions: &reg.Status.Conditions, cause: cause,
@@ -217,13 +236,16 @@ func (r *WorkflowRegistryReconciler) inboxUnreachable(ctx context.Context, reg *
 
 // SetupWithManager registers the controller.
 func (r *WorkflowRegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&workflowv1alpha1.WorkflowRegistry{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A registry that lets names go wakes the ones waiting for them.
 		Watches(&workflowv1alpha1.WorkflowRegistry{}, handler.EnqueueRequestsFromMapFunc(r.waitingRegistries),
 			builder.WithPredicates(releasePredicate())).
-		Named("workflowregistry").
-		Complete(r)
+		Named("workflowregistry")
+	if r.Woken != nil {
+		b = b.WatchesRawSource(source.Channel(r.Woken, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
 
 // releasePredicate passes the events after which a registry may have

@@ -16,7 +16,7 @@ import (
 // cancelOnSpec cancels the run when spec.cancel asks for it and the run has
 // not finished, and returns the run as it is then. The cancelled event
 // records the object as the canceller.
-func (r *WorkflowRunReconciler) cancelOnSpec(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (engine.Run, error) {
+func (r *runPass) cancelOnSpec(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (engine.Run, error) {
 	if !wfr.Spec.Cancel || run.Status.Finished() {
 		return run, nil
 	}
@@ -105,7 +105,7 @@ func applyCancelRequest(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool 
 
 // emitCancelIgnored reports, once the status is written, a spec.cancel that
 // came after the run had finished.
-func (r *WorkflowRunReconciler) emitCancelIgnored(wfr *workflowv1alpha1.WorkflowRun, cancelIgnored bool) {
+func (r *runPass) emitCancelIgnored(wfr *workflowv1alpha1.WorkflowRun, cancelIgnored bool) {
 	if c := meta.FindStatusCondition(wfr.Status.Conditions, ConditionCancelRequested); cancelIgnored && c != nil {
 		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonCancelIgnored, "Cancel", "%s", capitalize(c.Message))
 	}

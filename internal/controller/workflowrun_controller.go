@@ -46,7 +46,10 @@ func quietStart(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool {
 // run's progress back to its object.
 type WorkflowRunReconciler struct {
 	client.Client
-	Inbox    Inbox
+	// Inbox is the only inbox, when Inboxes is nil.
+	Inbox Inbox
+	// Inboxes, when set, finds the inbox of each object's namespace.
+	Inboxes  *InboxSet
 	Recorder recorder.EventRecorder
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
@@ -85,11 +88,25 @@ type WorkflowRunReconciler struct {
 
 // Reconcile brings one WorkflowRun and its inbox row together.
 func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := r.reconcileRequest(ctx, req)
+	obj := conditionedRun{&workflowv1alpha1.WorkflowRun{}}
+	inbox, _, ok, res, err := routeOrMark(ctx, routerOr(r.routes(), r.Inbox), r.Client, r.Recorder, req, obj)
+	if !ok {
+		return endOnShutdown(ctx, res, err)
+	}
+	res, err = (&runPass{WorkflowRunReconciler: r, Inbox: inbox}).reconcileRequest(ctx, req)
+	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
 	return endOnShutdown(ctx, res, err)
 }
 
-func (r *WorkflowRunReconciler) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// routes is the router of the reconciler's inboxes, nil for a single one.
+func (r *WorkflowRunReconciler) routes() InboxRouter {
+	if r.Inboxes == nil {
+		return nil
+	}
+	return r.Inboxes
+}
+
+func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	var wfr workflowv1alpha1.WorkflowRun
 	if err := r.Get(ctx, req.NamespacedName, &wfr); err != nil {
@@ -131,7 +148,7 @@ func (r *WorkflowRunReconciler) reconcileRequest(ctx context.Context, req ctrl.R
 }
 
 // reconcile is the list of steps for a live object.
-func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+func (r *runPass) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	before := wfr.DeepCopy()
 	runID, known, outcome, err := r.ensureMirrored(ctx, before, wfr)
 	if err == nil && outcome == awaitingRegistration {
@@ -219,7 +236,7 @@ func (r *WorkflowRunReconciler) reconcile(ctx context.Context, wfr *workflowv1al
 
 // progress reads the run's journal summary and, when it has any, its first
 // children.
-func (r *WorkflowRunReconciler) progress(ctx context.Context, run engine.Run) (engine.StepSummary, []engine.ChildRun, error) {
+func (r *runPass) progress(ctx context.Context, run engine.Run) (engine.StepSummary, []engine.ChildRun, error) {
 	sum, err := r.Inbox.SummarizeSteps(ctx, run.ID)
 	if err != nil {
 		return engine.StepSummary{}, nil, fmt.Errorf("read journal of run %s: %w", run.ID, err)
@@ -236,7 +253,7 @@ func (r *WorkflowRunReconciler) progress(ctx context.Context, run engine.Run) (e
 
 // registryEntry returns the registry entry of the run's type while the run
 // waits for a worker, or nil (no entry, or the run is not waiting for one).
-func (r *WorkflowRunReconciler) registryEntry(ctx context.Context, run engine.Run) (*engine.RegistryEntry, error) {
+func (r *runPass) registryEntry(ctx context.Context, run engine.Run) (*engine.RegistryEntry, error) {
 	if run.Status != engine.StatusPending || isDAGRun(run) {
 		// A DAG run is run by the database, never claimed: its type needs
 		// no worker, and disabling it does not hold it.
@@ -270,7 +287,7 @@ func (r *WorkflowRunReconciler) now() time.Time {
 
 // afterStatus deletes finished objects whose TTL passed and schedules the
 // next look at the object.
-func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (ctrl.Result, error) {
+func (r *runPass) afterStatus(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (ctrl.Result, error) {
 	if !wfr.Status.Phase.Finished() {
 		resync := r.ResyncPeriod
 		if resync == 0 {
@@ -297,7 +314,7 @@ func (r *WorkflowRunReconciler) afterStatus(ctx context.Context, wfr *workflowv1
 
 // expireWithoutRun applies the TTL of a finished object whose run is no
 // longer in the inbox, from the finish time in its status.
-func (r *WorkflowRunReconciler) expireWithoutRun(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+func (r *runPass) expireWithoutRun(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	if wfr.Status.FinishedAt == nil {
 		return ctrl.Result{}, nil
 	}
@@ -306,7 +323,7 @@ func (r *WorkflowRunReconciler) expireWithoutRun(ctx context.Context, wfr *workf
 }
 
 // expire deletes a finished object once its TTL after finishedAt passed.
-func (r *WorkflowRunReconciler) expire(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, finishedAt *time.Time) (ctrl.Result, error) {
+func (r *runPass) expire(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, finishedAt *time.Time) (ctrl.Result, error) {
 	ttl := wfr.Spec.TTLSecondsAfterFinished
 	if ttl == nil || finishedAt == nil {
 		return ctrl.Result{}, nil

@@ -35,7 +35,7 @@ func readsDAG(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, sum engine.Step
 }
 
 // dagSteps reads the steps of a DAG run; none for any other run.
-func (r *WorkflowRunReconciler) dagSteps(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run, sum engine.StepSummary) ([]engine.DAGStep, error) {
+func (r *runPass) dagSteps(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run, sum engine.StepSummary) ([]engine.DAGStep, error) {
 	if !readsDAG(wfr, run, sum) {
 		return nil, nil
 	}

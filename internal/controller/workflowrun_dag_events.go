@@ -108,7 +108,7 @@ func orUnknown(s string) string {
 }
 
 // emitStepEvents records the Events of the steps on the object.
-func (r *WorkflowRunReconciler) emitStepEvents(wfr *workflowv1alpha1.WorkflowRun, evs []stepEvent) {
+func (r *runPass) emitStepEvents(wfr *workflowv1alpha1.WorkflowRun, evs []stepEvent) {
 	for _, e := range evs {
 		r.Recorder.Eventf(wfr, nil, e.eventType, e.reason, "Step", "%s", e.note)
 	}

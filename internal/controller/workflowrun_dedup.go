@@ -27,7 +27,7 @@ func recordedFrom(run engine.Run, wfr *workflowv1alpha1.WorkflowRun) string {
 
 // trackFollower makes an object deduplicated onto another object's run
 // follow that run's notifications while it is unfinished.
-func (r *WorkflowRunReconciler) trackFollower(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) {
+func (r *runPass) trackFollower(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) {
 	key := client.ObjectKeyFromObject(wfr)
 	src := recordedFrom(run, wfr)
 	if src == "" || engine.Status(run.Status).Finished() {

@@ -21,7 +21,7 @@ import (
 // Event is recorded. Once the deletion has waited DeletionGracePeriod the
 // finalizer is removed anyway: an unfinished run then stays in the inbox,
 // not cancelled, and runs or waits as any run does.
-func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
+func (r *runPass) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	r.Followers.Forget(client.ObjectKeyFromObject(wfr))
 	r.recorded.forget(wfr.UID)
 	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
@@ -52,7 +52,7 @@ func (r *WorkflowRunReconciler) finalize(ctx context.Context, wfr *workflowv1alp
 // removeFinalizer lets a deleted object go. With the resourceVersion: a
 // finalizer another party removed meanwhile is not written back (a conflict
 // requeues).
-func (r *WorkflowRunReconciler) removeFinalizer(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) error {
+func (r *runPass) removeFinalizer(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) error {
 	patch := client.MergeFromWithOptions(wfr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(wfr, Finalizer)
 	if err := r.Patch(ctx, wfr, patch); err != nil {
@@ -63,7 +63,7 @@ func (r *WorkflowRunReconciler) removeFinalizer(ctx context.Context, wfr *workfl
 
 // inboxUnreachable handles an inbox error met while deleting (see
 // inboxOutage.handle).
-func (r *WorkflowRunReconciler) inboxUnreachable(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, cause error) (ctrl.Result, error) {
+func (r *runPass) inboxUnreachable(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, cause error) (ctrl.Result, error) {
 	return inboxOutage{
 		client: r.Client, recorder: r.Recorder, grace: r.DeletionGracePeriod, now: r.now(),
 		obj: wfr, conditions: &wfr.Status.Conditions, cause: cause,

@@ -58,7 +58,7 @@ func dagEnded(d eventData) bool {
 // advances status.lastEventID past them. The caller reports them with
 // emitEvents once the status is written, so that a reconcile that loses a
 // status conflict reports nothing twice.
-func (r *WorkflowRunReconciler) newAuditEvents(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) ([]engine.Event, error) {
+func (r *runPass) newAuditEvents(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) ([]engine.Event, error) {
 	evs, err := r.Inbox.ListEventsAfter(ctx, run.ID, wfr.Status.LastEventID)
 	if err != nil {
 		return nil, fmt.Errorf("read audit events of run %s: %w", run.ID, err)
@@ -118,7 +118,7 @@ func isFinalEvent(ev engine.Event) bool {
 
 // emitEvents turns audit events into Kubernetes Events on the object (never
 // one per heartbeat).
-func (r *WorkflowRunReconciler) emitEvents(wfr *workflowv1alpha1.WorkflowRun, evs []engine.Event) {
+func (r *runPass) emitEvents(wfr *workflowv1alpha1.WorkflowRun, evs []engine.Event) {
 	for _, ev := range evs {
 		var d eventData
 		_ = json.Unmarshal(ev.Data, &d)

@@ -138,7 +138,7 @@ const (
 // status.runID is used only when it names a run mirrored from this object;
 // otherwise the mismatch is reported and the run is found again through the
 // idempotency key.
-func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, *engine.Run, mirrorOutcome, error) {
+func (r *runPass) ensureMirrored(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, *engine.Run, mirrorOutcome, error) {
 	if id := r.recorded.recall(wfr.UID); id != "" && wfr.Status.RunID == "" {
 		// Recorded by an earlier look that left the status to this one.
 		run, err := r.Inbox.GetRun(ctx, id)
@@ -213,7 +213,7 @@ func (r *WorkflowRunReconciler) ensureMirrored(ctx context.Context, before, wfr 
 
 // findByKey returns the run holding the object's idempotency key without
 // recording one.
-func (r *WorkflowRunReconciler) findByKey(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, *engine.Run, mirrorOutcome, error) {
+func (r *runPass) findByKey(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (string, *engine.Run, mirrorOutcome, error) {
 	id, err := r.Inbox.FindRunByIdempotencyKey(ctx, idempotencyKey(wfr))
 	if errors.Is(err, engine.ErrNotFound) {
 		return "", nil, leftAlone, r.patchStatus(ctx, before, wfr)
@@ -249,7 +249,7 @@ func conflictMessage(wfr *workflowv1alpha1.WorkflowRun) string {
 // refuse sets Accepted=False with reason and message, writes the status and
 // reports a Warning Event when the condition changed. The object then waits
 // for a change of its spec: nothing is retried.
-func (r *WorkflowRunReconciler) refuse(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, reason, msg string) error {
+func (r *runPass) refuse(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, reason, msg string) error {
 	changed := setCondition(&wfr.Status.Conditions, metav1.Condition{
 		Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason,
 		Message: msg, ObservedGeneration: wfr.Generation,
@@ -264,7 +264,7 @@ func (r *WorkflowRunReconciler) refuse(ctx context.Context, before, wfr *workflo
 }
 
 // reportRunIDMismatch reports a status.runID that is not used.
-func (r *WorkflowRunReconciler) reportRunIDMismatch(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, id string) {
+func (r *runPass) reportRunIDMismatch(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, id string) {
 	logf.FromContext(ctx).Info("status.runID names a run not mirrored from this WorkflowRun; ignoring it",
 		"workflowrun", client.ObjectKeyFromObject(wfr), "runID", id)
 	r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonRunIDMismatch, "Mirror",
@@ -275,7 +275,7 @@ func (r *WorkflowRunReconciler) reportRunIDMismatch(ctx context.Context, wfr *wo
 // ownRun returns the id of the run a deleted object may cancel: status.runID
 // when it names a run mirrored from the object, else the adoptable run
 // holding the object's idempotency key, else "".
-func (r *WorkflowRunReconciler) ownRun(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (string, error) {
+func (r *runPass) ownRun(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (string, error) {
 	if id := wfr.Status.RunID; id != "" {
 		run, err := r.Inbox.GetRun(ctx, id)
 		switch {

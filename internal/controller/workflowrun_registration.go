@@ -25,7 +25,7 @@ const registrationRetryPeriod = time.Second
 // WorkflowRegistry declaring its steps (kubectl apply -k) must wait for the
 // registry to be mirrored, or it would be recorded as a plain run of a type
 // no worker serves. The registries are read from the cache, without copies.
-func (r *WorkflowRunReconciler) pendingRegistration(ctx context.Context, namespace, typ string) (*workflowv1alpha1.WorkflowRegistry, error) {
+func (r *runPass) pendingRegistration(ctx context.Context, namespace, typ string) (*workflowv1alpha1.WorkflowRegistry, error) {
 	// Once the type is in the namespace's registry, whoever owns it, there
 	// is nothing to wait for: only a first registration is awaited. Only
 	// registries of the type's namespace can declare it.
@@ -54,7 +54,7 @@ func (r *WorkflowRunReconciler) pendingRegistration(ctx context.Context, namespa
 
 // awaitRegistration says on the object that its run waits for reg to be
 // mirrored, and writes the status.
-func (r *WorkflowRunReconciler) awaitRegistration(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, reg *workflowv1alpha1.WorkflowRegistry) error {
+func (r *runPass) awaitRegistration(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, reg *workflowv1alpha1.WorkflowRegistry) error {
 	setCondition(&wfr.Status.Conditions, metav1.Condition{
 		Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonAwaitingRegistration,
 		Message: fmt.Sprintf("workflow type %s is declared with steps by WorkflowRegistry %s/%s, which is not registered yet; the run is recorded once it is",

@@ -19,7 +19,7 @@ import (
 // run as it is then. The run's 'retried' event records the object as who
 // asked. A retry the inbox refuses (the run changed since, say) is a
 // Warning Event with the reason, and counts as handled too.
-func (r *WorkflowRunReconciler) retryOnSpec(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (engine.Run, error) {
+func (r *runPass) retryOnSpec(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) (engine.Run, error) {
 	if wfr.Spec.Retries <= wfr.Status.Retries {
 		return run, nil
 	}
@@ -55,7 +55,7 @@ func (r *WorkflowRunReconciler) retryOnSpec(ctx context.Context, wfr *workflowv1
 
 // retriesAskedBy counts the run's retries from failure that by asked for,
 // from its audit trail.
-func (r *WorkflowRunReconciler) retriesAskedBy(ctx context.Context, runID, by string) (int32, error) {
+func (r *runPass) retriesAskedBy(ctx context.Context, runID, by string) (int32, error) {
 	evs, err := r.Inbox.ListEventsAfter(ctx, runID, 0)
 	if err != nil {
 		return 0, fmt.Errorf("read events of run %s: %w", runID, err)

@@ -28,7 +28,7 @@ func typeNamespace(wfr *workflowv1alpha1.WorkflowRun) string {
 // share with it, and reports whether it did. The message is the same
 // whether the other namespace has the type or not: a producer learns
 // nothing of a namespace that shares nothing with it.
-func (r *WorkflowRunReconciler) refuseUnshared(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (bool, error) {
+func (r *runPass) refuseUnshared(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) (bool, error) {
 	owner := typeNamespace(wfr)
 	if owner == wfr.Namespace {
 		return false, nil

@@ -53,7 +53,7 @@ type signalRejection struct {
 // entry the inbox refuses for good (the run finished, the signal is invalid)
 // counts as handled and is returned to be reported; any other error stops
 // the pass, to be retried by the next reconcile with the same keys.
-func (r *WorkflowRunReconciler) sendSignals(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, runID string) ([]signalRejection, error) {
+func (r *runPass) sendSignals(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, runID string) ([]signalRejection, error) {
 	signals := wfr.Spec.Signals
 	from := int(wfr.Status.SignalsSent)
 	if from >= len(signals) {
@@ -106,7 +106,7 @@ func (r *WorkflowRunReconciler) sendSignals(ctx context.Context, wfr *workflowv1
 }
 
 // signalRecorded reports whether the run holds a signal with this key.
-func (r *WorkflowRunReconciler) signalRecorded(ctx context.Context, runID, key string) (bool, error) {
+func (r *runPass) signalRecorded(ctx context.Context, runID, key string) (bool, error) {
 	sigs, err := r.Inbox.ListSignals(ctx, runID)
 	if err != nil {
 		return false, fmt.Errorf("read signals of run %s: %w", runID, err)
@@ -120,7 +120,7 @@ func (r *WorkflowRunReconciler) signalRecorded(ctx context.Context, runID, key s
 }
 
 // emitSignalRejections reports the entries of spec.signals that were not sent.
-func (r *WorkflowRunReconciler) emitSignalRejections(wfr *workflowv1alpha1.WorkflowRun, rejected []signalRejection) {
+func (r *runPass) emitSignalRejections(wfr *workflowv1alpha1.WorkflowRun, rejected []signalRejection) {
 	for _, s := range rejected {
 		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonSignalRejected, "Signal", "%s", capitalize(s.message))
 	}

@@ -55,9 +55,10 @@ func truncate(s string, n int) string {
 }
 
 // applyStatus sets wfr.Status from the run's row.
-func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, blockedBy *engine.RegistryEntry) {
+func (r *runPass) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, blockedBy *engine.RegistryEntry) {
 	st := &wfr.Status
 	gen := wfr.Generation
+	inboxAvailableAgain(&st.Conditions, gen)
 	st.RunID = run.ID
 	st.Phase = phaseOf(run.Status)
 	st.WaitingFor = nil
@@ -177,7 +178,7 @@ func (r *WorkflowRunReconciler) applyStatus(wfr *workflowv1alpha1.WorkflowRun, r
 // parkedOn returns what a parked run waits for, or nil. A parked run whose
 // wait ended by time is runnable again (the claim that takes it resolves the
 // wait), so it is not shown as waiting.
-func (r *WorkflowRunReconciler) parkedOn(run engine.Run) *engine.Wait {
+func (r *runPass) parkedOn(run engine.Run) *engine.Wait {
 	w := run.Wait
 	if run.Status != engine.StatusPending || w == nil {
 		return nil
@@ -228,7 +229,7 @@ func applyProgress(wfr *workflowv1alpha1.WorkflowRun, sum engine.StepSummary, ch
 
 // writeStatus patches the status subresource when it changed, and records
 // how long the change took to reach the object.
-func (r *WorkflowRunReconciler) writeStatus(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) error {
+func (r *runPass) writeStatus(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, run engine.Run) error {
 	changed := !equality.Semantic.DeepEqual(before.Status, wfr.Status)
 	if err := r.patchStatus(ctx, before, wfr); err != nil || !changed {
 		return err
@@ -241,7 +242,7 @@ func (r *WorkflowRunReconciler) writeStatus(ctx context.Context, before, wfr *wo
 
 // patchStatus writes the status subresource when it changed since before,
 // failing with a conflict when the object changed meanwhile.
-func (r *WorkflowRunReconciler) patchStatus(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) error {
+func (r *runPass) patchStatus(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun) error {
 	if equality.Semantic.DeepEqual(before.Status, wfr.Status) {
 		return nil
 	}

@@ -35,7 +35,7 @@ type service struct {
 // namespace is named, but not its pool's target nor its autoscaler's
 // message: the run's owner learns that something serves its type, not
 // another team's Deployments or errors.
-func (r *WorkflowRunReconciler) unserved(ctx context.Context, run engine.Run, entry *engine.RegistryEntry, namespace string) (*service, error) {
+func (r *runPass) unserved(ctx context.Context, run engine.Run, entry *engine.RegistryEntry, namespace string) (*service, error) {
 	if run.Status != engine.StatusPending || run.Wait != nil {
 		return nil, nil
 	}

@@ -50,7 +50,13 @@ const DefaultScheduleResyncPeriod = 30 * time.Second
 // creating the object, a tick fired by another caller).
 type WorkflowScheduleReconciler struct {
 	client.Client
-	Inbox    ScheduleInbox
+	// Inbox is the only inbox, when Inboxes is nil.
+	Inbox ScheduleInbox
+	// Inboxes, when set, finds the inbox of each object's namespace.
+	Inboxes *InboxSet
+	// Woken, optional, delivers schedules to look at again (their
+	// namespace moved to another inbox, or its inbox answers again).
+	Woken    <-chan event.GenericEvent
 	Recorder recorder.EventRecorder
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
@@ -73,15 +79,27 @@ type WorkflowScheduleReconciler struct {
 
 // Reconcile mirrors one WorkflowSchedule.
 func (r *WorkflowScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := r.reconcileRequest(ctx, req)
+	inbox := r.Inbox
+	obj := conditionedSchedule{&workflowv1alpha1.WorkflowSchedule{}}
+	if r.Inboxes != nil {
+		routed, _, ok, res, err := routeOrMark(ctx, r.Inboxes, r.Client, r.Recorder, req, obj)
+		if !ok {
+			return endOnShutdown(ctx, res, err)
+		}
+		if inbox, ok = routed.(ScheduleInbox); !ok {
+			return ctrl.Result{}, fmt.Errorf("the inbox of namespace %s keeps no schedules", req.Namespace)
+		}
+	}
+	res, err := (&schedulePass{WorkflowScheduleReconciler: r, Inbox: inbox}).reconcileRequest(ctx, req)
+	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
 	return endOnShutdown(ctx, res, err)
 }
 
-func (r *WorkflowScheduleReconciler) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *schedulePass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	return reconcileObject(ctx, r.Client, req, &workflowv1alpha1.WorkflowSchedule{}, r.finalize, r.reconcile)
 }
 
-func (r *WorkflowScheduleReconciler) reconcile(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (ctrl.Result, error) {
+func (r *schedulePass) reconcile(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (ctrl.Result, error) {
 	before := ws.DeepCopy()
 	stored, accepted, err := r.mirror(ctx, ws)
 	if err != nil {
@@ -98,6 +116,7 @@ func (r *WorkflowScheduleReconciler) reconcile(ctx context.Context, ws *workflow
 	}
 	applyScheduleStatus(ws, stored, owned, watermark)
 	setCondition(&ws.Status.Conditions, accepted)
+	inboxAvailableAgain(&ws.Status.Conditions, ws.Generation)
 	if !equality.Semantic.DeepEqual(before.Status, ws.Status) {
 		if err := r.Status().Patch(ctx, ws, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("write status: %w", err)
@@ -118,7 +137,7 @@ func (r *WorkflowScheduleReconciler) reconcile(ctx context.Context, ws *workflow
 
 // mirror writes the schedule into the inbox and returns it as stored (nil
 // when there is none) and the Accepted condition.
-func (r *WorkflowScheduleReconciler) mirror(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (*engine.Schedule, metav1.Condition, error) {
+func (r *schedulePass) mirror(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (*engine.Schedule, metav1.Condition, error) {
 	cond := metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonMirrored,
 		Message: "the schedule is in the inbox", ObservedGeneration: ws.Generation}
 	s, err := r.Inbox.PutSchedule(ctx, scheduleSpec(ws))
@@ -189,7 +208,7 @@ func scheduleSpec(ws *workflowv1alpha1.WorkflowSchedule) engine.ScheduleSpec {
 // deletes them (cancelling the unfinished ones), as for a CronJob's Jobs.
 // While the inbox is unreachable the deletion is retried, as a
 // WorkflowRegistry's is, until the deletion grace period is over.
-func (r *WorkflowScheduleReconciler) finalize(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (ctrl.Result, error) {
+func (r *schedulePass) finalize(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(ws, Finalizer) {
 		return ctrl.Result{}, nil
 	}
@@ -229,6 +248,14 @@ func conditionMatches(conds []metav1.Condition, c metav1.Condition) bool {
 // SetupWithManager registers the controller. It watches the WorkflowRuns
 // the schedules own (their phases make status.active and the history) and
 // the schedules whose ticks Fired handled.
+// woken is Woken, or a channel nothing is sent on.
+func (r *WorkflowScheduleReconciler) woken() <-chan event.GenericEvent {
+	if r.Woken != nil {
+		return r.Woken
+	}
+	return make(chan event.GenericEvent)
+}
+
 func (r *WorkflowScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.fired == nil {
 		r.fired = make(chan event.GenericEvent, 1024)
@@ -237,6 +264,7 @@ func (r *WorkflowScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&workflowv1alpha1.WorkflowSchedule{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&workflowv1alpha1.WorkflowRun{}).
 		WatchesRawSource(source.Channel(r.fired, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.woken(), &handler.EnqueueRequestForObject{})).
 		Named("workflowschedule").
 		Complete(r)
 }

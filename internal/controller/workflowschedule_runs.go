@@ -35,7 +35,7 @@ const scheduleCatchUpRuns = 50
 
 // FiringHandler is told of the ticks a maintenance loop fired.
 type FiringHandler interface {
-	Fired(ctx context.Context, firings []engine.ScheduleFiring)
+	Fired(ctx context.Context, from ScheduleInbox, firings []engine.ScheduleFiring)
 }
 
 var _ FiringHandler = (*WorkflowScheduleReconciler)(nil)
@@ -44,13 +44,14 @@ var _ FiringHandler = (*WorkflowScheduleReconciler)(nil)
 // recorded a run (fired, replaced), and wakes the schedule's reconcile to
 // update its status. A WorkflowRun it cannot make now is made by a later
 // look at the schedule, which finds the run in the inbox.
-func (r *WorkflowScheduleReconciler) Fired(ctx context.Context, firings []engine.ScheduleFiring) {
+func (r *WorkflowScheduleReconciler) Fired(ctx context.Context, from ScheduleInbox, firings []engine.ScheduleFiring) {
 	log := logf.FromContext(ctx).WithName("workflowschedule")
+	p := &schedulePass{WorkflowScheduleReconciler: r, Inbox: from}
 	for _, f := range firings {
 		if f.RunID == "" || (f.Outcome != engine.FiringFired && f.Outcome != engine.FiringReplaced) {
 			continue
 		}
-		run, err := r.Inbox.GetRun(ctx, f.RunID)
+		run, err := p.Inbox.GetRun(ctx, f.RunID)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error(err, "Reading a fired run failed; the schedule's next look makes its WorkflowRun", "runID", f.RunID)
@@ -68,7 +69,7 @@ func (r *WorkflowScheduleReconciler) Fired(ctx context.Context, firings []engine
 			}
 			continue
 		}
-		if err := r.makeRun(ctx, &ws, run, tick); err != nil && ctx.Err() == nil {
+		if err := p.makeRun(ctx, &ws, run, tick); err != nil && ctx.Err() == nil {
 			log.Error(err, "Making the WorkflowRun of a fired run failed; the schedule's next look retries",
 				"workflowschedule", ns+"/"+name, "runID", run.ID)
 		}
@@ -161,7 +162,7 @@ func scheduledRun(ws *workflowv1alpha1.WorkflowSchedule, run engine.Run, tick ti
 // makeRun creates the WorkflowRun of run, recorded for tick by ws, owned by
 // ws. One that exists already is left as it is. A run recorded for another
 // object of the schedule's name (deleted and created again) gets none.
-func (r *WorkflowScheduleReconciler) makeRun(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule, run engine.Run, tick time.Time) error {
+func (r *schedulePass) makeRun(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule, run engine.Run, tick time.Time) error {
 	if run.Source == nil || run.Source.Namespace != ws.Namespace || run.Source.UID != string(ws.UID) ||
 		!ws.DeletionTimestamp.IsZero() {
 		return nil
@@ -192,7 +193,7 @@ func (r *WorkflowScheduleReconciler) makeRun(ctx context.Context, ws *workflowv1
 // that has a WorkflowRun (status.lastScheduleTime as it is when none is
 // newer). A tick at or before status.lastScheduleTime is never made again:
 // its WorkflowRun, if gone, was deleted (the history limits, a user).
-func (r *WorkflowScheduleReconciler) catchUp(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (*metav1.Time, error) {
+func (r *schedulePass) catchUp(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (*metav1.Time, error) {
 	runs, err := r.Inbox.ScheduleLatestRuns(ctx, ws.Namespace, ws.Name, scheduleCatchUpRuns)
 	if err != nil {
 		return nil, fmt.Errorf("read the schedule's runs: %w", err)
@@ -235,7 +236,7 @@ func (r *WorkflowScheduleReconciler) catchUp(ctx context.Context, ws *workflowv1
 
 // ownedRuns lists the WorkflowRuns ws made (labelled with its name and
 // controlled by it), oldest tick first.
-func (r *WorkflowScheduleReconciler) ownedRuns(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) ([]workflowv1alpha1.WorkflowRun, error) {
+func (r *schedulePass) ownedRuns(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) ([]workflowv1alpha1.WorkflowRun, error) {
 	var list workflowv1alpha1.WorkflowRunList
 	if err := r.List(ctx, &list, client.InNamespace(ws.Namespace),
 		client.MatchingLabels{workflowv1alpha1.LabelSchedule: ws.Name}); err != nil {
@@ -267,7 +268,7 @@ func runTick(schedule string, wfr *workflowv1alpha1.WorkflowRun) time.Time {
 // failedRunsHistoryLimit of those that failed or were cancelled. Only runs
 // whose tick status.lastScheduleTime counts are deleted. owned is oldest
 // first.
-func (r *WorkflowScheduleReconciler) trimHistory(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule, owned []workflowv1alpha1.WorkflowRun) error {
+func (r *schedulePass) trimHistory(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule, owned []workflowv1alpha1.WorkflowRun) error {
 	if ws.Status.LastScheduleTime == nil {
 		return nil
 	}

@@ -550,7 +550,7 @@ type recordingHandler struct {
 	record func([]engine.ScheduleFiring)
 }
 
-func (h recordingHandler) Fired(ctx context.Context, fs []engine.ScheduleFiring) {
+func (h recordingHandler) Fired(ctx context.Context, from controller.ScheduleInbox, fs []engine.ScheduleFiring) {
 	h.record(fs)
-	h.next.Fired(ctx, fs)
+	h.next.Fired(ctx, from, fs)
 }

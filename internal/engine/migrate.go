@@ -118,6 +118,17 @@ func Migrations() ([]Migration, error) {
 	return out, nil
 }
 
+// InstalledSchemaVersion reads the schema version recorded in a migrated
+// database.
+func InstalledSchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var v int
+	err := pool.QueryRow(ctx, "select coalesce(max(version), 0) from workflow.schema_version").Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read the schema version: %w", err)
+	}
+	return v, nil
+}
+
 // Migrate brings the database's workflow schema to the schema file's
 // version, under a session advisory lock, in one transaction: an empty
 // database gets the file; an older one gets each missing release's

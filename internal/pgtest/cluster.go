@@ -50,6 +50,13 @@ func StartCluster(ctx context.Context) (*Cluster, error) {
 // same port: every connection is cut and in-flight transactions are lost.
 func (c *Cluster) Restart(ctx context.Context) error { return c.script1(ctx, "restart", c.dir) }
 
+// Halt stops the server (its files stay): connections are refused until
+// Resume.
+func (c *Cluster) Halt(ctx context.Context) error { return c.script1(ctx, "halt", c.dir) }
+
+// Resume starts a halted server again on its port.
+func (c *Cluster) Resume(ctx context.Context) error { return c.script1(ctx, "resume", c.dir) }
+
 // Pause freezes every server process for d, then lets them go on.
 func (c *Cluster) Pause(ctx context.Context, d time.Duration) error {
 	return c.script1(ctx, "pause", c.dir, strconv.Itoa(int(d.Round(time.Second)/time.Second)))

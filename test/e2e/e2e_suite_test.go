@@ -307,7 +307,7 @@ var _ = BeforeSuite(func() {
 	Expect(out).To(ContainSubstring("STATUS: deployed"))
 	Expect(helm("status", releaseName, "--namespace", chartNamespace)).To(ContainSubstring("STATUS: deployed"))
 	mustKubectl("wait", "--for=condition=Established", "crd/workflowruns.workflow.simpleworkflow.dev",
-		"crd/workflowregistries.workflow.simpleworkflow.dev", "--timeout=60s")
+		"crd/workflowregistries.workflow.simpleworkflow.dev", "crd/workflowinboxes.workflow.simpleworkflow.dev", "--timeout=60s")
 	waitWorkflowRunsAdmitted()
 	// No kubelet runs the chart's Deployment here; its objects are what the
 	// manager process below is configured from.
@@ -323,7 +323,10 @@ var _ = BeforeSuite(func() {
 		return strings.TrimSpace(out)
 	}
 	Expect(can("patch", "workflowruns.workflow.simpleworkflow.dev", "--subresource=status", "-n", "default")).To(Equal("yes"))
-	Expect(can("get", "secrets", "-n", chartNamespace)).To(Equal("no"))
+	// Secrets: get in its own namespace only (WorkflowInboxes' URLs).
+	Expect(can("get", "secrets", "-n", chartNamespace)).To(Equal("yes"))
+	Expect(can("list", "secrets", "-n", chartNamespace)).To(Equal("no"))
+	Expect(can("get", "secrets", "-n", "default")).To(Equal("no"))
 	Expect(can("delete", "deployments", "-n", "default")).To(Equal("no"))
 	manager = startManager()
 	DeferCleanup(func() { manager.stop(syscall.SIGTERM) })

@@ -317,9 +317,10 @@ spec:
 	It("serves readiness (with Postgres) and the inbox metrics", func() {
 		Eventually(func() int { code, _ := httpGet("http://" + healthAddr + "/readyz"); return code }).Should(Equal(http.StatusOK))
 		Eventually(func() string { _, body := httpGet("http://" + metricsAddr + "/metrics"); return body }, 30*time.Second).Should(And(
-			MatchRegexp(`simpleworkflow_runs\{namespace="[a-z0-9-]+",prefix="demo",status="succeeded"\} [1-9]`),
-			MatchRegexp(`simpleworkflow_transitions_total\{event="succeeded"\} [1-9]`),
-			MatchRegexp(`simpleworkflow_run_duration_seconds_count\{namespace="[a-z0-9-]+",prefix="demo",status="succeeded"\} [1-9]`),
+			MatchRegexp(`simpleworkflow_runs\{inbox="default",namespace="[a-z0-9-]+",prefix="demo",status="succeeded"\} [1-9]`),
+			MatchRegexp(`simpleworkflow_transitions_total\{event="succeeded",inbox="default"\} [1-9]`),
+			MatchRegexp(`simpleworkflow_inbox_up\{inbox="default"\} 1`),
+			MatchRegexp(`simpleworkflow_run_duration_seconds_count\{inbox="default",namespace="[a-z0-9-]+",prefix="demo",status="succeeded"\} [1-9]`),
 			MatchRegexp(`simpleworkflow_status_lag_seconds_count [1-9]`),
 			MatchRegexp(`simpleworkflow_pool_desired_replicas\{namespace="e2e-scale",pool="burst-worker",registry="burst"\} 0`),
 			ContainSubstring("controller_runtime_reconcile_total"),

@@ -1,0 +1,151 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+)
+
+// runPass is one reconcile of a WorkflowRun, bound to the inbox of its
+// namespace: its Inbox field is the one every step uses.
+type runPass struct {
+	*WorkflowRunReconciler
+	Inbox Inbox
+}
+
+// registryPass is one reconcile of a WorkflowRegistry, bound to the inbox
+// of its namespace.
+type registryPass struct {
+	*WorkflowRegistryReconciler
+	Inbox Inbox
+	// inboxName names Inbox (status.inbox).
+	inboxName string
+}
+
+// schedulePass is one reconcile of a WorkflowSchedule, bound to the inbox
+// of its namespace.
+type schedulePass struct {
+	*WorkflowScheduleReconciler
+	Inbox ScheduleInbox
+}
+
+// inboxUnavailableRetry is how soon an object whose inbox cannot be used is
+// looked at again (the inbox's recovery wakes it sooner).
+const inboxUnavailableRetry = 5 * time.Second
+
+// conditioned is an object with status conditions.
+type conditioned interface {
+	client.Object
+	conditions() *[]metav1.Condition
+	finished() bool
+}
+
+// routeOrMark finds the inbox of req's namespace. When it cannot be used,
+// it marks the object (condition InboxAvailable False, an Event) and
+// returns ok false with the result to return.
+func routeOrMark(ctx context.Context, router InboxRouter, c client.Client, rec recorder.EventRecorder,
+	req ctrl.Request, obj conditioned) (Inbox, string, bool, ctrl.Result, error) {
+	inbox, name, err := router.For(ctx, req.Namespace)
+	if err == nil {
+		return inbox, name, true, ctrl.Result{}, nil
+	}
+	u, ok := asInboxUnavailable(err)
+	if !ok {
+		return nil, "", false, ctrl.Result{}, fmt.Errorf("find the inbox of namespace %s: %w", req.Namespace, err)
+	}
+	if u.Brief {
+		return nil, "", false, ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if err := markInbox(ctx, c, rec, req, obj, u.Reason, u.Error()); err != nil {
+		return nil, "", false, ctrl.Result{}, err
+	}
+	return nil, "", false, ctrl.Result{RequeueAfter: inboxUnavailableRetry}, nil
+}
+
+// markDown marks the object when its reconcile failed while its inbox's
+// database does not answer.
+func markDown(ctx context.Context, set *InboxSet, c client.Client, rec recorder.EventRecorder,
+	req ctrl.Request, obj conditioned, reconcileErr error) {
+	if reconcileErr == nil || set == nil || ctx.Err() != nil {
+		return
+	}
+	_, name, err := set.For(ctx, req.Namespace)
+	if err != nil {
+		return
+	}
+	if up, cause := set.Up(name); !up {
+		msg := fmt.Sprintf("inbox %s of namespace %s does not answer: %v", name, req.Namespace, cause)
+		_ = markInbox(ctx, c, rec, req, obj, workflowv1alpha1.ReasonInboxUnavailable, msg)
+	}
+}
+
+// markInbox sets condition InboxAvailable False on an unfinished object
+// that does not have it yet, with an Event.
+func markInbox(ctx context.Context, c client.Client, rec recorder.EventRecorder, req ctrl.Request,
+	obj conditioned, reason, msg string) error {
+	if err := c.Get(ctx, req.NamespacedName, obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if obj.finished() || !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	conds := obj.conditions()
+	if cur := meta.FindStatusCondition(*conds, workflowv1alpha1.ConditionInboxAvailable); cur != nil &&
+		cur.Status == metav1.ConditionFalse && cur.Reason == reason {
+		return nil
+	}
+	before := obj.DeepCopyObject().(client.Object)
+	meta.SetStatusCondition(conds, metav1.Condition{Type: workflowv1alpha1.ConditionInboxAvailable,
+		Status: metav1.ConditionFalse, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: obj.GetGeneration()})
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("write condition %s: %w", workflowv1alpha1.ConditionInboxAvailable, err)
+	}
+	if rec != nil {
+		rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Route", "%s", truncate(msg, 1024))
+	}
+	return nil
+}
+
+// inboxAvailableAgain turns a False InboxAvailable condition True; a
+// reconcile that reached its inbox calls it before writing status.
+func inboxAvailableAgain(conds *[]metav1.Condition, generation int64) {
+	if cur := meta.FindStatusCondition(*conds, workflowv1alpha1.ConditionInboxAvailable); cur != nil && cur.Status == metav1.ConditionFalse {
+		meta.SetStatusCondition(conds, metav1.Condition{Type: workflowv1alpha1.ConditionInboxAvailable,
+			Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonInboxAvailable,
+			Message: "the inbox answers again", ObservedGeneration: generation})
+	}
+}
+
+// conditionedRun, conditionedRegistry and conditionedSchedule adapt the
+// kinds to conditioned.
+type conditionedRun struct{ *workflowv1alpha1.WorkflowRun }
+
+func (o conditionedRun) conditions() *[]metav1.Condition { return &o.Status.Conditions }
+func (o conditionedRun) finished() bool                  { return o.Status.Phase.Finished() }
+
+type conditionedRegistry struct {
+	*workflowv1alpha1.WorkflowRegistry
+}
+
+func (o conditionedRegistry) conditions() *[]metav1.Condition { return &o.Status.Conditions }
+func (o conditionedRegistry) finished() bool                  { return false }
+
+type conditionedSchedule struct {
+	*workflowv1alpha1.WorkflowSchedule
+}
+
+func (o conditionedSchedule) conditions() *[]metav1.Condition { return &o.Status.Conditions }
+func (o conditionedSchedule) finished() bool                  { return false }

@@ -1,0 +1,398 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+const (
+	defaultInbox       = workflowv1alpha1.DefaultInboxName
+	reasonNotYetPlaced = workflowv1alpha1.ReasonNamespaceNotYetPlaced
+	// inboxPingInterval is how often each inbox's database is pinged.
+	inboxPingInterval = 2 * time.Second
+	// inboxPingTimeout bounds one ping.
+	inboxPingTimeout = 2 * time.Second
+)
+
+// ServeInbox runs what the manager does for one inbox (its LISTEN, its
+// maintenance, its autoscaler) until ctx ends.
+type ServeInbox func(ctx context.Context, name string, eng *engine.Engine)
+
+// InboxSet holds the manager's inboxes: the default one and one per
+// WorkflowInbox, and says which serves a namespace. The WorkflowInbox
+// controller connects and disconnects the named ones; the placement of
+// namespaces is read from the WorkflowInboxes' status, so every manager
+// (and every restart) routes the same way.
+type InboxSet struct {
+	reader client.Reader
+	log    logr.Logger
+	serve  ServeInbox
+
+	mu    sync.RWMutex
+	conns map[string]*inboxConn
+	// moving: namespaces about to move, which take no new runs meanwhile.
+	moving map[string]bool
+	// tried: the named inboxes the manager tried to connect since it
+	// started (one not tried yet is not reported unavailable).
+	tried map[string]bool
+	// upChanged is told the name of an inbox whose health changed.
+	upChanged chan string
+	metrics   *Metrics
+}
+
+// inboxConn is one connected inbox.
+type inboxConn struct {
+	name   string
+	pool   *pgxpool.Pool
+	eng    *engine.Engine
+	source [32]byte // hash of the URL it was opened with
+	schema int
+	stop   context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	up    bool
+	cause error
+}
+
+// NewInboxSet returns a set whose default inbox is eng. reader reads
+// Namespaces and WorkflowInboxes (the manager's cached client); serve runs
+// the per-inbox loops of a named inbox; metrics is optional.
+func NewInboxSet(reader client.Reader, eng *engine.Engine, serve ServeInbox, log logr.Logger, metrics *Metrics) *InboxSet {
+	s := &InboxSet{reader: reader, log: log, serve: serve, conns: map[string]*inboxConn{},
+		moving: map[string]bool{}, tried: map[string]bool{},
+		upChanged: make(chan string, 64), metrics: metrics}
+	s.conns[defaultInbox] = &inboxConn{name: defaultInbox, eng: eng, up: true}
+	return s
+}
+
+// UpChanged delivers the name of an inbox whose database went down or
+// came back.
+func (s *InboxSet) UpChanged() <-chan string { return s.upChanged }
+
+// Start pings the default inbox until ctx ends (the named ones are pinged
+// by their own loops); a manager Runnable.
+func (s *InboxSet) Start(ctx context.Context) error {
+	s.mu.RLock()
+	c := s.conns[defaultInbox]
+	s.mu.RUnlock()
+	s.pingLoop(ctx, c, func(ctx context.Context) error { return c.eng.Ping(ctx) })
+	return nil
+}
+
+// For returns the inbox serving namespace.
+// An inbox that is connected is returned even while its database does not
+// answer: its calls fail as they would with a single inbox, and the
+// reconcilers' usual handling of an unreachable database applies.
+func (s *InboxSet) For(ctx context.Context, namespace string) (Inbox, string, error) {
+	s.mu.RLock()
+	moving := s.moving[namespace]
+	s.mu.RUnlock()
+	if moving {
+		return nil, "", &InboxUnavailableError{Namespace: namespace, Reason: reasonNotYetPlaced,
+			Err: fmt.Errorf("it is moving to another inbox"), Brief: true}
+	}
+	name, err := s.placed(ctx, namespace)
+	if err != nil {
+		return nil, name, err
+	}
+	s.mu.RLock()
+	c := s.conns[name]
+	s.mu.RUnlock()
+	if c == nil {
+		s.mu.RLock()
+		tried := s.tried[name]
+		s.mu.RUnlock()
+		return nil, name, &InboxUnavailableError{Inbox: name, Namespace: namespace, Reason: workflowv1alpha1.ReasonInboxUnavailable,
+			Err: fmt.Errorf("not connected (its WorkflowInbox's Ready condition says why)"), Brief: !tried}
+	}
+	return c.eng, name, nil
+}
+
+// setMoving marks namespace as about to move (no new runs) or not.
+func (s *InboxSet) setMoving(namespace string, moving bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if moving {
+		s.moving[namespace] = true
+	} else {
+		delete(s.moving, namespace)
+	}
+}
+
+// Engine returns the engine of the named inbox, whatever its health, and
+// whether it is connected.
+func (s *InboxSet) Engine(name string) (*engine.Engine, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c := s.conns[name]
+	if c == nil {
+		return nil, false
+	}
+	return c.eng, true
+}
+
+// Up reports whether the named inbox is connected and its database
+// answered the last ping, and the cause when not.
+func (s *InboxSet) Up(name string) (bool, error) {
+	s.mu.RLock()
+	c := s.conns[name]
+	s.mu.RUnlock()
+	if c == nil {
+		return false, fmt.Errorf("not connected")
+	}
+	return c.health()
+}
+
+// placed names the inbox serving namespace by the WorkflowInboxes' status:
+// the inbox listing it, else the default inbox, unless an inbox selects the
+// namespace without having decided yet (then a NamespaceNotYetPlaced
+// error, so that nothing is written to an inbox the namespace is leaving).
+func (s *InboxSet) placed(ctx context.Context, namespace string) (string, error) {
+	var list workflowv1alpha1.WorkflowInboxList
+	if err := s.reader.List(ctx, &list); err != nil {
+		if meta.IsNoMatchError(err) {
+			return defaultInbox, nil // the CRD is not installed: one inbox
+		}
+		return defaultInbox, fmt.Errorf("list WorkflowInboxes: %w", err)
+	}
+	if len(list.Items) == 0 {
+		return defaultInbox, nil
+	}
+	inboxes := byAge(list.Items)
+	for _, in := range inboxes {
+		if slices.Contains(in.Status.Namespaces, namespace) {
+			return in.Name, nil
+		}
+	}
+	var ns corev1.Namespace
+	if err := s.reader.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return defaultInbox, nil
+		}
+		return defaultInbox, fmt.Errorf("get Namespace %s: %w", namespace, err)
+	}
+	for _, in := range inboxes {
+		if !in.DeletionTimestamp.IsZero() || !selects(in, ns.Labels) {
+			continue
+		}
+		if slices.Contains(in.Status.HeldNamespaces, namespace) {
+			return defaultInbox, nil // it stays, for now, where it was
+		}
+		return in.Name, &InboxUnavailableError{Inbox: in.Name, Namespace: namespace, Reason: reasonNotYetPlaced, Brief: true}
+	}
+	return defaultInbox, nil
+}
+
+// byAge returns the inboxes oldest first (by name among equals).
+func byAge(items []workflowv1alpha1.WorkflowInbox) []*workflowv1alpha1.WorkflowInbox {
+	out := make([]*workflowv1alpha1.WorkflowInbox, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	slices.SortFunc(out, func(a, b *workflowv1alpha1.WorkflowInbox) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// selects reports whether the inbox's selector takes a namespace with
+// these labels. An invalid or empty selector takes none.
+func selects(in *workflowv1alpha1.WorkflowInbox, nsLabels map[string]string) bool {
+	sel, err := metav1.LabelSelectorAsSelector(&in.Spec.NamespaceSelector)
+	if err != nil || sel.Empty() {
+		return false
+	}
+	return sel.Matches(labels.Set(nsLabels))
+}
+
+// connect opens (or keeps) the named inbox at url: a URL the inbox was
+// already opened with is kept; a new one replaces the old connection.
+// migrate prepares the database before it is served.
+func (s *InboxSet) connect(ctx context.Context, name, url string,
+	migrate func(context.Context, *pgxpool.Pool) (int, error)) (*inboxConn, error) {
+	s.mu.Lock()
+	s.tried[name] = true
+	s.mu.Unlock()
+	sum := sha256.Sum256([]byte(url))
+	s.mu.RLock()
+	old := s.conns[name]
+	s.mu.RUnlock()
+	if old != nil && old.source == sum {
+		return old, nil
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The parser's message may quote the URL and its password.
+		return nil, fmt.Errorf("the Secret's URL does not parse as a Postgres URL")
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > 5*time.Second {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open the database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	schema, err := migrate(pctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	eng, err := engine.New(pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	c := &inboxConn{name: name, pool: pool, eng: eng, source: sum, schema: schema, up: true, done: make(chan struct{})}
+	if old != nil {
+		s.disconnect(name)
+	}
+	// The loops live as long as the connection, not as the reconcile.
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	c.stop = stop
+	go func() {
+		defer close(c.done)
+		var wg sync.WaitGroup
+		wg.Go(func() { s.pingLoop(lctx, c, eng.Ping) })
+		if s.serve != nil {
+			wg.Go(func() { s.serve(lctx, name, eng) })
+		}
+		wg.Wait()
+	}()
+	s.mu.Lock()
+	s.conns[name] = c
+	s.mu.Unlock()
+	s.setUpMetric(name, true)
+	s.log.Info("Inbox connected", "inbox", name, "schemaVersion", schema)
+	return c, nil
+}
+
+// disconnect stops the named inbox's loops and closes its pool.
+func (s *InboxSet) disconnect(name string) {
+	s.mu.Lock()
+	c := s.conns[name]
+	if name != defaultInbox {
+		delete(s.conns, name)
+	}
+	s.mu.Unlock()
+	if c == nil || c.stop == nil {
+		return
+	}
+	c.stop()
+	<-c.done
+	c.pool.Close()
+	if s.metrics != nil && s.metrics.InboxUp != nil {
+		s.metrics.InboxUp.DeleteLabelValues(name)
+	}
+	s.log.Info("Inbox disconnected", "inbox", name)
+}
+
+// connected lists the names of the named inboxes connected now.
+func (s *InboxSet) connected() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for n := range s.conns {
+		if n != defaultInbox {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Close disconnects every named inbox.
+func (s *InboxSet) Close() {
+	for _, n := range s.connected() {
+		s.disconnect(n)
+	}
+}
+
+// pingLoop pings c's database until ctx ends and records whether it answers.
+func (s *InboxSet) pingLoop(ctx context.Context, c *inboxConn, ping func(context.Context) error) {
+	t := time.NewTicker(inboxPingInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, inboxPingTimeout)
+		err := ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if c.setHealth(err) {
+			s.setUpMetric(c.name, err == nil)
+			if err != nil {
+				s.log.Error(err, "Inbox database does not answer", "inbox", c.name)
+			} else {
+				s.log.Info("Inbox database answers again", "inbox", c.name)
+			}
+			select {
+			case s.upChanged <- c.name:
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *InboxSet) setUpMetric(name string, up bool) {
+	if s.metrics == nil || s.metrics.InboxUp == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	s.metrics.InboxUp.WithLabelValues(name).Set(v)
+}
+
+// health reports whether the database answered the last ping.
+func (c *inboxConn) health() (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.up, c.cause
+}
+
+// setHealth records a ping's outcome and reports whether health changed.
+func (c *inboxConn) setHealth(err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	up := err == nil
+	changed := up != c.up
+	c.up, c.cause = up, err
+	return changed
+}
