@@ -263,17 +263,20 @@ func run() error {
 			return err == nil && at == name
 		}
 	}
+	downOf := func(name string) func() bool {
+		return func() bool { up, _ := inboxes.Up(name); return !up }
+	}
 	autoscaler := func(name string, e *engine.Engine) *controller.Autoscaler {
 		return &controller.Autoscaler{
 			Client: mgr.GetClient(), Engine: e, Recorder: mgr.GetEventRecorder("worker-autoscaler"),
 			Log: ctrl.Log.WithName("autoscaler").WithValues("inbox", name), Metrics: m, Interval: o.autoscaleInterval,
-			Serves: servedBy(name),
+			Serves: servedBy(name), Down: downOf(name),
 		}
 	}
 	maintenance := func(name string, e *engine.Engine) *controller.Maintenance {
 		return &controller.Maintenance{
 			Engine: e, Inbox: name, Log: ctrl.Log.WithName("maintenance").WithValues("inbox", name), Metrics: m,
-			Retention: o.retention, Schedules: schedules,
+			Retention: o.retention, Schedules: schedules, Down: downOf(name),
 		}
 	}
 	// The loops of a WorkflowInbox's database, run while it is connected.

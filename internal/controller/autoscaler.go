@@ -65,6 +65,9 @@ type Autoscaler struct {
 	// Serves, when set, restricts scaling to the namespaces it accepts
 	// (those of one inbox, whose depth this autoscaler measures).
 	Serves func(ctx context.Context, namespace string) bool
+	// Down, optional, reports that the inbox's database does not answer:
+	// pools keep their replicas and nothing is measured meanwhile.
+	Down func() bool
 
 	mu    sync.Mutex
 	state map[string]*scaleState
@@ -90,7 +93,9 @@ func (a *Autoscaler) Start(ctx context.Context) error {
 	ticker := time.NewTicker(orDefault(a.Interval, DefaultAutoscaleInterval))
 	defer ticker.Stop()
 	for {
-		if err := a.Evaluate(ctx); err != nil && ctx.Err() == nil {
+		if a.Down != nil && a.Down() {
+			// Keep the replicas the pools have; measure again when it answers.
+		} else if err := a.Evaluate(ctx); err != nil && ctx.Err() == nil {
 			a.Log.Error(err, "Autoscaling evaluation failed")
 		}
 		select {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -45,7 +46,8 @@ const inboxUnavailableRetry = 5 * time.Second
 
 // conditioned is an object with status conditions.
 type conditioned interface {
-	client.Object
+	// object is the API object itself (a kind of the scheme).
+	object() client.Object
 	conditions() *[]metav1.Condition
 	finished() bool
 }
@@ -85,7 +87,9 @@ func markDown(ctx context.Context, set *InboxSet, c client.Client, rec recorder.
 	}
 	if up, cause := set.Up(name); !up {
 		msg := fmt.Sprintf("inbox %s of namespace %s does not answer: %v", name, req.Namespace, cause)
-		_ = markInbox(ctx, c, rec, req, obj, workflowv1alpha1.ReasonInboxUnavailable, msg)
+		if err := markInbox(ctx, c, rec, req, obj, workflowv1alpha1.ReasonInboxUnavailable, msg); err != nil {
+			logf.FromContext(ctx).Error(err, "Marking an object whose inbox does not answer failed")
+		}
 	}
 }
 
@@ -93,10 +97,11 @@ func markDown(ctx context.Context, set *InboxSet, c client.Client, rec recorder.
 // that does not have it yet, with an Event.
 func markInbox(ctx context.Context, c client.Client, rec recorder.EventRecorder, req ctrl.Request,
 	obj conditioned, reason, msg string) error {
-	if err := c.Get(ctx, req.NamespacedName, obj); err != nil {
+	o := obj.object()
+	if err := c.Get(ctx, req.NamespacedName, o); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if obj.finished() || !obj.GetDeletionTimestamp().IsZero() {
+	if obj.finished() || !o.GetDeletionTimestamp().IsZero() {
 		return nil
 	}
 	conds := obj.conditions()
@@ -104,17 +109,17 @@ func markInbox(ctx context.Context, c client.Client, rec recorder.EventRecorder,
 		cur.Status == metav1.ConditionFalse && cur.Reason == reason {
 		return nil
 	}
-	before := obj.DeepCopyObject().(client.Object)
+	before := o.DeepCopyObject().(client.Object)
 	meta.SetStatusCondition(conds, metav1.Condition{Type: workflowv1alpha1.ConditionInboxAvailable,
-		Status: metav1.ConditionFalse, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: obj.GetGeneration()})
-	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		Status: metav1.ConditionFalse, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: o.GetGeneration()})
+	if err := c.Status().Patch(ctx, o, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("write condition %s: %w", workflowv1alpha1.ConditionInboxAvailable, err)
 	}
 	if rec != nil {
-		rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Route", "%s", truncate(msg, 1024))
+		rec.Eventf(o, nil, corev1.EventTypeWarning, reason, "Route", "%s", truncate(msg, 1024))
 	}
 	return nil
 }
@@ -133,6 +138,7 @@ func inboxAvailableAgain(conds *[]metav1.Condition, generation int64) {
 // kinds to conditioned.
 type conditionedRun struct{ *workflowv1alpha1.WorkflowRun }
 
+func (o conditionedRun) object() client.Object           { return o.WorkflowRun }
 func (o conditionedRun) conditions() *[]metav1.Condition { return &o.Status.Conditions }
 func (o conditionedRun) finished() bool                  { return o.Status.Phase.Finished() }
 
@@ -140,6 +146,7 @@ type conditionedRegistry struct {
 	*workflowv1alpha1.WorkflowRegistry
 }
 
+func (o conditionedRegistry) object() client.Object           { return o.WorkflowRegistry }
 func (o conditionedRegistry) conditions() *[]metav1.Condition { return &o.Status.Conditions }
 func (o conditionedRegistry) finished() bool                  { return false }
 
@@ -147,5 +154,6 @@ type conditionedSchedule struct {
 	*workflowv1alpha1.WorkflowSchedule
 }
 
+func (o conditionedSchedule) object() client.Object           { return o.WorkflowSchedule }
 func (o conditionedSchedule) conditions() *[]metav1.Condition { return &o.Status.Conditions }
 func (o conditionedSchedule) finished() bool                  { return false }

@@ -18,7 +18,11 @@ type Maintenance struct {
 	Engine *engine.Engine
 	// Inbox names the inbox in metrics; DefaultInboxName when empty.
 	Inbox string
-	Log   logr.Logger
+	// Down, optional, reports that the inbox's database does not answer:
+	// the loops skip their work meanwhile instead of logging each failure
+	// (the inbox's own health is reported once, by whoever pings it).
+	Down func() bool
+	Log  logr.Logger
 	// Metrics to refresh; optional.
 	Metrics *Metrics
 	// ReapInterval defaults to 5s.
@@ -70,6 +74,9 @@ func (m *Maintenance) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-reap.C:
+			if m.down() {
+				continue
+			}
 			for {
 				res, err := m.Engine.ReapExpiredLeases(ctx, 1000)
 				if err != nil {
@@ -95,7 +102,7 @@ func (m *Maintenance) Start(ctx context.Context) error {
 				m.Log.Info("Run failed: deadline exceeded", "runID", id)
 			}
 		case <-stats.C:
-			if m.Metrics == nil {
+			if m.Metrics == nil || m.down() {
 				continue
 			}
 			lastEventID, finishedSince = m.refreshMetrics(ctx, lastEventID, finishedSince)
@@ -119,7 +126,9 @@ func (m *Maintenance) scheduleLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			m.fireDueSchedules(ctx)
+			if !m.down() {
+				m.fireDueSchedules(ctx)
+			}
 		}
 	}
 }
@@ -159,6 +168,9 @@ func (m *Maintenance) fireDueSchedules(ctx context.Context) {
 		}
 	}
 }
+
+// down reports whether the inbox is known not to answer.
+func (m *Maintenance) down() bool { return m.Down != nil && m.Down() }
 
 // inboxName is the inbox's name in metrics.
 func (m *Maintenance) inboxName() string {

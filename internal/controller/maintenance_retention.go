@@ -33,6 +33,9 @@ func (m *Maintenance) retainLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		if m.down() {
+			continue
+		}
 		m.prepareHistory(ctx)
 		if m.Retention <= 0 {
 			continue

@@ -15,6 +15,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -68,16 +69,31 @@ var _ = Describe("several inboxes", Ordered, func() {
 		Expect(p.QueryRow(ctx, "select count(*) from workflow.workflow_run where namespace = $1", ns).Scan(&n)).To(Succeed())
 		return n
 	}
+	// ownPhases is phases without the runs the schedule made.
+	ownPhases := func(ns string) func() string {
+		return func() string {
+			var out []string
+			for _, f := range strings.Fields(phases(ns)()) {
+				if !strings.HasPrefix(f, "minutely-") {
+					out = append(out, f)
+				}
+			}
+			return strings.Join(out, " ")
+		}
+	}
+	// loadClient is not held back by client-go's default 5 requests a
+	// second, so the load is what the test offers.
+	var loadClient client.Client
 	newRun := func(ns, name, typ, payload string, labels map[string]string) {
 		wfr := &workflowv1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 			Spec: workflowv1alpha1.WorkflowRunSpec{Type: typ, Payload: &apiextensionsv1.JSON{Raw: []byte(payload)}}}
-		ExpectWithOffset(1, k8sClient.Create(ctx, wfr)).To(Succeed())
+		ExpectWithOffset(1, loadClient.Create(ctx, wfr)).To(Succeed())
 	}
 	// succeeded counts the WorkflowRuns of a namespace with a label that
 	// succeeded.
 	succeeded := func(ns, label string) int {
 		var list workflowv1alpha1.WorkflowRunList
-		Expect(k8sClient.List(ctx, &list, client.InNamespace(ns), client.HasLabels{label})).To(Succeed())
+		Expect(loadClient.List(ctx, &list, client.InNamespace(ns), client.HasLabels{label})).To(Succeed())
 		n := 0
 		for _, r := range list.Items {
 			if r.Status.Phase == workflowv1alpha1.PhaseSucceeded {
@@ -88,7 +104,16 @@ var _ = Describe("several inboxes", Ordered, func() {
 	}
 
 	BeforeAll(func() {
+		DeferCleanup(func() {
+			if CurrentSpecReport().Failed() {
+				GinkgoWriter.Println("manager log (tail):\n" + tail(manager.output(), 30000))
+			}
+		})
 		var err error
+		cfg := rest.CopyConfig(cp.Config)
+		cfg.QPS, cfg.Burst = 200, 400
+		loadClient, err = client.New(cfg, client.Options{Scheme: k8sClient.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
 		clusterB, err = pgtest.StartCluster(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(clusterB.Stop)
@@ -321,19 +346,20 @@ spec:
 				"-o", `jsonpath={range .items[*]}{.status.phase}{" "}{end}`)
 			return strings.TrimSpace(out)
 		}, 60*time.Second).Should(Equal("Succeeded"))
+		mustKubectl("patch", "wfs", "minutely", "-n", b1.ns, "--type=merge", "-p", `{"spec":{"suspend":true}}`)
 	})
 
 	It("keeps the other inboxes at their rate while one database is down for a minute, and loses nothing", func() {
 		b1, b2 := byNS("e2e-inbox-b1"), byNS("e2e-inbox-b2")
 		loaded := []*team{byNS("e2e-inbox-a1"), byNS("e2e-inbox-c1")}
 		const label = "inbox-load"
-		// A steady load on the other inboxes: 5 runs a second in each.
+		// A steady load on the other inboxes: 10 runs a second in each.
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for _, t := range loaded {
 			wg.Go(func() {
 				defer GinkgoRecover()
-				tick := time.NewTicker(200 * time.Millisecond)
+				tick := time.NewTicker(100 * time.Millisecond)
 				defer tick.Stop()
 				for i := 0; ; i++ {
 					select {
@@ -399,15 +425,15 @@ spec:
 		AddReportEntry("inbox outage", fmt.Sprintf("other inboxes' runs succeeded: %.2f/s before, %.2f/s during the outage (%.2fx)",
 			rateBefore, rateDuring, ratio))
 		GinkgoWriter.Printf("other inboxes: %.2f runs/s before, %.2f during the outage (%.2fx)\n", rateBefore, rateDuring, ratio)
-		Expect(rateBefore).To(BeNumerically(">", 5), "the load did not run")
+		Expect(rateBefore).To(BeNumerically(">", 10), "the load did not run")
 		Expect(ratio).To(BeNumerically(">=", 0.8), "the other inboxes slowed down during the outage")
 
 		By("starting inbox b's server again: every run of its namespaces finishes, each once")
 		Expect(clusterB.Resume(ctx)).To(Succeed())
 		Eventually(ready("b"), 60*time.Second).Should(Equal("True/Connected"))
-		Eventually(phases(b1.ns), 90*time.Second).Should(Equal(
+		Eventually(ownPhases(b1.ns), 90*time.Second).Should(Equal(
 			"chain=Succeeded during-0=Succeeded during-1=Succeeded during-2=Succeeded during-3=Succeeded during-4=Succeeded order=Succeeded plain=Succeeded"))
-		Eventually(phases(b2.ns), 90*time.Second).Should(Equal("chain=Succeeded order=Succeeded plain=Succeeded slow=Succeeded"))
+		Eventually(ownPhases(b2.ns), 90*time.Second).Should(Equal("chain=Succeeded order=Succeeded plain=Succeeded slow=Succeeded"))
 		Eventually(func() string {
 			out, _ := kubectl("get", "wfr", "during-0", "-n", b1.ns, "-o",
 				`jsonpath={.status.conditions[?(@.type=="InboxAvailable")].status}`)
