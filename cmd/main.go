@@ -20,7 +20,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -192,7 +194,16 @@ func run() error {
 	ctrl.SetLogger(newQuietShutdownLogger(zap.New(zap.UseFlagOptions(&o.zap)), func() bool { return ctx.Err() != nil }))
 	log := ctrl.Log.WithName("setup")
 
-	pool, err := pgxpool.New(ctx, o.databaseURL)
+	poolConfig, err := pgxpool.ParseConfig(o.databaseURL)
+	if err != nil {
+		return errors.New("database: the URL does not parse as a Postgres URL")
+	}
+	if poolConfig.ConnConfig.ConnectTimeout == 0 {
+		// A database that does not answer fails a connection attempt
+		// in seconds, not at the kernel's TCP timeout.
+		poolConfig.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
@@ -256,10 +267,15 @@ func run() error {
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowschedule-controller"),
 		DeletionGracePeriod: o.deletionGracePeriod,
 	}
-	var inboxes *controller.InboxSet
+	// inboxes holds every inbox; routed is inboxes when WorkflowInboxes
+	// are served, nil when only the default inbox is.
+	var inboxes, routed *controller.InboxSet
 	servedBy := func(name string) func(context.Context, string) bool {
 		return func(ctx context.Context, ns string) bool {
-			_, at, err := inboxes.For(ctx, ns)
+			if routed == nil {
+				return name == workflowv1alpha1.DefaultInboxName
+			}
+			_, at, err := routed.For(ctx, ns)
 			return err == nil && at == name
 		}
 	}
@@ -293,13 +309,19 @@ func run() error {
 		return err
 	}
 	waker := controller.NewNamespaceWaker(mgr.GetClient(), watcher, ctrl.Log.WithName("inboxes"))
-	schedules.Inboxes, schedules.Woken = inboxes, waker.Schedules
 	// A cluster upgraded without the WorkflowInbox CRD (helm does not
 	// upgrade CRDs) keeps working with the default inbox alone.
+	routed = inboxes
 	inboxKind := workflowv1alpha1.GroupVersion.WithKind("WorkflowInbox").GroupKind()
-	if _, err := mgr.GetRESTMapper().RESTMapping(inboxKind, workflowv1alpha1.GroupVersion.Version); err != nil {
-		log.Info("WorkflowInbox is not served by the API server (its CRD is not installed): only the default inbox is used",
-			"error", err.Error())
+	if err := kindServed(ctx, mgr.GetRESTMapper(), inboxKind, workflowv1alpha1.GroupVersion.Version); apimeta.IsNoMatchError(err) {
+		log.Info("WorkflowInbox is not served by the API server (its CRD is not installed): only the default inbox is used; install the CRD and restart the manager to serve more")
+		routed = nil
+	} else if err != nil {
+		return fmt.Errorf("look up the WorkflowInbox kind: %w", err)
+	}
+	schedules.Inboxes, schedules.Woken = routed, waker.Schedules
+	if routed == nil {
+		// no WorkflowInbox controller
 	} else if err := (&controller.WorkflowInboxReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Set: inboxes,
 		Recorder: mgr.GetEventRecorder("workflowinbox-controller"), Wake: waker.Wake,
@@ -320,14 +342,14 @@ func run() error {
 		return fmt.Errorf("set up WorkflowInbox controller: %w", err)
 	}
 	if err := (&controller.WorkflowRunReconciler{
-		Client: mgr.GetClient(), Inbox: eng, Inboxes: inboxes, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
+		Client: mgr.GetClient(), Inbox: eng, Inboxes: routed, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
 		Changes: watcher.Changes(), Followers: watcher.Followers(), ResyncPeriod: o.resyncPeriod, Metrics: m, MaxConcurrentReconciles: o.maxConcurrent,
 		DeletionGracePeriod: o.deletionGracePeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up WorkflowRun controller: %w", err)
 	}
 	if err := (&controller.WorkflowRegistryReconciler{
-		Client: mgr.GetClient(), Inbox: eng, Inboxes: inboxes, Woken: waker.Registries,
+		Client: mgr.GetClient(), Inbox: eng, Inboxes: routed, Woken: waker.Registries,
 		Recorder:            mgr.GetEventRecorder("workflowregistry-controller"),
 		DeletionGracePeriod: o.deletionGracePeriod,
 	}).SetupWithManager(mgr); err != nil {
@@ -368,6 +390,20 @@ func run() error {
 	}
 	log.Info("Starting manager", "version", version, "revision", revision)
 	return mgr.Start(ctx)
+}
+
+// kindServed asks the API server whether it serves a kind, for up to a
+// minute while it does not answer (a restarting API server is not a
+// missing CRD): nil when served, a NoMatch error when not.
+func kindServed(ctx context.Context, mapper apimeta.RESTMapper, gk schema.GroupKind, version string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := mapper.RESTMapping(gk, version)
+		if err == nil || apimeta.IsNoMatchError(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // pingWithRetry waits up to a minute for Postgres to answer.

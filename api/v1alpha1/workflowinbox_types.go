@@ -27,7 +27,7 @@ type InboxSecretRef struct {
 // WorkflowInboxSpec names an inbox database and the namespaces it serves.
 type WorkflowInboxSpec struct {
 	// SecretRef names the Secret key holding the inbox's Postgres URL. The
-	// manager reads it (and reads it again every minute, so a rotated
+	// manager reads it (and reads it again every 30 seconds, so a rotated
 	// password is picked up), migrates the database and serves it.
 	SecretRef InboxSecretRef `json:"secretRef"`
 	// NamespaceSelector selects the namespaces whose runs, registries and
@@ -76,6 +76,8 @@ const (
 	//   - True, ReasonConnected.
 	//   - False, ReasonSecretNotFound, ReasonSecretKeyMissing,
 	//     ReasonUnreachable or ReasonMigrationFailed: the message says why.
+	//   - False, ReasonSelectorInvalid: namespaceSelector does not parse;
+	//     the inbox keeps the namespaces it serves and takes no other.
 	ConditionInboxReady = "Ready"
 	// ConditionNamespacesHeld: whether a namespace this inbox selects is
 	// still served by another inbox.
@@ -101,6 +103,7 @@ const (
 	ReasonSecretKeyMissing     = "SecretKeyMissing"
 	ReasonUnreachable          = "Unreachable"
 	ReasonMigrationFailed      = "MigrationFailed"
+	ReasonSelectorInvalid      = "SelectorInvalid"
 	ReasonUnfinishedRuns       = "UnfinishedRuns"
 	ReasonSelectedByOlderInbox = "SelectedByOlderInbox"
 	ReasonNoneHeld             = "NoneHeld"

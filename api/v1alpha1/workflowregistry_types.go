@@ -248,8 +248,9 @@ type WorkflowRegistryStatus struct {
 	WorkerPools int32 `json:"workerPools"`
 	// Inbox names the inbox holding the registry's types and runs:
 	// default (the chart's database) or a WorkflowInbox. Workers of its
-	// pools connect to that inbox's database (the WorkflowInbox's
-	// spec.secretRef names the Secret to mount).
+	// pools connect to that inbox's database, with a login of their own
+	// bound to this namespace as a worker (not the manager's, which owns
+	// the schema).
 	// +optional
 	Inbox string `json:"inbox,omitempty"`
 	// Workers reports each worker pool.

@@ -22,6 +22,8 @@ import (
 type runPass struct {
 	*WorkflowRunReconciler
 	Inbox Inbox
+	// inboxName names Inbox.
+	inboxName string
 }
 
 // registryPass is one reconcile of a WorkflowRegistry, bound to the inbox
@@ -52,42 +54,72 @@ type conditioned interface {
 	finished() bool
 }
 
-// routeOrMark finds the inbox of req's namespace. When it cannot be used,
-// it marks the object (condition InboxAvailable False, an Event) and
-// returns ok false with the result to return.
+// reconcilePassTimeout bounds one reconcile of an object when the manager
+// serves several inboxes: a database that hangs holds a worker of the
+// controller this long at most, not forever.
+const reconcilePassTimeout = 15 * time.Second
+
+// routeOrMark finds the inbox of req's namespace and enters it (release
+// ends the pass). When it cannot be used, or its database does not answer
+// (an object being deleted still goes ahead: its finalizer's grace period
+// applies), it marks the object (condition InboxAvailable False, an Event)
+// and returns ok false with the result to return.
 func routeOrMark(ctx context.Context, router InboxRouter, c client.Client, rec recorder.EventRecorder,
-	req ctrl.Request, obj conditioned) (Inbox, string, bool, ctrl.Result, error) {
-	inbox, name, err := router.For(ctx, req.Namespace)
+	req ctrl.Request, obj conditioned) (inbox Inbox, name string, release func(), ok bool, res ctrl.Result, err error) {
+	inbox, name, release, err = router.Enter(ctx, req.Namespace)
 	if err == nil {
-		return inbox, name, true, ctrl.Result{}, nil
+		set, isSet := router.(*InboxSet)
+		if !isSet {
+			return inbox, name, release, true, ctrl.Result{}, nil
+		}
+		up, _ := set.Up(name)
+		if up || deleting(ctx, c, req, obj) {
+			return inbox, name, release, true, ctrl.Result{}, nil
+		}
+		release()
+		err = &InboxUnavailableError{Inbox: name, Namespace: req.Namespace, Reason: workflowv1alpha1.ReasonInboxUnavailable,
+			Err: fmt.Errorf("its database does not answer (the WorkflowInbox's Ready condition says more)")}
 	}
-	u, ok := asInboxUnavailable(err)
-	if !ok {
-		return nil, "", false, ctrl.Result{}, fmt.Errorf("find the inbox of namespace %s: %w", req.Namespace, err)
+	u, isU := asInboxUnavailable(err)
+	if !isU {
+		return nil, "", nil, false, ctrl.Result{}, fmt.Errorf("find the inbox of namespace %s: %w", req.Namespace, err)
 	}
 	if u.Brief {
-		return nil, "", false, ctrl.Result{RequeueAfter: time.Second}, nil
+		return nil, "", nil, false, ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	if err := markInbox(ctx, c, rec, req, obj, u.Reason, u.Error()); err != nil {
-		return nil, "", false, ctrl.Result{}, err
+		return nil, "", nil, false, ctrl.Result{}, err
 	}
-	return nil, "", false, ctrl.Result{RequeueAfter: inboxUnavailableRetry}, nil
+	return nil, "", nil, false, ctrl.Result{RequeueAfter: inboxUnavailableRetry}, nil
+}
+
+// deleting reports whether the object is being deleted (false when it
+// cannot be read).
+func deleting(ctx context.Context, c client.Client, req ctrl.Request, obj conditioned) bool {
+	o := obj.object()
+	if err := c.Get(ctx, req.NamespacedName, o); err != nil {
+		return false
+	}
+	return !o.GetDeletionTimestamp().IsZero()
 }
 
 // markDown marks the object when its reconcile failed while its inbox's
 // database does not answer.
 func markDown(ctx context.Context, set *InboxSet, c client.Client, rec recorder.EventRecorder,
 	req ctrl.Request, obj conditioned, reconcileErr error) {
-	if reconcileErr == nil || set == nil || ctx.Err() != nil {
+	if reconcileErr == nil || set == nil {
 		return
 	}
 	_, name, err := set.For(ctx, req.Namespace)
 	if err != nil {
 		return
 	}
-	if up, cause := set.Up(name); !up {
-		msg := fmt.Sprintf("inbox %s of namespace %s does not answer: %v", name, req.Namespace, cause)
-		if err := markInbox(ctx, c, rec, req, obj, workflowv1alpha1.ReasonInboxUnavailable, msg); err != nil {
+	if up, _ := set.Up(name); !up {
+		// A fresh context: the pass's may be what ran out.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		msg := fmt.Sprintf("inbox %s of namespace %s does not answer (the WorkflowInbox's Ready condition says more)", name, req.Namespace)
+		if err := markInbox(mctx, c, rec, req, obj, workflowv1alpha1.ReasonInboxUnavailable, msg); err != nil {
 			logf.FromContext(ctx).Error(err, "Marking an object whose inbox does not answer failed")
 		}
 	}
@@ -112,8 +144,11 @@ func markInbox(ctx context.Context, c client.Client, rec recorder.EventRecorder,
 	before := o.DeepCopyObject().(client.Object)
 	meta.SetStatusCondition(conds, metav1.Condition{Type: workflowv1alpha1.ConditionInboxAvailable,
 		Status: metav1.ConditionFalse, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: o.GetGeneration()})
-	if err := c.Status().Patch(ctx, o, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	// No optimistic lock: the patch names only the conditions, which only
+	// this object's reconcile (the caller) writes; a cache a moment behind
+	// must not keep the mark from landing.
+	if err := c.Status().Patch(ctx, o, client.MergeFrom(before)); err != nil {
+		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("write condition %s: %w", workflowv1alpha1.ConditionInboxAvailable, err)

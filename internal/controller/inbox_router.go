@@ -9,9 +9,10 @@ import (
 // InboxRouter finds the inbox that serves a namespace. *InboxSet
 // implements it; a reconciler without one uses its single Inbox.
 type InboxRouter interface {
-	// For returns the inbox serving namespace and its name, or an error
-	// (an *InboxUnavailableError when the manager cannot use it now).
-	For(ctx context.Context, namespace string) (Inbox, string, error)
+	// Enter returns the inbox serving namespace and its name for one
+	// reconcile's pass, with a release to call when the pass ends, or an
+	// error (an *InboxUnavailableError when the manager cannot use it now).
+	Enter(ctx context.Context, namespace string) (Inbox, string, func(), error)
 }
 
 // InboxUnavailableError says that the inbox of a namespace cannot be used
@@ -55,8 +56,8 @@ func asInboxUnavailable(err error) (*InboxUnavailableError, bool) {
 // singleInbox routes every namespace to one inbox.
 type singleInbox struct{ inbox Inbox }
 
-func (s singleInbox) For(context.Context, string) (Inbox, string, error) {
-	return s.inbox, defaultInbox, nil
+func (s singleInbox) Enter(context.Context, string) (Inbox, string, func(), error) {
+	return s.inbox, defaultInbox, func() {}, nil
 }
 
 // routerOr returns r, or a router of the single inbox when r is nil.

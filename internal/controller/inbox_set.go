@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -51,6 +52,12 @@ type InboxSet struct {
 	// tried: the named inboxes the manager tried to connect since it
 	// started (one not tried yet is not reported unavailable).
 	tried map[string]bool
+	// fences: per namespace, held by reconcile passes, taken by a move.
+	fences map[string]*sync.RWMutex
+	// recoveries counts, per inbox, the times its database answered again.
+	recoveries map[string]int
+	// base is the manager's context: the loops of every inbox end with it.
+	base context.Context
 	// upChanged is told the name of an inbox whose health changed.
 	upChanged chan string
 	metrics   *Metrics
@@ -76,7 +83,8 @@ type inboxConn struct {
 // the per-inbox loops of a named inbox; metrics is optional.
 func NewInboxSet(reader client.Reader, eng *engine.Engine, serve ServeInbox, log logr.Logger, metrics *Metrics) *InboxSet {
 	s := &InboxSet{reader: reader, log: log, serve: serve, conns: map[string]*inboxConn{},
-		moving: map[string]bool{}, tried: map[string]bool{},
+		moving: map[string]bool{}, tried: map[string]bool{}, fences: map[string]*sync.RWMutex{},
+		recoveries: map[string]int{}, base: context.Background(),
 		upChanged: make(chan string, 64), metrics: metrics}
 	s.conns[defaultInbox] = &inboxConn{name: defaultInbox, eng: eng, up: true}
 	return s
@@ -89,25 +97,78 @@ func (s *InboxSet) UpChanged() <-chan string { return s.upChanged }
 // Start pings the default inbox until ctx ends (the named ones are pinged
 // by their own loops); a manager Runnable.
 func (s *InboxSet) Start(ctx context.Context) error {
-	s.mu.RLock()
+	s.mu.Lock()
 	c := s.conns[defaultInbox]
-	s.mu.RUnlock()
+	s.base = ctx
+	s.mu.Unlock()
 	s.pingLoop(ctx, c, func(ctx context.Context) error { return c.eng.Ping(ctx) })
 	return nil
 }
 
-// For returns the inbox serving namespace.
-// An inbox that is connected is returned even while its database does not
-// answer: its calls fail as they would with a single inbox, and the
-// reconcilers' usual handling of an unreachable database applies.
+// For returns the inbox serving namespace, for a look that writes nothing
+// (Enter is for a reconcile's pass). An inbox that is connected is
+// returned even while its database does not answer.
 func (s *InboxSet) For(ctx context.Context, namespace string) (Inbox, string, error) {
 	s.mu.RLock()
 	moving := s.moving[namespace]
 	s.mu.RUnlock()
 	if moving {
-		return nil, "", &InboxUnavailableError{Namespace: namespace, Reason: reasonNotYetPlaced,
-			Err: fmt.Errorf("it is moving to another inbox"), Brief: true}
+		return nil, "", errMoving(namespace)
 	}
+	return s.route(ctx, namespace)
+}
+
+// Enter returns the inbox serving namespace for one reconcile's pass and
+// holds the namespace where it is until release is called: a namespace
+// moves only when no pass holds it (see fenceForMove).
+func (s *InboxSet) Enter(ctx context.Context, namespace string) (Inbox, string, func(), error) {
+	f := s.fence(namespace)
+	if !f.TryRLock() {
+		return nil, "", nil, errMoving(namespace)
+	}
+	inbox, name, err := s.For(ctx, namespace)
+	if err != nil {
+		f.RUnlock()
+		return nil, name, nil, err
+	}
+	return inbox, name, f.RUnlock, nil
+}
+
+// fence is the namespace's lock between passes (readers) and a move.
+func (s *InboxSet) fence(namespace string) *sync.RWMutex {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fences[namespace]
+	if f == nil {
+		f = &sync.RWMutex{}
+		s.fences[namespace] = f
+	}
+	return f
+}
+
+// fenceForMove waits up to wait for the passes holding namespace to end and
+// holds off new ones until unlock is called; ok is false when passes still
+// hold it.
+func (s *InboxSet) fenceForMove(namespace string, wait time.Duration) (unlock func(), ok bool) {
+	f := s.fence(namespace)
+	for deadline := time.Now().Add(wait); ; {
+		if f.TryLock() {
+			return f.Unlock, true
+		}
+		if time.Now().After(deadline) {
+			return nil, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func errMoving(namespace string) error {
+	return &InboxUnavailableError{Namespace: namespace, Reason: reasonNotYetPlaced,
+		Err: fmt.Errorf("it is moving to another inbox"), Brief: true}
+}
+
+// route names and returns the inbox placed for namespace.
+func (s *InboxSet) route(ctx context.Context, namespace string) (Inbox, string, error) {
 	name, err := s.placed(ctx, namespace)
 	if err != nil {
 		return nil, name, err
@@ -166,7 +227,8 @@ func (s *InboxSet) Up(name string) (bool, error) {
 // error, so that nothing is written to an inbox the namespace is leaving).
 func (s *InboxSet) placed(ctx context.Context, namespace string) (string, error) {
 	var list workflowv1alpha1.WorkflowInboxList
-	if err := s.reader.List(ctx, &list); err != nil {
+	// Read only: the cache's objects are not copied.
+	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		if meta.IsNoMatchError(err) {
 			return defaultInbox, nil // the CRD is not installed: one inbox
 		}
@@ -176,10 +238,20 @@ func (s *InboxSet) placed(ctx context.Context, namespace string) (string, error)
 		return defaultInbox, nil
 	}
 	inboxes := byAge(list.Items)
+	var listed []string
 	for _, in := range inboxes {
 		if slices.Contains(in.Status.Namespaces, namespace) {
-			return in.Name, nil
+			listed = append(listed, in.Name)
 		}
+	}
+	switch len(listed) {
+	case 1:
+		return listed[0], nil
+	case 0:
+	default:
+		// A move between two inboxes, half written: the controller
+		// finishes it.
+		return listed[0], &InboxUnavailableError{Inbox: listed[0], Namespace: namespace, Reason: reasonNotYetPlaced, Brief: true}
 	}
 	var ns corev1.Namespace
 	if err := s.reader.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
@@ -232,17 +304,17 @@ func selects(in *workflowv1alpha1.WorkflowInbox, nsLabels map[string]string) boo
 }
 
 // connect opens (or keeps) the named inbox at url: a URL the inbox was
-// already opened with is kept; a new one replaces the old connection.
-// migrate prepares the database before it is served.
+// already opened with is kept; a new one replaces the old connection (the
+// new one first, then the old one is closed in the background). migrate
+// prepares the database before it is served.
 func (s *InboxSet) connect(ctx context.Context, name, url string,
 	migrate func(context.Context, *pgxpool.Pool) (int, error)) (*inboxConn, error) {
 	s.mu.Lock()
 	s.tried[name] = true
+	old := s.conns[name]
+	base := s.base
 	s.mu.Unlock()
 	sum := sha256.Sum256([]byte(url))
-	s.mu.RLock()
-	old := s.conns[name]
-	s.mu.RUnlock()
 	if old != nil && old.source == sum {
 		return old, nil
 	}
@@ -251,20 +323,22 @@ func (s *InboxSet) connect(ctx context.Context, name, url string,
 		// The parser's message may quote the URL and its password.
 		return nil, fmt.Errorf("the Secret's URL does not parse as a Postgres URL")
 	}
-	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > 5*time.Second {
-		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	}
-	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), cfg)
+	boundConnect(cfg)
+	pool, err := pgxpool.NewWithConfig(base, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open the database: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
+	err = pool.Ping(pctx)
+	cancel()
+	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	schema, err := migrate(pctx, pool)
+	// An upgrade may wait for another's lock: give it longer than a ping.
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	schema, err := migrate(mctx, pool)
+	cancel()
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -275,11 +349,7 @@ func (s *InboxSet) connect(ctx context.Context, name, url string,
 		return nil, err
 	}
 	c := &inboxConn{name: name, pool: pool, eng: eng, source: sum, schema: schema, up: true, done: make(chan struct{})}
-	if old != nil {
-		s.disconnect(name)
-	}
-	// The loops live as long as the connection, not as the reconcile.
-	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	lctx, stop := context.WithCancel(base)
 	c.stop = stop
 	go func() {
 		defer close(c.done)
@@ -293,12 +363,33 @@ func (s *InboxSet) connect(ctx context.Context, name, url string,
 	s.mu.Lock()
 	s.conns[name] = c
 	s.mu.Unlock()
+	if old != nil {
+		go old.close() // passes still using it finish first
+	}
 	s.setUpMetric(name, true)
 	s.log.Info("Inbox connected", "inbox", name, "schemaVersion", schema)
 	return c, nil
 }
 
-// disconnect stops the named inbox's loops and closes its pool.
+// boundConnect makes a connection attempt give up within 5 seconds.
+func boundConnect(cfg *pgxpool.Config) {
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > 5*time.Second {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+}
+
+// close stops the connection's loops and closes its pool.
+func (c *inboxConn) close() {
+	if c.stop == nil {
+		return
+	}
+	c.stop()
+	<-c.done
+	c.pool.Close()
+}
+
+// disconnect stops the named inbox's loops, closes its pool and forgets
+// its metrics.
 func (s *InboxSet) disconnect(name string) {
 	s.mu.Lock()
 	c := s.conns[name]
@@ -309,13 +400,24 @@ func (s *InboxSet) disconnect(name string) {
 	if c == nil || c.stop == nil {
 		return
 	}
-	c.stop()
-	<-c.done
-	c.pool.Close()
-	if s.metrics != nil && s.metrics.InboxUp != nil {
-		s.metrics.InboxUp.DeleteLabelValues(name)
+	c.close()
+	if m := s.metrics; m != nil {
+		l := prometheus.Labels{"inbox": name}
+		m.InboxUp.DeletePartialMatch(l)
+		m.Runs.DeletePartialMatch(l)
+		m.OldestRunnableAge.DeletePartialMatch(l)
+		m.RunDuration.DeletePartialMatch(l)
+		m.Transitions.DeletePartialMatch(l)
 	}
 	s.log.Info("Inbox disconnected", "inbox", name)
+}
+
+// recovered is how many times the named inbox's database answered again
+// after not answering.
+func (s *InboxSet) recovered(name string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.recoveries[name]
 }
 
 // connected lists the names of the named inboxes connected now.
@@ -349,8 +451,13 @@ func (s *InboxSet) pingLoop(ctx context.Context, c *inboxConn, ping func(context
 		if ctx.Err() != nil {
 			return
 		}
+		s.setUpMetric(c.name, err == nil)
 		if c.setHealth(err) {
-			s.setUpMetric(c.name, err == nil)
+			if err == nil {
+				s.mu.Lock()
+				s.recoveries[c.name]++
+				s.mu.Unlock()
+			}
 			if err != nil {
 				s.log.Error(err, "Inbox database does not answer", "inbox", c.name)
 			} else {
@@ -370,7 +477,7 @@ func (s *InboxSet) pingLoop(ctx context.Context, c *inboxConn, ping func(context
 }
 
 func (s *InboxSet) setUpMetric(name string, up bool) {
-	if s.metrics == nil || s.metrics.InboxUp == nil {
+	if s.metrics == nil {
 		return
 	}
 	v := 0.0

@@ -78,8 +78,21 @@ type WorkflowInboxReconciler struct {
 	// settling: namespaces that moved, by the inbox they moved to; they
 	// take new runs again once the cached statuses show the move.
 	settling map[string]string
-	// down: the inboxes last seen not answering.
-	down map[string]bool
+	// recoveries: per inbox, the count of InboxSet.recovered last acted on.
+	recoveries map[string]int
+	// secretRead: when each inbox's Secret was last read, at which
+	// generation.
+	secretRead map[string]secretRead
+	// pendingWakes: namespaces to wake at the end of the reconcile.
+	pendingWakes []string
+}
+
+// secretRead is when an inbox's Secret was last read.
+type secretRead struct {
+	at         time.Time
+	generation int64
+	// failed is the Ready condition of a connection that failed then.
+	failed *metav1.Condition
 }
 
 // +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowinboxes,verbs=get;list;watch;update;patch
@@ -120,6 +133,8 @@ type inboxView struct {
 	serves   []string
 	held     map[string]string // namespace -> why
 	olderSel []string          // held because an older inbox selects them
+	// badSelector: the selector does not parse.
+	badSelector bool
 	// contested: namespaces it is chosen for that newer inboxes select
 	// too, with those inboxes.
 	contested map[string][]string
@@ -131,7 +146,8 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.moving == nil {
-		r.moving, r.down, r.settling = map[string]time.Time{}, map[string]bool{}, map[string]string{}
+		r.moving, r.settling = map[string]time.Time{}, map[string]string{}
+		r.recoveries, r.secretRead = map[string]int{}, map[string]secretRead{}
 	}
 	var list workflowv1alpha1.WorkflowInboxList
 	if err := r.List(ctx, &list); err != nil {
@@ -139,6 +155,7 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 	}
 	inboxes := byAge(list.Items)
 	views := map[string]*inboxView{}
+	var errs []error
 	for _, in := range inboxes {
 		v := &inboxView{obj: in, held: map[string]string{}, contested: map[string][]string{}}
 		views[in.Name] = v
@@ -146,10 +163,16 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 			patch := client.MergeFromWithOptions(in.DeepCopy(), client.MergeFromWithOptimisticLock{})
 			controllerutil.AddFinalizer(in, InboxFinalizer)
 			if err := r.Patch(ctx, in, patch); err != nil {
-				return ctrl.Result{}, fmt.Errorf("add finalizer to WorkflowInbox %s: %w", in.Name, err)
+				errs = append(errs, fmt.Errorf("add finalizer to WorkflowInbox %s: %w", in.Name, err))
 			}
 		}
 		v.ready, v.schema = r.connect(ctx, in)
+		if _, err := metav1.LabelSelectorAsSelector(&in.Spec.NamespaceSelector); err != nil {
+			v.badSelector = true
+			v.ready = metav1.Condition{Type: workflowv1alpha1.ConditionInboxReady, Status: metav1.ConditionFalse,
+				Reason: workflowv1alpha1.ReasonSelectorInvalid, ObservedGeneration: in.Generation,
+				Message: truncate(fmt.Sprintf("namespaceSelector is invalid (%v): the inbox keeps the namespaces it serves and takes no other", err), 1024)}
+		}
 	}
 	// Inboxes whose object is gone (their finalizer was removed).
 	for _, name := range r.Set.connected() {
@@ -162,21 +185,17 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 	if err := r.List(ctx, &nss); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list Namespaces: %w", err)
 	}
-	served := map[string]string{}
+	// Where each namespace is listed; a move that wrote the inbox it went
+	// to but not yet the one it left lists it twice.
+	listed := map[string][]string{}
 	for _, in := range inboxes {
 		for _, ns := range in.Status.Namespaces {
-			if _, ok := served[ns]; !ok {
-				served[ns] = in.Name
-			}
+			listed[ns] = append(listed[ns], in.Name)
 		}
 	}
 	again := time.Duration(0)
 	for ns, to := range r.settling {
-		at := served[ns]
-		if at == "" {
-			at = defaultInbox
-		}
-		if at == to {
+		if at := listed[ns]; (len(at) == 1 && at[0] == to) || (len(at) == 0 && to == defaultInbox) {
 			delete(r.settling, ns)
 			delete(r.moving, ns)
 			r.Set.setMoving(ns, false)
@@ -189,13 +208,9 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 	for i := range nss.Items {
 		ns := &nss.Items[i]
 		exists[ns.Name] = true
-		cur := served[ns.Name]
-		if cur == "" {
-			cur = defaultInbox
-		}
 		want := defaultInbox
 		for _, in := range inboxes {
-			if !in.DeletionTimestamp.IsZero() || !selects(in, ns.Labels) {
+			if !in.DeletionTimestamp.IsZero() || !r.chooses(views[in.Name], ns) {
 				continue
 			}
 			if want == defaultInbox {
@@ -205,17 +220,25 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 				views[want].contested[ns.Name] = append(views[want].contested[ns.Name], in.Name)
 			}
 		}
-		if _, ok := r.settling[ns.Name]; ok {
-			// Just moved: placed where the cache will soon show it.
-			r.serve(views, r.settling[ns.Name], ns.Name)
+		cur := defaultInbox
+		switch at := listed[ns.Name]; {
+		case len(at) == 1:
+			cur = at[0]
+		case len(at) > 1:
+			// Half-written move: its checks were done; finish it towards
+			// the inbox it chose, or keep the oldest listing.
+			cur = at[0]
+			if slices.Contains(at, want) {
+				cur = want
+			}
+		}
+		if to, ok := r.settling[ns.Name]; ok {
+			r.serve(views, to, ns.Name)
 			continue
 		}
 		if want == cur {
 			r.serve(views, cur, ns.Name)
-			if _, ok := r.moving[ns.Name]; ok {
-				delete(r.moving, ns.Name)
-				r.Set.setMoving(ns.Name, false)
-			}
+			r.stopMoving(ns.Name)
 			continue
 		}
 		why, done := r.tryMove(ctx, cur, want, ns.Name)
@@ -232,6 +255,8 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 		}
 		r.serve(views, want, ns.Name)
 		moved = append(moved, ns.Name)
+		r.settling[ns.Name] = want
+		again = minPositive(again, 500*time.Millisecond)
 		if r.Recorder != nil && want != defaultInbox {
 			r.Recorder.Eventf(views[want].obj, nil, corev1.EventTypeNormal, "NamespaceMoved", "Place",
 				"namespace %s moved here from inbox %s", ns.Name, cur)
@@ -243,48 +268,55 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 	}
 	for ns := range r.moving {
 		if !exists[ns] {
-			delete(r.moving, ns)
 			delete(r.settling, ns)
-			r.Set.setMoving(ns, false)
+			r.stopMoving(ns)
 		}
 	}
 
-	// Statuses: the inboxes losing namespaces first, so that no namespace
-	// is ever listed by two.
+	// Statuses: the inboxes gaining namespaces first, so that a namespace
+	// is never listed by none while it moves (listed twice, it waits).
 	slices.SortStableFunc(inboxes, func(a, b *workflowv1alpha1.WorkflowInbox) int {
-		return loses(views[b.Name]) - loses(views[a.Name])
+		return gains(views[b.Name]) - gains(views[a.Name])
 	})
 	for _, in := range inboxes {
 		if err := r.writeStatus(ctx, views[in.Name]); err != nil {
-			return ctrl.Result{}, err
+			errs = append(errs, err)
 		}
-	}
-	for _, ns := range moved {
-		// Still no new runs until the cache shows the move (see settling).
-		for _, v := range views {
-			if slices.Contains(v.serves, ns) {
-				r.settling[ns] = v.obj.Name
-			}
-		}
-		if _, ok := r.settling[ns]; !ok {
-			r.settling[ns] = defaultInbox
-		}
-		again = minPositive(again, 500*time.Millisecond)
 	}
 	if len(moved) > 0 && r.Wake != nil {
 		r.Wake(ctx, moved)
 	}
-	r.wakeRecovered(ctx, views, served)
+	r.wakeRecovered(ctx, views, listed)
 	if err := r.finishDeletions(ctx, inboxes, views); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: minPositive(again, inboxResyncPeriod)}, nil
 }
 
-// loses is 1 when the view serves fewer namespaces than its status lists.
-func loses(v *inboxView) int {
-	for _, ns := range v.obj.Status.Namespaces {
-		if !slices.Contains(v.serves, ns) {
+// chooses reports whether the inbox takes ns: its selector matches, or,
+// with an invalid selector, it serves ns already.
+func (r *WorkflowInboxReconciler) chooses(v *inboxView, ns *corev1.Namespace) bool {
+	if v.badSelector {
+		return slices.Contains(v.obj.Status.Namespaces, ns.Name)
+	}
+	return selects(v.obj, ns.Labels)
+}
+
+// stopMoving lets namespace take new runs again where it is.
+func (r *WorkflowInboxReconciler) stopMoving(namespace string) {
+	if _, ok := r.moving[namespace]; ok {
+		delete(r.moving, namespace)
+		r.Set.setMoving(namespace, false)
+	}
+}
+
+// gains is 1 when the view serves a namespace its status does not list.
+func gains(v *inboxView) int {
+	for _, ns := range v.serves {
+		if !slices.Contains(v.obj.Status.Namespaces, ns) {
 			return 1
 		}
 	}
@@ -305,29 +337,35 @@ func (r *WorkflowInboxReconciler) serve(views map[string]*inboxView, name, ns st
 	}
 }
 
-// tryMove moves ns from cur to want when cur holds none of its unfinished
-// runs. The first time it finds none, the namespace stops taking new runs
-// (InboxSet answers NamespaceNotYetPlaced) and tryMove waits
-// inboxMoveSettle, so that a run recorded meanwhile is counted; the second
-// time, it forgets the namespace's schedules in cur and reports done.
-// Otherwise it says why the namespace stays.
+// inboxCallTimeout bounds each database call of a placement.
+const inboxCallTimeout = 5 * time.Second
+
+// tryMove moves ns from cur to want when both inboxes answer, cur holds
+// none of its unfinished runs and no WorkflowRun of it still shows an
+// unfinished run. The first time it finds none, the namespace stops
+// taking new passes (InboxSet answers NamespaceNotYetPlaced) for
+// inboxMoveSettle; the second time it waits for the passes under way to
+// end and holds off new ones (the namespace's fence), deletes the
+// namespace's schedules in cur (so that cur fires none meanwhile), counts
+// again and, finding none, deletes its registry entries in cur and reports
+// done. Otherwise it says why the namespace stays.
 func (r *WorkflowInboxReconciler) tryMove(ctx context.Context, cur, want, ns string) (string, bool) {
+	hold := func(why string) (string, bool) {
+		r.stopMoving(ns)
+		return why, false
+	}
 	eng, ok := r.Set.Engine(cur)
-	if !ok {
-		delete(r.moving, ns)
-		r.Set.setMoving(ns, false)
-		return fmt.Sprintf("inbox %s, which serves it now, is not connected", cur), false
+	if up, _ := r.Set.Up(cur); !ok || !up {
+		return hold(fmt.Sprintf("inbox %s, which serves it now, does not answer", cur))
 	}
-	n, err := eng.UnfinishedRuns(ctx, ns)
-	if err != nil {
-		delete(r.moving, ns)
-		r.Set.setMoving(ns, false)
-		return fmt.Sprintf("inbox %s, which serves it now, does not answer", cur), false
+	if up, _ := r.Set.Up(want); !up {
+		return hold(fmt.Sprintf("inbox %s is not connected or does not answer", want))
 	}
-	if n > 0 {
-		delete(r.moving, ns)
-		r.Set.setMoving(ns, false)
-		return fmt.Sprintf("inbox %s holds %d unfinished runs of it", cur, n), false
+	if why := r.unfinishedIn(ctx, eng, cur, ns); why != "" {
+		return hold(why)
+	}
+	if why := r.runsNotShown(ctx, ns); why != "" {
+		return hold(why)
 	}
 	since, ok := r.moving[ns]
 	if !ok {
@@ -338,25 +376,90 @@ func (r *WorkflowInboxReconciler) tryMove(ctx context.Context, cur, want, ns str
 	if time.Since(since) < inboxMoveSettle {
 		return fmt.Sprintf("moving from inbox %s", cur), false
 	}
-	if _, err := eng.ForgetSchedules(ctx, ns); err != nil {
-		return fmt.Sprintf("forgetting its schedules in inbox %s failed", cur), false
+	unlock, ok := r.Set.fenceForMove(ns, inboxCallTimeout)
+	if !ok {
+		return hold("a look at one of its objects is still under way")
+	}
+	defer unlock()
+	cctx, cancel := context.WithTimeout(ctx, inboxCallTimeout)
+	defer cancel()
+	if _, err := eng.ForgetSchedules(cctx, ns); err != nil {
+		r.wakeLater(ns)
+		return hold(fmt.Sprintf("deleting its schedules from inbox %s failed", cur))
+	}
+	if why := r.unfinishedIn(ctx, eng, cur, ns); why != "" {
+		// Its schedules go back to cur with their next look.
+		r.wakeLater(ns)
+		return hold(why)
 	}
 	var regs workflowv1alpha1.WorkflowRegistryList
 	if err := r.List(ctx, &regs, client.InNamespace(ns)); err != nil {
-		return fmt.Sprintf("listing its WorkflowRegistries failed: %v", err), false
+		r.wakeLater(ns)
+		return hold(fmt.Sprintf("listing its WorkflowRegistries failed: %v", err))
 	}
 	for _, reg := range regs.Items {
-		entries, err := eng.ListRegistryEntriesByOwner(ctx, ns, reg.Name)
-		if err != nil {
-			return fmt.Sprintf("forgetting its registry entries in inbox %s failed", cur), false
-		}
-		for _, e := range entries {
-			if _, err := eng.DeleteRegistryEntry(ctx, e.WorkflowName, ns, reg.Name); err != nil {
-				return fmt.Sprintf("forgetting its registry entries in inbox %s failed", cur), false
+		entries, err := eng.ListRegistryEntriesByOwner(cctx, ns, reg.Name)
+		if err == nil {
+			for _, e := range entries {
+				if _, err = eng.DeleteRegistryEntry(cctx, e.WorkflowName, ns, reg.Name); err != nil {
+					break
+				}
 			}
+		}
+		if err != nil {
+			r.wakeLater(ns)
+			return hold(fmt.Sprintf("deleting its registry entries from inbox %s failed", cur))
 		}
 	}
 	return "", true
+}
+
+// runsNotShown says why ns cannot move while one of its WorkflowRuns shows
+// a run that has not finished: its run may have just finished in the inbox
+// it leaves, and the object must show that before the namespace goes (in
+// the new inbox, the object would find no run and record it again).
+func (r *WorkflowInboxReconciler) runsNotShown(ctx context.Context, ns string) string {
+	var runs workflowv1alpha1.WorkflowRunList
+	if err := r.List(ctx, &runs, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Sprintf("listing its WorkflowRuns failed: %v", err)
+	}
+	n := 0
+	for i := range runs.Items {
+		if runs.Items[i].Status.RunID != "" && !runs.Items[i].Status.Phase.Finished() {
+			n++
+		}
+	}
+	if n > 0 {
+		return fmt.Sprintf("%d of its WorkflowRuns show a run not finished yet", n)
+	}
+	return ""
+}
+
+// unfinishedIn says why ns cannot leave cur while cur holds unfinished
+// runs of it.
+func (r *WorkflowInboxReconciler) unfinishedIn(ctx context.Context, eng interface {
+	UnfinishedRuns(context.Context, string, int) (int, error)
+}, cur, ns string) string {
+	cctx, cancel := context.WithTimeout(ctx, inboxCallTimeout)
+	defer cancel()
+	n, err := eng.UnfinishedRuns(cctx, ns, 1000)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("inbox %s, which serves it now, did not say how many of its runs are unfinished", cur)
+	case n >= 2000:
+		return fmt.Sprintf("inbox %s holds more than 1000 unfinished runs of it", cur)
+	case n > 0:
+		return fmt.Sprintf("inbox %s holds %d unfinished runs of it", cur, n)
+	}
+	return ""
+}
+
+// wakeLater asks for a look at every object of ns (after a move that was
+// given up, its schedules are written back to the inbox it stays in).
+func (r *WorkflowInboxReconciler) wakeLater(ns string) {
+	if r.Wake != nil {
+		r.pendingWakes = append(r.pendingWakes, ns)
+	}
 }
 
 // connect reads the inbox's Secret and connects to its database; it
@@ -374,6 +477,16 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 	r.Set.mu.Lock()
 	r.Set.tried[in.Name] = true
 	r.Set.mu.Unlock()
+	if last, ok := r.secretRead[in.Name]; ok && last.generation == in.Generation && time.Since(last.at) < inboxResyncPeriod {
+		if _, connected := r.Set.Engine(in.Name); connected {
+			return r.health(in, cond)
+		}
+		if last.failed != nil {
+			// Not tried again before inboxResyncPeriod: a connection
+			// attempt to a database that does not answer takes seconds.
+			return *last.failed, in.Status.SchemaVersion
+		}
+	}
 	key := ref.Key
 	if key == "" {
 		key = "url"
@@ -388,12 +501,13 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 		}
 		return cond(false, reason, msg), in.Status.SchemaVersion
 	}
+	r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation}
 	url := strings.TrimSpace(string(sec.Data[key]))
 	if url == "" {
 		return cond(false, workflowv1alpha1.ReasonSecretKeyMissing,
 			fmt.Sprintf("Secret %s/%s has no key %q (or it is empty)", ref.Namespace, ref.Name, key)), in.Status.SchemaVersion
 	}
-	c, err := r.Set.connect(ctx, in.Name, url, func(ctx context.Context, p *pgxpool.Pool) (int, error) {
+	_, err = r.Set.connect(ctx, in.Name, url, func(ctx context.Context, p *pgxpool.Pool) (int, error) {
 		v, err := r.Migrate(ctx, p)
 		if err != nil {
 			return 0, migrationError{err}
@@ -402,10 +516,24 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 	})
 	if err != nil {
 		var me migrationError
+		failed := cond(false, workflowv1alpha1.ReasonUnreachable, err.Error())
 		if errors.As(err, &me) {
-			return cond(false, workflowv1alpha1.ReasonMigrationFailed, err.Error()), in.Status.SchemaVersion
+			failed = cond(false, workflowv1alpha1.ReasonMigrationFailed, err.Error())
 		}
-		return cond(false, workflowv1alpha1.ReasonUnreachable, err.Error()), in.Status.SchemaVersion
+		r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation, failed: &failed}
+		return failed, in.Status.SchemaVersion
+	}
+	return r.health(in, cond)
+}
+
+// health is the Ready condition of a connected inbox, from its last ping.
+func (r *WorkflowInboxReconciler) health(in *workflowv1alpha1.WorkflowInbox,
+	cond func(bool, string, string) metav1.Condition) (metav1.Condition, int) {
+	r.Set.mu.RLock()
+	c := r.Set.conns[in.Name]
+	r.Set.mu.RUnlock()
+	if c == nil {
+		return cond(false, workflowv1alpha1.ReasonUnreachable, "not connected"), in.Status.SchemaVersion
 	}
 	if up, cause := c.health(); !up {
 		return cond(false, workflowv1alpha1.ReasonUnreachable, fmt.Sprintf("the database does not answer: %v", cause)), c.schema
@@ -484,40 +612,38 @@ func (r *WorkflowInboxReconciler) writeStatus(ctx context.Context, v *inboxView)
 	return nil
 }
 
-// wakeRecovered wakes the namespaces of every inbox whose database answers
-// again, so their objects catch up at once rather than at their next
-// retry.
-func (r *WorkflowInboxReconciler) wakeRecovered(ctx context.Context, views map[string]*inboxView, served map[string]string) {
+// wakeRecovered wakes the namespaces of every inbox whose database
+// answered again since the last reconcile, so their objects catch up at
+// once rather than at their next retry, and the namespaces of moves given
+// up.
+func (r *WorkflowInboxReconciler) wakeRecovered(ctx context.Context, views map[string]*inboxView, listed map[string][]string) {
+	wake := r.pendingWakes
+	r.pendingWakes = nil
 	names := []string{defaultInbox}
 	for n := range views {
 		names = append(names, n)
 	}
 	for _, name := range names {
-		up, _ := r.Set.Up(name)
-		if !up {
-			r.down[name] = true
+		n := r.Set.recovered(name)
+		if n == r.recoveries[name] {
 			continue
 		}
-		if !r.down[name] {
-			continue
-		}
-		delete(r.down, name)
-		var nss []string
+		r.recoveries[name] = n
 		if v := views[name]; v != nil {
-			nss = v.serves
-		} else {
-			var all corev1.NamespaceList
-			if err := r.List(ctx, &all); err == nil {
-				for _, ns := range all.Items {
-					if served[ns.Name] == "" {
-						nss = append(nss, ns.Name)
-					}
+			wake = append(wake, v.serves...)
+			continue
+		}
+		var all corev1.NamespaceList
+		if err := r.List(ctx, &all); err == nil {
+			for _, ns := range all.Items {
+				if len(listed[ns.Name]) == 0 {
+					wake = append(wake, ns.Name)
 				}
 			}
 		}
-		if r.Wake != nil && len(nss) > 0 {
-			r.Wake(ctx, nss)
-		}
+	}
+	if r.Wake != nil && len(wake) > 0 {
+		r.Wake(ctx, wake)
 	}
 }
 

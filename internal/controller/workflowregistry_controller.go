@@ -64,11 +64,18 @@ func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if r.Inboxes != nil {
 		router = r.Inboxes
 	}
-	inbox, name, ok, res, err := routeOrMark(ctx, routerOr(router, r.Inbox), r.Client, r.Recorder, req, obj)
+	inbox, name, release, ok, res, err := routeOrMark(ctx, routerOr(router, r.Inbox), r.Client, r.Recorder, req, obj)
 	if !ok {
 		return endOnShutdown(ctx, res, err)
 	}
-	res, err = (&registryPass{WorkflowRegistryReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(ctx, req)
+	defer release()
+	pctx := ctx
+	if r.Inboxes != nil {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, reconcilePassTimeout)
+		defer cancel()
+	}
+	res, err = (&registryPass{WorkflowRegistryReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(pctx, req)
 	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
 	return endOnShutdown(ctx, res, err)
 }

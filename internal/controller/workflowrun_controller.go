@@ -89,11 +89,18 @@ type WorkflowRunReconciler struct {
 // Reconcile brings one WorkflowRun and its inbox row together.
 func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := conditionedRun{&workflowv1alpha1.WorkflowRun{}}
-	inbox, _, ok, res, err := routeOrMark(ctx, routerOr(r.routes(), r.Inbox), r.Client, r.Recorder, req, obj)
+	inbox, name, release, ok, res, err := routeOrMark(ctx, routerOr(r.routes(), r.Inbox), r.Client, r.Recorder, req, obj)
 	if !ok {
 		return endOnShutdown(ctx, res, err)
 	}
-	res, err = (&runPass{WorkflowRunReconciler: r, Inbox: inbox}).reconcileRequest(ctx, req)
+	defer release()
+	pctx := ctx
+	if r.Inboxes != nil {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, reconcilePassTimeout)
+		defer cancel()
+	}
+	res, err = (&runPass{WorkflowRunReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(pctx, req)
 	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
 	return endOnShutdown(ctx, res, err)
 }

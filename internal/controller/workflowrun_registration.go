@@ -40,7 +40,11 @@ func (r *runPass) pendingRegistration(ctx context.Context, namespace, typ string
 	}
 	for i := range regs.Items {
 		reg := &regs.Items[i]
-		if reg.Status.ObservedGeneration == reg.Generation || !reg.DeletionTimestamp.IsZero() {
+		// Registered: at its generation, in this inbox (a namespace that
+		// moved has its registries written to the new inbox anew).
+		registered := reg.Status.ObservedGeneration == reg.Generation &&
+			(reg.Status.Inbox == "" || r.inboxName == "" || reg.Status.Inbox == r.inboxName)
+		if registered || !reg.DeletionTimestamp.IsZero() {
 			continue
 		}
 		for _, wf := range reg.Spec.Workflows {

@@ -81,16 +81,21 @@ type WorkflowScheduleReconciler struct {
 func (r *WorkflowScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	inbox := r.Inbox
 	obj := conditionedSchedule{&workflowv1alpha1.WorkflowSchedule{}}
+	pctx := ctx
 	if r.Inboxes != nil {
-		routed, _, ok, res, err := routeOrMark(ctx, r.Inboxes, r.Client, r.Recorder, req, obj)
+		routed, _, release, ok, res, err := routeOrMark(ctx, r.Inboxes, r.Client, r.Recorder, req, obj)
 		if !ok {
 			return endOnShutdown(ctx, res, err)
 		}
+		defer release()
 		if inbox, ok = routed.(ScheduleInbox); !ok {
 			return ctrl.Result{}, fmt.Errorf("the inbox of namespace %s keeps no schedules", req.Namespace)
 		}
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, reconcilePassTimeout)
+		defer cancel()
 	}
-	res, err := (&schedulePass{WorkflowScheduleReconciler: r, Inbox: inbox}).reconcileRequest(ctx, req)
+	res, err := (&schedulePass{WorkflowScheduleReconciler: r, Inbox: inbox}).reconcileRequest(pctx, req)
 	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
 	return endOnShutdown(ctx, res, err)
 }

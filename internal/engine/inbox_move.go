@@ -13,19 +13,18 @@ func (e *Engine) Ping(ctx context.Context) error {
 	return nil
 }
 
-// UnfinishedRuns counts the runs of namespace that are pending or leased.
-// It counts with the statistics function the metrics use, so it costs one
-// pass over the runs by status.
-func (e *Engine) UnfinishedRuns(ctx context.Context, namespace string) (int64, error) {
-	counts, err := e.RunsByPrefix(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, c := range counts {
-		if c.Namespace == namespace && (c.Status == StatusPending || c.Status == StatusLeased) {
-			n += c.Count
+// UnfinishedRuns counts the runs of namespace that are pending or leased,
+// up to limit of each (it reads them newest first through the console's
+// list function, which uses the namespace's index).
+func (e *Engine) UnfinishedRuns(ctx context.Context, namespace string, limit int) (int, error) {
+	const q = `select count(*) from workflow.list_runs_newest(null, $1, $2, null, null, null, null, null, $3)`
+	n := 0
+	for _, st := range []Status{StatusPending, StatusLeased} {
+		var c int
+		if err := e.pool.QueryRow(ctx, q, string(st), namespace, limit).Scan(&c); err != nil {
+			return 0, translate("count unfinished runs of "+namespace, err)
 		}
+		n += c
 	}
 	return n, nil
 }
