@@ -1,7 +1,7 @@
 // Command scalebench measures the operator: N WorkflowRuns created at once
 // against a real kube-apiserver (envtest, KUBEBUILDER_ASSETS) and a real
 // Postgres (DATABASE_URL or a throwaway one), worked by in-process workers
-// running demo.echo.v1. It reports the time until all are Succeeded, the
+// running demo.echo.v1, spread over -inboxes inbox databases. It reports the time until all are Succeeded, the
 // manager's API writes per run, the status lag, and the manager's heap with
 // many finished WorkflowRuns in its cache. Run it with `make bench-operator`.
 package main
@@ -24,7 +24,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -96,6 +95,7 @@ func run() error {
 	n := flag.Int("runs", 10000, "WorkflowRuns created at once by 32 clients")
 	memRuns := flag.Int("memory-runs", 0, "finished WorkflowRuns in the cache for a second memory reading, when above -runs")
 	policy := flag.Bool("finalizer-policy", true, "install the chart's MutatingAdmissionPolicy that adds the finalizer at creation")
+	inboxes := flag.Int("inboxes", 1, "inbox databases the runs are spread over, one namespace each: the default inbox and WorkflowInboxes on servers of their own")
 	flag.Parse()
 	ctrl.SetLogger(logrDiscard())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -158,7 +158,21 @@ func run() error {
 	if err := mgr.Add(watcher); err != nil {
 		return err
 	}
-	if err := (&controller.WorkflowRunReconciler{Client: mgr.GetClient(), Inbox: eng,
+	// Every inbox as cmd/main.go serves it, but only its status watcher
+	// (the single inbox here runs nothing else either).
+	inboxSet := controller.NewInboxSet(mgr.GetClient(), eng, func(ctx context.Context, name string, e *engine.Engine) {
+		_ = watcher.For(e, ctrl.Log).Start(ctx)
+	}, ctrl.Log, m)
+	defer inboxSet.Close()
+	if err := mgr.Add(inboxSet); err != nil {
+		return err
+	}
+	if err := (&controller.WorkflowInboxReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Set: inboxSet,
+		Migrate: func(ctx context.Context, p *pgxpool.Pool) (int, error) { return engine.InstalledSchemaVersion(ctx, p) },
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&controller.WorkflowRunReconciler{Client: mgr.GetClient(), Inbox: eng, Inboxes: inboxSet,
 		Recorder: mgr.GetEventRecorder("workflowrun-controller"), Changes: watcher.Changes(), Followers: watcher.Followers(), Metrics: m,
 		MaxConcurrentReconciles: 16, // the manager's default
 	}).SetupWithManager(mgr); err != nil {
@@ -166,35 +180,37 @@ func run() error {
 	}
 	go func() { _ = mgr.Start(ctx) }()
 
-	// In-process workers.
-	sdk, err := simpleworkflow.NewClient(pool)
-	if err != nil {
-		return err
-	}
-	for i := range 2 {
-		p, err := simpleworkflow.NewPoller(sdk, simpleworkflow.PollerConfig{
-			TypePrefixes: []string{"demo."}, WorkerID: fmt.Sprintf("bench-worker-%d", i), Concurrency: 64,
-			Logger: slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			return err
-		}
-		if err := p.Handle("demo.echo.v1", func(_ context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
-			return t.Payload, nil
-		}); err != nil {
-			return err
-		}
-		go func() { _ = p.Run(ctx) }()
-	}
-
 	ccfg := rest.CopyConfig(cfg)
 	ccfg.QPS, ccfg.Burst = 1000, 2000
 	c, err := client.NewWithWatch(ccfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
+	// One namespace per inbox: bench-0 in the default inbox, bench-i in
+	// WorkflowInbox bench-i on a server of its own.
+	pools, err := benchInboxes(ctx, c, pool, *inboxes)
+	if err != nil {
 		return err
+	}
+	// In-process workers: 128 handlers in all, spread over the namespaces.
+	for i, p := range pools {
+		sdk, err := simpleworkflow.NewClient(p)
+		if err != nil {
+			return err
+		}
+		poller, err := simpleworkflow.NewPoller(sdk, simpleworkflow.PollerConfig{
+			TypePrefixes: []string{"demo."}, WorkerID: fmt.Sprintf("bench-worker-%d", i), Concurrency: max(1, 128/len(pools)),
+			Namespace: benchNamespace(i), Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			return err
+		}
+		if err := poller.Handle("demo.echo.v1", func(_ context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
+			return t.Payload, nil
+		}); err != nil {
+			return err
+		}
+		go func() { _ = poller.Run(ctx) }()
 	}
 	if *policy {
 		// As the chart installs it: the API server adds the finalizer.
@@ -207,7 +223,8 @@ func run() error {
 	}
 
 	start := time.Now()
-	if err := createRuns(ctx, c, 0, *n); err != nil {
+	cpu0 := processCPU()
+	if err := createRuns(ctx, c, 0, *n, len(pools)); err != nil {
 		return err
 	}
 	created := time.Since(start)
@@ -215,7 +232,11 @@ func run() error {
 		return err
 	}
 	elapsed := time.Since(start)
-	fmt.Printf("operator scale: %d WorkflowRuns Succeeded in %.1f s (all created after %.1f s)\n", *n, elapsed.Seconds(), created.Seconds())
+	cpu := processCPU() - cpu0
+	fmt.Printf("operator scale: %d WorkflowRuns over %d inboxes Succeeded in %.1f s (all created after %.1f s)\n",
+		*n, len(pools), elapsed.Seconds(), created.Seconds())
+	fmt.Printf("operator cpu: %.0f µs per run (this process: the manager, the workers and the clients)\n",
+		float64(cpu.Microseconds())/float64(*n))
 
 	counter.mu.Lock()
 	total := 0
@@ -247,7 +268,7 @@ func run() error {
 	runtime.ReadMemStats(&base)
 	fmt.Printf("operator memory: heap %.0f MiB with %d finished WorkflowRuns cached\n", float64(base.HeapAlloc)/(1<<20), *n)
 	if *memRuns > *n {
-		if err := createRuns(ctx, c, *n, *memRuns); err != nil {
+		if err := createRuns(ctx, c, *n, *memRuns, len(pools)); err != nil {
 			return err
 		}
 		if err := waitSucceeded(ctx, c, *memRuns, 15*time.Minute); err != nil {
@@ -263,8 +284,9 @@ func run() error {
 	return nil
 }
 
-// createRuns creates WorkflowRuns [from, to) with 32 concurrent clients.
-func createRuns(ctx context.Context, c client.Client, from, to int) error {
+// createRuns creates WorkflowRuns [from, to) with 32 concurrent clients,
+// run i in namespace bench-(i mod spread).
+func createRuns(ctx context.Context, c client.Client, from, to, spread int) error {
 	var next atomic.Int64
 	next.Store(int64(from))
 	var wg sync.WaitGroup
@@ -277,7 +299,7 @@ func createRuns(ctx context.Context, c client.Client, from, to int) error {
 					return
 				}
 				wfr := &workflowv1alpha1.WorkflowRun{
-					ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("run-%05d", i)},
+					ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace(i % spread), Name: fmt.Sprintf("run-%05d", i)},
 					Spec:       workflowv1alpha1.WorkflowRunSpec{Type: "demo.echo.v1"},
 				}
 				if err := c.Create(ctx, wfr); err != nil {
@@ -316,15 +338,17 @@ func waitSucceeded(ctx context.Context, c client.WithWatch, n int, timeout time.
 	}
 	for {
 		var list workflowv1alpha1.WorkflowRunList
-		if err := c.List(ctx, &list, client.InNamespace("bench")); err != nil {
+		if err := c.List(ctx, &list, client.MatchingLabels{}); err != nil {
 			return err
 		}
 		clear(succeeded)
 		done = 0
 		for _, w := range list.Items {
-			set(w.Name, w.Status.Phase == workflowv1alpha1.PhaseSucceeded)
+			if strings.HasPrefix(w.Namespace, "bench-") {
+				set(w.Namespace+"/"+w.Name, w.Status.Phase == workflowv1alpha1.PhaseSucceeded)
+			}
 		}
-		w, err := c.Watch(ctx, &workflowv1alpha1.WorkflowRunList{}, client.InNamespace("bench"),
+		w, err := c.Watch(ctx, &workflowv1alpha1.WorkflowRunList{},
 			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 		if err != nil {
 			return err
@@ -334,8 +358,8 @@ func waitSucceeded(ctx context.Context, c client.WithWatch, n int, timeout time.
 			if !ok {
 				break // the watch ended: list again
 			}
-			if wfr, isRun := ev.Object.(*workflowv1alpha1.WorkflowRun); isRun {
-				set(wfr.Name, ev.Type != watch.Deleted && wfr.Status.Phase == workflowv1alpha1.PhaseSucceeded)
+			if wfr, isRun := ev.Object.(*workflowv1alpha1.WorkflowRun); isRun && strings.HasPrefix(wfr.Namespace, "bench-") {
+				set(wfr.Namespace+"/"+wfr.Name, ev.Type != watch.Deleted && wfr.Status.Phase == workflowv1alpha1.PhaseSucceeded)
 			}
 		}
 		w.Stop()
