@@ -95,6 +95,7 @@ func run() error {
 	n := flag.Int("runs", 10000, "WorkflowRuns created at once by 32 clients")
 	memRuns := flag.Int("memory-runs", 0, "finished WorkflowRuns in the cache for a second memory reading, when above -runs")
 	policy := flag.Bool("finalizer-policy", true, "install the chart's MutatingAdmissionPolicy that adds the finalizer at creation")
+	workerProcs := flag.Bool("worker-processes", true, "run the workers as example-worker processes (this process's CPU is then the manager's and the clients')")
 	inboxes := flag.Int("inboxes", 1, "inbox databases the runs are spread over, one namespace each: the default inbox and WorkflowInboxes on servers of their own")
 	flag.Parse()
 	ctrl.SetLogger(logrDiscard())
@@ -188,12 +189,22 @@ func run() error {
 	}
 	// One namespace per inbox: bench-0 in the default inbox, bench-i in
 	// WorkflowInbox bench-i on a server of its own.
-	pools, err := benchInboxes(ctx, c, pool, *inboxes)
+	pools, urls, err := benchInboxes(ctx, c, pool, dbURL, *inboxes)
 	if err != nil {
 		return err
 	}
-	// In-process workers: 128 handlers in all, spread over the namespaces.
+	// Workers: 128 handlers in all, spread over the namespaces; in this
+	// process, or (-worker-processes) as example-worker processes, so that
+	// this process's CPU is the manager's and the clients'.
 	for i, p := range pools {
+		if *workerProcs {
+			stop, err := startWorkerProcess(ctx, urls[i], benchNamespace(i), max(1, 128/len(pools)))
+			if err != nil {
+				return err
+			}
+			defer stop()
+			continue
+		}
 		sdk, err := simpleworkflow.NewClient(p)
 		if err != nil {
 			return err
@@ -235,8 +246,11 @@ func run() error {
 	cpu := processCPU() - cpu0
 	fmt.Printf("operator scale: %d WorkflowRuns over %d inboxes Succeeded in %.1f s (all created after %.1f s)\n",
 		*n, len(pools), elapsed.Seconds(), created.Seconds())
-	fmt.Printf("operator cpu: %.0f µs per run (this process: the manager, the workers and the clients)\n",
-		float64(cpu.Microseconds())/float64(*n))
+	who := "the manager and the clients; the workers run apart"
+	if !*workerProcs {
+		who = "the manager, the workers and the clients"
+	}
+	fmt.Printf("operator cpu: %.0f µs per run (this process: %s)\n", float64(cpu.Microseconds())/float64(*n), who)
 
 	counter.mu.Lock()
 	total := 0
