@@ -95,6 +95,10 @@ type inboxOutage struct {
 // condition changes) and retries; after it, the finalizer goes anyway,
 // with a Warning Event saying what was left undone.
 func (o inboxOutage) handle(ctx context.Context, keysAndValues ...any) (ctrl.Result, error) {
+	// The pass's context may be what ran out (a database that hangs): the
+	// API writes get a context of their own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	log := logf.FromContext(ctx).WithValues(keysAndValues...)
 	overdue, retry := deletionWait(o.obj, o.grace, o.now)
 	if overdue {

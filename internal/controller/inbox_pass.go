@@ -59,6 +59,19 @@ type conditioned interface {
 // controller this long at most, not forever.
 const reconcilePassTimeout = 15 * time.Second
 
+// downPassTimeout bounds the pass over an object being deleted while its
+// inbox does not answer: its calls fail fast and its finalizer's grace
+// period applies.
+const downPassTimeout = 2 * time.Second
+
+// passTimeout is how long a pass over an object of inbox name may take.
+func passTimeout(set *InboxSet, name string) time.Duration {
+	if up, _ := set.Up(name); !up {
+		return downPassTimeout
+	}
+	return reconcilePassTimeout
+}
+
 // routeOrMark finds the inbox of req's namespace and enters it (release
 // ends the pass). When it cannot be used, or its database does not answer
 // (an object being deleted still goes ahead: its finalizer's grace period

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
 // InboxFinalizer keeps a WorkflowInbox until no namespace is served by it.
@@ -195,7 +196,9 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 	}
 	again := time.Duration(0)
 	for ns, to := range r.settling {
-		if at := listed[ns]; (len(at) == 1 && at[0] == to) || (len(at) == 0 && to == defaultInbox) {
+		_, targetExists := views[to]
+		if at := listed[ns]; (len(at) == 1 && at[0] == to) || (len(at) == 0 && to == defaultInbox) ||
+			(to != defaultInbox && !targetExists) {
 			delete(r.settling, ns)
 			delete(r.moving, ns)
 			r.Set.setMoving(ns, false)
@@ -278,9 +281,15 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 	slices.SortStableFunc(inboxes, func(a, b *workflowv1alpha1.WorkflowInbox) int {
 		return gains(views[b.Name]) - gains(views[a.Name])
 	})
+	gainFailed := false
 	for _, in := range inboxes {
-		if err := r.writeStatus(ctx, views[in.Name]); err != nil {
+		v := views[in.Name]
+		if gainFailed && loses(v) == 1 {
+			continue // never leave a namespace listed by no inbox
+		}
+		if err := r.writeStatus(ctx, v); err != nil {
 			errs = append(errs, err)
+			gainFailed = gainFailed || gains(v) == 1
 		}
 	}
 	if len(moved) > 0 && r.Wake != nil {
@@ -291,6 +300,12 @@ func (r *WorkflowInboxReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
+		if len(r.moving) > 0 || len(r.settling) > 0 {
+			// Namespaces are waiting: look again soon, not at the
+			// controller's backoff.
+			log.Error(err, "Placing namespaces partly failed; retrying")
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: minPositive(again, inboxResyncPeriod)}, nil
@@ -311,6 +326,16 @@ func (r *WorkflowInboxReconciler) stopMoving(namespace string) {
 		delete(r.moving, namespace)
 		r.Set.setMoving(namespace, false)
 	}
+}
+
+// loses is 1 when the view's status lists a namespace it no longer serves.
+func loses(v *inboxView) int {
+	for _, ns := range v.obj.Status.Namespaces {
+		if !slices.Contains(v.serves, ns) {
+			return 1
+		}
+	}
+	return 0
 }
 
 // gains is 1 when the view serves a namespace its status does not list.
@@ -383,6 +408,10 @@ func (r *WorkflowInboxReconciler) tryMove(ctx context.Context, cur, want, ns str
 	defer unlock()
 	cctx, cancel := context.WithTimeout(ctx, inboxCallTimeout)
 	defer cancel()
+	if why := r.recordedNotShown(cctx, eng, cur, ns); why != "" {
+		r.wakeLater(ns)
+		return hold(why)
+	}
 	if _, err := eng.ForgetSchedules(cctx, ns); err != nil {
 		r.wakeLater(ns)
 		return hold(fmt.Sprintf("deleting its schedules from inbox %s failed", cur))
@@ -435,6 +464,42 @@ func (r *WorkflowInboxReconciler) runsNotShown(ctx context.Context, ns string) s
 	return ""
 }
 
+// recordedNotShown reads the namespace's WorkflowRuns from the API server
+// (not the cache), with no pass under way: one showing a run not finished,
+// or one not finished that shows no run while cur holds one for it (a
+// schedule's tick just fired, a run recorded a moment ago), keeps the
+// namespace where it is until the object catches up; in the new inbox it
+// would record its run again.
+func (r *WorkflowInboxReconciler) recordedNotShown(ctx context.Context, eng interface {
+	FindRunByIdempotencyKey(context.Context, string) (string, error)
+}, cur, ns string) string {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var runs workflowv1alpha1.WorkflowRunList
+	if err := reader.List(ctx, &runs, client.InNamespace(ns)); err != nil {
+		return fmt.Sprintf("listing its WorkflowRuns failed: %v", err)
+	}
+	for i := range runs.Items {
+		wfr := &runs.Items[i]
+		if wfr.Status.Phase.Finished() || !wfr.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if wfr.Status.RunID != "" {
+			return fmt.Sprintf("WorkflowRun %s shows a run not finished yet", wfr.Name)
+		}
+		id, err := eng.FindRunByIdempotencyKey(ctx, idempotencyKey(wfr))
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
+			return fmt.Sprintf("inbox %s, which serves it now, did not say whether WorkflowRun %s has a run", cur, wfr.Name)
+		}
+		if id != "" {
+			return fmt.Sprintf("WorkflowRun %s does not show its run in inbox %s yet", wfr.Name, cur)
+		}
+	}
+	return ""
+}
+
 // unfinishedIn says why ns cannot leave cur while cur holds unfinished
 // runs of it.
 func (r *WorkflowInboxReconciler) unfinishedIn(ctx context.Context, eng interface {
@@ -447,7 +512,7 @@ func (r *WorkflowInboxReconciler) unfinishedIn(ctx context.Context, eng interfac
 	case err != nil:
 		return fmt.Sprintf("inbox %s, which serves it now, did not say how many of its runs are unfinished", cur)
 	case n >= 2000:
-		return fmt.Sprintf("inbox %s holds more than 1000 unfinished runs of it", cur)
+		return fmt.Sprintf("inbox %s holds at least 2000 unfinished runs of it", cur)
 	case n > 0:
 		return fmt.Sprintf("inbox %s holds %d unfinished runs of it", cur, n)
 	}

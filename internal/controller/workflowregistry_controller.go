@@ -72,7 +72,7 @@ func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	pctx := ctx
 	if r.Inboxes != nil {
 		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, reconcilePassTimeout)
+		pctx, cancel = context.WithTimeout(ctx, passTimeout(r.Inboxes, name))
 		defer cancel()
 	}
 	res, err = (&registryPass{WorkflowRegistryReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(pctx, req)

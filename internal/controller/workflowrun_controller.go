@@ -97,7 +97,7 @@ func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	pctx := ctx
 	if r.Inboxes != nil {
 		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, reconcilePassTimeout)
+		pctx, cancel = context.WithTimeout(ctx, passTimeout(r.Inboxes, name))
 		defer cancel()
 	}
 	res, err = (&runPass{WorkflowRunReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(pctx, req)

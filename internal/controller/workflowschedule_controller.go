@@ -83,7 +83,7 @@ func (r *WorkflowScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	obj := conditionedSchedule{&workflowv1alpha1.WorkflowSchedule{}}
 	pctx := ctx
 	if r.Inboxes != nil {
-		routed, _, release, ok, res, err := routeOrMark(ctx, r.Inboxes, r.Client, r.Recorder, req, obj)
+		routed, name, release, ok, res, err := routeOrMark(ctx, r.Inboxes, r.Client, r.Recorder, req, obj)
 		if !ok {
 			return endOnShutdown(ctx, res, err)
 		}
@@ -92,7 +92,7 @@ func (r *WorkflowScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			return ctrl.Result{}, fmt.Errorf("the inbox of namespace %s keeps no schedules", req.Namespace)
 		}
 		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, reconcilePassTimeout)
+		pctx, cancel = context.WithTimeout(ctx, passTimeout(r.Inboxes, name))
 		defer cancel()
 	}
 	res, err := (&schedulePass{WorkflowScheduleReconciler: r, Inbox: inbox}).reconcileRequest(pctx, req)

@@ -406,6 +406,9 @@ spec:
 		paused := make(chan error, 1)
 		go func() { paused <- clusterB.Pause(ctx, time.Minute) }()
 		down := time.Now()
+		// The window is the whole outage, its first seconds (while the
+		// manager has not yet seen b stop answering) included.
+		during0, t2 := total(), time.Now()
 		for i := range 5 {
 			newRun(b1.ns, fmt.Sprintf("during-%d", i), "demo.echo.v1", `{"during":true}`, nil)
 		}
@@ -422,7 +425,6 @@ spec:
 			out, _ := kubectl("get", "events", "-n", b1.ns, "--field-selector", "reason=InboxUnavailable", "-o", "name")
 			return out
 		}).ShouldNot(BeEmpty())
-		during0, t2 := total(), time.Now()
 		time.Sleep(time.Until(down.Add(58 * time.Second)))
 		during1, t3 := total(), time.Now()
 		rateDuring := float64(during1-during0) / t3.Sub(t2).Seconds()
