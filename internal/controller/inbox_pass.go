@@ -72,21 +72,39 @@ func passTimeout(set *InboxSet, name string) time.Duration {
 	return reconcilePassTimeout
 }
 
+// inboxPass runs one reconcile's pass in the inbox of req's namespace, or
+// in single when set is nil (one inbox: no routing, no bound). It routes
+// and enters the namespace (marking the object when its inbox cannot be
+// used), bounds the pass, and marks the object when the pass failed while
+// its inbox does not answer.
+func inboxPass(ctx context.Context, set *InboxSet, single Inbox, c client.Client, rec recorder.EventRecorder,
+	req ctrl.Request, obj conditioned, pass func(ctx context.Context, inbox Inbox, name string) (ctrl.Result, error)) (ctrl.Result, error) {
+	if set == nil {
+		res, err := pass(ctx, single, defaultInbox)
+		return endOnShutdown(ctx, res, err)
+	}
+	inbox, name, release, ok, res, err := routeOrMark(ctx, set, c, rec, req, obj)
+	if !ok {
+		return endOnShutdown(ctx, res, err)
+	}
+	defer release()
+	pctx, cancel := context.WithTimeout(ctx, passTimeout(set, name))
+	defer cancel()
+	res, err = pass(pctx, inbox, name)
+	markDown(ctx, set, c, rec, req, obj, err)
+	return endOnShutdown(ctx, res, err)
+}
+
 // routeOrMark finds the inbox of req's namespace and enters it (release
 // ends the pass). When it cannot be used, or its database does not answer
 // (an object being deleted still goes ahead: its finalizer's grace period
 // applies), it marks the object (condition InboxAvailable False, an Event)
 // and returns ok false with the result to return.
-func routeOrMark(ctx context.Context, router InboxRouter, c client.Client, rec recorder.EventRecorder,
+func routeOrMark(ctx context.Context, set *InboxSet, c client.Client, rec recorder.EventRecorder,
 	req ctrl.Request, obj conditioned) (inbox Inbox, name string, release func(), ok bool, res ctrl.Result, err error) {
-	inbox, name, release, err = router.Enter(ctx, req.Namespace)
+	inbox, name, release, err = set.Enter(ctx, req.Namespace)
 	if err == nil {
-		set, isSet := router.(*InboxSet)
-		if !isSet {
-			return inbox, name, release, true, ctrl.Result{}, nil
-		}
-		up, _ := set.Up(name)
-		if up || deleting(ctx, c, req, obj) {
+		if up, _ := set.Up(name); up || deleting(ctx, c, req, obj) {
 			return inbox, name, release, true, ctrl.Result{}, nil
 		}
 		release()

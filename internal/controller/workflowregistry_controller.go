@@ -59,25 +59,10 @@ type WorkflowRegistryReconciler struct {
 
 // Reconcile mirrors one WorkflowRegistry.
 func (r *WorkflowRegistryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	obj := conditionedRegistry{&workflowv1alpha1.WorkflowRegistry{}}
-	var router InboxRouter
-	if r.Inboxes != nil {
-		router = r.Inboxes
-	}
-	inbox, name, release, ok, res, err := routeOrMark(ctx, routerOr(router, r.Inbox), r.Client, r.Recorder, req, obj)
-	if !ok {
-		return endOnShutdown(ctx, res, err)
-	}
-	defer release()
-	pctx := ctx
-	if r.Inboxes != nil {
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, passTimeout(r.Inboxes, name))
-		defer cancel()
-	}
-	res, err = (&registryPass{WorkflowRegistryReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(pctx, req)
-	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
-	return endOnShutdown(ctx, res, err)
+	return inboxPass(ctx, r.Inboxes, r.Inbox, r.Client, r.Recorder, req, conditionedRegistry{&workflowv1alpha1.WorkflowRegistry{}},
+		func(ctx context.Context, inbox Inbox, name string) (ctrl.Result, error) {
+			return (&registryPass{WorkflowRegistryReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(ctx, req)
+		})
 }
 
 func (r *registryPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -88,29 +88,10 @@ type WorkflowRunReconciler struct {
 
 // Reconcile brings one WorkflowRun and its inbox row together.
 func (r *WorkflowRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	obj := conditionedRun{&workflowv1alpha1.WorkflowRun{}}
-	inbox, name, release, ok, res, err := routeOrMark(ctx, routerOr(r.routes(), r.Inbox), r.Client, r.Recorder, req, obj)
-	if !ok {
-		return endOnShutdown(ctx, res, err)
-	}
-	defer release()
-	pctx := ctx
-	if r.Inboxes != nil {
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, passTimeout(r.Inboxes, name))
-		defer cancel()
-	}
-	res, err = (&runPass{WorkflowRunReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(pctx, req)
-	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
-	return endOnShutdown(ctx, res, err)
-}
-
-// routes is the router of the reconciler's inboxes, nil for a single one.
-func (r *WorkflowRunReconciler) routes() InboxRouter {
-	if r.Inboxes == nil {
-		return nil
-	}
-	return r.Inboxes
+	return inboxPass(ctx, r.Inboxes, r.Inbox, r.Client, r.Recorder, req, conditionedRun{&workflowv1alpha1.WorkflowRun{}},
+		func(ctx context.Context, inbox Inbox, name string) (ctrl.Result, error) {
+			return (&runPass{WorkflowRunReconciler: r, Inbox: inbox, inboxName: name}).reconcileRequest(ctx, req)
+		})
 }
 
 func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -79,25 +79,17 @@ type WorkflowScheduleReconciler struct {
 
 // Reconcile mirrors one WorkflowSchedule.
 func (r *WorkflowScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	inbox := r.Inbox
-	obj := conditionedSchedule{&workflowv1alpha1.WorkflowSchedule{}}
-	pctx := ctx
-	if r.Inboxes != nil {
-		routed, name, release, ok, res, err := routeOrMark(ctx, r.Inboxes, r.Client, r.Recorder, req, obj)
-		if !ok {
-			return endOnShutdown(ctx, res, err)
-		}
-		defer release()
-		if inbox, ok = routed.(ScheduleInbox); !ok {
-			return ctrl.Result{}, fmt.Errorf("the inbox of namespace %s keeps no schedules", req.Namespace)
-		}
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, passTimeout(r.Inboxes, name))
-		defer cancel()
-	}
-	res, err := (&schedulePass{WorkflowScheduleReconciler: r, Inbox: inbox}).reconcileRequest(pctx, req)
-	markDown(ctx, r.Inboxes, r.Client, r.Recorder, req, obj, err)
-	return endOnShutdown(ctx, res, err)
+	return inboxPass(ctx, r.Inboxes, nil, r.Client, r.Recorder, req, conditionedSchedule{&workflowv1alpha1.WorkflowSchedule{}},
+		func(ctx context.Context, routed Inbox, _ string) (ctrl.Result, error) {
+			inbox := r.Inbox
+			if routed != nil {
+				var ok bool
+				if inbox, ok = routed.(ScheduleInbox); !ok {
+					return ctrl.Result{}, fmt.Errorf("the inbox of namespace %s keeps no schedules", req.Namespace)
+				}
+			}
+			return (&schedulePass{WorkflowScheduleReconciler: r, Inbox: inbox}).reconcileRequest(ctx, req)
+		})
 }
 
 func (r *schedulePass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -54,13 +54,21 @@ var _ = Describe("several inboxes", Ordered, func() {
 			return in.Status
 		}
 	}
-	ready := func(name string) func() string {
+	// cond shows an inbox's condition as "status/reason: message".
+	cond := func(inbox, typ string) func() string {
 		return func() string {
-			c := meta.FindStatusCondition(inboxStatus(name)().Conditions, workflowv1alpha1.ConditionInboxReady)
+			c := meta.FindStatusCondition(inboxStatus(inbox)().Conditions, typ)
 			if c == nil {
 				return ""
 			}
-			return string(c.Status) + "/" + c.Reason
+			return string(c.Status) + "/" + c.Reason + ": " + c.Message
+		}
+	}
+	// ready shows an inbox's Ready condition as "status/reason".
+	ready := func(name string) func() string {
+		return func() string {
+			status, _, _ := strings.Cut(cond(name, workflowv1alpha1.ConditionInboxReady)(), ":")
+			return status
 		}
 	}
 	// runsIn counts the runs a namespace has in a database.
@@ -233,15 +241,6 @@ spec:
   secretRef: {namespace: simple-workflow-system, name: inbox-b, key: other}
   namespaceSelector: {matchLabels: {team-inbox: nobody}}
 `))
-		cond := func(inbox, typ string) func() string {
-			return func() string {
-				c := meta.FindStatusCondition(inboxStatus(inbox)().Conditions, typ)
-				if c == nil {
-					return ""
-				}
-				return string(c.Status) + "/" + c.Reason + ": " + c.Message
-			}
-		}
 		Eventually(cond("b-too", workflowv1alpha1.ConditionNamespacesHeld)).Should(
 			HavePrefix("True/SelectedByOlderInbox: served by another inbox for now: e2e-inbox-b1: an older inbox selects it too"))
 		Eventually(cond("b", workflowv1alpha1.ConditionNamespacesContested)).Should(
