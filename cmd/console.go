@@ -12,6 +12,7 @@ import (
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 	"github.com/simple-workflow/simple-workflow/internal/console"
+	"github.com/simple-workflow/simple-workflow/internal/controller"
 )
 
 // registryPools lists the worker pools the WorkflowRegistry objects declare,
@@ -60,7 +61,10 @@ const (
 
 // newConsole opens the console's read-only pool and its server; with
 // Kubernetes authentication it checks tokens and permissions through cfg.
-func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.PoolLister, log *slog.Logger) (*console.Server, func(), error) {
+// The console reads the default inbox through that pool and each inbox
+// inboxes lists (nil when WorkflowInboxes are not served) through its own.
+func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.PoolLister, inboxes console.InboxLister,
+	log *slog.Logger) (*console.Server, func(), error) {
 	url := o.consoleDatabaseURL
 	if url == "" {
 		url = o.databaseURL
@@ -75,7 +79,8 @@ func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.
 			hosts = append(hosts, h)
 		}
 	}
-	c := console.Config{DB: pool, Pools: pools, Logger: log, AllowedHosts: hosts}
+	c := console.Config{DB: pool, Pools: pools, Inboxes: inboxes, Role: o.consoleDatabaseRole, Logger: log,
+		AllowedHosts: hosts}
 	if o.consoleAuth == consoleAuthNone {
 		c.Unauthenticated = true
 		log.Warn("THE CONSOLE IS UNAUTHENTICATED (--console-auth=none): whoever reaches its port reads every namespace's runs, payloads, results and errors; use it only on a trusted network",
@@ -94,4 +99,33 @@ func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.
 		return nil, nil, err
 	}
 	return srv, pool.Close, nil
+}
+
+// workflowInboxes lists the WorkflowInboxes and the database URLs their
+// Secrets hold, for the console.
+type workflowInboxes struct {
+	// list reads WorkflowInboxes (the manager's cache), secrets reads
+	// Secrets (the API reader: Secrets are not cached).
+	list, secrets client.Reader
+	log           *slog.Logger
+}
+
+// Inboxes implements console.InboxLister. An inbox whose Secret cannot be
+// read is left out (its WorkflowInbox's Ready condition says why).
+func (w workflowInboxes) Inboxes(ctx context.Context) ([]console.InboxURL, error) {
+	var list workflowv1alpha1.WorkflowInboxList
+	if err := w.list.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list WorkflowInboxes: %w", err)
+	}
+	out := make([]console.InboxURL, 0, len(list.Items))
+	for i := range list.Items {
+		in := &list.Items[i]
+		url, err := controller.InboxSecretURL(ctx, w.secrets, in)
+		if err != nil {
+			w.log.Debug("Console leaves out an inbox whose Secret cannot be read", "inbox", in.Name, "error", err)
+			continue
+		}
+		out = append(out, console.InboxURL{Name: in.Name, URL: url})
+	}
+	return out, nil
 }

@@ -365,8 +365,12 @@ func run() error {
 		return err
 	}
 	if o.consoleAddr != "" {
-		srv, closeConsole, err := newConsole(ctx, o, mgr.GetConfig(), registryPools{c: mgr.GetClient()},
-			slog.New(logr.ToSlogHandler(ctrl.Log.WithName("console"))))
+		clog := slog.New(logr.ToSlogHandler(ctrl.Log.WithName("console")))
+		var listed console.InboxLister
+		if routed != nil {
+			listed = workflowInboxes{list: mgr.GetClient(), secrets: mgr.GetAPIReader(), log: clog}
+		}
+		srv, closeConsole, err := newConsole(ctx, o, mgr.GetConfig(), registryPools{c: mgr.GetClient()}, listed, clog)
 		if err != nil {
 			return err
 		}

@@ -218,17 +218,29 @@ func (s *Server) knownNamespaces(ctx context.Context) ([]string, error) {
 	if !c.at.IsZero() && time.Since(c.at) < namespaceFresh {
 		return c.list, nil
 	}
-	rows, err := s.db.Query(ctx, `select n from workflow.run_namespaces() n`)
-	if err != nil {
-		return nil, fmt.Errorf("namespaces with runs: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("namespaces with runs: %w", err)
-	}
+	var mu sync.Mutex
+	var list []string
 	seen := map[string]bool{}
-	for _, ns := range list {
-		seen[ns] = true
+	if _, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		rows, err := src.db.Query(ctx, `select n from workflow.run_namespaces() n`)
+		if err != nil {
+			return fmt.Errorf("namespaces with runs in inbox %s: %w", src.name, err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("namespaces with runs in inbox %s: %w", src.name, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ns := range names {
+			if !seen[ns] {
+				seen[ns] = true
+				list = append(list, ns)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	if s.pools != nil {
 		if pools, err := s.pools.WorkerPools(ctx); err == nil {

@@ -30,7 +30,7 @@ type authEnv struct {
 	kube kubernetes.Interface
 }
 
-func setupAuth(t *testing.T, ttl time.Duration) *authEnv {
+func setupAuth(t *testing.T, ttl time.Duration, with ...func(*console.Config)) *authEnv {
 	t.Helper()
 	cp, err := devenv.StartControlPlane(t.TempDir(), "")
 	if err != nil {
@@ -42,7 +42,11 @@ func setupAuth(t *testing.T, ttl time.Duration) *authEnv {
 		t.Fatal(err)
 	}
 	e := setup(t)
-	srv, err := console.New(console.Config{DB: e.reader, Auth: console.KubeReviewer{Client: kube}, AuthTTL: ttl})
+	cfg := console.Config{DB: e.reader, Auth: console.KubeReviewer{Client: kube}, AuthTTL: ttl}
+	for _, w := range with {
+		w(&cfg)
+	}
+	srv, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +77,39 @@ func (a *authEnv) serviceAccount(t *testing.T, ns, name string) string {
 		t.Fatalf("token of %s/%s: %v", ns, name, err)
 	}
 	return tr.Status.Token
+}
+
+// viewers makes the chart's view role and the inbox-wide one, and two
+// ServiceAccounts with a token each: alice (team-a), who may read team-a's
+// WorkflowRuns, and ops (team-b), who has the inbox-wide permission. The
+// namespaces team-a and team-b must exist.
+func (a *authEnv) viewers(t *testing.T) (alice, ops string) {
+	t.Helper()
+	mustCreate := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the chart's view role adds to Kubernetes' view (no
+	// kube-controller-manager runs here to aggregate it).
+	_, err := a.kube.RbacV1().ClusterRoles().Create(a.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "simple-workflow-view"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"workflow.simpleworkflow.dev"}, Resources: []string{"workflowruns"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{})
+	mustCreate(err)
+	_, err = a.kube.RbacV1().ClusterRoles().Create(a.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "simple-workflow-console-inbox-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"workflow.simpleworkflow.dev"}, Resources: []string{"inbox"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+	mustCreate(err)
+	alice = a.serviceAccount(t, "team-a", "alice")
+	ops = a.serviceAccount(t, "team-b", "ops")
+	_, err = a.kube.RbacV1().RoleBindings("team-a").Create(a.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice-view"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "simple-workflow-view"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "alice", Namespace: "team-a"}}}, metav1.CreateOptions{})
+	mustCreate(err)
+	_, err = a.kube.RbacV1().ClusterRoleBindings().Create(a.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ops-inbox"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "simple-workflow-console-inbox-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "ops", Namespace: "team-b"}}}, metav1.CreateOptions{})
+	mustCreate(err)
+	return alice, ops
 }
 
 func (a *authEnv) namespace(t *testing.T, name string) {
@@ -117,31 +154,8 @@ func TestConsoleAuthorizesThroughKubernetes(t *testing.T) {
 	a := setupAuth(t, 2*time.Second)
 	a.namespace(t, "team-a")
 	a.namespace(t, "team-b")
-	mustCreate := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// What the chart's view role adds to Kubernetes' view (no
-	// kube-controller-manager runs here to aggregate it).
-	_, err := a.kube.RbacV1().ClusterRoles().Create(a.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "simple-workflow-view"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"workflow.simpleworkflow.dev"}, Resources: []string{"workflowruns"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{})
-	mustCreate(err)
-	_, err = a.kube.RbacV1().ClusterRoles().Create(a.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "simple-workflow-console-inbox-reader"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"workflow.simpleworkflow.dev"}, Resources: []string{"inbox"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
-	mustCreate(err)
-	alice := a.serviceAccount(t, "team-a", "alice")
+	alice, ops := a.viewers(t)
 	nobody := a.serviceAccount(t, "team-a", "nobody")
-	ops := a.serviceAccount(t, "team-b", "ops")
-	_, err = a.kube.RbacV1().RoleBindings("team-a").Create(a.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice-view"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "simple-workflow-view"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "alice", Namespace: "team-a"}}}, metav1.CreateOptions{})
-	mustCreate(err)
-	_, err = a.kube.RbacV1().ClusterRoleBindings().Create(a.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ops-inbox"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "simple-workflow-console-inbox-reader"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "ops", Namespace: "team-b"}}}, metav1.CreateOptions{})
-	mustCreate(err)
 
 	runA := a.create(t, engine.CreateParams{Type: "teama.job.v1", Payload: []byte(`{"secret":"a-payload"}`),
 		Source: &engine.Source{Namespace: "team-a", Name: "ra", UID: "uid-a"}})

@@ -26,8 +26,16 @@ var staticFiles embed.FS
 
 // Config configures a console.
 type Config struct {
-	// DB is the console's read-only pool (see OpenPool).
+	// DB is the console's read-only pool (see OpenPool) of the default
+	// inbox.
 	DB *pgxpool.Pool
+	// Inboxes lists the inboxes besides the default one (the
+	// WorkflowInboxes); nil reads the default inbox alone.
+	Inboxes InboxLister
+	// Role is the database role the console reads the listed inboxes as
+	// (see OpenReadPool); empty reads as each URL's login user, still in
+	// read-only transactions.
+	Role string
 	// Pools lists the worker pools for the overview; nil shows none.
 	Pools PoolLister
 	// Logger receives the console's errors; nil discards them.
@@ -51,15 +59,16 @@ type Config struct {
 
 // Server serves the console.
 type Server struct {
-	db     *pgxpool.Pool
-	engine *engine.Engine
-	pools  PoolLister
-	log    *slog.Logger
-	pages  map[string]*template.Template
-	hub    *hub
-	mux    *http.ServeMux
-	hosts  map[string]bool
-	cache  overviewCache
+	// def is the default inbox; inboxes holds it and the others.
+	def     *source
+	inboxes *inboxes
+	pools   PoolLister
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	hub     *hub
+	mux     *http.ServeMux
+	hosts   map[string]bool
+	cache   overviewCache
 	// gate authenticates and authorizes each request; nil when the console
 	// is unauthenticated.
 	gate       *gate
@@ -88,8 +97,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	s := &Server{db: cfg.DB, engine: eng, pools: cfg.Pools, log: log, pages: pages, hub: newHub(), mux: http.NewServeMux(),
-		hosts: map[string]bool{}}
+	def := &source{name: DefaultInbox, db: cfg.DB, eng: eng}
+	s := &Server{def: def, inboxes: newInboxes(def, cfg.Inboxes, cfg.Role, log), pools: cfg.Pools, log: log,
+		pages: pages, hub: newHub(), mux: http.NewServeMux(), hosts: map[string]bool{}}
+	s.inboxes.listen = s.listenInbox
 	for _, h := range cfg.AllowedHosts {
 		s.hosts[strings.ToLower(h)] = true
 	}

@@ -1,6 +1,9 @@
 package console
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ForgetOverview drops the cached overview, so that the next request reads
 // it from the database.
@@ -24,3 +27,7 @@ func (s *Server) HeardSince(t time.Time) bool {
 	defer s.hub.mu.Unlock()
 	return s.hub.lastNotified.After(t)
 }
+
+// RefreshInboxes reads the list of inboxes now, as the console does every
+// few seconds.
+func (s *Server) RefreshInboxes(ctx context.Context) { s.inboxes.refresh(ctx) }

@@ -25,6 +25,33 @@ type page struct {
 	User string
 	// Unauthenticated says the console serves everyone (--console-auth=none).
 	Unauthenticated bool
+	// Unread names the inboxes the page could not read: what it shows
+	// lacks their runs.
+	Unread []string
+	// UnreadSome says an inbox could not be read, to a viewer not shown
+	// the inboxes' names.
+	UnreadSome bool
+	// Parts says the page's template places the note of Unread itself, in
+	// its live part.
+	Parts bool
+}
+
+// unreadText says which inboxes could not be read, naming them to the
+// viewers of every namespace only (the inboxes are the cluster's).
+func unreadText(a access, problems []inboxProblem) string {
+	if !a.all {
+		return "an inbox could not be read now"
+	}
+	return "these could not be read now: " + strings.Join(unread(problems), ", ")
+}
+
+// unread returns the names of the inboxes of problems.
+func unread(problems []inboxProblem) []string {
+	var out []string
+	for _, p := range problems {
+		out = append(out, p.Name)
+	}
+	return out
 }
 
 // fragmentHeader asks for the page's main part only: the console's script
@@ -35,11 +62,17 @@ const fragmentHeader = "X-Console-Fragment"
 // a buffer first, so a failure is an error page, not half a page.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, status int, p page) {
 	t := s.pages[name]
-	p.User, p.Unauthenticated = accessOf(r.Context()).user, s.gate == nil
+	a := accessOf(r.Context())
+	p.User, p.Unauthenticated = a.user, s.gate == nil
+	if !a.all && len(p.Unread) > 0 {
+		// Inboxes are the cluster's: their names are for the viewers of
+		// every namespace.
+		p.Unread, p.UnreadSome = nil, true
+	}
 	var b bytes.Buffer
 	tmpl := "layout"
 	if r.Header.Get(fragmentHeader) != "" {
-		tmpl = "main"
+		tmpl = "fragment"
 	}
 	if err := t.ExecuteTemplate(&b, tmpl, p); err != nil {
 		s.log.Error("Console page failed", "page", name, "error", err)
@@ -70,7 +103,7 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "The overview could not be read from the database.", err)
 		return
 	}
-	s.render(w, r, "overview", http.StatusOK, page{Title: "Overview", Nav: "overview", Live: "?", Data: ov})
+	s.render(w, r, "overview", http.StatusOK, page{Title: "Overview", Nav: "overview", Live: "?", Data: ov, Unread: ov.Unread})
 }
 
 // runsView is what the runs page shows.
@@ -83,6 +116,9 @@ type runsView struct {
 	Now      time.Time
 	// FromValue and ToValue fill the form's time inputs.
 	FromValue, ToValue string
+	// Several says the console reads more than one inbox: the list names
+	// each run's.
+	Several bool
 }
 
 func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
@@ -100,18 +136,19 @@ func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "runs", http.StatusBadRequest, page{Title: "Runs", Nav: "runs", Data: v})
 		return
 	}
-	runs, next, err := listRuns(r.Context(), s.db, f, accessOf(r.Context()))
+	runs, next, problems, err := s.listRuns(r.Context(), f, accessOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The runs could not be read from the database.", err)
 		return
 	}
-	v.Runs = runs
+	v.Runs, v.Several = runs, s.inboxes.several()
 	if next != "" {
 		q := f.query()
 		q.Set("after", next)
 		v.Next = "/runs?" + q.Encode()
 	}
-	s.render(w, r, "runs", http.StatusOK, page{Title: "Runs", Nav: "runs", Live: "?", Data: v})
+	s.render(w, r, "runs", http.StatusOK, page{Title: "Runs", Nav: "runs", Live: "?", Data: v, Unread: unread(problems),
+		Parts: true})
 }
 
 func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
@@ -120,10 +157,20 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "A run's id is a UUID such as 0b6c5a6e-8d7e-4f43-9f51-3c1e1f0f7d3a.", nil)
 		return
 	}
-	if ok, err := s.mayReadRun(r.Context(), accessOf(r.Context()), id); err != nil {
+	src, problems, err := s.findRun(r.Context(), accessOf(r.Context()), id)
+	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
-	} else if !ok {
+	}
+	if src == nil && len(problems) > 0 {
+		// The same answer for a run that does not exist and one the viewer
+		// may not read: neither is revealed.
+		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf(
+			"Run %s is not in the inboxes the console could read, and %s. Try again shortly.",
+			id, unreadText(accessOf(r.Context()), problems)), nil)
+		return
+	}
+	if src == nil {
 		// The same answer as for a run that does not exist: a run the
 		// viewer may not read is not revealed.
 		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no run %s (runs are deleted after the retention period).", id), nil)
@@ -132,12 +179,12 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 	// The version first: a change while the page is read makes the stream
 	// report it at once, instead of the page showing the state before it
 	// with the version after it.
-	versions, err := s.runVersions(r.Context(), []string{id})
+	versions, err := src.runVersions(r.Context(), []string{id})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
 	}
-	p, err := s.loadRun(r.Context(), id)
+	p, err := src.loadRun(r.Context(), id)
 	if errors.Is(err, errNoRun) {
 		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no run %s (runs are deleted after the retention period).", id), nil)
 		return
@@ -146,6 +193,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
 	}
+	p.Inbox, p.Several = src.name, s.inboxes.several()
 	live := "?run=" + id + "&v=" + url.QueryEscape(versions[id])
 	s.render(w, r, "run", http.StatusOK, page{Title: "Run " + id, Nav: "runs", Live: live, Data: p})
 }
@@ -163,7 +211,7 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if run != "" {
-		if ok, err := s.mayReadRun(r.Context(), accessOf(r.Context()), run); err != nil || !ok {
+		if src, _, err := s.findRun(r.Context(), accessOf(r.Context()), run); err != nil || src == nil {
 			http.Error(w, "no such run", http.StatusNotFound)
 			return
 		}
@@ -238,8 +286,13 @@ func (s *Server) streamStillAllowed(ctx context.Context, token, run string) bool
 	if run == "" {
 		return true
 	}
-	ok, err := s.mayReadRun(ctx, a, run)
-	return err == nil && ok
+	src, problems, err := s.findRun(ctx, a, run)
+	if err == nil && src == nil && len(problems) > 0 {
+		// The run's inbox does not answer now: the stream (which carries
+		// no data, only "look again") stays, and is checked again later.
+		return true
+	}
+	return err == nil && src != nil
 }
 
 // viewerOf names whom a request's stream counts against for the bound of

@@ -38,6 +38,13 @@ func (p staticPools) WorkerPools(context.Context) ([]console.WorkerPool, error) 
 
 func setup(t *testing.T, pools ...console.WorkerPool) *env {
 	t.Helper()
+	return setupWith(t, nil, pools...)
+}
+
+// setupWith is setup with the console's configuration changed by with
+// (nil: as it is).
+func setupWith(t *testing.T, with func(*console.Config), pools ...console.WorkerPool) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	owner, url := pgtest.NewPool(t)
@@ -53,7 +60,11 @@ func setup(t *testing.T, pools ...console.WorkerPool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(reader.Close)
-	srv, err := console.New(console.Config{DB: reader, Pools: staticPools(pools), Unauthenticated: true})
+	cfg := console.Config{DB: reader, Pools: staticPools(pools), Unauthenticated: true}
+	if with != nil {
+		with(&cfg)
+	}
+	srv, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

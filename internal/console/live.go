@@ -3,6 +3,8 @@ package console
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,33 +161,39 @@ func notify(s *subscriber) {
 	}
 }
 
-// run listens for the inbox's notifications and looks at what the open
+// listenInbox follows the notifications of one inbox until ctx ends.
+func (s *Server) listenInbox(ctx context.Context, src *source) {
+	// A reconnection may have missed notifications: it counts as one.
+	// The first connection missed nothing the pages did not read.
+	first := true
+	_ = src.eng.Listen(ctx, engine.ListenConfig{
+		Channels: []string{engine.ChannelRunChanged, engine.ChannelRunCreated, engine.ChannelRunCancelled},
+		OnNotify: func(engine.Notification) { s.hub.notified() },
+		OnConnect: func() {
+			if src == s.def {
+				s.hub.mu.Lock()
+				s.hub.listening = true
+				s.hub.mu.Unlock()
+			}
+			if first {
+				first = false
+				s.hub.poke()
+				return
+			}
+			s.hub.notified()
+		},
+		Logger: s.log.With("inbox", src.name),
+	})
+}
+
+// run listens for the inboxes' notifications and looks at what the open
 // streams show after each burst of them, once more shortly after, and every
 // recheck (claims, completions, journal entries and signals notify nothing:
 // the run pages are compared with their runs, the pages of many runs with
 // the inbox's version), until ctx ends.
 func (s *Server) run(ctx context.Context) error {
-	go func() {
-		// A reconnection may have missed notifications: it counts as one.
-		// The first connection missed nothing the pages did not read.
-		first := true
-		_ = s.engine.Listen(ctx, engine.ListenConfig{
-			Channels: []string{engine.ChannelRunChanged, engine.ChannelRunCreated, engine.ChannelRunCancelled},
-			OnNotify: func(engine.Notification) { s.hub.notified() },
-			OnConnect: func() {
-				s.hub.mu.Lock()
-				s.hub.listening = true
-				s.hub.mu.Unlock()
-				if first {
-					first = false
-					s.hub.poke()
-					return
-				}
-				s.hub.notified()
-			},
-			Logger: s.log,
-		})
-	}()
+	go s.listenInbox(ctx, s.def)
+	go s.inboxes.refreshLoop(ctx)
 	var again <-chan time.Time
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
@@ -283,15 +291,33 @@ func (s *Server) look(ctx context.Context, marker *string) error {
 }
 
 // runVersions returns a version of each run that moves whenever its page
-// would show something new: its status, attempt, update time, and its
-// latest audit event, the number of its journal entries, and the latest
-// change of its first children (a DAG's steps, durable child runs; at most
-// maxChildren of them are looked at, as its page lists).
+// would show something new, read from every inbox (a run is in one).
 func (s *Server) runVersions(ctx context.Context, ids []string) (map[string]string, error) {
-	rows, err := s.db.Query(ctx, `select id::text, version from workflow.run_versions($1::uuid[], $2::integer)`,
+	var mu sync.Mutex
+	out := make(map[string]string, len(ids))
+	_, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		versions, err := src.runVersions(ctx, ids)
+		mu.Lock()
+		defer mu.Unlock()
+		for id, v := range versions {
+			out[id] = v
+		}
+		return err
+	})
+	return out, err
+}
+
+// runVersions returns a version of each run of this inbox among ids that
+// moves whenever its page would show something new: its status, attempt,
+// update time, and its latest audit event, the number of its journal
+// entries, and the latest change of its first children (a DAG's steps,
+// durable child runs; at most maxChildren of them are looked at, as its
+// page lists).
+func (src *source) runVersions(ctx context.Context, ids []string) (map[string]string, error) {
+	rows, err := src.db.Query(ctx, `select id::text, version from workflow.run_versions($1::uuid[], $2::integer)`,
 		ids, maxChildren)
 	if err != nil {
-		return nil, fmt.Errorf("run versions: %w", err)
+		return nil, fmt.Errorf("run versions in inbox %s: %w", src.name, err)
 	}
 	out := make(map[string]string, len(ids))
 	var id, v string
@@ -299,20 +325,45 @@ func (s *Server) runVersions(ctx context.Context, ids []string) (map[string]stri
 		out[id] = v
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("run versions: %w", err)
+		return nil, fmt.Errorf("run versions in inbox %s: %w", src.name, err)
 	}
 	return out, nil
 }
 
-// inboxVersion reads workflow.inbox_version, which moves whenever a run
-// makes an audited transition or finishes; "" when it cannot be read.
+// inboxVersion reads workflow.inbox_version of every inbox, which moves
+// whenever a run makes an audited transition or finishes; an inbox that
+// cannot be read counts as "?" (so its return is a change); "" when none
+// can be read.
 func (s *Server) inboxVersion(ctx context.Context) string {
-	var v string
-	if err := s.db.QueryRow(ctx, "select workflow.inbox_version()").Scan(&v); err != nil {
+	var mu sync.Mutex
+	parts := map[string]string{}
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		var v string
+		if err := src.db.QueryRow(ctx, "select workflow.inbox_version()").Scan(&v); err != nil {
+			return fmt.Errorf("the version of inbox %s: %w", src.name, err)
+		}
+		mu.Lock()
+		parts[src.name] = v
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("Console could not read the inbox's version", "error", err)
 		}
 		return ""
 	}
-	return v
+	for _, p := range problems {
+		parts[p.Name] = "?"
+	}
+	names := make([]string, 0, len(parts))
+	for name := range parts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		b.WriteString(name + "=" + parts[name] + ";")
+	}
+	return b.String()
 }

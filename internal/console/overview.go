@@ -53,6 +53,9 @@ type typeRow struct {
 
 // overview is what the overview page shows.
 type overview struct {
+	// Inboxes lists the inboxes read, when there are several.
+	Inboxes   []inboxRow
+	Unread    []string
 	Pools     []poolRow
 	PoolsErr  string
 	Types     []typeRow
@@ -93,52 +96,115 @@ func (s *Server) overview(ctx context.Context) (overview, error) {
 // runs of that hour, not the history).
 func (s *Server) loadOverview(ctx context.Context) (overview, error) {
 	ov := overview{Now: time.Now()}
+	var problems []inboxProblem
 	if s.pools != nil {
 		pools, err := s.pools.WorkerPools(ctx)
 		if err != nil {
 			s.log.Error("Console could not list the worker pools", "error", err)
 			ov.PoolsErr = "the WorkflowRegistry objects could not be read (see the manager's log)"
-		} else if ov.Pools, err = s.poolRows(ctx, pools); err != nil {
+		} else if ov.Pools, problems, err = s.poolRows(ctx, pools); err != nil {
 			return ov, err
 		}
 	}
 
-	types, more, err := s.readTypes(ctx,
+	types, more, typeProblems, err := s.readTypes(ctx,
 		`select type, runnable, leased, parked, oldest_due from workflow.type_depths()`,
 		`select type, bucket, succeeded, ended_otherwise from workflow.finished_last_hour()`)
 	if err != nil {
 		return ov, err
 	}
 	ov.Types, ov.MoreTypes = types, more
+	s.noteInboxes(&ov, append(problems, typeProblems...), true)
 	return ov, nil
 }
 
 // poolRows reads the queue of each worker pool: every run of its
 // namespace's types (its own runs and those recorded by namespaces it
-// shares a type with).
-func (s *Server) poolRows(ctx context.Context, pools []WorkerPool) ([]poolRow, error) {
+// shares a type with), summed over the inboxes (a namespace's runs are in
+// one; a namespace that moved left only finished runs behind).
+func (s *Server) poolRows(ctx context.Context, pools []WorkerPool) ([]poolRow, []inboxProblem, error) {
 	if len(pools) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	qs := make([]engine.PoolQuery, len(pools))
 	for i, p := range pools {
 		qs[i] = engine.PoolQuery{TypePrefixes: p.Prefixes, Runtime: p.Runtime, Namespace: p.Namespace}
 	}
-	depths, err := s.engine.QueueDepths(ctx, qs)
-	if err != nil {
-		return nil, fmt.Errorf("overview: queue depths: %w", err)
-	}
 	out := make([]poolRow, len(pools))
 	for i, p := range pools {
-		out[i] = poolRow{WorkerPool: p, Runnable: depths[i].Runnable, Leased: depths[i].Leased}
+		out[i] = poolRow{WorkerPool: p}
 	}
-	return out, nil
+	var mu sync.Mutex
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		depths, err := src.eng.QueueDepths(ctx, qs)
+		if err != nil {
+			return fmt.Errorf("overview: queue depths in inbox %s: %w", src.name, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range out {
+			out[i].Runnable += depths[i].Runnable
+			out[i].Leased += depths[i].Leased
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, problems, err
+	}
+	return out, problems, nil
 }
 
-// readTypes reads the types' rows of an overview: queues (type, runnable,
-// leased, parked, oldest due) and the last hour (type, five-minute bucket
-// counted back from now, succeeded, ended otherwise), both with args.
-func (s *Server) readTypes(ctx context.Context, queues, lastHour string, args ...any) ([]typeRow, bool, error) {
+// readTypes reads the types' rows of an overview from every inbox:
+// queues (type, runnable, leased, parked, oldest due) and the last hour
+// (type, five-minute bucket counted back from now, succeeded, ended
+// otherwise), both with args; a type in several inboxes is summed.
+func (s *Server) readTypes(ctx context.Context, queues, lastHour string, args ...any) ([]typeRow, bool, []inboxProblem, error) {
+	var mu sync.Mutex
+	byType := map[string]*typeRow{}
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		part, err := src.readTypes(ctx, queues, lastHour, args...)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for t, p := range part {
+			r, ok := byType[t]
+			if !ok {
+				byType[t] = p
+				continue
+			}
+			r.Runnable += p.Runnable
+			r.Leased += p.Leased
+			r.Parked += p.Parked
+			if r.OldestDue == nil || p.OldestDue != nil && p.OldestDue.Before(*r.OldestDue) {
+				r.OldestDue = p.OldestDue
+			}
+			for i := range buckets {
+				r.Succeeded[i] += p.Succeeded[i]
+				r.Failed[i] += p.Failed[i]
+			}
+			r.SucceededHour += p.SucceededHour
+			r.FailedHour += p.FailedHour
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, problems, err
+	}
+	types := make([]typeRow, 0, len(byType))
+	for _, r := range byType {
+		types = append(types, *r)
+	}
+	sort.Slice(types, func(i, j int) bool { return types[i].Type < types[j].Type })
+	if len(types) > maxOverviewTypes {
+		return types[:maxOverviewTypes], true, problems, nil
+	}
+	return types, false, problems, nil
+}
+
+// readTypes reads the types' rows of one inbox for Server.readTypes.
+func (src *source) readTypes(ctx context.Context, queues, lastHour string, args ...any) (map[string]*typeRow, error) {
 	byType := map[string]*typeRow{}
 	get := func(t string) *typeRow {
 		if r, ok := byType[t]; ok {
@@ -148,9 +214,9 @@ func (s *Server) readTypes(ctx context.Context, queues, lastHour string, args ..
 		byType[t] = r
 		return r
 	}
-	rows, err := s.db.Query(ctx, queues, args...)
+	rows, err := src.db.Query(ctx, queues, args...)
 	if err != nil {
-		return nil, false, fmt.Errorf("overview: queues: %w", err)
+		return nil, fmt.Errorf("overview: queues of inbox %s: %w", src.name, err)
 	}
 	var t string
 	var runnable, leased, parked int64
@@ -160,17 +226,17 @@ func (s *Server) readTypes(ctx context.Context, queues, lastHour string, args ..
 		r.Runnable, r.Leased, r.Parked, r.OldestDue = runnable, leased, parked, oldest
 		return nil
 	}); err != nil {
-		return nil, false, fmt.Errorf("overview: queues: %w", err)
+		return nil, fmt.Errorf("overview: queues of inbox %s: %w", src.name, err)
 	}
-	rows, err = s.db.Query(ctx, lastHour, args...)
+	rows, err = src.db.Query(ctx, lastHour, args...)
 	if err != nil {
-		return nil, false, fmt.Errorf("overview: last hour: %w", err)
+		return nil, fmt.Errorf("overview: last hour of inbox %s: %w", src.name, err)
 	}
 	var bucket int
 	var ok, bad int64
 	if _, err := pgx.ForEachRow(rows, []any{&t, &bucket, &ok, &bad}, func() error {
 		r := get(t)
-		bucket = max(bucket, 0)
+		bucket = min(max(bucket, 0), buckets-1)
 		// Column 0 is the oldest five minutes, the last column the latest.
 		r.Succeeded[buckets-1-bucket] += ok
 		r.Failed[buckets-1-bucket] += bad
@@ -178,15 +244,7 @@ func (s *Server) readTypes(ctx context.Context, queues, lastHour string, args ..
 		r.FailedHour += bad
 		return nil
 	}); err != nil {
-		return nil, false, fmt.Errorf("overview: last hour: %w", err)
+		return nil, fmt.Errorf("overview: last hour of inbox %s: %w", src.name, err)
 	}
-	types := make([]typeRow, 0, len(byType))
-	for _, r := range byType {
-		types = append(types, *r)
-	}
-	sort.Slice(types, func(i, j int) bool { return types[i].Type < types[j].Type })
-	if len(types) > maxOverviewTypes {
-		return types[:maxOverviewTypes], true, nil
-	}
-	return types, false, nil
+	return byType, nil
 }

@@ -95,15 +95,19 @@ type runPage struct {
 	Finished       bool
 	StepOutputs    map[int]string
 	SignalPayloads map[int64]string
+	// Inbox names the inbox database the run is in; Several says the
+	// console reads more than one.
+	Inbox   string
+	Several bool
 }
 
 // errNoRun is returned for a run that does not exist.
 var errNoRun = errors.New("no such run")
 
-// loadRun reads everything a run's page shows.
-func (s *Server) loadRun(ctx context.Context, id string) (runPage, error) {
+// loadRun reads everything a run's page shows from the run's inbox.
+func (src *source) loadRun(ctx context.Context, id string) (runPage, error) {
 	p := runPage{Now: time.Now(), StepOutputs: map[int]string{}, SignalPayloads: map[int64]string{}}
-	run, err := s.engine.GetRun(ctx, id)
+	run, err := src.eng.GetRun(ctx, id)
 	if errors.Is(err, engine.ErrNotFound) {
 		return p, errNoRun
 	}
@@ -113,7 +117,7 @@ func (s *Server) loadRun(ctx context.Context, id string) (runPage, error) {
 	p.Run, p.Finished = run, run.Status.Finished()
 	p.Payload, p.Result = showJSON(run.Payload), showJSON(run.Result)
 
-	rows, err := s.db.Query(ctx, `
+	rows, err := src.db.Query(ctx, `
 select id, event_type, data, created_at
 from workflow.run_latest_events($1::uuid, $2::integer, $3::integer)`, id, maxEvents+1, maxSmallJSON)
 	if err != nil {
@@ -133,22 +137,22 @@ from workflow.run_latest_events($1::uuid, $2::integer, $3::integer)`, id, maxEve
 	}
 	slices.Reverse(events)
 	p.Events = events
-	if err := s.loadAttempts(ctx, &p); err != nil {
+	if err := src.loadAttempts(ctx, &p); err != nil {
 		return p, err
 	}
-	if err := s.loadRetries(ctx, &p); err != nil {
+	if err := src.loadRetries(ctx, &p); err != nil {
 		return p, err
 	}
-	if err := s.loadJournal(ctx, &p); err != nil {
+	if err := src.loadJournal(ctx, &p); err != nil {
 		return p, err
 	}
-	if p.Children, err = s.engine.ListChildren(ctx, id, maxChildren+1); err != nil {
+	if p.Children, err = src.eng.ListChildren(ctx, id, maxChildren+1); err != nil {
 		return p, fmt.Errorf("run %s: %w", id, err)
 	}
 	if len(p.Children) > maxChildren {
 		p.Children, p.ChildrenCut = p.Children[:maxChildren], true
 	}
-	steps, err := s.engine.DAGSteps(ctx, id)
+	steps, err := src.eng.DAGSteps(ctx, id)
 	if err != nil {
 		return p, fmt.Errorf("run %s: %w", id, err)
 	}
@@ -160,8 +164,8 @@ from workflow.run_latest_events($1::uuid, $2::integer, $3::integer)`, id, maxEve
 
 // loadAttempts reads the attempts of a run from its audit trail: the
 // lifecycle events that name an attempt (not heartbeats), grouped by it.
-func (s *Server) loadAttempts(ctx context.Context, p *runPage) error {
-	rows, err := s.db.Query(ctx, `
+func (src *source) loadAttempts(ctx context.Context, p *runPage) error {
+	rows, err := src.db.Query(ctx, `
 select event_type, attempt, coalesce(worker_id, ''), coalesce(error, ''), created_at
 from workflow.run_attempt_events($1::uuid, $2::integer, $3::integer)`, p.Run.ID, 3*maxAttempts, maxAttemptError)
 	if err != nil {
@@ -215,8 +219,8 @@ type retryRow struct {
 
 // loadRetries reads the first times the run was retried from where it
 // stopped.
-func (s *Server) loadRetries(ctx context.Context, p *runPage) error {
-	rows, err := s.db.Query(ctx, `
+func (src *source) loadRetries(ctx context.Context, p *runPage) error {
+	rows, err := src.db.Query(ctx, `
 select created_at, coalesce(previous_status, ''), coalesce(retried_by, ''), steps_retried, coalesce(workflow_id, '')
 from workflow.run_retries($1::uuid, $2::integer)`, p.Run.ID, maxAttempts)
 	if err != nil {
@@ -234,9 +238,9 @@ from workflow.run_retries($1::uuid, $2::integer)`, p.Run.ID, maxAttempts)
 
 // loadJournal reads the first steps of a run's journal and its latest
 // signals, their outputs and payloads cut in the database.
-func (s *Server) loadJournal(ctx context.Context, p *runPage) error {
+func (src *source) loadJournal(ctx context.Context, p *runPage) error {
 	id := p.Run.ID
-	rows, err := s.db.Query(ctx, `
+	rows, err := src.db.Query(ctx, `
 select name, position, kind, coalesce(outcome, ''), coalesce(error, ''), attempt, coalesce(child_id::text, ''),
        wake_at, started_at, finished_at, coalesce(output, '')
 from workflow.run_first_steps($1::uuid, $2::integer, $3::integer)`, id, maxSteps+1, maxSmallJSON)
@@ -258,7 +262,7 @@ from workflow.run_first_steps($1::uuid, $2::integer, $3::integer)`, id, maxSteps
 		return fmt.Errorf("run %s: journal: %w", id, err)
 	}
 
-	rows, err = s.db.Query(ctx, `
+	rows, err = src.db.Query(ctx, `
 select id, name, created_at, consumed_at, coalesce(consumed_by, ''), coalesce(payload, '')
 from workflow.run_latest_signals($1::uuid, $2::integer, $3::integer)`, id, maxSignals+1, maxSmallJSON)
 	if err != nil {

@@ -3,10 +3,12 @@ package console
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
@@ -25,6 +27,8 @@ type runRow struct {
 	WaitKind    string
 	Deleted     bool
 	Error       string
+	// Inbox names the inbox database the run is in.
+	Inbox string
 }
 
 // listRuns returns a page of runs matching f, newest first, and the cursor
@@ -35,14 +39,49 @@ type runRow struct {
 //
 // A viewer without the inbox-wide permission sees only runs of the
 // namespaces it may read (every run has one, SQL producers' runs too).
-func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter, a access) ([]runRow, string, error) {
+//
+// With several inboxes, each is read with the same cursor and the pages
+// are merged, newest first: the page is the newest pageSize runs of all of
+// them after the cursor, and the next page goes on from its last run. The
+// inboxes that could not be read are returned beside it.
+func (s *Server) listRuns(ctx context.Context, f runFilter, a access) ([]runRow, string, []inboxProblem, error) {
 	var namespaces []string // nil: every run
 	if !a.all {
 		namespaces = a.list()
 		if f.Namespace != "" && !a.may(f.Namespace) || len(namespaces) == 0 {
-			return nil, "", nil
+			return nil, "", nil, nil
 		}
 	}
+	var mu sync.Mutex
+	var all []runRow
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		runs, err := listInboxRuns(ctx, src, f, namespaces)
+		mu.Lock()
+		all = append(all, runs...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, "", problems, err
+	}
+	// Newest first, as each inbox's page is (created_at desc, id desc).
+	slices.SortFunc(all, func(x, y runRow) int {
+		if c := y.CreatedAt.Compare(x.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(y.ID, x.ID)
+	})
+	next := ""
+	if len(all) > pageSize {
+		all = all[:pageSize]
+		last := all[pageSize-1]
+		next = engine.EncodeCursor(last.CreatedAt, last.ID)
+	}
+	return all, next, problems, nil
+}
+
+// listInboxRuns reads up to pageSize+1 runs of one inbox for listRuns.
+func listInboxRuns(ctx context.Context, src *source, f runFilter, namespaces []string) ([]runRow, error) {
 	orNull := func(v string) any {
 		if v == "" {
 			return nil
@@ -59,7 +98,7 @@ func listRuns(ctx context.Context, db *pgxpool.Pool, f runFilter, a access) ([]r
 	if f.AfterID != "" {
 		beforeAt = f.AfterAt
 	}
-	rows, err := db.Query(ctx, `
+	rows, err := src.db.Query(ctx, `
 select id::text, type, status, attempt, max_attempts, namespace, coalesce(source_name, ''),
        created_at, finished_at, coalesce(wait_kind, ''), deleted_at is not null, coalesce(last_error, '')
 from workflow.list_runs_newest($1::text, $2::text, $3::text, $4::text[], $5::timestamptz, $6::timestamptz,
@@ -67,22 +106,16 @@ from workflow.list_runs_newest($1::text, $2::text, $3::text, $4::text[], $5::tim
 		orNull(f.Prefix), orNull(f.Status), orNull(f.Namespace), namespaces, timeOrNull(f.From), timeOrNull(f.To),
 		beforeAt, orNull(f.AfterID), pageSize+1)
 	if err != nil {
-		return nil, "", fmt.Errorf("list runs: %w", err)
+		return nil, fmt.Errorf("list runs of inbox %s: %w", src.name, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runRow, error) {
-		var r runRow
+		r := runRow{Inbox: src.name}
 		err := row.Scan(&r.ID, &r.Type, &r.Status, &r.Attempt, &r.MaxAttempts, &r.Namespace, &r.Name,
 			&r.CreatedAt, &r.FinishedAt, &r.WaitKind, &r.Deleted, &r.Error)
 		return r, err
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("list runs: %w", err)
+		return nil, fmt.Errorf("list runs of inbox %s: %w", src.name, err)
 	}
-	next := ""
-	if len(out) > pageSize {
-		out = out[:pageSize]
-		last := out[pageSize-1]
-		next = engine.EncodeCursor(last.CreatedAt, last.ID)
-	}
-	return out, next, nil
+	return out, nil
 }

@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,15 +52,22 @@ type scheduleRow struct {
 	LastOutcome       string
 	LastError         string
 	UnfinishedRuns    int64
+	// Inbox names the inbox database the schedule is in.
+	Inbox string
 }
 
-// Path is the address of the schedule's page.
+// Path is the address of the schedule's page (naming its inbox unless it
+// is the default one: SQL schedules of one name may be in several).
 func (r scheduleRow) Path() string {
 	ns := noNamespace
 	if r.Namespace != "" {
 		ns = r.Namespace
 	}
-	return "/schedules/" + url.PathEscape(ns) + "/" + url.PathEscape(r.Name)
+	p := "/schedules/" + url.PathEscape(ns) + "/" + url.PathEscape(r.Name)
+	if r.Inbox != "" && r.Inbox != DefaultInbox {
+		p += "?inbox=" + url.QueryEscape(r.Inbox)
+	}
+	return p
 }
 
 // Label names the schedule: namespace/name, or the name of a SQL schedule.
@@ -82,6 +92,8 @@ type schedulesView struct {
 	Schedules []scheduleRow
 	More      bool
 	Now       time.Time
+	// Several says the console reads more than one inbox.
+	Several bool
 }
 
 // scheduleView is what a schedule's page shows.
@@ -90,32 +102,64 @@ type scheduleView struct {
 	Runs     []scheduleRunRow
 	Limit    int
 	Now      time.Time
+	// Several says the console reads more than one inbox.
+	Several bool
 }
 
-// readSchedules reads schedules through workflow.list_schedules: those of
-// a namespace ("" with direct: the SQL ones) or of every namespace (nil),
-// of one name or all (""). Each value is a parameter.
-func (s *Server) readSchedules(ctx context.Context, namespace *string, name string) ([]scheduleRow, error) {
+// readSchedules reads schedules through workflow.list_schedules from every
+// inbox: those of a namespace ("" with direct: the SQL ones) or of every
+// namespace (nil), of one name or all (""). Each value is a parameter. The
+// rows come in the inboxes' order (the default first), each inbox's in its
+// own order.
+func (s *Server) readSchedules(ctx context.Context, namespace *string, name string) ([]scheduleRow, []inboxProblem, error) {
+	var mu sync.Mutex
+	byInbox := map[string][]scheduleRow{}
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		rows, err := src.readSchedules(ctx, namespace, name)
+		mu.Lock()
+		byInbox[src.name] = rows
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, problems, err
+	}
+	names := make([]string, 0, len(byInbox))
+	for n := range byInbox {
+		if n != DefaultInbox {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	out := byInbox[DefaultInbox]
+	for _, n := range names {
+		out = append(out, byInbox[n]...)
+	}
+	return out, problems, nil
+}
+
+// readSchedules reads one inbox's schedules for Server.readSchedules.
+func (src *source) readSchedules(ctx context.Context, namespace *string, name string) ([]scheduleRow, error) {
 	var nameArg any
 	if name != "" {
 		nameArg = name
 	}
-	rows, err := s.db.Query(ctx, `
+	rows, err := src.db.Query(ctx, `
 select id::text, coalesce(source_namespace, ''), name, cron, time_zone, type, concurrency_policy, suspend,
        next_tick_at, last_tick_at, coalesce(last_outcome, ''), coalesce(left(last_error, $3::integer), ''),
        unfinished_runs
 from workflow.list_schedules($1::text, $2::text, null)`, namespace, nameArg, maxScheduleError)
 	if err != nil {
-		return nil, fmt.Errorf("list schedules: %w", err)
+		return nil, fmt.Errorf("list schedules of inbox %s: %w", src.name, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (scheduleRow, error) {
-		var r scheduleRow
+		r := scheduleRow{Inbox: src.name}
 		err := row.Scan(&r.ID, &r.Namespace, &r.Name, &r.Cron, &r.TimeZone, &r.Type, &r.ConcurrencyPolicy, &r.Suspend,
 			&r.NextTickAt, &r.LastTickAt, &r.LastOutcome, &r.LastError, &r.UnfinishedRuns)
 		return r, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list schedules: %w", err)
+		return nil, fmt.Errorf("list schedules of inbox %s: %w", src.name, err)
 	}
 	return out, nil
 }
@@ -170,7 +214,7 @@ func (s *Server) failReview(w http.ResponseWriter, r *http.Request, err error) {
 // the inbox-wide permission.
 func (s *Server) serveSchedules(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	all, err := s.readSchedules(ctx, nil, "")
+	all, problems, err := s.readSchedules(ctx, nil, "")
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The schedules could not be read from the database.", err)
 		return
@@ -186,7 +230,7 @@ func (s *Server) serveSchedules(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	v := schedulesView{Now: time.Now()}
+	v := schedulesView{Now: time.Now(), Several: s.inboxes.several()}
 	for _, sc := range all {
 		if !a.may(sc.Namespace) {
 			continue
@@ -197,7 +241,8 @@ func (s *Server) serveSchedules(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Schedules = append(v.Schedules, sc)
 	}
-	s.render(w, r, "schedules", http.StatusOK, page{Title: "Schedules", Nav: "schedules", Live: "?", Data: v})
+	s.render(w, r, "schedules", http.StatusOK, page{Title: "Schedules", Nav: "schedules", Live: "?", Data: v,
+		Unread: unread(problems)})
 }
 
 // parseSchedulePath checks a schedule page's path values: a namespace name
@@ -233,12 +278,24 @@ func (s *Server) serveSchedule(w http.ResponseWriter, r *http.Request) {
 	notFound := func() {
 		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no schedule %s.", label), nil)
 	}
-	found, err := s.readSchedules(ctx, &ns, name)
+	found, problems, err := s.readSchedules(ctx, &ns, name)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The schedule could not be read from the database.", err)
 		return
 	}
-	if len(found) != 1 {
+	// One per inbox at most; a SQL schedule's name may be in several, a
+	// namespace's schedule only while its namespace moves. ?inbox= picks
+	// one, else the first (the default inbox's).
+	if want := r.URL.Query().Get("inbox"); want != "" {
+		found = slices.DeleteFunc(found, func(sc scheduleRow) bool { return sc.Inbox != want })
+	}
+	if len(found) == 0 && len(problems) > 0 {
+		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf(
+			"Schedule %s is not in the inboxes the console could read, and %s. Try again shortly.",
+			label, unreadText(accessOf(ctx), problems)), nil)
+		return
+	}
+	if len(found) == 0 {
 		notFound()
 		return
 	}
@@ -252,12 +309,17 @@ func (s *Server) serveSchedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc := found[0]
-	runs, err := s.engine.ScheduleLatestRuns(ctx, ns, name, maxScheduleRuns)
+	src, ok := s.inboxes.byName(sc.Inbox)
+	if !ok {
+		s.fail(w, r, http.StatusServiceUnavailable, "The schedule's inbox was closed meanwhile; try again.", nil)
+		return
+	}
+	runs, err := src.eng.ScheduleLatestRuns(ctx, ns, name, maxScheduleRuns)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The schedule's runs could not be read from the database.", err)
 		return
 	}
-	v := scheduleView{Schedule: sc, Limit: maxScheduleRuns, Now: time.Now()}
+	v := scheduleView{Schedule: sc, Limit: maxScheduleRuns, Now: time.Now(), Several: s.inboxes.several()}
 	for _, run := range runs {
 		row := scheduleRunRow{ScheduleRun: run}
 		row.Tick, row.TickText = scheduleTick(sc, run.IdempotencyKey)

@@ -12,21 +12,36 @@ import (
 // walks up: every run records its namespace (a child its parent's).
 const maxParentHops = 32
 
-// mayReadRun reports whether the viewer may read run id. Every run belongs
-// to a namespace: a WorkflowRun's own, a SQL or SDK producer's (the one its
-// login records for), a child's parent's. The viewer may read it when it may
-// read that namespace; a run that does not exist needs the inbox-wide
-// permission (the answer is the same: not found).
-func (s *Server) mayReadRun(ctx context.Context, a access, id string) (bool, error) {
-	if a.all {
-		return true, nil
-	}
-	var ns *string
-	err := s.db.QueryRow(ctx, `select workflow.run_namespace($1::uuid, $2::integer)`, id, maxParentHops).Scan(&ns)
+// findRun returns the inbox that holds run id when the viewer may read it,
+// nil when no inbox the console could read holds it or the viewer may not
+// read it (the same answer), and the inboxes that could not be read. Every
+// run belongs to a namespace: a WorkflowRun's own, a SQL or SDK producer's
+// (the one its login records for), a child's parent's. The viewer may read
+// it when it may read that namespace.
+func (s *Server) findRun(ctx context.Context, a access, id string) (*source, []inboxProblem, error) {
+	var mu sync.Mutex
+	var holder *source
+	var holderNS string
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		var ns *string
+		err := src.db.QueryRow(ctx, `select workflow.run_namespace($1::uuid, $2::integer)`, id, maxParentHops).Scan(&ns)
+		if err != nil {
+			return fmt.Errorf("the run's namespace in inbox %s: %w", src.name, err)
+		}
+		if ns != nil {
+			mu.Lock()
+			holder, holderNS = src, *ns
+			mu.Unlock()
+		}
+		return nil
+	})
 	if err != nil {
-		return false, fmt.Errorf("the run's namespace: %w", err)
+		return nil, problems, err
 	}
-	return ns != nil && a.may(*ns), nil
+	if holder == nil || !a.may(holderNS) {
+		return nil, problems, nil
+	}
+	return holder, problems, nil
 }
 
 // overviewFor returns the overview a viewer may see: the whole inbox's with
@@ -75,6 +90,7 @@ type scopedOverviews struct {
 // loadScopedOverview reads the overview of the namespaces readable.
 func (s *Server) loadScopedOverview(ctx context.Context, a access, readable []string) (overview, error) {
 	ov := overview{Now: time.Now()}
+	var problems []inboxProblem
 	if s.pools != nil {
 		pools, err := s.pools.WorkerPools(ctx)
 		if err != nil {
@@ -87,15 +103,16 @@ func (s *Server) loadScopedOverview(ctx context.Context, a access, readable []st
 					mine = append(mine, p)
 				}
 			}
-			if ov.Pools, err = s.poolRows(ctx, mine); err != nil {
+			if ov.Pools, problems, err = s.poolRows(ctx, mine); err != nil {
 				return ov, err
 			}
 		}
 	}
 	if len(readable) == 0 {
+		s.noteInboxes(&ov, problems, false)
 		return ov, nil
 	}
-	types, more, err := s.readTypes(ctx,
+	types, more, typeProblems, err := s.readTypes(ctx,
 		`select type, runnable, leased, parked, oldest_due from workflow.namespace_type_depths($1::text[])`,
 		`select type, bucket, succeeded, ended_otherwise from workflow.finished_last_hour($1::text[])`,
 		readable)
@@ -103,5 +120,6 @@ func (s *Server) loadScopedOverview(ctx context.Context, a access, readable []st
 		return ov, err
 	}
 	ov.Types, ov.MoreTypes = types, more
+	s.noteInboxes(&ov, append(problems, typeProblems...), false)
 	return ov, nil
 }

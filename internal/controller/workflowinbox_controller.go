@@ -552,26 +552,18 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 			return *last.failed, in.Status.SchemaVersion
 		}
 	}
-	key := ref.Key
-	if key == "" {
-		key = "url"
-	}
-	var sec corev1.Secret
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &sec)
-	if err != nil {
-		reason := workflowv1alpha1.ReasonSecretNotFound
-		msg := fmt.Sprintf("Secret %s/%s: %v", ref.Namespace, ref.Name, err)
-		if apierrors.IsNotFound(err) {
-			msg = fmt.Sprintf("Secret %s/%s not found", ref.Namespace, ref.Name)
-		}
-		return cond(false, reason, msg), in.Status.SchemaVersion
+	url, err := InboxSecretURL(ctx, r.APIReader, in)
+	switch {
+	case errors.Is(err, errSecretNotFound):
+		return cond(false, workflowv1alpha1.ReasonSecretNotFound,
+			fmt.Sprintf("Secret %s/%s not found", ref.Namespace, ref.Name)), in.Status.SchemaVersion
+	case errors.Is(err, errSecretKeyMissing):
+		r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation}
+		return cond(false, workflowv1alpha1.ReasonSecretKeyMissing, err.Error()), in.Status.SchemaVersion
+	case err != nil:
+		return cond(false, workflowv1alpha1.ReasonSecretNotFound, err.Error()), in.Status.SchemaVersion
 	}
 	r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation}
-	url := strings.TrimSpace(string(sec.Data[key]))
-	if url == "" {
-		return cond(false, workflowv1alpha1.ReasonSecretKeyMissing,
-			fmt.Sprintf("Secret %s/%s has no key %q (or it is empty)", ref.Namespace, ref.Name, key)), in.Status.SchemaVersion
-	}
 	_, err = r.Set.connect(ctx, in.Name, url, func(ctx context.Context, p *pgxpool.Pool) (int, error) {
 		v, err := r.Migrate(ctx, p)
 		if err != nil {

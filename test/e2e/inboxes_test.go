@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,6 +40,21 @@ var _ = Describe("several inboxes", Ordered, func() {
 		clusterB, clusterC *pgtest.Cluster
 		teams              []*team
 	)
+	// consoleAs fetches a page of the suite's manager's console as a
+	// ServiceAccount allowed every namespace (made by BeforeAll), bounded.
+	var consoleToken string
+	consoleAs := func(path string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+consoleAddr+path, nil)
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Authorization", "Bearer "+consoleToken)
+		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
 	byNS := func(ns string) *team {
 		for _, t := range teams {
 			if t.ns == ns {
@@ -166,6 +183,16 @@ spec:
 `))
 		Expect(err).To(HaveOccurred())
 		Expect(out).To(And(ContainSubstring("the name default is the default inbox's"), ContainSubstring("key must be a Secret data key")))
+
+		By("making a ServiceAccount allowed every namespace, to read the console as")
+		mustKubectl("create", "serviceaccount", "inboxes-console", "-n", chartNamespace)
+		mustKubectl("create", "clusterrolebinding", "inboxes-console", "--clusterrole=cluster-admin",
+			"--serviceaccount="+chartNamespace+":inboxes-console")
+		DeferCleanup(func() {
+			_, _ = kubectl("delete", "clusterrolebinding", "inboxes-console")
+			_, _ = kubectl("delete", "serviceaccount", "inboxes-console", "-n", chartNamespace)
+		})
+		consoleToken = strings.TrimSpace(mustKubectl("create", "token", "inboxes-console", "-n", chartNamespace))
 
 		By("creating the Secrets, the namespaces and two WorkflowInboxes")
 		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: chartNamespace, Name: "inbox-b"},
@@ -324,6 +351,22 @@ spec: {type: inboxes%d.chain.v1}
 			Expect(runsIn(t.pool, t.ns)).To(Equal(5), "runs of %s in its inbox %s", t.ns, t.inbox)
 		}
 
+		By("showing every inbox's runs on the console, each run's page read from its inbox")
+		var listed string
+		Eventually(func() string {
+			_, listed = consoleAs("/runs")
+			return listed
+		}, 30*time.Second).Should(And(ContainSubstring(`<td class="inbox">b</td>`), ContainSubstring(`<td class="inbox">c</td>`),
+			ContainSubstring(`<td class="inbox">default</td>`)))
+		for _, t := range teams {
+			id, err := kubectl("get", "wfr", "plain", "-n", t.ns, "-o", "jsonpath={.status.runID}")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(listed).To(ContainSubstring(id), "the console's list lacks %s's run", t.ns)
+			code, body := consoleAs("/runs/" + id)
+			Expect(code).To(Equal(http.StatusOK), "the console's page of %s's run", t.ns)
+			Expect(body).To(And(ContainSubstring(`<dd id="inbox">`+t.inbox+`</dd>`), ContainSubstring(`WorkflowRun `+t.ns+`/plain`)))
+		}
+
 		By("firing a schedule in inbox b's database, moving its clock a minute on")
 		b1 := byNS("e2e-inbox-b1")
 		mustKubectl("apply", "-n", b1.ns, "-f", writeManifest("inbox-schedule.yaml", `
@@ -424,6 +467,13 @@ spec:
 			out, _ := kubectl("get", "events", "-n", b1.ns, "--field-selector", "reason=InboxUnavailable", "-o", "name")
 			return out
 		}).ShouldNot(BeEmpty())
+		// The console shows the other inboxes' runs, within its bound, and
+		// says which inbox it could not read.
+		start := time.Now()
+		code, body := consoleAs("/runs?namespace=" + loaded[0].ns)
+		Expect(time.Since(start)).To(BeNumerically("<", 10*time.Second), "the console's list while inbox b is down")
+		Expect(code).To(Equal(http.StatusOK))
+		Expect(body).To(And(ContainSubstring(`id="unread"`), ContainSubstring(`<strong>b</strong>`), ContainSubstring("load-")))
 		time.Sleep(time.Until(down.Add(58 * time.Second)))
 		during1, t3 := total(), time.Now()
 		rateDuring := float64(during1-during0) / t3.Sub(t2).Seconds()
