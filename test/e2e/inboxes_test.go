@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,6 +293,58 @@ spec:
 		Expect(out).To(MatchRegexp(`(?m)^b\s+True\s+Connected\s+[1-9][0-9]*\s+2\s`))
 		Expect(out).To(MatchRegexp(`(?m)^c\s+True\s+Connected\s+[1-9][0-9]*\s+1\s`))
 		Expect(mustKubectl("get", "wfinbox", "c", "-o", "wide")).To(MatchRegexp(`c\s+True\s+Connected\s+[0-9]+\s+1\s+\S+\s+inbox-c\s+False`))
+	})
+
+	It("gives the chart's example worker the database of its namespace's inbox", func() {
+		chart, err := pgtest.RepoFile("charts/simple-workflow")
+		Expect(err).NotTo(HaveOccurred())
+		// render asks the API server (helm install --dry-run=server: the
+		// chart's lookups are answered) what the chart would install in ns.
+		render := func(ns string, set ...string) string {
+			args := []string{"install", "probe", chart, "--dry-run=server", "--namespace", ns,
+				"--set", "exampleWorker.enabled=true", "--set", "database.url=postgres://chart@nowhere/none"}
+			for _, kv := range set {
+				args = append(args, "--set", kv)
+			}
+			cmd := exec.CommandContext(ctx, helmBin, args...)
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig)
+			out, err := cmd.CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), "helm %s:\n%s", strings.Join(args, " "), out)
+			return string(out)
+		}
+		mounted := regexp.MustCompile(`(?s)name: database\s+secret:\s+secretName: (\S+)`)
+		// mountOf is the Secret the example worker's Deployment mounts.
+		mountOf := func(out string) string {
+			for _, doc := range strings.Split(out, "\n---\n") {
+				if strings.Contains(doc, "templates/example-worker.yaml") && strings.Contains(doc, "kind: Deployment") {
+					m := mounted.FindStringSubmatch(doc)
+					Expect(m).NotTo(BeNil(), "no database volume in:\n%s", doc)
+					return m[1]
+				}
+			}
+			Fail("no example worker Deployment in:\n" + out)
+			return ""
+		}
+		for _, t := range teams {
+			out := render(t.ns)
+			if t.inbox == "default" {
+				Expect(mountOf(out)).To(Equal("probe-simple-workflow-database"), "the worker of %s", t.ns)
+				Expect(out).NotTo(ContainSubstring("workflow.simpleworkflow.dev/inbox"))
+				continue
+			}
+			// A copy of the inbox's Secret (it lives in the manager's
+			// namespace), under the key url, whatever the inbox's key.
+			Expect(mountOf(out)).To(Equal("probe-simple-workflow-example-worker-database"), "the worker of %s", t.ns)
+			Expect(out).To(ContainSubstring(`url: "` + base64.StdEncoding.EncodeToString([]byte(t.url)) + `"`))
+			Expect(out).To(ContainSubstring(`workflow.simpleworkflow.dev/inbox: "` + t.inbox + `"`))
+			Expect(out).To(ContainSubstring("value: /etc/simple-workflow/database/url"))
+		}
+		// A Secret of the worker's own still wins.
+		out := render("e2e-inbox-b1", "exampleWorker.database.existingSecret=team-worker-login",
+			"exampleWorker.database.secretKey=dsn")
+		Expect(mountOf(out)).To(Equal("team-worker-login"))
+		Expect(out).To(ContainSubstring("value: /etc/simple-workflow/database/dsn"))
+		Expect(out).NotTo(ContainSubstring("example-worker-database"))
 	})
 
 	It("runs plain runs, DAGs, signals and schedules in each namespace, in its own inbox's database", func() {

@@ -66,3 +66,19 @@ app.kubernetes.io/component: manager
     {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
+
+{{/*
+The WorkflowInbox whose status lists the release's namespace (the inbox its
+runs live in), as JSON; "{}" when none does, or when the cluster is not asked
+(helm template without --dry-run=server).
+*/}}
+{{- define "simple-workflow.releaseInbox" -}}
+{{- $found := dict -}}
+{{- $list := lookup "workflow.simpleworkflow.dev/v1alpha1" "WorkflowInbox" "" "" -}}
+{{- range $in := (dig "items" (list) $list) -}}
+{{- if has $.Release.Namespace (dig "status" "namespaces" (list) $in) -}}
+{{- $found = $in -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $found -}}
+{{- end -}}
