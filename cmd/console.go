@@ -111,7 +111,8 @@ type workflowInboxes struct {
 }
 
 // Inboxes implements console.InboxLister. An inbox whose Secret cannot be
-// read is left out (its WorkflowInbox's Ready condition says why).
+// read is listed without a URL (its WorkflowInbox's Ready condition says
+// why): the console keeps reading it as before, or shows it as not read.
 func (w workflowInboxes) Inboxes(ctx context.Context) ([]console.InboxURL, error) {
 	var list workflowv1alpha1.WorkflowInboxList
 	if err := w.list.List(ctx, &list); err != nil {
@@ -122,10 +123,9 @@ func (w workflowInboxes) Inboxes(ctx context.Context) ([]console.InboxURL, error
 		in := &list.Items[i]
 		url, err := controller.InboxSecretURL(ctx, w.secrets, in)
 		if err != nil {
-			w.log.Debug("Console leaves out an inbox whose Secret cannot be read", "inbox", in.Name, "error", err)
-			continue
+			w.log.Debug("Console could not read an inbox's Secret", "inbox", in.Name, "error", err)
 		}
-		out = append(out, console.InboxURL{Name: in.Name, URL: url})
+		out = append(out, console.InboxURL{Name: in.Name, URL: url, Err: err})
 	}
 	return out, nil
 }

@@ -221,7 +221,7 @@ func (s *Server) knownNamespaces(ctx context.Context) ([]string, error) {
 	var mu sync.Mutex
 	var list []string
 	seen := map[string]bool{}
-	if _, err := s.each(ctx, func(ctx context.Context, src *source) error {
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
 		rows, err := src.db.Query(ctx, `select n from workflow.run_namespaces() n`)
 		if err != nil {
 			return fmt.Errorf("namespaces with runs in inbox %s: %w", src.name, err)
@@ -239,8 +239,24 @@ func (s *Server) knownNamespaces(ctx context.Context) ([]string, error) {
 			}
 		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil && c.at.IsZero() && !s.inboxes.several() {
 		return nil, err
+	}
+	if err != nil || len(problems) > 0 {
+		// An inbox could not be read: its namespaces are those it had
+		// (a viewer's access is asked for them still), so that one
+		// inbox's outage does not empty, or refuse, the pages of the
+		// viewers of its namespaces.
+		if err != nil {
+			s.log.Warn("Console could not list the namespaces with runs of every inbox; it keeps those it knew", "error", err)
+		}
+		for _, ns := range c.list {
+			if !seen[ns] {
+				seen[ns] = true
+				list = append(list, ns)
+			}
+		}
 	}
 	if s.pools != nil {
 		if pools, err := s.pools.WorkerPools(ctx); err == nil {

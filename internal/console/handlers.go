@@ -179,12 +179,14 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 	// The version first: a change while the page is read makes the stream
 	// report it at once, instead of the page showing the state before it
 	// with the version after it.
-	versions, err := src.runVersions(r.Context(), []string{id})
+	readCtx, cancel := s.inboxes.bounded(r.Context())
+	defer cancel()
+	versions, err := src.runVersions(readCtx, []string{id})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
 	}
-	p, err := src.loadRun(r.Context(), id)
+	p, err := src.loadRun(readCtx, id)
 	if errors.Is(err, errNoRun) {
 		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no run %s (runs are deleted after the retention period).", id), nil)
 		return
@@ -210,11 +212,14 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "v is not a version this console made", http.StatusBadRequest)
 		return
 	}
+	runInbox := ""
 	if run != "" {
-		if src, _, err := s.findRun(r.Context(), accessOf(r.Context()), run); err != nil || src == nil {
+		src, _, err := s.findRun(r.Context(), accessOf(r.Context()), run)
+		if err != nil || src == nil {
 			http.Error(w, "no such run", http.StatusNotFound)
 			return
 		}
+		runInbox = src.name
 	}
 	sub, why := s.hub.subscribe(viewerOf(r), run, version)
 	if sub == nil {
@@ -254,7 +259,7 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 			msg = ": keep-alive\n\n"
 		case <-recheck.C:
-			if !s.streamStillAllowed(r.Context(), token, run) {
+			if !s.streamStillAllowed(r.Context(), token, run, runInbox) {
 				_, _ = fmt.Fprint(w, "event: unauthorized\ndata: {}\n\n")
 				_ = rc.Flush()
 				return
@@ -271,8 +276,9 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request) {
 }
 
 // streamStillAllowed checks a stream's viewer again: its token still
-// authenticates someone, who may still read the run it follows (if any).
-func (s *Server) streamStillAllowed(ctx context.Context, token, run string) bool {
+// authenticates someone, who may still read the run it follows (if any),
+// which is in inbox.
+func (s *Server) streamStillAllowed(ctx context.Context, token, run, inbox string) bool {
 	if s.gate == nil {
 		return true
 	}
@@ -287,10 +293,15 @@ func (s *Server) streamStillAllowed(ctx context.Context, token, run string) bool
 		return true
 	}
 	src, problems, err := s.findRun(ctx, a, run)
-	if err == nil && src == nil && len(problems) > 0 {
-		// The run's inbox does not answer now: the stream (which carries
-		// no data, only "look again") stays, and is checked again later.
-		return true
+	if err == nil && src == nil {
+		for _, p := range problems {
+			if p.Name == inbox {
+				// The run's inbox does not answer now: the stream (which
+				// carries no data, only "look again") stays, and is
+				// checked again later.
+				return true
+			}
+		}
 	}
 	return err == nil && src != nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -24,8 +25,11 @@ const DefaultInbox = "default"
 type InboxURL struct {
 	// Name is the WorkflowInbox's name.
 	Name string
-	// URL is its database's URL.
+	// URL is its database's URL; empty when it could not be read (Err
+	// says why): the console keeps the pool it has, or shows the inbox
+	// as not read.
 	URL string
+	Err error
 }
 
 // InboxLister lists the inboxes besides the default one. The console reads
@@ -40,8 +44,12 @@ const (
 	// inboxRefresh is how often the list of inboxes is read again.
 	inboxRefresh = 10 * time.Second
 	// sourceTimeout bounds one inbox's part of a request: an inbox whose
-	// database does not answer delays a page by at most this long.
-	sourceTimeout = 5 * time.Second
+	// database does not answer delays a page by at most this long. It is
+	// longer than the statements' own timeout (OpenPool), so that a slow
+	// statement fails as such, and leaves its inbox in the pages.
+	sourceTimeout = 6 * time.Second
+	// listTimeout bounds listing the inboxes (a Secret read each).
+	listTimeout = 20 * time.Second
 	// sourceQuiet is how long an inbox whose read failed is left out of
 	// the pages (and said to be unreachable) before it is tried again.
 	sourceQuiet = 5 * time.Second
@@ -83,8 +91,6 @@ type inboxes struct {
 
 	mu     sync.Mutex
 	states map[string]*sourceState
-	// listed is set once the lister answered.
-	listed bool
 }
 
 func newInboxes(def *source, lister InboxLister, role string, log *slog.Logger) *inboxes {
@@ -132,6 +138,16 @@ func (in *inboxes) namesLocked() []string {
 	}
 	sort.Strings(names)
 	return append([]string{DefaultInbox}, names...)
+}
+
+// bounded returns ctx bounded for the reads of one page from one inbox
+// (twice sourceTimeout) when there are several inboxes: one that stops
+// answering half-way through a page does not hold it.
+func (in *inboxes) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !in.several() {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, 2*sourceTimeout)
 }
 
 // byName returns the open inbox named name.
@@ -183,11 +199,13 @@ func (in *inboxes) refreshLoop(ctx context.Context) {
 	}
 }
 
-// refresh opens the inboxes listed that are not open (or whose URL
-// changed), and closes those no longer listed. A failure to list keeps the
-// inboxes as they are.
+// refresh opens the inboxes listed that are not open, opens again those
+// whose URL changed (the new pool replaces the old once it is open; the old
+// one stays while the new one fails), and closes those no longer listed. An
+// inbox listed without a URL (its Secret could not be read) keeps its pool,
+// or is shown as not read. A failure to list keeps the inboxes as they are.
 func (in *inboxes) refresh(ctx context.Context) {
-	listCtx, cancel := context.WithTimeout(ctx, sourceTimeout)
+	listCtx, cancel := context.WithTimeout(ctx, listTimeout)
 	list, err := in.lister.Inboxes(listCtx)
 	cancel()
 	if err != nil {
@@ -196,44 +214,44 @@ func (in *inboxes) refresh(ctx context.Context) {
 		}
 		return
 	}
-	want := map[string][32]byte{}
-	urls := map[string]string{}
+	listed := map[string]InboxURL{}
 	for _, u := range list {
-		if u.Name == DefaultInbox || u.Name == "" {
-			continue
+		if u.Name != DefaultInbox && u.Name != "" {
+			listed[u.Name] = u
 		}
-		want[u.Name], urls[u.Name] = sha256.Sum256([]byte(u.URL)), u.URL
 	}
 	in.mu.Lock()
-	in.listed = true
-	var open []string
-	for name, st := range in.states {
-		if name == DefaultInbox {
-			continue
-		}
-		h, ok := want[name]
-		if !ok || h != st.hash {
+	for name := range in.states {
+		if _, ok := listed[name]; !ok && name != DefaultInbox {
 			in.dropLocked(name)
 		}
 	}
-	for name := range want {
-		if st, ok := in.states[name]; !ok || st.src == nil {
-			open = append(open, name)
+	var open []InboxURL
+	for name, u := range listed {
+		st, ok := in.states[name]
+		switch {
+		case u.URL == "" && ok && st.src != nil:
+			// Its Secret could not be read this time: keep reading it.
+		case u.URL == "":
+			in.states[name] = &sourceState{err: fmt.Errorf("inbox %s: %w", name, u.Err)}
+		case !ok || st.src == nil || st.hash != sha256.Sum256([]byte(u.URL)):
+			open = append(open, u)
 		}
 	}
 	in.mu.Unlock()
-	sort.Strings(open)
 	var wg sync.WaitGroup
-	for _, name := range open {
-		wg.Go(func() { in.open(ctx, name, urls[name], want[name]) })
+	for _, u := range open {
+		wg.Go(func() { in.open(ctx, u.Name, u.URL) })
 	}
 	wg.Wait()
 }
 
 // open opens the read pool of inbox name and starts following its
-// notifications; a failure is kept, for the pages to say, and tried again
-// at the next refresh.
-func (in *inboxes) open(ctx context.Context, name, url string, hash [32]byte) {
+// notifications, in place of the pool it had; a failure is kept (beside
+// the pool it had, if any), for the pages to say, and tried again at the
+// next refresh.
+func (in *inboxes) open(ctx context.Context, name, url string) {
+	hash := sha256.Sum256([]byte(url))
 	openCtx, cancel := context.WithTimeout(ctx, sourceTimeout)
 	pool, err := OpenReadPool(openCtx, url, in.role, in.log.With("inbox", name))
 	cancel()
@@ -249,23 +267,26 @@ func (in *inboxes) open(ctx context.Context, name, url string, hash [32]byte) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if cur, ok := in.states[name]; ok && cur.src != nil {
-		// Opened meanwhile (cannot happen with one refresh loop; kept safe).
+	cur, ok := in.states[name]
+	if ok && cur.src != nil && cur.hash == hash {
+		// Opened meanwhile by another refresh.
 		if src != nil {
-			src.db.Close()
+			go src.db.Close()
 		}
 		return
 	}
-	st := &sourceState{hash: hash}
 	if err != nil {
-		st.err = fmt.Errorf("inbox %s: %w", name, err)
-		in.states[name] = st
 		if ctx.Err() == nil {
 			in.log.Warn("Console could not open an inbox's database; its runs are not shown", "inbox", name, "error", err)
 		}
+		if ok && cur.src != nil {
+			return // the pool it had stays
+		}
+		in.states[name] = &sourceState{hash: hash, err: fmt.Errorf("inbox %s: %w", name, err)}
 		return
 	}
-	st.src = src
+	in.dropLocked(name)
+	st := &sourceState{src: src, hash: hash}
 	listenCtx, stop := context.WithCancel(ctx)
 	st.stop = stop
 	in.states[name] = st
@@ -333,7 +354,9 @@ func (s *Server) each(ctx context.Context, fn func(ctx context.Context, src *sou
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		default:
-			s.inboxes.failed(up[i], err)
+			if unreachable(err) {
+				s.inboxes.failed(up[i], err)
+			}
 			s.log.Error("Console could not read an inbox", "inbox", up[i].name, "error", err)
 			down = append(down, inboxProblem{Name: up[i].name, err: err})
 			failures++
@@ -380,4 +403,13 @@ func (s *Server) noteInboxes(ov *overview, problems []inboxProblem, listed bool)
 	for _, name := range names {
 		ov.Inboxes = append(ov.Inboxes, inboxRow{Name: name, Read: !bad[name]})
 	}
+}
+
+// unreachable reports whether a read's error says its database did not
+// answer (no connection, or no answer in time), rather than that the
+// database refused or failed the statement (a statement timeout, a missing
+// function): only the former leaves an inbox out of the pages for a while.
+func unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
 }

@@ -208,6 +208,34 @@ func TestConsoleReadsEveryInbox(t *testing.T) {
 	b.create(t, e.ctx, engine.CreateParams{Type: "beta.job.v1", Namespace: "team-b"})
 	eventually(t, 10*time.Second, "a run recorded in inbox b is heard", func() bool { return e.console.HeardSince(before) })
 
+	// A statement inbox b refuses (the console's role may no longer list
+	// runs there) fails that page's part of b, said on the page, and
+	// leaves b in the other pages: b answered.
+	if _, err := b.owner.Exec(e.ctx, `revoke execute on function workflow.list_runs_newest(text, text, text, text[],
+		timestamptz, timestamptz, timestamptz, uuid, integer) from workflow_reader, public`); err != nil {
+		t.Fatal(err)
+	}
+	code, body = e.get(t, "/runs")
+	if code != http.StatusOK || !strings.Contains(body, recorded[0]) || strings.Contains(body, bRun) {
+		t.Fatalf("the runs page with inbox b refusing its list (%d)", code)
+	}
+	mustContain(t, "runs page, b refusing", body, `<strong>b</strong>`)
+	if code, _ := e.get(t, "/runs/"+bRun); code != http.StatusOK {
+		t.Fatalf("a run page of inbox b after b refused a list: %d", code)
+	}
+	if _, err := b.owner.Exec(e.ctx, `grant execute on function workflow.list_runs_newest(text, text, text, text[],
+		timestamptz, timestamptz, timestamptz, uuid, integer) to workflow_reader`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Its Secret unreadable for a while (listed without a URL): the
+	// console keeps reading it.
+	listed.set(console.InboxURL{Name: "b", Err: fmt.Errorf("secrets \"inbox-b\" is forbidden")})
+	e.console.RefreshInboxes(e.ctx)
+	if code, _ := e.get(t, "/runs/"+bRun); code != http.StatusOK {
+		t.Fatalf("a run of inbox b while its Secret cannot be read: %d", code)
+	}
+
 	// Inbox b no longer listed: its runs are no longer shown.
 	listed.set()
 	e.console.RefreshInboxes(e.ctx)
@@ -366,6 +394,21 @@ func TestConsoleAuthorizesAcrossInboxes(t *testing.T) {
 	if _, body := a.as(t, alice, "/"); strings.Contains(body, "beta.job.v1") || strings.Contains(body, "hidden-inbox") ||
 		strings.Contains(body, `id="inboxes"`) {
 		t.Fatalf("alice's overview shows team-b's types or the inboxes:\n%s", body)
+	}
+
+	// Schedules likewise: team-b's, in inbox b, and one that does not
+	// exist get the same answer.
+	if _, err := b.eng.PutSchedule(a.ctx, engine.ScheduleSpec{Namespace: "team-b", Name: "hourly", UID: "uid-hourly",
+		Cron: "0 * * * *", Type: "beta.job.v1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/schedules/team-b/hourly", "/schedules/team-b/nothing-here", "/schedules/team-b/hourly?inbox=b"} {
+		if code, body := a.as(t, alice, path); code != http.StatusNotFound || strings.Contains(body, "hidden-inbox") {
+			t.Fatalf("alice on %s: %d", path, code)
+		}
+	}
+	if code, body := a.as(t, ops, "/schedules/team-b/hourly"); code != http.StatusOK || !strings.Contains(body, "beta.job.v1") {
+		t.Fatalf("ops on team-b's schedule in inbox b: %d", code)
 	}
 
 	// With every inbox answering, team-b's run is not found.

@@ -49,7 +49,9 @@ func (s *Server) listRuns(ctx context.Context, f runFilter, a access) ([]runRow,
 	if !a.all {
 		namespaces = a.list()
 		if f.Namespace != "" && !a.may(f.Namespace) || len(namespaces) == 0 {
-			return nil, "", nil, nil
+			// Nothing to read; an inbox that cannot be read is still said.
+			_, down := s.inboxes.current()
+			return nil, "", down, nil
 		}
 	}
 	var mu sync.Mutex

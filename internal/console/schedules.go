@@ -56,15 +56,16 @@ type scheduleRow struct {
 	Inbox string
 }
 
-// Path is the address of the schedule's page (naming its inbox unless it
-// is the default one: SQL schedules of one name may be in several).
+// Path is the address of the schedule's page (naming the inbox of a SQL
+// schedule unless it is the default one: SQL schedules of one name may be
+// in several).
 func (r scheduleRow) Path() string {
 	ns := noNamespace
 	if r.Namespace != "" {
 		ns = r.Namespace
 	}
 	p := "/schedules/" + url.PathEscape(ns) + "/" + url.PathEscape(r.Name)
-	if r.Inbox != "" && r.Inbox != DefaultInbox {
+	if r.Namespace == "" && r.Inbox != "" && r.Inbox != DefaultInbox {
 		p += "?inbox=" + url.QueryEscape(r.Inbox)
 	}
 	return p
@@ -289,7 +290,10 @@ func (s *Server) serveSchedule(w http.ResponseWriter, r *http.Request) {
 	if want := r.URL.Query().Get("inbox"); want != "" {
 		found = slices.DeleteFunc(found, func(sc scheduleRow) bool { return sc.Inbox != want })
 	}
-	if len(found) == 0 && len(problems) > 0 {
+	if len(found) == 0 && len(problems) > 0 && (accessOf(ctx).all || accessOf(ctx).may(ns)) {
+		// Not found where the console could read, and the viewer may read
+		// its namespace: it may be in an inbox that did not answer. (A
+		// viewer who may not is told "not found", as for one that exists.)
 		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf(
 			"Schedule %s is not in the inboxes the console could read, and %s. Try again shortly.",
 			label, unreadText(accessOf(ctx), problems)), nil)
@@ -314,7 +318,9 @@ func (s *Server) serveSchedule(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, "The schedule's inbox was closed meanwhile; try again.", nil)
 		return
 	}
-	runs, err := src.eng.ScheduleLatestRuns(ctx, ns, name, maxScheduleRuns)
+	readCtx, cancel := s.inboxes.bounded(ctx)
+	defer cancel()
+	runs, err := src.eng.ScheduleLatestRuns(readCtx, ns, name, maxScheduleRuns)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The schedule's runs could not be read from the database.", err)
 		return

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,28 +21,37 @@ const maxParentHops = 32
 // it when it may read that namespace.
 func (s *Server) findRun(ctx context.Context, a access, id string) (*source, []inboxProblem, error) {
 	var mu sync.Mutex
-	var holder *source
-	var holderNS string
+	var holders []*source
 	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
 		var ns *string
 		err := src.db.QueryRow(ctx, `select workflow.run_namespace($1::uuid, $2::integer)`, id, maxParentHops).Scan(&ns)
 		if err != nil {
 			return fmt.Errorf("the run's namespace in inbox %s: %w", src.name, err)
 		}
-		if ns != nil {
+		if ns != nil && a.may(*ns) {
 			mu.Lock()
-			holder, holderNS = src, *ns
+			holders = append(holders, src)
 			mu.Unlock()
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil || len(holders) == 0 {
 		return nil, problems, err
 	}
-	if holder == nil || !a.may(holderNS) {
-		return nil, problems, nil
-	}
-	return holder, problems, nil
+	// A run id is in one inbox; should one be in two, the default inbox's,
+	// then the first by name, is shown.
+	slices.SortFunc(holders, func(x, y *source) int {
+		switch {
+		case x.name == y.name:
+			return 0
+		case x.name == DefaultInbox:
+			return -1
+		case y.name == DefaultInbox:
+			return 1
+		}
+		return strings.Compare(x.name, y.name)
+	})
+	return holders[0], problems, nil
 }
 
 // overviewFor returns the overview a viewer may see: the whole inbox's with
