@@ -78,6 +78,11 @@ const (
 	//     ReasonUnreachable or ReasonMigrationFailed: the message says why.
 	//   - False, ReasonSelectorInvalid: namespaceSelector does not parse;
 	//     the inbox keeps the namespaces it serves and takes no other.
+	//   - False, ReasonDatabaseTaken: the URL reaches the database of
+	//     another inbox (named in the message); it is not served.
+	//   - False, ReasonDatabaseChanged: the URL now reaches another
+	//     database while the inbox serves namespaces; it keeps serving
+	//     them from the database it had.
 	ConditionInboxReady = "Ready"
 	// ConditionNamespacesHeld: whether a namespace this inbox selects is
 	// still served by another inbox.
@@ -104,6 +109,8 @@ const (
 	ReasonUnreachable          = "Unreachable"
 	ReasonMigrationFailed      = "MigrationFailed"
 	ReasonSelectorInvalid      = "SelectorInvalid"
+	ReasonDatabaseTaken        = "DatabaseTaken"
+	ReasonDatabaseChanged      = "DatabaseChanged"
 	ReasonUnfinishedRuns       = "UnfinishedRuns"
 	ReasonSelectedByOlderInbox = "SelectedByOlderInbox"
 	ReasonNoneHeld             = "NoneHeld"

@@ -70,6 +70,9 @@ type inboxConn struct {
 	eng    *engine.Engine
 	source [32]byte // hash of the URL it was opened with
 	schema int
+	// identity names its database (engine.DatabaseIdentity); the default
+	// inbox's is read when first needed (under mu).
+	identity string
 	stop   context.CancelFunc
 	done   chan struct{}
 
@@ -303,11 +306,28 @@ func selects(in *workflowv1alpha1.WorkflowInbox, nsLabels map[string]string) boo
 	return sel.Matches(labels.Set(nsLabels))
 }
 
+// databaseTakenError: the database a URL reaches is another inbox's.
+type databaseTakenError struct{ by string }
+
+func (e databaseTakenError) Error() string {
+	return fmt.Sprintf("its URL reaches the database of inbox %s (through another address or login): two inboxes must not share a database", e.by)
+}
+
+// databaseChangedError: the URL of an inbox that serves namespaces now
+// reaches another database.
+type databaseChangedError struct{}
+
+func (databaseChangedError) Error() string {
+	return "the Secret's URL now reaches another database, while this inbox serves namespaces whose runs are in the database it had: it keeps that one; move its namespaces away first (see the drain procedure), or point the Secret back"
+}
+
 // connect opens (or keeps) the named inbox at url: a URL the inbox was
 // already opened with is kept; a new one replaces the old connection (the
-// new one first, then the old one is closed in the background). migrate
-// prepares the database before it is served.
-func (s *InboxSet) connect(ctx context.Context, name, url string,
+// new one first, then the old one is closed in the background), unless it
+// reaches another database while the inbox is serving namespaces. A
+// database another inbox has is refused. migrate prepares the database
+// before it is served.
+func (s *InboxSet) connect(ctx context.Context, name, url string, serving bool,
 	migrate func(context.Context, *pgxpool.Pool) (int, error)) (*inboxConn, error) {
 	s.mu.Lock()
 	s.tried[name] = true
@@ -330,10 +350,22 @@ func (s *InboxSet) connect(ctx context.Context, name, url string,
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = pool.Ping(pctx)
+	var identity string
+	if err == nil {
+		identity, err = engine.DatabaseIdentity(pctx, pool)
+	}
 	cancel()
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if by := s.identityTaken(ctx, name, identity); by != "" {
+		pool.Close()
+		return nil, databaseTakenError{by: by}
+	}
+	if old != nil && serving && old.identity != "" && old.identity != identity {
+		pool.Close()
+		return nil, databaseChangedError{}
 	}
 	// An upgrade may wait for another's lock: give it longer than a ping.
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -348,7 +380,8 @@ func (s *InboxSet) connect(ctx context.Context, name, url string,
 		pool.Close()
 		return nil, err
 	}
-	c := &inboxConn{name: name, pool: pool, eng: eng, source: sum, schema: schema, up: true, done: make(chan struct{})}
+	c := &inboxConn{name: name, pool: pool, eng: eng, source: sum, schema: schema, identity: identity, up: true,
+		done: make(chan struct{})}
 	lctx, stop := context.WithCancel(base)
 	c.stop = stop
 	go func() {
@@ -369,6 +402,41 @@ func (s *InboxSet) connect(ctx context.Context, name, url string,
 	s.setUpMetric(name, true)
 	s.log.Info("Inbox connected", "inbox", name, "schemaVersion", schema)
 	return c, nil
+}
+
+// identityTaken returns the name of another inbox whose database has
+// identity ("" when none): the default inbox's is read once, when first
+// needed (a default inbox that does not answer is not compared).
+func (s *InboxSet) identityTaken(ctx context.Context, name, identity string) string {
+	s.mu.RLock()
+	others := make([]*inboxConn, 0, len(s.conns))
+	for n, c := range s.conns {
+		if n != name {
+			others = append(others, c)
+		}
+	}
+	s.mu.RUnlock()
+	for _, c := range others {
+		c.mu.Lock()
+		id := c.identity
+		c.mu.Unlock()
+		if id == "" && c.eng != nil {
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			read, err := c.eng.DatabaseIdentity(ictx)
+			cancel()
+			if err != nil {
+				s.log.Info("Could not read an inbox's database identity to compare", "inbox", c.name, "error", err.Error())
+				continue
+			}
+			c.mu.Lock()
+			c.identity, id = read, read
+			c.mu.Unlock()
+		}
+		if id == identity {
+			return c.name
+		}
+	}
+	return ""
 }
 
 // boundConnect makes a connection attempt give up within 5 seconds.

@@ -543,13 +543,15 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 	r.Set.tried[in.Name] = true
 	r.Set.mu.Unlock()
 	if last, ok := r.secretRead[in.Name]; ok && last.generation == in.Generation && time.Since(last.at) < inboxResyncPeriod {
-		if _, connected := r.Set.Engine(in.Name); connected {
-			return r.health(in, cond)
-		}
 		if last.failed != nil {
 			// Not tried again before inboxResyncPeriod: a connection
 			// attempt to a database that does not answer takes seconds.
+			// (A connection it had may still serve: the failure is the
+			// Secret's URL's, and stays said.)
 			return *last.failed, in.Status.SchemaVersion
+		}
+		if _, connected := r.Set.Engine(in.Name); connected {
+			return r.health(in, cond)
 		}
 	}
 	url, err := InboxSecretURL(ctx, r.APIReader, in)
@@ -564,7 +566,7 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 		return cond(false, workflowv1alpha1.ReasonSecretNotFound, err.Error()), in.Status.SchemaVersion
 	}
 	r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation}
-	_, err = r.Set.connect(ctx, in.Name, url, func(ctx context.Context, p *pgxpool.Pool) (int, error) {
+	_, err = r.Set.connect(ctx, in.Name, url, len(in.Status.Namespaces) > 0, func(ctx context.Context, p *pgxpool.Pool) (int, error) {
 		v, err := r.Migrate(ctx, p)
 		if err != nil {
 			return 0, migrationError{err}
@@ -573,9 +575,16 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 	})
 	if err != nil {
 		var me migrationError
+		var taken databaseTakenError
+		var changed databaseChangedError
 		failed := cond(false, workflowv1alpha1.ReasonUnreachable, err.Error())
-		if errors.As(err, &me) {
+		switch {
+		case errors.As(err, &me):
 			failed = cond(false, workflowv1alpha1.ReasonMigrationFailed, err.Error())
+		case errors.As(err, &taken):
+			failed = cond(false, workflowv1alpha1.ReasonDatabaseTaken, capitalize(err.Error()))
+		case errors.As(err, &changed):
+			failed = cond(false, workflowv1alpha1.ReasonDatabaseChanged, capitalize(err.Error()))
 		}
 		r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation, failed: &failed}
 		return failed, in.Status.SchemaVersion

@@ -282,9 +282,92 @@ spec:
 		Eventually(ready("no-key")).Should(Equal("False/SecretKeyMissing"))
 		Expect(cond("no-key", workflowv1alpha1.ConditionInboxReady)()).To(ContainSubstring(`has no key "other"`))
 
+		By("refusing an inbox whose URL reaches another inbox's database through another address")
+		sameB := strings.Replace(clusterB.URL, "127.0.0.1", "localhost", 1)
+		Expect(sameB).NotTo(Equal(clusterB.URL))
+		sameDefault := strings.Replace(dbURL, "127.0.0.1", "localhost", 1)
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: chartNamespace, Name: "inbox-same"},
+			StringData: map[string]string{"b": sameB, "default": sameDefault}})).To(Succeed())
+		DeferCleanup(func() { _, _ = kubectl("delete", "secret", "inbox-same", "-n", chartNamespace) })
+		mustKubectl("apply", "-f", writeManifest("inbox-same.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowInbox
+metadata: {name: b-again}
+spec:
+  secretRef: {namespace: simple-workflow-system, name: inbox-same, key: b}
+  namespaceSelector: {matchLabels: {team-inbox: nobody}}
+---
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowInbox
+metadata: {name: default-again}
+spec:
+  secretRef: {namespace: simple-workflow-system, name: inbox-same, key: default}
+  namespaceSelector: {matchLabels: {team-inbox: nobody}}
+`))
+		Eventually(cond("b-again", workflowv1alpha1.ConditionInboxReady)).Should(
+			HavePrefix("False/DatabaseTaken: Its URL reaches the database of inbox b "))
+		Eventually(cond("default-again", workflowv1alpha1.ConditionInboxReady)).Should(
+			HavePrefix("False/DatabaseTaken: Its URL reaches the database of inbox default "))
+		Expect(ready("b")()).To(Equal("True/Connected"))
+
 		By("deleting them: they serve no namespace, so they go at once")
-		mustKubectl("delete", "workflowinbox", "b-too", "no-secret", "no-key", "--timeout=60s")
+		mustKubectl("delete", "workflowinbox", "b-too", "no-secret", "no-key", "b-again", "default-again", "--timeout=60s")
 		Eventually(cond("b", workflowv1alpha1.ConditionNamespacesContested)).Should(HavePrefix("False/NoneContested"))
+	})
+
+	It("keeps an inbox serving namespaces on its database when its Secret names another", func() {
+		admin := byNS("e2e-inbox-c1").pool
+		for _, db := range []string{"d_one", "d_two"} {
+			_, err := admin.Exec(ctx, "create database "+db)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		one, err := pgtest.WithDatabase(clusterC.URL, "d_one")
+		Expect(err).NotTo(HaveOccurred())
+		two, err := pgtest.WithDatabase(clusterC.URL, "d_two")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: chartNamespace, Name: "inbox-d"},
+			StringData: map[string]string{"url": one}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-inbox-d1",
+			Labels: map[string]string{"team-inbox": "d"}}})).To(Succeed())
+		mustKubectl("apply", "-f", writeManifest("inbox-d.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowInbox
+metadata: {name: d}
+spec:
+  secretRef: {namespace: simple-workflow-system, name: inbox-d}
+  namespaceSelector: {matchLabels: {team-inbox: d}}
+`))
+		Eventually(ready("d"), 60*time.Second).Should(Equal("True/Connected"))
+		Eventually(func() []string { return inboxStatus("d")().Namespaces }).Should(Equal([]string{"e2e-inbox-d1"}))
+
+		By("pointing its Secret at another database: refused, and the namespace's runs stay where they are")
+		mustKubectl("patch", "secret", "inbox-d", "-n", chartNamespace, "--type=merge",
+			"-p", fmt.Sprintf(`{"stringData":{"url":%q}}`, two))
+		Eventually(cond("d", workflowv1alpha1.ConditionInboxReady), 90*time.Second).Should(
+			HavePrefix("False/DatabaseChanged: The Secret's URL now reaches another database"))
+		newRun("e2e-inbox-d1", "kept", "demo.echo.v1", `{}`, nil)
+		poolOne, err := pgxpool.New(ctx, one)
+		Expect(err).NotTo(HaveOccurred())
+		defer poolOne.Close()
+		Eventually(func() int { return runsIn(poolOne, "e2e-inbox-d1") }, 30*time.Second).Should(Equal(1))
+		poolTwo, err := pgxpool.New(ctx, two)
+		Expect(err).NotTo(HaveOccurred())
+		defer poolTwo.Close()
+		var schemas int
+		Expect(poolTwo.QueryRow(ctx, "select count(*) from pg_namespace where nspname = 'workflow'").Scan(&schemas)).To(Succeed())
+		Expect(schemas).To(BeZero(), "the other database was migrated")
+
+		By("pointing it back: served again")
+		mustKubectl("patch", "secret", "inbox-d", "-n", chartNamespace, "--type=merge",
+			"-p", fmt.Sprintf(`{"stringData":{"url":%q}}`, one))
+		Eventually(ready("d"), 90*time.Second).Should(Equal("True/Connected"))
+
+		By("deleting the run, moving the namespace back to the default inbox, deleting the inbox")
+		mustKubectl("delete", "wfr", "kept", "-n", "e2e-inbox-d1", "--timeout=60s")
+		mustKubectl("label", "namespace", "e2e-inbox-d1", "team-inbox-")
+		Eventually(func() []string { return inboxStatus("d")().Namespaces }, 60*time.Second).Should(BeEmpty())
+		mustKubectl("delete", "workflowinbox", "d", "--timeout=60s")
+		mustKubectl("delete", "secret", "inbox-d", "-n", chartNamespace)
 	})
 
 	It("shows the inboxes in kubectl get, with their schema version and namespaces", func() {
