@@ -73,8 +73,8 @@ type inboxConn struct {
 	// identity names its database (engine.DatabaseIdentity); the default
 	// inbox's is read when first needed (under mu).
 	identity string
-	stop   context.CancelFunc
-	done   chan struct{}
+	stop     context.CancelFunc
+	done     chan struct{}
 
 	mu    sync.Mutex
 	up    bool
