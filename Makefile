@@ -69,7 +69,7 @@ check-generated: manifests generate ## Fail when committed generated files are s
 		git --no-pager diff --stat -- config api charts; exit 1; fi
 
 .PHONY: test
-test: fmt-check vet check-generated envtest test-chart test-python container-engine browser ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
+test: fmt-check vet check-generated envtest test-chart test-python container-engine browser prometheus ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
 	$(GO) test -count=1 -timeout 40m ./...
 
 .PHONY: test-python
@@ -165,6 +165,10 @@ image: $(if $(filter podman,$(CONTAINER_ENGINE)),container-engine) ## Build the 
 .PHONY: image-context
 image-context: ## Only build bin/image/ (static binaries, CA certificates, /etc/passwd), the Dockerfile's build context.
 	hack/image.sh context
+
+.PHONY: prometheus
+prometheus: ## Install Debian's prometheus (promtool, prometheus) when missing (as root), for the alert rules' and dashboard's tests.
+	@hack/prometheus.sh
 
 .PHONY: browser
 browser: ## Install Debian's chromium when missing (as root), for the console's browser spec.

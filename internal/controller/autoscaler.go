@@ -279,6 +279,7 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 	st.DesiredReplicas = desired
 	if a.Metrics != nil {
 		a.Metrics.PoolDesiredReplicas.WithLabelValues(p.reg.Namespace, p.reg.Name, ref.Name).Set(float64(desired))
+		a.Metrics.PoolMaxReplicas.WithLabelValues(p.reg.Namespace, p.reg.Name, ref.Name).Set(float64(p.policy.Max))
 	}
 	if hpa, err := a.conflictingHPA(ctx, p.reg.Namespace, ref); err != nil {
 		setReady(metav1.ConditionUnknown, ReasonHPAConflict, "could not check for HorizontalPodAutoscalers: "+err.Error())
@@ -326,6 +327,7 @@ func (a *Autoscaler) blockedPool(p pool) workflowv1alpha1.WorkerPoolStatus {
 		// Not measured: drop the gauges rather than leave stale values.
 		a.Metrics.PoolRunnable.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
 		a.Metrics.PoolDesiredReplicas.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
+		a.Metrics.PoolMaxReplicas.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
 	}
 	msg := prefixConflictMessage(p.conflicts)
 	if prev := meta.FindStatusCondition(st.Conditions, ConditionReady); prev == nil || prev.Reason != ReasonPrefixConflict {

@@ -476,6 +476,7 @@ func (s *InboxSet) disconnect(name string) {
 		m.OldestRunnableAge.DeletePartialMatch(l)
 		m.RunDuration.DeletePartialMatch(l)
 		m.Transitions.DeletePartialMatch(l)
+		m.LeaseExpiries.DeletePartialMatch(l)
 	}
 	s.log.Info("Inbox disconnected", "inbox", name)
 }

@@ -226,8 +226,11 @@ func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, fin
 	}
 	evs, maxID, err := m.Engine.CountEventsAfter(ctx, lastEventID)
 	if err == nil {
+		// Present from the first refresh, so that a rate over it starts at 0.
+		expiries := m.Metrics.LeaseExpiries.WithLabelValues(m.inboxName())
 		for _, e := range evs {
 			m.Metrics.Transitions.WithLabelValues(m.inboxName(), string(e.Type)).Add(float64(e.Count))
+			expiries.Add(float64(e.LeaseExpiries))
 		}
 		lastEventID = maxID
 	}

@@ -22,6 +22,11 @@ type Metrics struct {
 	// PoolDesiredReplicas and PoolRunnable, per worker pool.
 	PoolDesiredReplicas *prometheus.GaugeVec
 	PoolRunnable        *prometheus.GaugeVec
+	// PoolMaxReplicas is each worker pool's maxReplicas.
+	PoolMaxReplicas *prometheus.GaugeVec
+	// LeaseExpiries counts, per inbox, the leases that expired (their
+	// runs retried or failed by a reaper).
+	LeaseExpiries *prometheus.CounterVec
 	// InboxUp is 1 while an inbox's database answers, 0 while it does not.
 	InboxUp *prometheus.GaugeVec
 }
@@ -65,6 +70,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "simpleworkflow_pool_runnable_runs",
 		Help: "Runnable runs a worker pool's workers could claim, counted up to maxReplicas × runsPerReplica (or activationRuns, if higher).",
 	}, []string{"namespace", "registry", "pool"})
-	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.Transitions, m.RunDuration, m.Runs, m.OldestRunnableAge, m.InboxUp)
+	m.PoolMaxReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simpleworkflow_pool_max_replicas",
+		Help: "A worker pool's maxReplicas: the replicas it scales to at most.",
+	}, []string{"namespace", "registry", "pool"})
+	m.LeaseExpiries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "simpleworkflow_lease_expiries_total",
+		Help: "Leases that expired (the worker stopped heartbeating): their runs were retried or failed by a reaper.",
+	}, []string{"inbox"})
+	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.PoolMaxReplicas, m.Transitions, m.LeaseExpiries,
+		m.RunDuration, m.Runs, m.OldestRunnableAge, m.InboxUp)
 	return m
 }

@@ -68,6 +68,9 @@ func (e *Engine) ListEventsAfter(ctx context.Context, runID string, afterID int6
 type EventCount struct {
 	Type  EventType
 	Count int64
+	// LeaseExpiries is how many of them ended a lease that expired (a
+	// retried or failed event of the reaper, reason lease_expired).
+	LeaseExpiries int64
 }
 
 // CountEventsAfter counts the events above afterID by type, and returns the
@@ -84,7 +87,7 @@ func (e *Engine) CountEventsAfter(ctx context.Context, afterID int64) ([]EventCo
 		var c EventCount
 		var t string
 		var m int64
-		if err := rows.Scan(&t, &c.Count, &m); err != nil {
+		if err := rows.Scan(&t, &c.Count, &c.LeaseExpiries, &m); err != nil {
 			return nil, afterID, translate("count events", err)
 		}
 		c.Type = EventType(t)

@@ -468,3 +468,41 @@ func TestInsertNotifiesListeners(t *testing.T) {
 	}
 	expect(engine.ChannelRunCreated, "default/n.b.v1")
 }
+
+// The metrics' count of events tells the leases that expired from the
+// other retries and failures: a run reaped and retried, one reaped out of
+// attempts; a plain failure's retry and a permanent failure are not.
+func TestEventCountsTellExpiredLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	since, err := b.eng.LatestEventID(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.create(t, engine.CreateParams{Type: "lx.a.v1", MaxAttempts: 3})
+	b.create(t, engine.CreateParams{Type: "lx.b.v1", MaxAttempts: 1})
+	b.claim(t, "w", []string{"lx."}, 2)
+	b.advanceClock(t, time.Minute) // the 30 s leases expire
+	if res, err := b.eng.ReapExpiredLeases(b.ctx, 10); err != nil || len(res) != 2 {
+		t.Fatalf("reap: %+v %v", res, err)
+	}
+	b.create(t, engine.CreateParams{Type: "lx.c.v1", MaxAttempts: 3})
+	b.create(t, engine.CreateParams{Type: "lx.d.v1", MaxAttempts: 1})
+	for _, c := range b.claim(t, "w", []string{"lx.c.", "lx.d."}, 2) {
+		if _, err := b.eng.FailRuns(b.ctx, "w", []engine.Failure{{LeaseRef: c.Ref(), Error: "boom", Retryable: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts, _, err := b.eng.CountEventsAfter(b.ctx, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[engine.EventType][2]int64{}
+	for _, c := range counts {
+		got[c.Type] = [2]int64{c.Count, c.LeaseExpiries}
+	}
+	if got[engine.EventRetried] != [2]int64{2, 1} || got[engine.EventFailed] != [2]int64{2, 1} {
+		t.Fatalf("retried and failed (events, lease expiries): %v, %v; want [2 1] each",
+			got[engine.EventRetried], got[engine.EventFailed])
+	}
+}

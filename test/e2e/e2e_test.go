@@ -323,6 +323,8 @@ spec:
 			MatchRegexp(`simpleworkflow_run_duration_seconds_count\{inbox="default",namespace="[a-z0-9-]+",prefix="demo",status="succeeded"\} [1-9]`),
 			MatchRegexp(`simpleworkflow_status_lag_seconds_count [1-9]`),
 			MatchRegexp(`simpleworkflow_pool_desired_replicas\{namespace="e2e-scale",pool="burst-worker",registry="burst"\} 0`),
+			MatchRegexp(`simpleworkflow_pool_max_replicas\{namespace="e2e-scale",pool="burst-worker",registry="burst"\} [1-9]`),
+			MatchRegexp(`simpleworkflow_lease_expiries_total\{inbox="default"\} [0-9]`),
 			ContainSubstring("controller_runtime_reconcile_total"),
 		))
 	})

@@ -6,7 +6,7 @@ select id, workflow_id, event_type, data, created_at from workflow.run_events(@w
 
 -- name: EventCountsAfter
 -- Transitions since an event id, by type, for the metrics.
-select event_type, events, last_id from workflow.event_counts_after(@after_id);
+select event_type, events, lease_expiries, last_id from workflow.event_counts_after(@after_id);
 
 -- name: EventLatestID
 -- The latest id drawn for an event (its transaction may not have committed).

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 12
+-- schema version: 13
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -5858,11 +5858,14 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 
 -- event_counts_after: transitions since an event id, by type (a batch row
--- counts its runs).
+-- counts its runs), and of those how many ended a lease that expired (the
+-- reaper's retried and failed events, reason lease_expired; always one run
+-- each).
 create or replace function workflow.event_counts_after(p_after bigint)
-returns table (event_type text, events bigint, last_id bigint)
+returns table (event_type text, events bigint, lease_expiries bigint, last_id bigint)
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    select e.event_type, sum(coalesce(cardinality(e.run_ids), 1))::bigint, max(e.id)
+    select e.event_type, sum(coalesce(cardinality(e.run_ids), 1))::bigint,
+           count(*) filter (where e.data ->> 'reason' = 'lease_expired'), max(e.id)
     from workflow.workflow_event e
     where e.id > p_after
     group by e.event_type
