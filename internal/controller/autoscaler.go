@@ -280,6 +280,7 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 	if a.Metrics != nil {
 		a.Metrics.PoolDesiredReplicas.WithLabelValues(p.reg.Namespace, p.reg.Name, ref.Name).Set(float64(desired))
 		a.Metrics.PoolMaxReplicas.WithLabelValues(p.reg.Namespace, p.reg.Name, ref.Name).Set(float64(p.policy.Max))
+		a.Metrics.PoolReplicas.WithLabelValues(p.reg.Namespace, p.reg.Name, ref.Name).Set(float64(current))
 	}
 	if hpa, err := a.conflictingHPA(ctx, p.reg.Namespace, ref); err != nil {
 		setReady(metav1.ConditionUnknown, ReasonHPAConflict, "could not check for HorizontalPodAutoscalers: "+err.Error())
@@ -328,6 +329,7 @@ func (a *Autoscaler) blockedPool(p pool) workflowv1alpha1.WorkerPoolStatus {
 		a.Metrics.PoolRunnable.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
 		a.Metrics.PoolDesiredReplicas.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
 		a.Metrics.PoolMaxReplicas.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
+		a.Metrics.PoolReplicas.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
 	}
 	msg := prefixConflictMessage(p.conflicts)
 	if prev := meta.FindStatusCondition(st.Conditions, ConditionReady); prev == nil || prev.Reason != ReasonPrefixConflict {

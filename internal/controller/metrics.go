@@ -22,8 +22,10 @@ type Metrics struct {
 	// PoolDesiredReplicas and PoolRunnable, per worker pool.
 	PoolDesiredReplicas *prometheus.GaugeVec
 	PoolRunnable        *prometheus.GaugeVec
-	// PoolMaxReplicas is each worker pool's maxReplicas.
+	// PoolMaxReplicas is each worker pool's maxReplicas, PoolReplicas the
+	// replicas its target has.
 	PoolMaxReplicas *prometheus.GaugeVec
+	PoolReplicas    *prometheus.GaugeVec
 	// LeaseExpiries counts, per inbox, the leases that expired (their
 	// runs retried or failed by a reaper).
 	LeaseExpiries *prometheus.CounterVec
@@ -74,11 +76,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "simpleworkflow_pool_max_replicas",
 		Help: "A worker pool's maxReplicas: the replicas it scales to at most.",
 	}, []string{"namespace", "registry", "pool"})
+	m.PoolReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simpleworkflow_pool_replicas",
+		Help: "Replicas a worker pool's target has (its scale subresource's spec), as the autoscaler last read them.",
+	}, []string{"namespace", "registry", "pool"})
 	m.LeaseExpiries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "simpleworkflow_lease_expiries_total",
 		Help: "Leases that expired (the worker stopped heartbeating): their runs were retried or failed by a reaper.",
 	}, []string{"inbox"})
-	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.PoolMaxReplicas, m.Transitions, m.LeaseExpiries,
+	reg.MustRegister(lag, m.PoolDesiredReplicas, m.PoolRunnable, m.PoolMaxReplicas, m.PoolReplicas, m.Transitions, m.LeaseExpiries,
 		m.RunDuration, m.Runs, m.OldestRunnableAge, m.InboxUp)
 	return m
 }
