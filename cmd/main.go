@@ -304,6 +304,11 @@ func run() error {
 		wg.Wait()
 	}
 	inboxes = controller.NewInboxSet(mgr.GetClient(), eng, serve, ctrl.Log.WithName("inboxes"), m)
+	if id, err := engine.DatabaseIdentity(ctx, pool); err != nil {
+		log.Info("Could not read the default inbox's database identity; it is read when a WorkflowInbox connects", "error", err.Error())
+	} else {
+		inboxes.SetDefaultIdentity(id)
+	}
 	defer inboxes.Close()
 	if err := mgr.Add(inboxes); err != nil {
 		return err

@@ -54,6 +54,13 @@ type WorkflowInboxStatus struct {
 	// SchemaVersion is the version of the workflow schema in the database.
 	// +optional
 	SchemaVersion int `json:"schemaVersion,omitempty"`
+	// Database names the database it connected to, whatever the URL (its
+	// cluster's system identifier and its oid): while the inbox serves
+	// namespaces, a URL that reaches another database is refused
+	// (DatabaseChanged), across restarts too.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Database string `json:"database,omitempty"`
 	// Namespaces are the namespaces this inbox serves, sorted.
 	// +optional
 	// +listType=set

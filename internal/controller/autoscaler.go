@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +72,9 @@ type Autoscaler struct {
 
 	mu    sync.Mutex
 	state map[string]*scaleState
+	// gauged: the pools whose gauges this autoscaler set (their labels by
+	// key), dropped when the pool goes.
+	gauged map[string][3]string
 }
 
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale;statefulsets/scale;replicasets/scale,verbs=get;update;patch
@@ -225,6 +229,19 @@ func (a *Autoscaler) forgetGone(pools []pool) {
 			delete(a.state, k)
 		}
 	}
+	for k, l := range a.gauged {
+		if !live[k] {
+			// A pool removed (or whose namespace another inbox serves now)
+			// leaves no gauge frozen at its last value.
+			delete(a.gauged, k)
+			if a.Metrics != nil {
+				for _, g := range []*prometheus.GaugeVec{a.Metrics.PoolRunnable, a.Metrics.PoolDesiredReplicas,
+					a.Metrics.PoolMaxReplicas, a.Metrics.PoolReplicas} {
+					g.DeleteLabelValues(l[0], l[1], l[2])
+				}
+			}
+		}
+	}
 }
 
 func (a *Autoscaler) stateOf(key string) *scaleState {
@@ -261,6 +278,12 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 	}
 	if a.Metrics != nil {
 		a.Metrics.PoolRunnable.WithLabelValues(p.reg.Namespace, p.reg.Name, ref.Name).Set(float64(d.Runnable))
+		a.mu.Lock()
+		if a.gauged == nil {
+			a.gauged = map[string][3]string{}
+		}
+		a.gauged[p.key] = [3]string{p.reg.Namespace, p.reg.Name, ref.Name}
+		a.mu.Unlock()
 	}
 
 	target, scale, err := a.getScale(ctx, p.reg.Namespace, ref)

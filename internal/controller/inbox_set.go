@@ -324,10 +324,10 @@ func (databaseChangedError) Error() string {
 // connect opens (or keeps) the named inbox at url: a URL the inbox was
 // already opened with is kept; a new one replaces the old connection (the
 // new one first, then the old one is closed in the background), unless it
-// reaches another database while the inbox is serving namespaces. A
-// database another inbox has is refused. migrate prepares the database
-// before it is served.
-func (s *InboxSet) connect(ctx context.Context, name, url string, serving bool,
+// reaches another database than the one it had (or known, the identity its
+// status names) while the inbox is serving namespaces. A database another
+// inbox has is refused. migrate prepares the database before it is served.
+func (s *InboxSet) connect(ctx context.Context, name, url string, serving bool, known string,
 	migrate func(context.Context, *pgxpool.Pool) (int, error)) (*inboxConn, error) {
 	s.mu.Lock()
 	s.tried[name] = true
@@ -363,7 +363,11 @@ func (s *InboxSet) connect(ctx context.Context, name, url string, serving bool,
 		pool.Close()
 		return nil, databaseTakenError{by: by}
 	}
-	if old != nil && serving && old.identity != "" && old.identity != identity {
+	had := known // the database its status names (it may have served it before a restart)
+	if old != nil && old.identity != "" {
+		had = old.identity
+	}
+	if serving && had != "" && had != identity {
 		pool.Close()
 		return nil, databaseChangedError{}
 	}
@@ -402,6 +406,33 @@ func (s *InboxSet) connect(ctx context.Context, name, url string, serving bool,
 	s.setUpMetric(name, true)
 	s.log.Info("Inbox connected", "inbox", name, "schemaVersion", schema)
 	return c, nil
+}
+
+// identity returns the identity of the named inbox's database, "" when it
+// is not connected or not yet read.
+func (s *InboxSet) identity(name string) string {
+	s.mu.RLock()
+	c := s.conns[name]
+	s.mu.RUnlock()
+	if c == nil {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.identity
+}
+
+// SetDefaultIdentity records the identity of the default inbox's database,
+// read at start-up (when it answers, as the manager's start needs): a
+// WorkflowInbox reaching that database is then refused even while the
+// default inbox does not answer.
+func (s *InboxSet) SetDefaultIdentity(identity string) {
+	s.mu.RLock()
+	c := s.conns[defaultInbox]
+	s.mu.RUnlock()
+	c.mu.Lock()
+	c.identity = identity
+	c.mu.Unlock()
 }
 
 // identityTaken returns the name of another inbox whose database has

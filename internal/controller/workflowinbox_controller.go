@@ -566,7 +566,7 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 		return cond(false, workflowv1alpha1.ReasonSecretNotFound, err.Error()), in.Status.SchemaVersion
 	}
 	r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation}
-	_, err = r.Set.connect(ctx, in.Name, url, len(in.Status.Namespaces) > 0, func(ctx context.Context, p *pgxpool.Pool) (int, error) {
+	_, err = r.Set.connect(ctx, in.Name, url, len(in.Status.Namespaces) > 0, in.Status.Database, func(ctx context.Context, p *pgxpool.Pool) (int, error) {
 		v, err := r.Migrate(ctx, p)
 		if err != nil {
 			return 0, migrationError{err}
@@ -585,6 +585,11 @@ func (r *WorkflowInboxReconciler) connect(ctx context.Context, in *workflowv1alp
 			failed = cond(false, workflowv1alpha1.ReasonDatabaseTaken, capitalize(err.Error()))
 		case errors.As(err, &changed):
 			failed = cond(false, workflowv1alpha1.ReasonDatabaseChanged, capitalize(err.Error()))
+		}
+		if _, connected := r.Set.Engine(in.Name); !connected && failed.Reason == workflowv1alpha1.ReasonUnreachable {
+			// Never connected (or not since this manager started): its
+			// database is as down as one that stopped answering.
+			r.Set.setUpMetric(in.Name, false)
 		}
 		r.secretRead[in.Name] = secretRead{at: time.Now(), generation: in.Generation, failed: &failed}
 		return failed, in.Status.SchemaVersion
@@ -614,6 +619,9 @@ func (r *WorkflowInboxReconciler) writeStatus(ctx context.Context, v *inboxView)
 	st := in.Status.DeepCopy()
 	st.ObservedGeneration = in.Generation
 	st.SchemaVersion = v.schema
+	if id := r.Set.identity(in.Name); id != "" {
+		st.Database = id
+	}
 	slices.Sort(v.serves)
 	st.Namespaces = slices.Compact(v.serves)
 	st.NamespaceCount = len(st.Namespaces)

@@ -148,6 +148,18 @@ spec:
 		Expect(claim("dash.lost.", time.Second)).To(HaveLen(1)) // never heartbeated: the manager reaps it
 		create("dash.wait.v1", 1)
 
+		By("seeing the load counted: a lease expired, runs failed and were retried")
+		for _, q := range []string{
+			fmt.Sprintf(`simpleworkflow_lease_expiries_total{job=%q} > 0`, dashboardJob),
+			fmt.Sprintf(`simpleworkflow_run_duration_seconds_count{job=%q,namespace="e2e-dash",status="failed"} >= 3`, dashboardJob),
+			fmt.Sprintf(`simpleworkflow_transitions_total{job=%q,event="retried"} > 0`, dashboardJob),
+			fmt.Sprintf(`simpleworkflow_pool_replicas{job=%q,namespace="e2e-dash",registry="dash"} >= 0`, dashboardJob),
+		} {
+			Eventually(func() int {
+				return len(query("/api/v1/query", url.Values{"query": {q}}).Data.Result)
+			}, 90*time.Second, time.Second).Should(BeNumerically(">", 0), "no series: %s", q)
+		}
+
 		By("querying Prometheus with each of the dashboard's queries")
 		file, err := pgtest.RepoFile("charts/simple-workflow/dashboards/simple-workflow.json")
 		Expect(err).NotTo(HaveOccurred())
@@ -172,7 +184,7 @@ spec:
 		vars := strings.NewReplacer(`"$job"`, fmt.Sprintf("%q", dashboardJob), "$inbox", ".*", "$namespace", ".*",
 			"$__rate_interval", "1m")
 		metricName := regexp.MustCompile(`\b(simpleworkflow_[a-z_]+|leader_election_[a-z_]+)\b`)
-		byLabels := regexp.MustCompile(`\bby \(([^)]*)\)`)
+		byLabels := regexp.MustCompile(`\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
 		matchers := regexp.MustCompile(`([a-z_]+)\s*(?:=~|!=|!~|=)\s*"`)
 		exported := map[string][]string{}
 		labelsOf := func(metric string) []string {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,6 +57,35 @@ var _ = Describe("several inboxes", Ordered, func() {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	// renderChart asks the API server (helm install --dry-run=server: the
+	// chart's lookups are answered) what the chart would install in ns with
+	// its example worker.
+	renderChart := func(ns string, set ...string) (string, error) {
+		chart, err := pgtest.RepoFile("charts/simple-workflow")
+		Expect(err).NotTo(HaveOccurred())
+		args := []string{"install", "probe", chart, "--dry-run=server", "--namespace", ns,
+			"--set", "exampleWorker.enabled=true", "--set", "database.url=postgres://chart@nowhere/none"}
+		for _, kv := range set {
+			args = append(args, "--set", kv)
+		}
+		cmd := exec.CommandContext(ctx, helmBin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	mounted := regexp.MustCompile(`(?s)name: database\s+secret:\s+secretName: (\S+)`)
+	// mountOf is the Secret the rendered example worker's Deployment mounts.
+	mountOf := func(out string) string {
+		for _, doc := range strings.Split(out, "\n---\n") {
+			if strings.Contains(doc, "templates/example-worker.yaml") && strings.Contains(doc, "kind: Deployment") {
+				m := mounted.FindStringSubmatch(doc)
+				Expect(m).NotTo(BeNil(), "no database volume in:\n%s", doc)
+				return m[1]
+			}
+		}
+		Fail("no example worker Deployment in:\n" + out)
+		return ""
 	}
 	byNS := func(ns string) *team {
 		for _, t := range teams {
@@ -325,26 +353,42 @@ spec:
 		Expect(err).NotTo(HaveOccurred())
 		two, err := pgtest.WithDatabase(clusterC.URL, "d_two")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: chartNamespace, Name: "inbox-d"},
-			StringData: map[string]string{"url": one}})).To(Succeed())
+		// Its Secret lives in the namespace it serves, where the manager is
+		// granted get on Secrets as docs/scaling.md says.
 		Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-inbox-d1",
 			Labels: map[string]string{"team-inbox": "d"}}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "e2e-inbox-d1", Name: "inbox-d"},
+			StringData: map[string]string{"url": one}})).To(Succeed())
+		saName := serviceAccount[strings.LastIndex(serviceAccount, ":")+1:]
+		mustKubectl("create", "role", "inbox-secrets", "-n", "e2e-inbox-d1", "--verb=get", "--resource=secrets")
+		mustKubectl("create", "rolebinding", "inbox-secrets", "-n", "e2e-inbox-d1", "--role=inbox-secrets",
+			"--serviceaccount="+chartNamespace+":"+saName)
 		mustKubectl("apply", "-f", writeManifest("inbox-d.yaml", `
 apiVersion: workflow.simpleworkflow.dev/v1alpha1
 kind: WorkflowInbox
 metadata: {name: d}
 spec:
-  secretRef: {namespace: simple-workflow-system, name: inbox-d}
+  secretRef: {namespace: e2e-inbox-d1, name: inbox-d}
   namespaceSelector: {matchLabels: {team-inbox: d}}
 `))
 		Eventually(ready("d"), 60*time.Second).Should(Equal("True/Connected"))
 		Eventually(func() []string { return inboxStatus("d")().Namespaces }).Should(Equal([]string{"e2e-inbox-d1"}))
+		Expect(inboxStatus("d")().Database).To(MatchRegexp(`^[0-9]+/[0-9]+$`))
+
+		By("giving the chart's example worker in that namespace the inbox's own Secret")
+		out, err := renderChart("e2e-inbox-d1")
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		Expect(mountOf(out)).To(Equal("inbox-d"))
+		Expect(out).To(And(ContainSubstring("value: /etc/simple-workflow/database/url"),
+			ContainSubstring(`workflow.simpleworkflow.dev/inbox: "d"`)))
 
 		By("pointing its Secret at another database: refused, and the namespace's runs stay where they are")
-		mustKubectl("patch", "secret", "inbox-d", "-n", chartNamespace, "--type=merge",
+		mustKubectl("patch", "secret", "inbox-d", "-n", "e2e-inbox-d1", "--type=merge",
 			"-p", fmt.Sprintf(`{"stringData":{"url":%q}}`, two))
+		databaseOne := inboxStatus("d")().Database
 		Eventually(cond("d", workflowv1alpha1.ConditionInboxReady), 90*time.Second).Should(
 			HavePrefix("False/DatabaseChanged: The Secret's URL now reaches another database"))
+		Expect(inboxStatus("d")().Database).To(Equal(databaseOne), "the status names the database it keeps")
 		newRun("e2e-inbox-d1", "kept", "demo.echo.v1", `{}`, nil)
 		poolOne, err := pgxpool.New(ctx, one)
 		Expect(err).NotTo(HaveOccurred())
@@ -358,7 +402,7 @@ spec:
 		Expect(schemas).To(BeZero(), "the other database was migrated")
 
 		By("pointing it back: served again")
-		mustKubectl("patch", "secret", "inbox-d", "-n", chartNamespace, "--type=merge",
+		mustKubectl("patch", "secret", "inbox-d", "-n", "e2e-inbox-d1", "--type=merge",
 			"-p", fmt.Sprintf(`{"stringData":{"url":%q}}`, one))
 		Eventually(ready("d"), 90*time.Second).Should(Equal("True/Connected"))
 
@@ -367,7 +411,6 @@ spec:
 		mustKubectl("label", "namespace", "e2e-inbox-d1", "team-inbox-")
 		Eventually(func() []string { return inboxStatus("d")().Namespaces }, 60*time.Second).Should(BeEmpty())
 		mustKubectl("delete", "workflowinbox", "d", "--timeout=60s")
-		mustKubectl("delete", "secret", "inbox-d", "-n", chartNamespace)
 	})
 
 	It("shows the inboxes in kubectl get, with their schema version and namespaces", func() {
@@ -378,56 +421,27 @@ spec:
 		Expect(mustKubectl("get", "wfinbox", "c", "-o", "wide")).To(MatchRegexp(`c\s+True\s+Connected\s+[0-9]+\s+1\s+\S+\s+inbox-c\s+False`))
 	})
 
-	It("gives the chart's example worker the database of its namespace's inbox", func() {
-		chart, err := pgtest.RepoFile("charts/simple-workflow")
-		Expect(err).NotTo(HaveOccurred())
-		// render asks the API server (helm install --dry-run=server: the
-		// chart's lookups are answered) what the chart would install in ns.
-		render := func(ns string, set ...string) string {
-			args := []string{"install", "probe", chart, "--dry-run=server", "--namespace", ns,
-				"--set", "exampleWorker.enabled=true", "--set", "database.url=postgres://chart@nowhere/none"}
-			for _, kv := range set {
-				args = append(args, "--set", kv)
-			}
-			cmd := exec.CommandContext(ctx, helmBin, args...)
-			cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig)
-			out, err := cmd.CombinedOutput()
-			Expect(err).NotTo(HaveOccurred(), "helm %s:\n%s", strings.Join(args, " "), out)
-			return string(out)
-		}
-		mounted := regexp.MustCompile(`(?s)name: database\s+secret:\s+secretName: (\S+)`)
-		// mountOf is the Secret the example worker's Deployment mounts.
-		mountOf := func(out string) string {
-			for _, doc := range strings.Split(out, "\n---\n") {
-				if strings.Contains(doc, "templates/example-worker.yaml") && strings.Contains(doc, "kind: Deployment") {
-					m := mounted.FindStringSubmatch(doc)
-					Expect(m).NotTo(BeNil(), "no database volume in:\n%s", doc)
-					return m[1]
-				}
-			}
-			Fail("no example worker Deployment in:\n" + out)
-			return ""
-		}
+	It("gives the chart's example worker the database of its namespace's inbox, or says why not", func() {
 		for _, t := range teams {
-			out := render(t.ns)
+			out, err := renderChart(t.ns)
 			if t.inbox == "default" {
+				Expect(err).NotTo(HaveOccurred(), "%s", out)
 				Expect(mountOf(out)).To(Equal("probe-simple-workflow-database"), "the worker of %s", t.ns)
 				Expect(out).NotTo(ContainSubstring("workflow.simpleworkflow.dev/inbox"))
 				continue
 			}
-			// A copy of the inbox's Secret (it lives in the manager's
-			// namespace), under the key url, whatever the inbox's key.
-			Expect(mountOf(out)).To(Equal("probe-simple-workflow-example-worker-database"), "the worker of %s", t.ns)
-			Expect(out).To(ContainSubstring(`url: "` + base64.StdEncoding.EncodeToString([]byte(t.url)) + `"`))
-			Expect(out).To(ContainSubstring(`workflow.simpleworkflow.dev/inbox: "` + t.inbox + `"`))
-			Expect(out).To(ContainSubstring("value: /etc/simple-workflow/database/url"))
+			// The inbox's Secret is in the manager's namespace: never copied.
+			Expect(err).To(HaveOccurred(), "the worker of %s", t.ns)
+			Expect(out).To(ContainSubstring(fmt.Sprintf("WorkflowInbox %s serves namespace %s, so the example worker needs that inbox's database, but its Secret is in namespace %s: set exampleWorker.database.existingSecret",
+				t.inbox, t.ns, chartNamespace)))
+			Expect(out).NotTo(ContainSubstring(t.url))
 		}
-		// A Secret of the worker's own still wins.
-		out := render("e2e-inbox-b1", "exampleWorker.database.existingSecret=team-worker-login",
+		// A Secret of the worker's own wins (and the inbox is not looked up).
+		out, err := renderChart("e2e-inbox-b1", "exampleWorker.database.existingSecret=team-worker-login",
 			"exampleWorker.database.secretKey=dsn")
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
 		Expect(mountOf(out)).To(Equal("team-worker-login"))
 		Expect(out).To(ContainSubstring("value: /etc/simple-workflow/database/dsn"))
-		Expect(out).NotTo(ContainSubstring("example-worker-database"))
 	})
 
 	It("runs plain runs, DAGs, signals and schedules in each namespace, in its own inbox's database", func() {
