@@ -154,9 +154,14 @@ bench-operator: envtest ## Benchmark the operator: 10,000 WorkflowRuns at once i
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and the example worker into bin/.
+build: ## Build the manager, the example worker and the kubectl workflow plugin (bin/kubectl-workflow) into bin/.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 	$(GO) build -o $(LOCALBIN)/example-worker ./cmd/example-worker
+	$(GO) build -o $(LOCALBIN)/kubectl-workflow ./cmd/kubectl-workflow
+
+.PHONY: krew-release
+krew-release: ## Build the kubectl workflow plugin's release archives and its krew manifest with their sha256 into dist/krew/ (VERSION=vX.Y.Z, default the chart's appVersion).
+	hack/krew-release.sh $(VERSION)
 
 .PHONY: image
 image: $(if $(filter podman,$(CONTAINER_ENGINE)),container-engine) ## Build the images ghcr.io/simple-workflow/{manager,example-worker}:<appVersion> (no network needed; docs/images.md).
