@@ -25,7 +25,15 @@ func (f *follower) show(run *workflowv1alpha1.WorkflowRun) bool {
 		f.last = line
 		fmt.Fprintln(f.out, line)
 	}
-	return run.Status.Phase.Finished()
+	return ended(run)
+}
+
+// ended reports whether the run has ended for good: finished, and no
+// retry asked for (spec.retries above status.retries) that the operator
+// has not carried out yet; a watch after `retry` follows the new attempt
+// instead of reporting the failure it retries.
+func ended(run *workflowv1alpha1.WorkflowRun) bool {
+	return run.Status.Phase.Finished() && run.Spec.Retries <= run.Status.Retries
 }
 
 // progress is what a watch line says beside a phase: the attempt, what a

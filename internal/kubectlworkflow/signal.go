@@ -55,7 +55,47 @@ func (o *signalOptions) payloadJSON() (json.RawMessage, error) {
 	if strings.TrimSpace(o.payload) == "null" {
 		return nil, nil
 	}
+	// The inbox's own limits on a signal's payload (send_signal): one it
+	// refuses would only show up as a SignalRejected Event on the run.
+	if len(o.payload) > maxPayloadBytes {
+		return nil, usagef("--payload is %d bytes; the limit is %d (256 KiB)", len(o.payload), maxPayloadBytes)
+	}
+	if d := jsonDepth(o.payload); d > maxPayloadDepth {
+		return nil, usagef("--payload nests %d levels deep (objects and arrays); the most a stored value may is %d", d, maxPayloadDepth)
+	}
+	if strings.Contains(o.payload, `\u0000`) {
+		return nil, usagef(`--payload holds \u0000, which the inbox cannot store`)
+	}
 	return json.RawMessage(o.payload), nil
+}
+
+// Limits of a signal's payload, as the inbox's send_signal checks them.
+const (
+	maxPayloadBytes = 256 << 10
+	maxPayloadDepth = 64
+)
+
+// jsonDepth returns how deeply valid JSON text nests objects and arrays.
+func jsonDepth(text string) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 func newSignalCommand(cfg *configFlags, streams IOStreams) *cobra.Command {
@@ -107,6 +147,10 @@ func sendSignal(ctx context.Context, rs *runs, name, signal string, payload json
 			if sig, err = check(run); err != nil {
 				return nil, err
 			}
+		}
+		if ended(run) {
+			return nil, fmt.Errorf("workflowrun %s/%s has ended (%s): a signal would never be taken", run.Namespace, run.Name,
+				run.Status.Phase)
 		}
 		if len(run.Spec.Signals) >= maxSignals {
 			return nil, fmt.Errorf("workflowrun %s/%s: spec.signals already holds %d entries, the most it may: create a new WorkflowRun",

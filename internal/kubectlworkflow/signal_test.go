@@ -2,6 +2,7 @@ package kubectlworkflow
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -127,4 +128,37 @@ func TestApprove(t *testing.T) {
 	r = e.plugin("approve", "order-1", "-n", e.ns, "--payload", "{")
 	wantCode(t, r, 1)
 	wantIn(t, "stderr of approve with bad JSON", r.stderr, "--payload is not valid JSON")
+}
+
+// A signal the inbox would refuse is refused here, where the user sees why:
+// to a run that has ended (unless a retry is pending), or with a payload
+// over the inbox's limits. Nothing is written.
+func TestSignalRefusesWhatTheInboxWould(t *testing.T) {
+	e := newEnv(t)
+	e.createRun("done-1", "data.import.v1")
+	e.setStatus("done-1", func(s *workflowv1alpha1.WorkflowRunStatus) { s.Phase = workflowv1alpha1.PhaseSucceeded })
+	r := e.plugin("signal", "done-1", "resume", "-n", e.ns)
+	wantCode(t, r, 1)
+	wantIn(t, "signal to an ended run", r.stderr, "has ended (Succeeded): a signal would never be taken")
+	wantSignals(t, e.run("done-1"))
+
+	e.createRun("live-1", "data.import.v1")
+	deep := strings.Repeat("[", 65) + strings.Repeat("]", 65)
+	// (A payload over 256 KiB cannot be one argument here: Linux limits
+	// one to 128 KiB.)
+	for _, c := range []struct{ payload, says string }{
+		{deep, "nests 65 levels deep"},
+		{`{"text":"a\u0000b"}`, `holds \u0000`},
+	} {
+		r := e.plugin("signal", "live-1", "resume", "-n", e.ns, "--payload", c.payload)
+		if r.code == 0 {
+			t.Fatalf("payload %.40q sent", c.payload)
+		}
+		wantIn(t, "a payload the inbox refuses", r.stderr, c.says)
+	}
+	wantSignals(t, e.run("live-1"))
+	// Sixty-four levels are the most, and go.
+	ok := strings.Repeat("[", 64) + strings.Repeat("]", 64)
+	wantCode(t, e.plugin("signal", "live-1", "resume", "-n", e.ns, "--payload", ok), 0)
+	wantSignals(t, e.run("live-1"), "resume="+ok)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -69,12 +70,19 @@ func (o *watchOptions) run(ctx context.Context, rs *runs, name string, out io.Wr
 	}
 	f := &follower{out: out}
 	if f.show(first) {
-		return ended(first)
+		return endedError(first)
 	}
 	wctx, cancel := watchtools.ContextWithOptionalTimeout(ctx, o.timeout)
 	defer cancel()
+	// A list first, as the watch's own would: a user who may get the run
+	// but not list or watch it is told so (the watch below would retry its
+	// list for ever).
+	lw := rs.listWatchOne(name)
+	if _, err := lw.ListWithContextFunc(wctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return fmt.Errorf("watch workflowrun %s/%s: %w", rs.ns, name, err)
+	}
 	var last *workflowv1alpha1.WorkflowRun
-	_, err = watchtools.UntilWithSync(wctx, rs.listWatchOne(name), &unstructured.Unstructured{}, func(store cache.Store) (bool, error) {
+	_, err = watchtools.UntilWithSync(wctx, lw, &unstructured.Unstructured{}, func(store cache.Store) (bool, error) {
 		if _, exists, err := store.GetByKey(rs.ns + "/" + name); err != nil || !exists {
 			return false, fmt.Errorf("workflowrun %s/%s was deleted", rs.ns, name)
 		}
@@ -96,7 +104,7 @@ func (o *watchOptions) run(ctx context.Context, rs *runs, name string, out io.Wr
 	})
 	switch {
 	case err == nil:
-		return ended(last)
+		return endedError(last)
 	case ctx.Err() == nil && wctx.Err() != nil:
 		where := first
 		if last != nil {
@@ -111,9 +119,9 @@ func (o *watchOptions) run(ctx context.Context, rs *runs, name string, out io.Wr
 	}
 }
 
-// ended is nil for a run that Succeeded, and for one that Failed or was
-// Cancelled an ExitError saying why.
-func ended(run *workflowv1alpha1.WorkflowRun) error {
+// endedError is nil for a run that Succeeded, and for one that Failed or
+// was Cancelled an ExitError saying why.
+func endedError(run *workflowv1alpha1.WorkflowRun) error {
 	id := run.Namespace + "/" + run.Name
 	switch run.Status.Phase {
 	case workflowv1alpha1.PhaseSucceeded:

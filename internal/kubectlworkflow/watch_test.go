@@ -129,3 +129,24 @@ func TestWatchTimeout(t *testing.T) {
 	wantCode(t, r, 1)
 	wantIn(t, "stderr of a negative timeout", r.stderr, "--timeout must not be negative")
 }
+
+// A watch started right after `retry` follows the retried run: the Failed
+// status it reads first is the failure being retried, not the end.
+func TestWatchAfterRetryFollowsTheNewAttempt(t *testing.T) {
+	e := newEnv(t)
+	e.createRun("again-1", "demo.order.v1")
+	e.setStatus("again-1", func(s *workflowv1alpha1.WorkflowRunStatus) {
+		s.Phase, s.LastError = workflowv1alpha1.PhaseFailed, "the shop answered 503"
+	})
+	wantCode(t, e.plugin("retry", "again-1", "-n", e.ns), 0)
+	out, errOut, code := e.background("watch", "again-1", "-n", e.ns, "--timeout", "60s")
+	e.eventually("watch to print the failed state", func() bool { return strings.Contains(out.String(), "Failed") })
+	e.setStatus("again-1", func(s *workflowv1alpha1.WorkflowRunStatus) {
+		s.Phase, s.Retries, s.Attempts, s.LastError = workflowv1alpha1.PhaseRunning, 1, "1/3", ""
+	})
+	e.eventually("watch to print the new attempt", func() bool { return strings.Contains(out.String(), "Running") })
+	e.setStatus("again-1", func(s *workflowv1alpha1.WorkflowRunStatus) { s.Phase = workflowv1alpha1.PhaseSucceeded })
+	if c := exitWithin(t, code); c != 0 {
+		t.Fatalf("watch after retry: exit code %d\n%s\n%s", c, out, errOut)
+	}
+}
