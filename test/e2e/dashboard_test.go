@@ -169,7 +169,8 @@ spec:
 			Panels []struct {
 				Title   string `json:"title"`
 				Targets []struct {
-					Expr string `json:"expr"`
+					Expr         string `json:"expr"`
+					LegendFormat string `json:"legendFormat"`
 				} `json:"targets"`
 			} `json:"panels"`
 			Templating struct {
@@ -181,10 +182,10 @@ spec:
 		}
 		Expect(json.Unmarshal(raw, &dash)).To(Succeed())
 		Expect(dash.Panels).NotTo(BeEmpty())
+		byLabels := regexp.MustCompile(`\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
 		vars := strings.NewReplacer(`"$job"`, fmt.Sprintf("%q", dashboardJob), "$inbox", ".*", "$namespace", ".*",
 			"$__rate_interval", "1m")
 		metricName := regexp.MustCompile(`\b(simpleworkflow_[a-z_]+|leader_election_[a-z_]+)\b`)
-		byLabels := regexp.MustCompile(`\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
 		matchers := regexp.MustCompile(`([a-z_]+)\s*(?:=~|!=|!~|=)\s*"`)
 		exported := map[string][]string{}
 		labelsOf := func(metric string) []string {
@@ -207,10 +208,18 @@ spec:
 		}
 		type check struct{ title, expr string }
 		var checks []check
+		legendLabel := regexp.MustCompile(`\{\{\s*([a-z_]+)\s*\}\}`)
 		for _, p := range dash.Panels {
 			Expect(p.Targets).NotTo(BeEmpty(), "panel %q has no query", p.Title)
 			for _, t := range p.Targets {
 				checks = append(checks, check{p.Title, vars.Replace(t.Expr)})
+				// A legend names only labels its query keeps.
+				kept := byLabels.FindStringSubmatch(t.Expr)
+				for _, m := range legendLabel.FindAllStringSubmatch(t.LegendFormat, -1) {
+					Expect(kept).NotTo(BeNil(), "panel %q's legend names %q but its query keeps no labels", p.Title, m[1])
+					Expect(strings.Split(strings.ReplaceAll(kept[1], " ", ""), ",")).To(ContainElement(m[1]),
+						"panel %q's legend names %q, which its query does not keep: %s", p.Title, m[1], t.Expr)
+				}
 			}
 		}
 		for _, v := range dash.Templating.List {
