@@ -74,10 +74,14 @@ runs live in), as JSON; "{}" when none does, or when the cluster is not asked
 */}}
 {{- define "simple-workflow.releaseInbox" -}}
 {{- $found := dict -}}
+{{- /* Only where the cluster serves WorkflowInboxes: not on a first install
+(no inbox can exist yet), nor under a release whose CRDs predate them. */ -}}
+{{- if .Capabilities.APIVersions.Has "workflow.simpleworkflow.dev/v1alpha1/WorkflowInbox" -}}
 {{- $list := lookup "workflow.simpleworkflow.dev/v1alpha1" "WorkflowInbox" "" "" -}}
 {{- range $in := (dig "items" (list) $list) -}}
 {{- if has $.Release.Namespace (dig "status" "namespaces" (list) $in) -}}
 {{- $found = $in -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $found -}}
