@@ -496,11 +496,13 @@ func (s *InboxSet) disconnect(name string) {
 		delete(s.conns, name)
 	}
 	s.mu.Unlock()
-	if c == nil || c.stop == nil {
-		return
+	if c != nil && c.stop != nil {
+		c.close()
+		s.log.Info("Inbox disconnected", "inbox", name)
 	}
-	c.close()
-	if m := s.metrics; m != nil {
+	// Its series go too, those of an inbox that never connected included
+	// (its simpleworkflow_inbox_up 0).
+	if m := s.metrics; m != nil && name != defaultInbox {
 		l := prometheus.Labels{"inbox": name}
 		m.InboxUp.DeletePartialMatch(l)
 		m.Runs.DeletePartialMatch(l)
@@ -509,7 +511,6 @@ func (s *InboxSet) disconnect(name string) {
 		m.Transitions.DeletePartialMatch(l)
 		m.LeaseExpiries.DeletePartialMatch(l)
 	}
-	s.log.Info("Inbox disconnected", "inbox", name)
 }
 
 // recovered is how many times the named inbox's database answered again

@@ -262,5 +262,13 @@ spec:
 			}
 		}
 		GinkgoWriter.Printf("%d dashboard queries answered with series\n", len(checks))
+
+		By("dropping a deleted pool's gauges, so that no alert stays on a pool that is gone")
+		poolLabels := `namespace="e2e-dash",pool="dash-workers",registry="dash"`
+		Expect(func() string { _, body := httpGet("http://" + metricsAddr + "/metrics"); return body }()).To(
+			ContainSubstring("simpleworkflow_pool_max_replicas{" + poolLabels + "}"))
+		mustKubectl("delete", "workflowregistry", "dash", "-n", "e2e-dash", "--timeout=60s")
+		Eventually(func() string { _, body := httpGet("http://" + metricsAddr + "/metrics"); return body }, 30*time.Second).ShouldNot(
+			ContainSubstring(poolLabels))
 	})
 })

@@ -332,6 +332,25 @@ spec:
   secretRef: {namespace: simple-workflow-system, name: inbox-same, key: default}
   namespaceSelector: {matchLabels: {team-inbox: nobody}}
 `))
+		By("reporting an inbox whose database never answered as down in the metrics")
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: chartNamespace, Name: "inbox-nowhere"},
+			StringData: map[string]string{"url": "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}})).To(Succeed())
+		DeferCleanup(func() { _, _ = kubectl("delete", "secret", "inbox-nowhere", "-n", chartNamespace) })
+		mustKubectl("apply", "-f", writeManifest("inbox-nowhere.yaml", `
+apiVersion: workflow.simpleworkflow.dev/v1alpha1
+kind: WorkflowInbox
+metadata: {name: nowhere}
+spec:
+  secretRef: {namespace: simple-workflow-system, name: inbox-nowhere}
+  namespaceSelector: {matchLabels: {team-inbox: nobody}}
+`))
+		Eventually(ready("nowhere"), 60*time.Second).Should(Equal("False/Unreachable"))
+		Eventually(func() string { _, body := httpGet("http://" + metricsAddr + "/metrics"); return body }, 30*time.Second).Should(
+			MatchRegexp(`simpleworkflow_inbox_up\{inbox="nowhere"\} 0`))
+		mustKubectl("delete", "workflowinbox", "nowhere", "--timeout=60s")
+		Eventually(func() string { _, body := httpGet("http://" + metricsAddr + "/metrics"); return body }, 30*time.Second).ShouldNot(
+			ContainSubstring(`inbox="nowhere"`))
+
 		Eventually(cond("b-again", workflowv1alpha1.ConditionInboxReady)).Should(
 			HavePrefix("False/DatabaseTaken: Its URL reaches the database of inbox b "))
 		Eventually(cond("default-again", workflowv1alpha1.ConditionInboxReady)).Should(
