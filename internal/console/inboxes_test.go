@@ -197,14 +197,32 @@ func TestConsoleReadsEveryInbox(t *testing.T) {
 	if _, body := e.get(t, "/schedules/-/nightly"); !strings.Contains(body, "alpha.nightly.v1") {
 		t.Fatalf("the default inbox's schedule page:\n%s", body)
 	}
-	if code, _ := e.get(t, "/schedules/-/nightly?inbox=nowhere"); code != http.StatusNotFound {
-		t.Fatalf("a schedule of an inbox that does not exist: %d", code)
+	// A hostile inbox name is only compared: not found, nothing else read.
+	for _, hostile := range []string{"nowhere", strings.Repeat("b", 64<<10), "b%00", "%22%3E%3Cscript%3E"} {
+		if code, body := e.get(t, "/schedules/-/nightly?inbox="+hostile); code != http.StatusNotFound || strings.Contains(body, "<script>") {
+			t.Fatalf("a schedule of inbox %.20q: %d", hostile, code)
+		}
 	}
+	// An inbox whose URL is malformed (its Secret is the cluster admin's)
+	// is shown as not read; the others are unharmed.
+	listed.set(console.InboxURL{Name: "b", URL: b.url}, console.InboxURL{Name: "broken", URL: "postgres://x:%zz@\x00/"})
+	e.console.RefreshInboxes(e.ctx)
+	code, body = e.get(t, "/runs?namespace=team-b")
+	if code != http.StatusOK || !strings.Contains(body, bRun) {
+		t.Fatalf("inbox b's runs beside a malformed inbox: %d", code)
+	}
+	mustContain(t, "runs beside a malformed inbox", body, `<strong>broken</strong>`)
+	listed.set(console.InboxURL{Name: "b", URL: b.url})
+	e.console.RefreshInboxes(e.ctx)
 
 	// Inbox b's notifications reach the console.
 	eventually(t, 10*time.Second, "the console listens", e.console.Listening)
+	// Quiet first (the default inbox's last notifications heard), so that
+	// what is heard next is inbox b's.
+	eventually(t, 10*time.Second, "the console hears nothing for a second", func() bool {
+		return !e.console.HeardSince(time.Now().Add(-time.Second))
+	})
 	before := time.Now()
-	time.Sleep(50 * time.Millisecond)
 	b.create(t, e.ctx, engine.CreateParams{Type: "beta.job.v1", Namespace: "team-b"})
 	eventually(t, 10*time.Second, "a run recorded in inbox b is heard", func() bool { return e.console.HeardSince(before) })
 

@@ -5865,7 +5865,8 @@ create or replace function workflow.event_counts_after(p_after bigint)
 returns table (event_type text, events bigint, lease_expiries bigint, last_id bigint)
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select e.event_type, sum(coalesce(cardinality(e.run_ids), 1))::bigint,
-           count(*) filter (where e.data ->> 'reason' = 'lease_expired'), max(e.id)
+           count(*) filter (where e.event_type in ('retried', 'failed')
+                            and e.data ->> 'reason' = 'lease_expired'), max(e.id)
     from workflow.workflow_event e
     where e.id > p_after
     group by e.event_type
