@@ -47,7 +47,7 @@ func (m *Maintenance) Start(ctx context.Context) error {
 	stats := time.NewTicker(orDefault(m.MetricsInterval, 10*time.Second))
 	defer stats.Stop()
 	var lastEventID int64
-	finishedSince := time.Now()
+	finishedSince, lastRead := time.Now(), time.Now()
 	if m.Metrics != nil {
 		// Count transitions from now on, not the whole history.
 		lastEventID = m.latestEventID(ctx)
@@ -105,7 +105,11 @@ func (m *Maintenance) Start(ctx context.Context) error {
 			if m.Metrics == nil || m.down() {
 				continue
 			}
-			lastEventID, finishedSince = m.refreshMetrics(ctx, lastEventID, finishedSince)
+			// The runs finished since the last read, should the database's
+			// clock have moved back (a second to spare).
+			lookback := time.Since(lastRead) + time.Second
+			lastRead = time.Now()
+			lastEventID, finishedSince = m.refreshMetrics(ctx, lastEventID, finishedSince, lookback)
 		}
 	}
 }
@@ -196,7 +200,12 @@ func (m *Maintenance) latestEventID(ctx context.Context) int64 {
 	return id
 }
 
-func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, finishedSince time.Time) (int64, time.Time) {
+// refreshMetrics counts the runs by state, the transitions after
+// lastEventID and the durations of the runs finished after finishedSince
+// (within lookback of the database's clock if it is behind it), and
+// returns where to count from next.
+func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, finishedSince time.Time,
+	lookback time.Duration) (int64, time.Time) {
 	counts, err := m.Engine.RunsByPrefix(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -234,13 +243,13 @@ func (m *Maintenance) refreshMetrics(ctx context.Context, lastEventID int64, fin
 		}
 		lastEventID = maxID
 	}
-	finished, err := m.Engine.RunsFinishedSince(ctx, finishedSince)
+	finished, next, err := m.Engine.RunsFinishedSince(ctx, finishedSince, lookback)
 	if err == nil {
 		for _, f := range finished {
 			ns, prefix := labels.of(f.Namespace, f.Prefix)
 			m.Metrics.RunDuration.WithLabelValues(m.inboxName(), ns, prefix, string(f.Status)).Observe(f.Duration.Seconds())
-			finishedSince = f.FinishedAt
 		}
+		finishedSince = next
 	}
 	return lastEventID, finishedSince
 }

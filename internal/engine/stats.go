@@ -67,19 +67,42 @@ type FinishedRun struct {
 }
 
 // RunsFinishedSince returns up to 10,000 runs that finished after since,
-// oldest first.
-func (e *Engine) RunsFinishedSince(ctx context.Context, since time.Time) ([]FinishedRun, error) {
-	rows, err := e.pool.Query(ctx, e.q[qStatsFinishedSince], pgx.NamedArgs{"since": since})
+// oldest first, and where to read from next. Runs are read by the
+// database's clock (workflow.now()); when it is behind since (it moved
+// back), the runs that finished within lookback of it are read instead, so
+// that those finishing after the step are not skipped until the clock is
+// back where it was. lookback is at least the time since the last read.
+func (e *Engine) RunsFinishedSince(ctx context.Context, since time.Time, lookback time.Duration) ([]FinishedRun, time.Time, error) {
+	rows, err := e.pool.Query(ctx, e.q[qStatsFinishedSince], pgx.NamedArgs{"since": since,
+		"lookback_ms": lookback.Milliseconds()})
 	if err != nil {
-		return nil, translate("finished runs", err)
+		return nil, since, translate("finished runs", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedRun, error) {
-		var f FinishedRun
-		var s string
-		var secs float64
-		err := row.Scan(&f.Prefix, &s, &secs, &f.FinishedAt, &f.Namespace)
-		f.Status, f.Duration = Status(s), time.Duration(secs*float64(time.Second))
-		return f, err
-	})
-	return out, translate("finished runs", err)
+	defer rows.Close()
+	var out []FinishedRun
+	next := since
+	for rows.Next() {
+		var (
+			prefix, status, namespace *string
+			secs                      *float64
+			finished                  *time.Time
+			now                       time.Time
+		)
+		if err := rows.Scan(&prefix, &status, &secs, &finished, &namespace, &now); err != nil {
+			return nil, since, translate("finished runs", err)
+		}
+		if now.Before(next) {
+			next = now
+		}
+		if finished == nil {
+			continue // none finished
+		}
+		out = append(out, FinishedRun{Prefix: *prefix, Status: Status(*status), Namespace: *namespace,
+			Duration: time.Duration(*secs * float64(time.Second)), FinishedAt: *finished})
+		next = *finished
+	}
+	if err := rows.Err(); err != nil {
+		return nil, since, translate("finished runs", err)
+	}
+	return out, next, nil
 }

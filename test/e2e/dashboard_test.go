@@ -149,6 +149,7 @@ spec:
 		create("dash.wait.v1", 1)
 
 		By("seeing the load counted: a lease expired, runs failed and were retried")
+		metricName := regexp.MustCompile(`\b(simpleworkflow_[a-z_]+|leader_election_[a-z_]+)\b`)
 		for _, q := range []string{
 			fmt.Sprintf(`simpleworkflow_lease_expiries_total{job=%q} > 0`, dashboardJob),
 			fmt.Sprintf(`simpleworkflow_run_duration_seconds_count{job=%q,namespace="e2e-dash",status="failed"} >= 3`, dashboardJob),
@@ -157,7 +158,20 @@ spec:
 		} {
 			Eventually(func() int {
 				return len(query("/api/v1/query", url.Values{"query": {q}}).Data.Result)
-			}, 90*time.Second, time.Second).Should(BeNumerically(">", 0), "no series: %s", q)
+			}, 90*time.Second, time.Second).Should(BeNumerically(">", 0), func() string {
+				// What the manager exports and logs, to tell a metric not
+				// counted from one not scraped.
+				name := metricName.FindString(q)
+				_, body := httpGet("http://" + metricsAddr + "/metrics")
+				var lines []string
+				for l := range strings.Lines(body) {
+					if strings.HasPrefix(l, name) {
+						lines = append(lines, l)
+					}
+				}
+				return fmt.Sprintf("no series: %s\nthe manager at %s exports:\n%s\nits log ends:\n%s", q, metricsAddr,
+					strings.Join(lines, ""), tail(manager.output(), 6000))
+			})
 		}
 
 		By("querying Prometheus with each of the dashboard's queries")
@@ -185,7 +199,6 @@ spec:
 		byLabels := regexp.MustCompile(`\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
 		vars := strings.NewReplacer(`"$job"`, fmt.Sprintf("%q", dashboardJob), "$inbox", ".*", "$namespace", ".*",
 			"$__rate_interval", "1m")
-		metricName := regexp.MustCompile(`\b(simpleworkflow_[a-z_]+|leader_election_[a-z_]+)\b`)
 		matchers := regexp.MustCompile(`([a-z_]+)\s*(?:=~|!=|!~|=)\s*"`)
 		exported := map[string][]string{}
 		labelsOf := func(metric string) []string {
