@@ -51,6 +51,9 @@ const (
 	qDAGSteps              = "DAGSteps"
 	qNamespaceGrant        = "NamespaceGrant"
 	qNamespaceRevoke       = "NamespaceRevoke"
+	qLogAppend             = "LogAppend"
+	qLogList               = "LogList"
+	qLogAttempts           = "LogAttempts"
 )
 
 // queries maps a query name to its SQL text.
@@ -106,6 +109,7 @@ func loadQueries() (queries, error) {
 		qRunExpireDeadlines, qRunChildren, qStepRecord, qStepPark, qStepStartChild, qStepList,
 		qSignalSend, qSignalList, qRunStepSummary, qDAGSteps, qRunCreateMany,
 		qHistoryPrepare, qHistoryDrop, qHistoryList, qNamespaceGrant, qNamespaceRevoke,
+		qLogAppend, qLogList, qLogAttempts,
 	} {
 		if q[n] == "" {
 			return nil, fmt.Errorf("query %q is missing from queries/*.sql", n)

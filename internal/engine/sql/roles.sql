@@ -106,11 +106,13 @@ grant execute on function
     workflow.park_run(text, uuid, bigint, text, text, integer, timestamptz, bigint, text),
     workflow.start_child(text, uuid, bigint, text, integer, text, jsonb, integer, integer, bigint),
     workflow.reap_expired_leases(integer),
-    workflow.expire_deadlines(uuid[], integer)
+    workflow.expire_deadlines(uuid[], integer),
+    workflow.append_run_logs(text, uuid[], bigint[], bigint[], uuid[], timestamptz[], text[], text[])
 to workflow_worker;
 grant select on workflow.workflow_registry to workflow_worker;
 -- Everyone reads the owner's limits (only the owner writes them).
-grant select on workflow.workflow_settings to workflow_worker, workflow_producer, workflow_reader;
+grant select on workflow.workflow_settings, workflow.workflow_namespace_settings
+    to workflow_worker, workflow_producer, workflow_reader;
 
 -- Producers: the columns a producer may set when it records a run (every
 -- other column keeps its default: a run starts pending, unleased, without a
@@ -147,6 +149,9 @@ grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflo
 -- Whoever reads runs reads their audit trails through run_trail (which
 -- checks the caller's namespaces itself, as row-level security would).
 grant execute on function workflow.run_trail(uuid) to workflow_producer, workflow_reader, workflow_worker;
+-- ... and their runs' logs (the same rule).
+grant execute on function workflow.run_logs(uuid, integer, bigint, integer), workflow.run_log_attempts(uuid)
+    to workflow_producer, workflow_reader, workflow_worker;
 -- ... and the queue depth of a worker pool (a KEDA scaler or a dashboard).
 grant execute on function workflow.queue_depth(text[], text, bigint, text) to workflow_reader;
 -- ... and every type's queue (the console's overview).

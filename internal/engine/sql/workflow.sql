@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 13
+-- schema version: 14
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -217,6 +217,8 @@ create table if not exists workflow.workflow_settings (
     history_partition interval not null default '1 day',
     max_schedules_per_namespace integer not null default 1000,
     idle_transaction_timeout interval not null default '5 minutes',
+    max_log_lines integer not null default 1000,
+    max_log_bytes integer not null default 262144,
     constraint workflow_settings_pkey primary key (singleton),
     constraint workflow_settings_one_row check (singleton),
     constraint workflow_settings_max_payload_bytes_range check (max_payload_bytes between 1024 and 67108864),
@@ -227,10 +229,12 @@ create table if not exists workflow.workflow_settings (
                and extract(epoch from history_partition) = floor(extract(epoch from history_partition))),
     constraint workflow_settings_max_schedules_range check (max_schedules_per_namespace between 1 and 1000000),
     constraint workflow_settings_idle_transaction_range
-        check (idle_transaction_timeout between interval '1 second' and interval '1 day')
+        check (idle_transaction_timeout between interval '1 second' and interval '1 day'),
+    constraint workflow_settings_max_log_lines_range check (max_log_lines between 0 and 100000),
+    constraint workflow_settings_max_log_bytes_range check (max_log_bytes between 0 and 16777216)
 );
 comment on table workflow.workflow_settings is
-    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day); max_schedules_per_namespace bounds the schedules of one namespace (1 to 1000000, default 1000); idle_transaction_timeout is the idle_in_transaction_session_timeout grant_namespace gives a login that has none (1 second to 1 day, default 5 minutes).';
+    'Limits set by the database owner (one row): max_payload_bytes bounds a run''s payload as JSON text (1 KiB to 64 MiB, default 1 MiB); max_journal_bytes the step outputs a claim loads for one run (1 to 128 MiB, default 64 MiB); clock_offset moves workflow.now() forward (tests only); history_partition is the span of run creation times one partition of the audit trail holds (1 minute to 31 days, default 1 day); max_schedules_per_namespace bounds the schedules of one namespace (1 to 1000000, default 1000); idle_transaction_timeout is the idle_in_transaction_session_timeout grant_namespace gives a login that has none (1 second to 1 day, default 5 minutes); max_log_lines and max_log_bytes bound the log lines one attempt of a run keeps (0 to 100000 lines, default 1000; 0 to 16 MiB of messages, default 256 KiB; 0 keeps none), unless workflow_namespace_settings sets its own for the run''s namespace.';
 insert into workflow.workflow_settings default values on conflict do nothing;
 
 -- The clock of every rule: now() moved by the owner's clock_offset (zero
@@ -895,6 +899,55 @@ alter table workflow.workflow_flow_window set (fillfactor = 50);
 comment on table workflow.workflow_flow_window is
     'Starts counted in the current rate window, per type (concurrency_key '''') or per key.';
 
+-- RUN LOGS. What a handler logged, per run and attempt: lines sent by the
+-- worker holding the attempt's lease (append_run_logs, section 4), read
+-- by run_logs and run_log_attempts, deleted with the run. An attempt keeps
+-- at most the owner's limits (workflow_settings.max_log_lines and
+-- max_log_bytes, or its namespace's in workflow_namespace_settings): the
+-- oldest lines go first, and workflow_run_log_attempt.dropped counts every
+-- line dropped, here or by the worker before it sent them. No login but
+-- the owner reads or writes these tables: the functions do.
+create table if not exists workflow.workflow_run_log (
+    run_id uuid not null,
+    attempt integer not null,
+    seq bigint not null,                -- the attempt's line number, from 1
+    logged_at timestamptz not null,     -- by the worker's clock
+    level text not null,
+    message text not null,
+    constraint workflow_run_log_pkey primary key (run_id, attempt, seq),
+    constraint workflow_run_log_level_valid check (level in ('debug', 'info', 'warn', 'error')),
+    constraint workflow_run_log_message_size check (octet_length(message) <= 8192)
+);
+comment on table workflow.workflow_run_log is
+    'Log lines of runs'' attempts (append_run_logs), the newest within the owner''s limits.';
+create table if not exists workflow.workflow_run_log_attempt (
+    run_id uuid not null,
+    attempt integer not null,
+    lines integer not null default 0,   -- kept
+    bytes bigint not null default 0,    -- kept: the octets of their messages
+    next_seq bigint not null default 1,
+    dropped bigint not null default 0,  -- dropped, by the worker or here
+    constraint workflow_run_log_attempt_pkey primary key (run_id, attempt),
+    constraint workflow_run_log_attempt_counts_valid
+        check (lines >= 0 and bytes >= 0 and dropped >= 0 and next_seq >= 1)
+);
+comment on table workflow.workflow_run_log_attempt is
+    'Per attempt of a run that logged: the lines and octets kept, and how many lines were dropped.';
+
+-- Limits the owner sets for one namespace, over workflow_settings' (null:
+-- the setting's). Readable by every role, writable by the owner alone.
+create table if not exists workflow.workflow_namespace_settings (
+    namespace text not null,
+    max_log_lines integer,
+    max_log_bytes integer,
+    constraint workflow_namespace_settings_pkey primary key (namespace),
+    constraint workflow_namespace_settings_namespace_valid check (workflow.namespace_valid(namespace)),
+    constraint workflow_namespace_settings_max_log_lines_range check (max_log_lines between 0 and 100000),
+    constraint workflow_namespace_settings_max_log_bytes_range check (max_log_bytes between 0 and 16777216)
+);
+comment on table workflow.workflow_namespace_settings is
+    'The owner''s limits for one namespace (null: workflow_settings''s): max_log_lines, max_log_bytes.';
+
 
 -- Rules that hold for every writer, plain SQL included.
 
@@ -1054,6 +1107,8 @@ begin
     using v_ids;
     delete from workflow.workflow_step s using old_runs o where s.run_id = o.id;
     delete from workflow.workflow_signal g using old_runs o where g.run_id = o.id;
+    delete from workflow.workflow_run_log g using old_runs o where g.run_id = o.id;
+    delete from workflow.workflow_run_log_attempt a using old_runs o where a.run_id = o.id;
     return null;
 end $$;
 create or replace trigger workflow_runs_deleted after delete on workflow.workflow_run
@@ -3575,6 +3630,192 @@ begin
     end if;
     return query select v_id, false, false;
 end $$;
+
+
+-- RUN LOGS (the tables: section 1).
+
+-- log_limits: the log limits of a namespace's attempts, the owner's.
+create or replace function workflow.log_limits(p_namespace text)
+returns table (max_lines integer, max_bytes integer)
+language sql stable set search_path = pg_catalog, pg_temp as $$
+    select coalesce(ns.max_log_lines, st.max_log_lines), coalesce(ns.max_log_bytes, st.max_log_bytes)
+    from workflow.workflow_settings st
+    left join workflow.workflow_namespace_settings ns on ns.namespace = p_namespace
+$$;
+
+-- log_message_cut: a message as the log keeps it, at most 8 KiB: a longer
+-- one is cut to its first 2,000 characters and says how long it was.
+create or replace function workflow.log_message_cut(p_message text) returns text
+language sql immutable parallel safe
+return case when octet_length(p_message) <= 8192 then p_message
+            else left(p_message, 2000) || format(' [cut: %s bytes]', octet_length(p_message)) end;
+
+-- append_run_logs keeps the log lines of attempts a worker holds (checked
+-- by worker id and token, as complete_runs does, and, for a worker login,
+-- of the namespaces it works for): p_ids, p_tokens and
+-- p_dropped (lines the worker dropped before sending, counted) per
+-- attempt; then per line its run (one of p_ids), time, level (debug, info,
+-- warn, error) and message, oldest first. An attempt keeps at most its
+-- namespace's limits (log_limits): the newest lines, the others dropped
+-- and counted; a message over 8 KiB is cut (log_message_cut). Returns,
+-- per attempt, whether its lease is held (the lines of one that is not are
+-- dropped, not counted). At most 1,000 attempts and 10,000 lines a call.
+-- Locks: the attempts' rows of workflow_run_log_attempt.
+create or replace function workflow.append_run_logs(
+    p_worker_id text, p_ids uuid[], p_tokens bigint[], p_dropped bigint[],
+    p_line_runs uuid[], p_line_ats timestamptz[], p_line_levels text[], p_line_messages text[]
+) returns table (id uuid, kept boolean)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_lines integer := coalesce(cardinality(p_line_runs), 0);
+    v_held uuid[];
+begin
+    if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_tokens), 0)
+       or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_dropped), 0)
+       or v_lines <> coalesce(cardinality(p_line_ats), 0)
+       or v_lines <> coalesce(cardinality(p_line_levels), 0)
+       or v_lines <> coalesce(cardinality(p_line_messages), 0) then
+        raise exception 'append_run_logs: the attempts'' arrays must have one length, and the lines'' arrays one length'
+            using errcode = '22023';
+    end if;
+    if coalesce(cardinality(p_ids), 0) > 1000 or v_lines > 10000 then
+        raise exception 'append_run_logs: at most 1000 attempts and 10000 lines a call, got % and %',
+            cardinality(p_ids), v_lines using errcode = '54000';
+    end if;
+    if exists (select 1 from unnest(p_line_runs, p_line_levels, p_line_messages) l(run_id, level, message)
+               where l.run_id is null or not (l.run_id = any (p_ids)) or l.message is null
+                  or l.level is null or l.level not in ('debug', 'info', 'warn', 'error')) then
+        raise exception 'append_run_logs: every line needs a message, a level of debug, info, warn or error, and a run among p_ids'
+            using errcode = '22023';
+    end if;
+    if exists (select 1 from unnest(p_dropped) d(n) where d.n is null or d.n < 0) then
+        raise exception 'append_run_logs: p_dropped counts lines: zero or more' using errcode = '22023';
+    end if;
+
+    -- The attempts held, their limits; each attempt's row locked (made
+    -- when missing), in id order.
+    select array_agg(h.id order by h.id) into v_held
+    from (select distinct r.id
+          from unnest(p_ids, p_tokens) t(id, token)
+          join workflow.workflow_run r on r.id = t.id
+          where r.id = any (p_ids)
+            and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, t.token)
+            and ((select workflow.session_is_owner())
+                 or r.type_namespace = any ((select workflow.caller_namespaces('worker'))::text[]))) h;
+
+    with held as (
+        select r.id, r.attempt, lim.max_lines, lim.max_bytes,
+               (select sum(t.dropped) from unnest(p_ids, p_dropped) t(id, dropped) where t.id = r.id) as dropped
+        from workflow.workflow_run r
+        cross join lateral workflow.log_limits(r.namespace) lim
+        where r.id = any (v_held)
+    ), lines as (
+        -- Newest first per run: what the limits keep of this call.
+        select l.run_id, l.ord, coalesce(l.at, clock_timestamp()) as at, l.level, l.message,
+               row_number() over w as rn, sum(octet_length(l.message)) over w as cum
+        from (select x.run_id, x.ord, x.at, x.level, workflow.log_message_cut(x.message) as message
+              from unnest(p_line_runs, p_line_ats, p_line_levels, p_line_messages)
+                   with ordinality x(run_id, at, level, message, ord)
+              where x.run_id = any (v_held)) l
+        window w as (partition by l.run_id order by l.ord desc)
+    ), fits as (
+        select l.*, h.attempt from lines l join held h on h.id = l.run_id
+        where l.rn <= h.max_lines and l.cum <= h.max_bytes
+    ), counted as (
+        select h.id, h.attempt, h.dropped,
+               (select count(*) from lines l where l.run_id = h.id) as sent,
+               (select count(*) from fits f where f.run_id = h.id) as n,
+               (select coalesce(sum(octet_length(f.message)), 0) from fits f where f.run_id = h.id) as b
+        from held h
+    ), allot as (
+        insert into workflow.workflow_run_log_attempt as a (run_id, attempt, lines, bytes, next_seq, dropped)
+        select c.id, c.attempt, c.n, c.b, c.n + 1, c.dropped + (c.sent - c.n)
+        from counted c
+        where c.sent > 0 or c.dropped > 0
+        order by c.id
+        on conflict (run_id, attempt) do update
+        set lines = a.lines + excluded.lines, bytes = a.bytes + excluded.bytes,
+            next_seq = a.next_seq + excluded.lines, dropped = a.dropped + excluded.dropped
+        returning a.run_id, a.next_seq
+    )
+    insert into workflow.workflow_run_log (run_id, attempt, seq, logged_at, level, message)
+    select f.run_id, f.attempt,
+           x.next_seq - (select c.n from counted c where c.id = f.run_id)
+               + row_number() over (partition by f.run_id order by f.ord) - 1,
+           f.at, f.level, f.message
+    from fits f join allot x on x.run_id = f.run_id;
+
+    -- Attempts over their limits lose their oldest lines, counted.
+    with over as (
+        select a.run_id, a.attempt, lim.max_lines, lim.max_bytes
+        from workflow.workflow_run_log_attempt a
+        join workflow.workflow_run r on r.id = a.run_id and r.attempt = a.attempt
+        cross join lateral workflow.log_limits(r.namespace) lim
+        where a.run_id = any (v_held) and r.id = any (v_held)
+          and (a.lines > lim.max_lines or a.bytes > lim.max_bytes)
+    ), ranked as (
+        select g.run_id, g.attempt, g.seq, o.max_lines, o.max_bytes,
+               row_number() over w as rn, sum(octet_length(g.message)) over w as cum
+        from workflow.workflow_run_log g
+        join over o on o.run_id = g.run_id and o.attempt = g.attempt
+        where g.run_id = any (v_held)
+        window w as (partition by g.run_id, g.attempt order by g.seq desc)
+    ), gone as (
+        delete from workflow.workflow_run_log g
+        using ranked k
+        where g.run_id = any (v_held) and g.run_id = k.run_id and g.attempt = k.attempt and g.seq = k.seq
+          and (k.rn > k.max_lines or k.cum > k.max_bytes)
+        returning g.run_id, g.attempt, octet_length(g.message) as b
+    )
+    update workflow.workflow_run_log_attempt a
+    set lines = a.lines - x.n, bytes = a.bytes - x.b, dropped = a.dropped + x.n
+    from (select gn.run_id, gn.attempt, count(*) as n, sum(gn.b) as b from gone gn group by 1, 2) x
+    where a.run_id = x.run_id and a.attempt = x.attempt;
+
+    return query
+    select t.id, coalesce(t.id = any (v_held), false) from unnest(p_ids) t(id);
+end $$;
+comment on function workflow.append_run_logs(text, uuid[], bigint[], bigint[], uuid[], timestamptz[], text[], text[]) is
+    'Keeps log lines of attempts a worker holds, within the owner''s limits per attempt. Returns (id, kept) per attempt.';
+
+-- run_log_visible: whether the caller may read the run's logs (the rule
+-- of run_trail: the owner, or a login reading or producing for its
+-- namespace).
+create or replace function workflow.run_log_visible(p_id uuid) returns boolean
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select exists (select 1 from workflow.workflow_run r
+                   where r.id = p_id
+                     and ((select workflow.caller_namespaces('read')) is null
+                          or r.namespace = any ((select workflow.caller_namespaces('read'))::text[])))
+$$;
+
+-- run_logs: a run's log lines after a line (attempt, seq; (0, 0) for the
+-- first), in order, at most p_limit (1 to 10,000), when the caller may
+-- read the run. Reads only.
+create or replace function workflow.run_logs(
+    p_id uuid, p_after_attempt integer default 0, p_after_seq bigint default 0, p_limit integer default 1000
+) returns table (attempt integer, seq bigint, logged_at timestamptz, level text, message text)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select g.attempt, g.seq, g.logged_at, g.level, g.message
+    from workflow.workflow_run_log g
+    where g.run_id = p_id
+      and (g.attempt, g.seq) > (coalesce(p_after_attempt, 0), coalesce(p_after_seq, 0))
+      and workflow.run_log_visible(p_id)
+    order by g.attempt, g.seq
+    limit least(greatest(coalesce(p_limit, 1000), 1), 10000)
+$$;
+
+-- run_log_attempts: per attempt of a run that logged, the lines kept,
+-- their octets and the lines dropped, when the caller may read the run.
+create or replace function workflow.run_log_attempts(p_id uuid)
+returns table (attempt integer, lines integer, bytes bigint, dropped bigint, first_seq bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select a.attempt, a.lines, a.bytes, a.dropped, a.next_seq - a.lines
+    from workflow.workflow_run_log_attempt a
+    where a.run_id = p_id and workflow.run_log_visible(p_id)
+    order by a.attempt
+$$;
 
 
 -- ===========================================================================
@@ -7660,5 +7901,9 @@ revoke all on function
     workflow.history_partitions(),
     workflow.create_history_partition(timestamptz, timestamptz),
     workflow.prepare_history_partitions(integer),
-    workflow.drop_history_partitions(interval)
+    workflow.drop_history_partitions(interval),
+    workflow.append_run_logs(text, uuid[], bigint[], bigint[], uuid[], timestamptz[], text[], text[]),
+    workflow.run_log_visible(uuid),
+    workflow.run_logs(uuid, integer, bigint, integer),
+    workflow.run_log_attempts(uuid)
 from public;
