@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 )
 
@@ -32,9 +34,33 @@ type Task struct {
 	TraceParent string
 
 	replay *replay
+	// newLogger makes the attempt's logger, on the first call of Logger
+	// (most handlers never call it).
+	newLogger  func() *slog.Logger
+	loggerOnce sync.Once
+	logger     *slog.Logger
 	// decodeErr is set when the run's journal could not be decoded: the
 	// handler is not called, and the run fails for good.
 	decodeErr error
+}
+
+// Logger returns the attempt's logger: what the handler logs through it
+// at or above PollerConfig.RunLogLevel is kept with the run, per attempt,
+// and shown by the console and `kubectl workflow logs` after the worker is
+// gone (the newest lines within the database owner's limits; the oldest
+// are dropped and counted). What it logs while replaying its journal (the
+// code before the last step an earlier attempt or wait recorded, run
+// again) was kept the first time and is not kept again. Every record also
+// goes to the worker's own logger, with the run's id, type and attempt.
+func (t *Task) Logger() *slog.Logger {
+	t.loggerOnce.Do(func() {
+		if t.newLogger != nil {
+			t.logger = t.newLogger()
+		} else {
+			t.logger = slog.Default()
+		}
+	})
+	return t.logger
 }
 
 // Decode unmarshals the payload into v.

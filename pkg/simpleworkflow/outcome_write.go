@@ -140,6 +140,13 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 	if len(later) > 0 {
 		defer s.flush(ctx, later)
 	}
+	// What the handlers logged goes before the outcome that ends their
+	// attempts.
+	runs := make([]*activeRun, len(batch))
+	for i, o := range batch {
+		runs[i] = o.run
+	}
+	s.sendLogs(ctx, runs)
 	var (
 		completions []engine.Completion
 		failures    []engine.Failure

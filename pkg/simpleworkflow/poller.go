@@ -105,6 +105,8 @@ type activeRun struct {
 	// parent is set for a run with a DAG run or durable parent: its
 	// completion may hand the next run to this worker.
 	parent bool
+	// log holds what the handler logged until it is sent.
+	log *runLog
 }
 
 // session is the state of one Run call. It owns the handler slots: a run
@@ -155,6 +157,10 @@ type session struct {
 
 	steps     chan stepRequest
 	stepsDone chan struct{}
+
+	// logSend orders the sends of run logs, so that an attempt's lines
+	// reach the database in the order they were logged.
+	logSend sync.Mutex
 }
 
 func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
@@ -222,6 +228,7 @@ func (s *session) run(ctx context.Context) error {
 	bgWG.Go(func() { s.heartbeatLoop(bg) })
 	bgWG.Go(func() { s.confirmLoop(bg) })
 	bgWG.Go(func() { s.stepLoop(bg) })
+	bgWG.Go(func() { s.logLoop(bg) })
 	if s.cfg.ReapInterval > 0 {
 		bgWG.Go(func() { s.reapLoop(bg) })
 	}
@@ -249,7 +256,7 @@ func (s *session) run(ctx context.Context) error {
 func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	hctx, span := s.startAttemptSpan(context.WithoutCancel(ctx), c)
 	hctx, cancel := context.WithCancelCause(hctx)
-	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span, parent: c.ParentID != ""}
+	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span, parent: c.ParentID != "", log: &runLog{}}
 	s.mu.Lock()
 	if old := s.active[c.ID]; old != nil {
 		// This worker claimed the run again after an earlier attempt of its
@@ -265,6 +272,8 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	task := &Task{ID: c.ID, Type: c.Type, Payload: c.Payload, Attempt: c.Attempt,
 		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID, DeadlineAt: c.DeadlineAt, TraceParent: c.TraceParent}
 	task.replay = newReplay(s, a.ref, cancel, span, c.Journal)
+	task.replay.sendLogs = func(ctx context.Context) { s.sendLogs(ctx, []*activeRun{a}) }
+	task.newLogger = func() *slog.Logger { return s.newRunLogger(a.log, c, task.replay.replaying) }
 	task.decodeErr = c.DecodeError
 	if len(c.Journal) > 0 {
 		s.log.Info("Run resumed", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt, "journal", len(c.Journal))

@@ -31,6 +31,9 @@ const (
 	// expired (their worker died) to the queue and fails runs past their
 	// deadline (see PollerConfig.ReapInterval).
 	DefaultReapInterval = 5 * time.Second
+	// DefaultLogFlushInterval is how often handlers' log lines are sent
+	// (see PollerConfig.LogFlushInterval).
+	DefaultLogFlushInterval = time.Second
 	// DefaultClaimBatchSize caps the runs one claim call takes.
 	DefaultClaimBatchSize = 100
 	// DefaultNamespace is the namespace a poller serves, and a run belongs
@@ -94,6 +97,13 @@ type PollerConfig struct {
 	Namespace string
 	// Logger receives one line per transition. Defaults to slog.Default().
 	Logger *slog.Logger
+	// RunLogLevel is the least level of Task.Logger's records that are
+	// kept with the run (every record goes to Logger too). The zero
+	// value is slog.LevelInfo.
+	RunLogLevel slog.Level
+	// LogFlushInterval is how often what handlers logged is sent to the
+	// database (and before each outcome and wait). Defaults to 1s.
+	LogFlushInterval time.Duration
 	// TracerProvider makes the spans of attempts, steps and waits (see
 	// docs/traces.md). Defaults to otel.GetTracerProvider(), which makes
 	// none until an OpenTelemetry SDK is installed (e.g. by otelsetup).
@@ -139,6 +149,9 @@ func (c PollerConfig) withDefaults() PollerConfig {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.LogFlushInterval == 0 {
+		c.LogFlushInterval = DefaultLogFlushInterval
+	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
@@ -161,6 +174,8 @@ func (c PollerConfig) validate() error {
 		return fmt.Errorf("%w: poll interval must not be negative", ErrInvalid)
 	case c.ShutdownGracePeriod < 0:
 		return fmt.Errorf("%w: shutdown grace period must not be negative", ErrInvalid)
+	case c.LogFlushInterval < 0:
+		return fmt.Errorf("%w: log flush interval must not be negative", ErrInvalid)
 	case c.ClaimBatchSize < 1 || c.ClaimBatchSize > 1000:
 		return fmt.Errorf("%w: claim batch size must be between 1 and 1000, got %d", ErrInvalid, c.ClaimBatchSize)
 	case len(c.WorkerID) > 200:

@@ -21,11 +21,17 @@ type replay struct {
 	cancel context.CancelCauseFunc
 	// span is the attempt's span: the parent of step and wait spans.
 	span trace.Span
+	// sendLogs sends what the handler logged so far (before a wait ends
+	// the lease); nil in tests that make a replay alone.
+	sendLogs func(ctx context.Context)
 
 	mu      sync.Mutex
 	byPos   map[int]engine.JournalEntry
 	byName  map[string]engine.JournalEntry
 	next    int
+	// replayUntil is one past the last position of the journal the
+	// attempt began with (0 for none).
+	replayUntil int
 	signals map[string]int
 	parked  bool
 	// failure is set when the run must fail for good whatever the handler
@@ -38,8 +44,17 @@ func newReplay(s *session, ref engine.LeaseRef, cancel context.CancelCauseFunc, 
 	r := &replay{s: s, ref: ref, cancel: cancel, span: span}
 	for _, e := range journal {
 		r.rememberLocked(e)
+		r.replayUntil = max(r.replayUntil, e.Position+1)
 	}
 	return r
+}
+
+// replaying reports whether the handler is still before the last step its
+// journal held when the attempt began: code it runs again, not anew.
+func (r *replay) replaying() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next < r.replayUntil
 }
 
 // nondeterminismMessage says what the journal expected at a position and what
