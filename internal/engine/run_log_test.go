@@ -80,7 +80,18 @@ func TestRunLogsKeepEachAttemptsLinesInOrder(t *testing.T) {
 	}
 	b.advanceClock(t, time.Hour)
 	c2 := b.claim(t, "w2", []string{"logs."}, 1)[0]
-	b.appendLogs(t, "w2", engine.AttemptLog{LeaseRef: c2.Ref(), Lines: logLines("two", 1, 2)})
+	b.appendLogs(t, "w2", engine.AttemptLog{LeaseRef: c2.Ref(), Lines: logLines("two", 1, 1)})
+	if _, err := b.eng.CompleteRuns(b.ctx, "w2", []engine.Completion{{LeaseRef: c2.Ref()}}); err != nil {
+		t.Fatal(err)
+	}
+	// The attempt that ended the run may still say what it did; the one
+	// before it may not.
+	if lost := b.appendLogs(t, "w2", engine.AttemptLog{LeaseRef: c2.Ref(), Lines: logLines("two", 2, 1)}); len(lost) != 0 {
+		t.Fatalf("the last attempt's lines after it succeeded: lost %v", lost)
+	}
+	if lost := b.appendLogs(t, "w1", engine.AttemptLog{LeaseRef: c.Ref(), Lines: logLines("late", 2, 1)}); len(lost) != 1 {
+		t.Fatalf("an earlier attempt's lines after the run ended: lost %v, want the run", lost)
+	}
 
 	want := []string{"one 1", "one 2", "one 3", "one 4", "one 5", "two 1", "two 2"}
 	if got := b.messages(t, b.eng, id); strings.Join(got, ",") != strings.Join(want, ",") {

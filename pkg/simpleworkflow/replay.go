@@ -25,15 +25,15 @@ type replay struct {
 	// the lease); nil in tests that make a replay alone.
 	sendLogs func(ctx context.Context)
 
-	mu      sync.Mutex
-	byPos   map[int]engine.JournalEntry
-	byName  map[string]engine.JournalEntry
-	next    int
+	mu     sync.Mutex
+	byPos  map[int]engine.JournalEntry
+	byName map[string]engine.JournalEntry
+	next   int
 	// replayUntil is one past the last position of the journal the
 	// attempt began with (0 for none).
 	replayUntil int
-	signals map[string]int
-	parked  bool
+	signals     map[string]int
+	parked      bool
 	// failure is set when the run must fail for good whatever the handler
 	// returns (non-determinism).
 	failure error

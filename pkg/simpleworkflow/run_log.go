@@ -128,7 +128,7 @@ type runLogHandler struct {
 	// replaying reports that the handler runs again what its journal
 	// recorded: what it logs then was kept the first time.
 	replaying func() bool
-	next  slog.Handler
+	next      slog.Handler
 	// ops are the WithAttrs and WithGroup calls made, in order.
 	ops []func(slog.Handler) slog.Handler
 }

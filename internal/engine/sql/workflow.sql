@@ -3650,16 +3650,17 @@ language sql immutable parallel safe
 return case when octet_length(p_message) <= 8192 then p_message
             else left(p_message, 2000) || format(' [cut: %s bytes]', octet_length(p_message)) end;
 
--- append_run_logs keeps the log lines of attempts a worker holds (checked
--- by worker id and token, as complete_runs does, and, for a worker login,
--- of the namespaces it works for): p_ids, p_tokens and
+-- append_run_logs keeps the log lines of attempts a worker holds or held
+-- last (checked by worker id and token, as complete_runs does, the run
+-- leased or ended by that attempt: a cancelled run's handler may say what
+-- it did; and, for a worker login, of the namespaces it works for): p_ids, p_tokens and
 -- p_dropped (lines the worker dropped before sending, counted) per
 -- attempt; then per line its run (one of p_ids), time, level (debug, info,
 -- warn, error) and message, oldest first. An attempt keeps at most its
 -- namespace's limits (log_limits): the newest lines, the others dropped
 -- and counted; a message over 8 KiB is cut (log_message_cut). Returns,
--- per attempt, whether its lease is held (the lines of one that is not are
--- dropped, not counted). At most 1,000 attempts and 10,000 lines a call.
+-- per attempt, whether it was taken (the lines of one that was not, its
+-- run back in the queue or another attempt's, are dropped, not counted). At most 1,000 attempts and 10,000 lines a call.
 -- Locks: the attempts' rows of workflow_run_log_attempt.
 create or replace function workflow.append_run_logs(
     p_worker_id text, p_ids uuid[], p_tokens bigint[], p_dropped bigint[],
@@ -3700,7 +3701,8 @@ begin
           from unnest(p_ids, p_tokens) t(id, token)
           join workflow.workflow_run r on r.id = t.id
           where r.id = any (p_ids)
-            and workflow.holds_lease(r.status, r.leased_by, r.lease_token, p_worker_id, t.token)
+            and r.leased_by = p_worker_id and r.lease_token = workflow.lease_fence(t.token)
+            and r.status in ('leased', 'succeeded', 'failed', 'cancelled')
             and ((select workflow.session_is_owner())
                  or r.type_namespace = any ((select workflow.caller_namespaces('worker'))::text[]))) h;
 
