@@ -124,6 +124,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /{$}", s.serveOverview)
 	s.mux.HandleFunc("GET /runs", s.serveRuns)
 	s.mux.HandleFunc("GET /runs/{id}", s.serveRun)
+	s.mux.HandleFunc("GET /runs/{id}/log", s.serveRunLog)
 	s.mux.HandleFunc("GET /schedules", s.serveSchedules)
 	s.mux.HandleFunc("GET /schedules/{namespace}/{name}", s.serveSchedule)
 	s.mux.HandleFunc("GET /live", s.serveLive)

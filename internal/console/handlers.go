@@ -195,6 +195,10 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
 	}
+	if p.Log, err = src.loadLog(readCtx, id, r.URL.Query().Get("log")); err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "The run's log could not be read from the database.", err)
+		return
+	}
 	p.Inbox, p.Several = src.name, s.inboxes.several()
 	live := "?run=" + id + "&v=" + url.QueryEscape(versions[id])
 	s.render(w, r, "run", http.StatusOK, page{Title: "Run " + id, Nav: "runs", Live: live, Data: p})

@@ -95,6 +95,8 @@ type runPage struct {
 	Finished       bool
 	StepOutputs    map[int]string
 	SignalPayloads map[int64]string
+	// Log is what its handlers logged.
+	Log runLog
 	// Inbox names the inbox database the run is in; Several says the
 	// console reads more than one.
 	Inbox   string
