@@ -45,10 +45,12 @@ func sleep(ctx context.Context, t *simpleworkflow.Task) (json.RawMessage, error)
 	if in.Seconds < 0 || in.Seconds > 24*3600 {
 		return nil, simpleworkflow.Permanent(fmt.Errorf("seconds must be between 0 and 86400, got %v", in.Seconds))
 	}
+	t.Logger().Info("sleeping", "seconds", in.Seconds)
 	timer := time.NewTimer(time.Duration(in.Seconds * float64(time.Second)))
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
+		t.Logger().Warn("sleep interrupted", "cause", context.Cause(ctx))
 		return nil, fmt.Errorf("sleep interrupted: %w", context.Cause(ctx))
 	case <-timer.C:
 		return simpleworkflow.JSONResult(map[string]any{"sleptSeconds": in.Seconds})
@@ -64,7 +66,9 @@ func failTimes(_ context.Context, t *simpleworkflow.Task) (json.RawMessage, erro
 		return nil, simpleworkflow.Permanent(err)
 	}
 	if t.Attempt <= in.FailTimes {
+		t.Logger().Error("failing as planned", "attempt", t.Attempt, "failTimes", in.FailTimes)
 		return nil, fmt.Errorf("planned failure %d of %d", t.Attempt, in.FailTimes)
 	}
+	t.Logger().Info("succeeding", "attempt", t.Attempt)
 	return simpleworkflow.JSONResult(map[string]any{"attempts": t.Attempt})
 }

@@ -57,6 +57,7 @@ func (o order) handle(ctx context.Context, t *simpleworkflow.Task) (json.RawMess
 			return out, nil
 		})
 	}
+	t.Logger().Info("order received", "order", in.OrderID, "amount", in.Amount)
 	reserve, err := step("reserve", map[string]any{"reserved": true, "orderId": in.OrderID})
 	if err != nil {
 		return nil, err
@@ -82,8 +83,10 @@ func (o order) handle(ctx context.Context, t *simpleworkflow.Task) (json.RawMess
 		return nil, err
 	}
 	if !ok {
+		t.Logger().Warn("order not approved in time", "order", in.OrderID, "timeoutSeconds", in.ApproveTimeoutSeconds)
 		return nil, simpleworkflow.Permanent(fmt.Errorf("order %s rejected: not approved within %gs", in.OrderID, in.ApproveTimeoutSeconds))
 	}
+	t.Logger().Info("order approved", "order", in.OrderID, "approval", string(approval))
 	ship, err := step("ship", map[string]any{"shipped": true})
 	if err != nil {
 		return nil, err

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -203,5 +205,43 @@ func TestDemoHandlers(t *testing.T) {
 	cancel()
 	if _, err := sleep(cctx, &simpleworkflow.Task{Payload: json.RawMessage(`{"seconds":60}`)}); err == nil {
 		t.Fatal("sleep ignored cancellation")
+	}
+}
+
+// The example worker's handlers log through Task.Logger: a real worker
+// process's lines are kept with the run, per attempt, after it is gone.
+func TestExampleWorkerLogsReachTheRun(t *testing.T) {
+	t.Parallel()
+	bin := buildWorker(t)
+	url := pgtest.NewDatabase(t)
+	client := connect(t, url)
+	ctx := context.Background()
+	w := startWorker(t, bin, url, "worker-logs")
+	res, err := client.Create(ctx, "demo.fail.v1", map[string]any{"failTimes": 1}, &simpleworkflow.CreateOptions{
+		MaxAttempts: 2, RetryPolicy: &simpleworkflow.RetryPolicy{BaseDelay: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the run to succeed", func() bool {
+		r, err := client.Get(ctx, res.ID)
+		return err == nil && r.Status == simpleworkflow.StatusSucceeded
+	})
+	if err := w.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(); err != nil {
+		t.Fatalf("worker exit: %v", err)
+	}
+	lines, err := client.Logs(ctx, res.ID, 0, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range lines {
+		got = append(got, fmt.Sprintf("%d %s %s", l.Attempt, l.Level, l.Message))
+	}
+	want := []string{"1 error failing as planned attempt=1 failTimes=1", "2 info succeeding attempt=2"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the run's log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
