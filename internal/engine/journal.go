@@ -338,6 +338,9 @@ type SignalParams struct {
 	Payload json.RawMessage
 	// IdempotencyKey makes sending again a no-op.
 	IdempotencyKey string
+	// By says who sent it, in the run's signal_received event (cut to
+	// MaxCancelledByBytes; empty for none).
+	By string
 }
 
 // SignalResult answers SendSignal.
@@ -366,6 +369,7 @@ func (e *Engine) SendSignalIn(ctx context.Context, db Querier, p SignalParams) (
 	var r SignalResult
 	err := db.QueryRow(ctx, e.q[qSignalSend], pgx.NamedArgs{
 		"run_id": p.RunID, "name": p.Name, "payload": payload, "idempotency_key": nullIfEmpty(p.IdempotencyKey),
+		"by": nullIfEmpty(eventLabel(p.By)),
 	}).Scan(&r.SignalID, &r.Duplicate, &r.Delivered)
 	if err != nil {
 		return SignalResult{}, translate("send signal "+p.Name+" to run "+p.RunID, err)

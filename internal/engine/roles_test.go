@@ -505,7 +505,7 @@ func TestReaderRoleOnlyReads(t *testing.T) {
 		"workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean)",
 		"workflow.complete_runs(text, uuid[], bigint[], jsonb[])",
 		"workflow.cancel_run(uuid)",
-		"workflow.send_signal(uuid, text, jsonb, text)",
+		"workflow.send_signal(uuid, text, jsonb, text, text)",
 	} {
 		var may bool
 		if err := r.pool.QueryRow(b.ctx, "select has_function_privilege($1, 'execute')", fn).Scan(&may); err != nil || may {

@@ -18,7 +18,7 @@ from workflow.run_steps(@run_id);
 
 -- name: SignalSend
 select signal_id, duplicate, delivered
-from workflow.send_signal(@run_id, @name, @payload, @idempotency_key);
+from workflow.send_signal(@run_id, @name, @payload, @idempotency_key, @by);
 
 -- name: SignalList
 -- A run's signals, oldest first.

@@ -131,7 +131,7 @@ grant select on workflow.workflow_run, workflow.workflow_event, workflow.workflo
 grant execute on function
     workflow.cancel_run(uuid),
     workflow.retry_run(uuid, integer, text),
-    workflow.send_signal(uuid, text, jsonb, text),
+    workflow.send_signal(uuid, text, jsonb, text, text),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[], text[],
                          text[], text, text)
 to workflow_producer;

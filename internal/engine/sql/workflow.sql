@@ -3538,16 +3538,18 @@ end $$;
 -- (the entry resolved 'ok' with the payload, the run woken with a 'woken'
 -- event and a wake-up NOTIFY). An idempotency key makes a resend a no-op
 -- (duplicate = true). The backlog is bounded per name (1,000) and per run
--- (10,000), never for the name the run waits for. Errors: 22023 for a bad
--- name, key or payload; P0002 for a run that does not exist; 55000 for a
--- finished run.
+-- (10,000), never for the name the run waits for. Who sent it (p_by, as
+-- given, such as the console's verified user; at most 256 characters kept)
+-- is in the signal_received event. Errors: 22023 for a bad name, key or
+-- payload; P0002 for a run that does not exist; 55000 for a finished run.
 -- Fires: workflow_source_run_changed (when it wakes the run).
 -- Locks: the run, then its signals.
 create or replace function workflow.send_signal(
     p_run_id uuid,
     p_name text,
     p_payload jsonb,
-    p_idempotency_key text
+    p_idempotency_key text,
+    p_by text default null
 ) returns table (signal_id bigint, duplicate boolean, delivered boolean)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
@@ -3608,7 +3610,8 @@ begin
     end if;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (p_run_id, 'signal_received', jsonb_strip_nulls(jsonb_build_object(
-        'signal', p_name, 'signal_id', v_id, 'idempotency_key', p_idempotency_key)));
+        'signal', p_name, 'signal_id', v_id, 'idempotency_key', p_idempotency_key,
+        'by', left(nullif(p_by, ''), 256))));
 
     if v_run.status = 'pending' and v_run.wait_kind = 'signal' and v_run.wait_signal = p_name then
         select * into v_oldest from workflow.workflow_signal g
@@ -7894,7 +7897,7 @@ revoke all on function
     workflow.run_trail(uuid),
     workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[]),
     workflow.release_runs(text, uuid[], bigint[]),
-    workflow.send_signal(uuid, text, jsonb, text),
+    workflow.send_signal(uuid, text, jsonb, text, text),
     workflow.set_marks(boolean),
     workflow.restore_marks(text, boolean),
     workflow.start_child(text, uuid, bigint, text, integer, text, jsonb, integer, integer, bigint),
