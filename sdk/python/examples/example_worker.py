@@ -10,6 +10,9 @@ demo.*.v1 types as the Go example worker:
                  and charge, a durable sleep "cool-off", a wait for the
                  "approve" signal (rejected on timeout), then the step ship
 
+Each handler logs a line or two through its task's logger: kept with the
+run, per attempt (client.logs(run_id)), and in this worker's own log.
+
 Flags have environment fallbacks (see --help). SIGTERM stops it gracefully.
 """
 
@@ -44,6 +47,7 @@ COUNTER_DDL = """create table if not exists public.demo_step_counter (
 
 
 def echo(run: Task) -> Dict[str, Any]:
+    run.logger.info("echoing %d keys", len(run.payload))
     return dict(run.payload)
 
 
@@ -51,7 +55,9 @@ def sleep(run: Task) -> Dict[str, Any]:
     seconds = run.payload.get("seconds", 0)
     if not isinstance(seconds, (int, float)) or not 0 <= seconds <= 86400:
         raise PermanentError(f"seconds must be between 0 and 86400, got {seconds!r}")
+    run.logger.info("sleeping %s seconds", seconds)
     if run.wait(seconds):
+        run.logger.warning("sleep interrupted: %s", run.reason)
         raise RuntimeError(f"sleep interrupted: {run.reason}")
     return {"sleptSeconds": seconds}
 
@@ -59,7 +65,9 @@ def sleep(run: Task) -> Dict[str, Any]:
 def fail_times(run: Task) -> Dict[str, Any]:
     n = run.payload.get("failTimes", 0)
     if run.attempt <= n:
+        run.logger.warning("failing as planned: attempt %d of %d", run.attempt, n)
         raise RuntimeError(f"planned failure {run.attempt} of {n}")
+    run.logger.info("succeeding at attempt %d", run.attempt)
     return {"attempts": run.attempt}
 
 
@@ -143,6 +151,9 @@ def order_handler(counters: Counters) -> Callable[[Task], Any]:
 
             return run.step(name, body)
 
+        # Logged once: a replay of the journal (after the sleep, the signal
+        # or a retry) does not keep it again.
+        run.logger.info("order %s: reserving and charging %s", order_id, amount)
         reserve = step("reserve", {"reserved": True, "orderId": order_id})
         charge = step("charge", {"charged": amount})
         # Holds the lease (not durably) on the first attempt only.
@@ -152,7 +163,9 @@ def order_handler(counters: Counters) -> Callable[[Task], Any]:
             run.sleep("cool-off", sleep_s)
         approval, ok = run.wait_for_signal("approve", timeout=approve_s or None)
         if not ok:
+            run.logger.warning("order %s: not approved in time", order_id)
             raise PermanentError(f"order {order_id} rejected: not approved within {go_g(approve_s)}s")
+        run.logger.info("order %s approved; shipping", order_id)
         ship = step("ship", {"shipped": True})
         return {"orderId": order_id, "reserve": reserve, "charge": charge, "approval": approval, "ship": ship}
 

@@ -13,7 +13,9 @@ Handlers execute durably with the verbs of :class:`Task`: ``step``
 writes to the inbox's database in the transaction that journals it),
 ``sleep`` and ``sleep_until``
 (the run parks and frees its worker slot), ``wait_for_signal`` (signals sent
-with :meth:`Client.signal`), ``start_child`` and ``await_child``.
+with :meth:`Client.signal`), ``start_child`` and ``await_child``. What a
+handler logs through ``Task.logger`` is kept with its run, per attempt, and
+read with :meth:`Client.logs`.
 
 Every read and write calls one of the inbox's SQL functions, so a Python
 worker behaves exactly like a Go worker and leaves the same audit trail.
@@ -32,10 +34,12 @@ from .client import (
     MAX_STEP_NAME_LENGTH,
     MAX_STEP_OUTPUT_BYTES,
     WAIT_KIND_LIMIT,
+    AttemptLog,
     Client,
     CreateResult,
     Event,
     JournalStep,
+    LogLine,
     Run,
     RunPage,
     SignalResult,
@@ -57,6 +61,7 @@ from .poller import (
     DEFAULT_CLAIM_BATCH_SIZE,
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_LOG_FLUSH_INTERVAL_SECONDS,
     DEFAULT_POLL_INTERVAL_SECONDS,
     DEFAULT_REAP_INTERVAL_SECONDS,
     DEFAULT_SHUTDOWN_GRACE_SECONDS,
@@ -77,10 +82,12 @@ __all__ = [
     "DEFAULT_CLAIM_BATCH_SIZE",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_LOG_FLUSH_INTERVAL_SECONDS",
     "DEFAULT_NAMESPACE",
     "DEFAULT_POLL_INTERVAL_SECONDS",
     "DEFAULT_REAP_INTERVAL_SECONDS",
     "DEFAULT_SHUTDOWN_GRACE_SECONDS",
+    "AttemptLog",
     "ChildFailed",
     "Client",
     "CreateResult",
@@ -88,6 +95,7 @@ __all__ = [
     "IntentPoller",
     "InvalidInputError",
     "JournalStep",
+    "LogLine",
     "NonDeterministicError",
     "NotFoundError",
     "Parked",

@@ -271,6 +271,7 @@ def start_claimed(p: Poller, conn: psycopg.Connection[Any], rows: List[Tuple[Any
                     journal=journal, connect=p._conn, on_park=p._wake_at,
                     record_step=p._record_step, tracing=p._tracing, span=span)
         task._has_parent = parent_id is not None
+        p._start_run_log(task)
         with p._lock:
             if handed and not p._claiming:
                 refused.append(task)

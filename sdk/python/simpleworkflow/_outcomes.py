@@ -8,7 +8,8 @@ run is retried or fails for good), its run handed back (:func:`release`, one
 parked, was cancelled, lost its lease or passed its deadline, and the
 database already says so). The outcome writer thread (:func:`outcome_loop`)
 writes whatever accumulated in one batch, each run getting its own answer,
-ends the attempts' spans and frees their slots.
+ends the attempts' spans and frees their slots; what the batch's handlers
+logged is sent first (``_run_log.send_logs``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
+from ._run_log import send_logs
 from ._writes import _Conn, _Refused, in_retry, with_retry
 from .durable import REASON_CANCELLED, REASON_DEADLINE, Task
 from .errors import PermanentError
@@ -124,6 +126,8 @@ def flush(p: Poller, conn: _Conn, batch: List[_Outcome]) -> None:
 
 def _flush_unique(p: Poller, conn: _Conn, batch: List[_Outcome]) -> None:
     """flush for a batch with one outcome per run: one write per kind of outcome."""
+    # What the handlers logged goes before the outcome that ends their attempts.
+    send_logs(p, conn, [o.task for o in batch])
     completions = [o for o in batch if o.kind == _COMPLETE]
     failures = [o for o in batch if o.kind == _FAIL]
     releases = [o for o in batch if o.kind == _RELEASE]

@@ -1,4 +1,4 @@
-"""Producer-side API: create, cancel, get and signal runs, list their events and journals."""
+"""Producer-side API: create, cancel, get and signal runs, list their events, journals and logs."""
 
 from __future__ import annotations
 
@@ -359,6 +359,36 @@ class Event:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class LogLine:
+    """A line a run's handler logged through Task.logger (Go: LogLine)."""
+
+    #: The attempt that logged it, and its number within the attempt (from 1).
+    attempt: int
+    seq: int
+    #: When it was logged, by the worker's clock.
+    at: datetime
+    #: debug, info, warn or error.
+    level: str
+    #: The record's message (at most 8 KiB: a longer one is cut and says so).
+    message: str
+
+
+@dataclass(frozen=True)
+class AttemptLog:
+    """What is kept of one attempt's log (Go: AttemptLog)."""
+
+    attempt: int
+    #: The lines kept, and the octets of their messages.
+    lines: int
+    bytes: int
+    #: The attempt's oldest lines that were not kept (past the database
+    #: owner's limits, or the worker's buffer).
+    dropped: int
+    #: The number (seq) of the first line kept.
+    first_seq: int
+
+
 #: One run, or the one holding its idempotency key, in one call (workflow.create_run).
 _CREATE = """
 select id::text, created
@@ -399,6 +429,15 @@ from workflow.run_steps(%s::uuid)
 """
 
 _EVENTS = "select id, workflow_id::text, event_type, data, created_at from workflow.run_events(%s::uuid, 0)"
+
+_LOGS = ("select attempt, seq, logged_at, level, message "
+         "from workflow.run_logs(%s::uuid, %s::integer, %s::bigint, %s::integer)")
+
+_LOG_ATTEMPTS = "select attempt, lines, bytes, dropped, first_seq from workflow.run_log_attempts(%s::uuid)"
+
+#: The lines Client.logs returns when no limit is given, and the most it returns.
+DEFAULT_LOG_LIMIT = 1000
+MAX_LOG_LIMIT = 10000
 
 #: The page size of Client.list when none is given, and the largest one.
 DEFAULT_LIST_LIMIT = 100
@@ -810,6 +849,32 @@ class Client:
         with self._connect() as conn:
             rows = self._rows(conn, _EVENTS, (run_id,))
         return [Event(*r) for r in rows]
+
+    def logs(self, run_id: str, after_attempt: int = 0, after_seq: int = 0,
+             limit: int = DEFAULT_LOG_LIMIT) -> List[LogLine]:
+        """Return up to ``limit`` lines (1 to 10,000) of a run's log after the line (``after_attempt``,
+        ``after_seq``), in order (``workflow.run_logs``; Go: Client.Logs).
+
+        (0, 0) reads from the first line; the last line returned is where to
+        read on from. What handlers logged through ``task.logger``, per
+        attempt, the newest lines within the database owner's limits. None
+        when the run is missing or of a namespace the login does not read.
+        """
+        for value, what in ((after_attempt, "after_attempt"), (after_seq, "after_seq")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInputError(f"run logs: {what} must be a whole number, 0 or more, got {value!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LOG_LIMIT:
+            raise InvalidInputError(f"run logs: limit must be between 1 and {MAX_LOG_LIMIT}, got {limit!r}")
+        with self._connect() as conn:
+            rows = self._rows(conn, _LOGS, (run_id, after_attempt, after_seq, limit))
+        return [LogLine(*r) for r in rows]
+
+    def log_attempts(self, run_id: str) -> List[AttemptLog]:
+        """Return, per attempt of a run that logged, what its log keeps and how many lines it dropped,
+        in attempt order (``workflow.run_log_attempts``; Go: Client.LogAttempts)."""
+        with self._connect() as conn:
+            rows = self._rows(conn, _LOG_ATTEMPTS, (run_id,))
+        return [AttemptLog(*r) for r in rows]
 
     def _one(self, query: str, params: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
         with self._connect() as conn:

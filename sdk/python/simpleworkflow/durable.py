@@ -11,11 +11,12 @@ Python workers mid-way.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -43,6 +44,9 @@ from .tracing import (
     Tracing,
     format_time,
 )
+
+if TYPE_CHECKING:
+    from ._run_log import _RunLog
 
 #: Writes a completed step and returns the database's answer for it
 #: (status, output, message), as a row of workflow.record_steps: the poller's
@@ -113,6 +117,11 @@ class Task:
     ``traceparent`` (the W3C traceparent its producer stored, e.g. to link or
     parent the handler's own spans; None for none) describe it.
 
+    ``logger`` is the attempt's ``logging.Logger`` (Go: Task.Logger): what the
+    handler logs through it at or above the poller's ``run_log_level`` is kept
+    with the run, per attempt (:meth:`Client.logs`), and every record goes to
+    the worker's own log too, with the run's id.
+
     ``cancelled`` is a threading.Event set when the run is cancelled, its lease
     is lost, its deadline passes, it parks, or the worker's shutdown grace
     period is over; ``reason`` says which. Long handlers check
@@ -181,11 +190,47 @@ class Task:
         self._busy = False
         self._parked = False
         self._failure: Optional[NonDeterministicError] = None
+        # One past the last position of the journal loaded at claim (0 for
+        # none): code before it runs again, and what it logs is not kept again.
+        self._replay_until = 0
         for e in journal or []:
             entry = _Entry(name=e["name"], position=e["position"], kind=e["kind"], outcome=e.get("outcome"),
                            output=e.get("output"), error=e.get("error"), child_id=e.get("child_id"))
             self._by_pos[entry.position] = entry
             self._by_name[entry.name] = entry
+            self._replay_until = max(self._replay_until, entry.position + 1)
+        # The run log (set by the poller): the attempt's buffer, what makes
+        # its logger (on first use of logger: most handlers never log), and
+        # what sends the buffer before a wait parks the run.
+        self._run_log: Optional[_RunLog] = None
+        self._new_logger: Optional[Callable[[Task], logging.Logger]] = None
+        self._send_logs: Optional[Callable[[Task], None]] = None
+        self._logger: Optional[logging.Logger] = None
+
+    @property
+    def logger(self) -> logging.Logger:
+        """The attempt's logger (Go: Task.Logger), a ``logging.Logger``.
+
+        Its records at or above the poller's ``run_log_level`` (INFO by
+        default) are kept with the run, per attempt: their message, and the
+        traceback of ``exc_info``, as a line of at most 8 KiB at level debug,
+        info, warn (WARNING) or error (ERROR, CRITICAL). They are sent every
+        ``log_flush_interval`` seconds, before the attempt's outcome is
+        written and before a wait parks the run; :meth:`Client.logs` reads
+        them. The run keeps the newest lines within the database owner's
+        limits (the oldest are dropped and counted, :meth:`Client.log_attempts`).
+        What the handler logs while it replays its journal (the code before
+        the last step that the journal loaded at claim holds, run again) was
+        kept the first time and is not kept again. Every record the worker's
+        logger (``simpleworkflow``) takes goes there too, as a line with the
+        run's id, type and attempt. Outside a poller: the ``simpleworkflow``
+        logger.
+        """
+        with self._mu:
+            if self._logger is None:
+                self._logger = (self._new_logger(self) if self._new_logger is not None
+                                else logging.getLogger("simpleworkflow"))
+            return self._logger
 
     # Cancellation ------------------------------------------------------------
 
@@ -215,6 +260,12 @@ class Task:
     def _state(self) -> Tuple[bool, Optional[NonDeterministicError]]:
         with self._mu:
             return self._parked, self._failure
+
+    def _replaying(self) -> bool:
+        """Whether the handler is still before the last step its journal held at claim (Go: replay.replaying):
+        code it runs again, not anew."""
+        with self._mu:
+            return self._next < self._replay_until
 
     # Durable verbs ------------------------------------------------------------
 
@@ -604,6 +655,9 @@ class Task:
     def _park(self, span: Any, kind: str, step: str, pos: int, at: Optional[datetime], delay_ms: Optional[int],
               signal: Optional[str]) -> _Entry:
         """Ask the database to resolve or park a wait."""
+        if self._send_logs is not None:
+            # A wait that parks ends the lease: what was logged goes first.
+            self._send_logs(self)
         status, outcome, output, error, wake_at, message = self._sql(
             "select status, outcome, output, error, wake_at, message from workflow.park_run("
             "%s, %s::uuid, %s::bigint, %s, %s, %s::int, %s::timestamptz, %s::bigint, %s)",

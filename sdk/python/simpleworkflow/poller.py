@@ -3,9 +3,9 @@
 :class:`Poller` owns the handler slots (the active attempts, and the older
 ones still writing their outcome) and wires the parts, each in its own module
 as in the Go SDK: claiming and what wakes it (``_claim``), heartbeating
-(``_heartbeat``), reaping (``_reap``), step writing (``_step_writer``) and
-completing, one function per kind of outcome (``_outcomes``); what the two
-writers share is in ``_writes``. Here are its settings and defaults, the
+(``_heartbeat``), reaping (``_reap``), step writing (``_step_writer``),
+completing, one function per kind of outcome (``_outcomes``), and the
+handlers' run logs (``_run_log``); what the writers share is in ``_writes``. Here are its settings and defaults, the
 handlers' execution, and the shutdown.
 """
 
@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import psycopg
 
@@ -30,8 +30,9 @@ from ._claim import claim_loop, connect_until_ready, listen_loop, wake_at
 from ._heartbeat import heartbeat_loop
 from ._outcomes import _COMPLETE, _DROP, _FAIL, _RELEASE, _RELEASE_RUNS, _Outcome, outcome_loop
 from ._reap import reap_loop
+from ._run_log import _RunLog, log_loop, new_run_logger, send_logs
 from ._step_writer import _StepRequest, record_step, step_loop
-from ._writes import _BatchQueue
+from ._writes import _BatchQueue, _Conn
 from .client import DEFAULT_NAMESPACE, namespace_problem, validate_type
 from .durable import REASON_CANCELLED, REASON_DEADLINE, REASON_LEASE_LOST, REASON_SHUTDOWN, Task
 from .errors import InvalidInputError, PermanentError, PermissionDeniedError, StoppedError
@@ -61,6 +62,8 @@ DEFAULT_CLAIM_BATCH_SIZE = 100
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 20.0
 #: How often a poller returns runs whose lease expired to the queue (and fails overdue ones).
 DEFAULT_REAP_INTERVAL_SECONDS = 5.0
+#: How often what handlers logged through Task.logger is sent to the database, in seconds.
+DEFAULT_LOG_FLUSH_INTERVAL_SECONDS = 1.0
 #: The most claim batch size.
 MAX_CLAIM_BATCH_SIZE = 1000
 
@@ -90,6 +93,10 @@ class PollerConfig:
     claim_batch_size: int
     #: The namespace the poller serves (Go: PollerConfig.Namespace).
     namespace: str = DEFAULT_NAMESPACE
+    #: The least level of Task.logger's records kept with the run (Go: PollerConfig.RunLogLevel).
+    run_log_level: int = logging.INFO
+    #: How often handlers' log lines are sent (Go: PollerConfig.LogFlushInterval).
+    log_flush_interval: float = DEFAULT_LOG_FLUSH_INTERVAL_SECONDS
 
 
 class Poller:
@@ -125,6 +132,12 @@ class Poller:
     owner works for every namespace): otherwise :meth:`run` stops and raises
     :class:`PermissionDeniedError` at the first claim.
 
+    What a handler logs through ``task.logger`` at or above ``run_log_level``
+    (a logging level, or its name; INFO by default) is kept with its run per
+    attempt, sent every ``log_flush_interval`` seconds (1 by default), before
+    each outcome and before a wait parks the run (Go: RunLogLevel and
+    LogFlushInterval); see :attr:`Task.logger`.
+
     ``connect`` (optional) opens the poller's connections instead of
     ``conninfo``: each must be a new psycopg connection, which the poller owns
     and closes. ``tracer_provider`` makes the attempts' spans when
@@ -149,6 +162,8 @@ class Poller:
         connect: Optional[Callable[[], psycopg.Connection[Any]]] = None,
         tracer_provider: Any = None,
         namespace: Optional[str] = None,
+        run_log_level: Union[int, str] = logging.INFO,
+        log_flush_interval: float = DEFAULT_LOG_FLUSH_INTERVAL_SECONDS,
     ) -> None:
         if not conninfo and connect is None:
             raise InvalidInputError("a connection string (or a connect function) is required")
@@ -172,6 +187,15 @@ class Poller:
             raise InvalidInputError("poll_interval must not be negative")
         if shutdown_grace_period < 0:
             raise InvalidInputError("shutdown_grace_period must not be negative")
+        if isinstance(run_log_level, str):
+            level = logging.getLevelName(run_log_level.upper())
+            if not isinstance(level, int):
+                raise InvalidInputError(f"run_log_level must be a logging level, got {run_log_level!r}")
+            run_log_level = level
+        if isinstance(run_log_level, bool) or not isinstance(run_log_level, int):
+            raise InvalidInputError(f"run_log_level must be a logging level, got {run_log_level!r}")
+        if not log_flush_interval > 0:
+            raise InvalidInputError(f"log_flush_interval must be positive, got {log_flush_interval}")
         if not 1 <= claim_batch_size <= MAX_CLAIM_BATCH_SIZE:
             raise InvalidInputError(f"claim_batch_size must be between 1 and {MAX_CLAIM_BATCH_SIZE}, "
                                     f"got {claim_batch_size}")
@@ -193,6 +217,8 @@ class Poller:
         self.reap_interval = reap_interval
         self.claim_batch_size = claim_batch_size
         self.namespace = namespace
+        self.run_log_level = run_log_level
+        self.log_flush_interval = log_flush_interval
         self._connect_fn = connect
         self._tracing = Tracing(tracer_provider, __version__)
         self._handlers: Dict[str, Handler] = {}
@@ -209,6 +235,9 @@ class Poller:
         self._timers: List[threading.Timer] = []
         self._steps: _BatchQueue[_StepRequest] = _BatchQueue("record step")
         self._outcomes: _BatchQueue[_Outcome] = _BatchQueue("record outcome")
+        # One send of run logs at a time: an attempt's lines reach the
+        # database in the order they were logged.
+        self._log_send = threading.Lock()
         # The handlers' pool, and whether runs may still be started: the
         # outcome writer starts the runs a completion hands off only while
         # the claim loop runs (both read and cleared under _lock, so none
@@ -223,7 +252,8 @@ class Poller:
             worker_id=self.worker_id, runtime=self.runtime, concurrency=self.concurrency,
             heartbeat_interval=float(self.heartbeat_interval), poll_interval=float(self.poll_interval),
             shutdown_grace_period=float(self.shutdown_grace_period), reap_interval=float(self.reap_interval),
-            claim_batch_size=self.claim_batch_size, namespace=self.namespace)
+            claim_batch_size=self.claim_batch_size, namespace=self.namespace,
+            run_log_level=self.run_log_level, log_flush_interval=float(self.log_flush_interval))
 
     # Registration -----------------------------------------------------------
 
@@ -266,6 +296,7 @@ class Poller:
             threading.Thread(target=listen_loop, args=(self, lambda: WAKE_FOLLOW_UP), name="sw-listen",
                              daemon=True),
             threading.Thread(target=heartbeat_loop, args=(self,), name="sw-heartbeat", daemon=True),
+            threading.Thread(target=log_loop, args=(self,), name="sw-logs", daemon=True),
         ]
         if self.reap_interval > 0:
             background.append(threading.Thread(target=reap_loop, args=(self,), name="sw-reap", daemon=True))
@@ -344,6 +375,21 @@ class Poller:
     def _wake_at(self, at: Optional[datetime]) -> None:
         """Wake the claim loop when a run this worker parked is due (see _claim.wake_at)."""
         wake_at(self, at)
+
+    def _start_run_log(self, task: Task) -> None:
+        """Give a claimed attempt its run log: the buffer, its logger's maker and the send before a park."""
+        task._run_log = _RunLog()
+        task._new_logger = self._new_run_logger
+        task._send_logs = self._send_run_logs
+
+    def _new_run_logger(self, task: Task) -> logging.Logger:
+        """The attempt's Task.logger (see _run_log)."""
+        assert task._run_log is not None
+        return new_run_logger(self, task, task._run_log)
+
+    def _send_run_logs(self, task: Task) -> None:
+        """Send what the attempt logged, on the calling handler thread's connection (before a park)."""
+        send_logs(self, _Conn(self._conn), [task])
 
     def _record_step(self, run_id: str, token: int, name: str, position: int,
                      raw: str) -> Tuple[str, Any, Optional[str]]:

@@ -421,6 +421,19 @@ class PollerTest(InboxTest):
         run = self.client.get(sleep.id)
         self.assertEqual((run.status, run.attempt), ("pending", 0), out)
         self.assertIn('"msg": "Run handed back"', out)
+        # What the handlers logged through task.logger is kept with their
+        # runs, per attempt (that of a run handed back too), and in the
+        # worker's own log with the run's id.
+        def logged(run_id):
+            return [(line.attempt, line.level, line.message) for line in self.client.logs(run_id)]
+
+        self.assertEqual(logged(echo.id), [(1, "info", "echoing 1 keys")])
+        self.assertEqual(logged(fail.id), [(1, "warn", "failing as planned: attempt 1 of 1"),
+                                           (2, "info", "succeeding at attempt 2")])
+        self.assertEqual(logged(sleep.id), [(1, "info", "sleeping 60 seconds"),
+                                            (1, "warn", "sleep interrupted: worker shutting down")])
+        self.assertIn(f'{{"msg": "echoing 1 keys", "worker_id": "py-proc", "run_id": "{echo.id}", '
+                      '"type": "demo.echo.v1", "attempt": 1}', out)
 
 
 if __name__ == "__main__":
