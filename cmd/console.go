@@ -13,6 +13,7 @@ import (
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 	"github.com/simple-workflow/simple-workflow/internal/console"
 	"github.com/simple-workflow/simple-workflow/internal/controller"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
 // registryPools lists the worker pools the WorkflowRegistry objects declare,
@@ -64,7 +65,7 @@ const (
 // The console reads the default inbox through that pool and each inbox
 // inboxes lists (nil when WorkflowInboxes are not served) through its own.
 func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.PoolLister, inboxes console.InboxLister,
-	log *slog.Logger) (*console.Server, func(), error) {
+	actor console.Actor, log *slog.Logger) (*console.Server, func(), error) {
 	url := o.consoleDatabaseURL
 	if url == "" {
 		url = o.databaseURL
@@ -92,6 +93,7 @@ func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.
 			return nil, nil, fmt.Errorf("console: Kubernetes client: %w", err)
 		}
 		c.Auth = console.KubeReviewer{Client: cs}
+		c.Actor = actor
 	}
 	srv, err := console.New(c)
 	if err != nil {
@@ -99,6 +101,27 @@ func newConsole(ctx context.Context, o options, cfg *rest.Config, pools console.
 		return nil, nil, err
 	}
 	return srv, pool.Close, nil
+}
+
+// consoleActor writes the console's actions with the manager's engines:
+// the default inbox's, and those of the WorkflowInboxes this replica is
+// connected to.
+type consoleActor struct {
+	def     *engine.Engine
+	inboxes *controller.InboxSet // nil when WorkflowInboxes are not served
+}
+
+// Engine implements console.Actor.
+func (a consoleActor) Engine(_ context.Context, inbox string) (*engine.Engine, error) {
+	if inbox == console.DefaultInbox {
+		return a.def, nil
+	}
+	if a.inboxes != nil {
+		if e, ok := a.inboxes.Engine(inbox); ok {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("inbox %s is not connected on this manager replica (the leading manager connects the WorkflowInboxes)", inbox)
 }
 
 // workflowInboxes lists the WorkflowInboxes and the database URLs their

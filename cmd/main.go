@@ -375,7 +375,8 @@ func run() error {
 		if routed != nil {
 			listed = workflowInboxes{list: mgr.GetClient(), secrets: mgr.GetAPIReader(), log: clog}
 		}
-		srv, closeConsole, err := newConsole(ctx, o, mgr.GetConfig(), registryPools{c: mgr.GetClient()}, listed, clog)
+		srv, closeConsole, err := newConsole(ctx, o, mgr.GetConfig(), registryPools{c: mgr.GetClient()}, listed,
+			consoleActor{def: eng, inboxes: routed}, clog)
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,16 @@ type access struct {
 	all bool
 	// namespaces are the namespaces whose runs the viewer may read.
 	namespaces map[string]bool
+	// who and key are the viewer as the API server verified it and the
+	// hash of its token, for the reviews of its actions (zero when the
+	// console is unauthenticated).
+	who User
+	key [32]byte
+	// csrf is what the console's forms carry for this viewer (csrfOf);
+	// byHeader says the token came in an Authorization header, which no
+	// other site's page can make a browser send.
+	csrf     string
+	byHeader bool
 }
 
 // everything is the access of an unauthenticated console.
@@ -155,7 +165,7 @@ func (g *gate) access(ctx context.Context, token string, namespaces []string) (a
 	if err != nil {
 		return access{}, err
 	}
-	a := access{user: u.Name, namespaces: map[string]bool{}}
+	a := access{user: u.Name, namespaces: map[string]bool{}, who: u, key: key}
 	all, err := g.allowed(ctx, key, u, "get", inboxResource, "")
 	if err != nil {
 		return access{}, err

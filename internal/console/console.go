@@ -55,6 +55,10 @@ type Config struct {
 	// AuthTTL is how long a token's review and its holder's permissions
 	// are trusted; DefaultAuthTTL when zero.
 	AuthTTL time.Duration
+	// Actor writes the actions (cancel, retry, signal) a viewer allowed
+	// to patch a run's WorkflowRuns makes; nil: the console only reads.
+	// Actions need Auth (an unauthenticated console makes none).
+	Actor Actor
 }
 
 // Server serves the console.
@@ -63,12 +67,14 @@ type Server struct {
 	def     *source
 	inboxes *inboxes
 	pools   PoolLister
-	log     *slog.Logger
-	pages   map[string]*template.Template
-	hub     *hub
-	mux     *http.ServeMux
-	hosts   map[string]bool
-	cache   overviewCache
+	// actor writes the actions; nil when the console only reads.
+	actor Actor
+	log   *slog.Logger
+	pages map[string]*template.Template
+	hub   *hub
+	mux   *http.ServeMux
+	hosts map[string]bool
+	cache overviewCache
 	// gate authenticates and authorizes each request; nil when the console
 	// is unauthenticated.
 	gate       *gate
@@ -98,7 +104,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	def := &source{name: DefaultInbox, db: cfg.DB, eng: eng}
-	s := &Server{def: def, inboxes: newInboxes(def, cfg.Inboxes, cfg.Role, log), pools: cfg.Pools, log: log,
+	s := &Server{def: def, inboxes: newInboxes(def, cfg.Inboxes, cfg.Role, log), pools: cfg.Pools, log: log, actor: cfg.Actor,
 		pages: pages, hub: newHub(), mux: http.NewServeMux(), hosts: map[string]bool{}}
 	s.inboxes.listen = s.listenInbox
 	for _, h := range cfg.AllowedHosts {
@@ -125,6 +131,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /runs", s.serveRuns)
 	s.mux.HandleFunc("GET /runs/{id}", s.serveRun)
 	s.mux.HandleFunc("GET /runs/{id}/log", s.serveRunLog)
+	s.mux.HandleFunc("POST /runs/{id}/{action}", s.serveRunAction)
+	s.mux.HandleFunc("GET /runs/bulk", s.serveBulk)
+	s.mux.HandleFunc("POST /runs/bulk", s.serveBulk)
 	s.mux.HandleFunc("GET /schedules", s.serveSchedules)
 	s.mux.HandleFunc("GET /schedules/{namespace}/{name}", s.serveSchedule)
 	s.mux.HandleFunc("GET /live", s.serveLive)
@@ -151,9 +160,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveLogin(w, r)
 	case r.URL.Path == "/logout" && r.Method == http.MethodPost:
 		s.serveLogout(w, r)
+	case r.Method == http.MethodPost && actionPath(r.URL.Path):
+		s.authorize(w, r, s.mux)
 	case !read:
 		h.Set("Allow", "GET, HEAD")
-		http.Error(w, "the console is read-only", http.StatusMethodNotAllowed)
+		http.Error(w, "the console only reads, but for the actions on runs (POST /runs/{id}/cancel, retry, signal; /runs/bulk)", http.StatusMethodNotAllowed)
 	case strings.HasPrefix(r.URL.Path, "/static/"):
 		s.mux.ServeHTTP(w, r)
 	default:

@@ -31,3 +31,6 @@ func (s *Server) HeardSince(t time.Time) bool {
 // RefreshInboxes reads the list of inboxes now, as the console does every
 // few seconds.
 func (s *Server) RefreshInboxes(ctx context.Context) { s.inboxes.refresh(ctx) }
+
+// CSRFOf is the form token of a bearer token's holder.
+var CSRFOf = csrfOf

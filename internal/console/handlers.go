@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,6 +120,10 @@ type runsView struct {
 	// Several says the console reads more than one inbox: the list names
 	// each run's.
 	Several bool
+	// Bulk is the query of the bulk action the filter allows ("" for
+	// none): cancel for pending or leased runs, retry for failed or
+	// cancelled ones.
+	Bulk string
 }
 
 func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
@@ -142,6 +147,15 @@ func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Runs, v.Several = runs, s.inboxes.several()
+	if s.actor != nil && s.gate != nil {
+		for action, statuses := range bulkStatuses {
+			if slices.Contains(statuses, f.Status) {
+				q := f.query()
+				q.Set("action", action)
+				v.Bulk = "/runs/bulk?" + q.Encode()
+			}
+		}
+	}
 	if next != "" {
 		q := f.query()
 		q.Set("after", next)
@@ -195,6 +209,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "The run could not be read from the database.", err)
 		return
 	}
+	p.Act = s.runActions(readCtx, accessOf(r.Context()), p.Run, r.URL.Query().Get("done"))
 	if p.Log, err = src.loadLog(readCtx, id, r.URL.Query().Get("log")); err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "The run's log could not be read from the database.", err)
 		return

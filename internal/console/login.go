@@ -55,7 +55,9 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, everything)))
 		return
 	}
-	a, err := s.accessFor(r.Context(), bearerToken(r))
+	token := bearerToken(r)
+	a, err := s.accessFor(r.Context(), token)
+	a.csrf, a.byHeader = csrfOf(token), r.Header.Get("Authorization") != ""
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
 		s.unauthorized(w, r)

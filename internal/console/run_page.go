@@ -97,6 +97,8 @@ type runPage struct {
 	SignalPayloads map[int64]string
 	// Log is what its handlers logged.
 	Log runLog
+	// Act is what the viewer may do to the run from its page.
+	Act runActions
 	// Inbox names the inbox database the run is in; Several says the
 	// console reads more than one.
 	Inbox   string

@@ -57,7 +57,7 @@ func (s *Server) listRuns(ctx context.Context, f runFilter, a access) ([]runRow,
 	var mu sync.Mutex
 	var all []runRow
 	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
-		runs, err := listInboxRuns(ctx, src, f, namespaces)
+		runs, err := listInboxRuns(ctx, src, f, namespaces, pageSize+1)
 		mu.Lock()
 		all = append(all, runs...)
 		mu.Unlock()
@@ -82,8 +82,8 @@ func (s *Server) listRuns(ctx context.Context, f runFilter, a access) ([]runRow,
 	return all, next, problems, nil
 }
 
-// listInboxRuns reads up to pageSize+1 runs of one inbox for listRuns.
-func listInboxRuns(ctx context.Context, src *source, f runFilter, namespaces []string) ([]runRow, error) {
+// listInboxRuns reads up to limit runs of one inbox, newest first.
+func listInboxRuns(ctx context.Context, src *source, f runFilter, namespaces []string, limit int) ([]runRow, error) {
 	orNull := func(v string) any {
 		if v == "" {
 			return nil
@@ -106,7 +106,7 @@ select id::text, type, status, attempt, max_attempts, namespace, coalesce(source
 from workflow.list_runs_newest($1::text, $2::text, $3::text, $4::text[], $5::timestamptz, $6::timestamptz,
                                $7::timestamptz, $8::uuid, $9::integer)`,
 		orNull(f.Prefix), orNull(f.Status), orNull(f.Namespace), namespaces, timeOrNull(f.From), timeOrNull(f.To),
-		beforeAt, orNull(f.AfterID), pageSize+1)
+		beforeAt, orNull(f.AfterID), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list runs of inbox %s: %w", src.name, err)
 	}

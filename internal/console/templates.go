@@ -18,7 +18,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"duration": func(a time.Time, b *time.Time) string { return between(a, b) },
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "runs", "run", "schedules", "schedule", "error", "login"} {
+	for _, name := range []string{"overview", "runs", "run", "schedules", "schedule", "error", "login", "bulk"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("template %s: %w", name, err)

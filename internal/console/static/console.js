@@ -88,3 +88,36 @@
   });
   open();
 })();
+
+// Forms whose payload must be JSON say so as it is typed, and cannot be
+// sent until it is (the console checks it again).
+(function () {
+  "use strict";
+  var check = function (area) {
+    var form = area.form;
+    var note = form.querySelector(".json-error");
+    var text = area.value.trim();
+    var problem = "";
+    if (text !== "") {
+      try {
+        JSON.parse(text);
+      } catch (e) {
+        problem = "Not JSON: " + e.message;
+      }
+    }
+    if (note) {
+      note.textContent = problem;
+      note.hidden = problem === "";
+    }
+    area.setAttribute("aria-invalid", problem === "" ? "false" : "true");
+    form.querySelectorAll("button[type=submit]").forEach(function (b) {
+      b.disabled = problem !== "";
+    });
+  };
+  document.addEventListener("input", function (e) {
+    if (e.target && e.target.matches && e.target.matches("textarea[data-json]")) {
+      check(e.target);
+    }
+  });
+  document.querySelectorAll("textarea[data-json]").forEach(check);
+})();
