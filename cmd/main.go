@@ -71,6 +71,8 @@ type options struct {
 	consoleDatabaseRole  string
 	consoleAllowedHosts  string
 	consoleAuth          string
+	logAPIAddr           string
+	logAPICertDir        string
 	zap                  zap.Options
 }
 
@@ -138,6 +140,8 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	flag.StringVar(&o.consoleDatabaseRole, "console-database-role", env("CONSOLE_DATABASE_ROLE", console.DefaultRole), "database role the console reads as (SET ROLE); empty reads as the login user, still in read-only transactions (env CONSOLE_DATABASE_ROLE)")
 	flag.StringVar(&o.consoleAuth, "console-auth", env("CONSOLE_AUTH", consoleAuthKubernetes), "who may read the console: kubernetes (a Kubernetes bearer token, checked with TokenReview; each namespace authorized with SubjectAccessReview) or none (everyone reads everything: only on a trusted network) (env CONSOLE_AUTH)")
 	flag.StringVar(&o.consoleAllowedHosts, "console-allowed-hosts", env("CONSOLE_ALLOWED_HOSTS", ""), "comma-separated host names the console answers to besides IP addresses, localhost and *.svc names, e.g. an Ingress's (env CONSOLE_ALLOWED_HOSTS)")
+	flag.StringVar(&o.logAPIAddr, "log-api-bind-address", env("LOG_API_BIND_ADDRESS", ""), "serve the log API (logs.simpleworkflow.dev, an APIService behind kube-apiserver, for kubectl workflow logs) over TLS on this address, e.g. :8443; off when empty (env LOG_API_BIND_ADDRESS)")
+	flag.StringVar(&o.logAPICertDir, "log-api-cert-dir", env("LOG_API_CERT_DIR", ""), "directory holding the log API's serving certificate and key, tls.crt and tls.key, read again when they change (env LOG_API_CERT_DIR)")
 	flag.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	o.zap.BindFlags(flag)
 	if err := flag.Parse(args); err != nil {
@@ -171,6 +175,9 @@ func parseFlags(args []string, lookup lookupEnv) (options, error) {
 	}
 	if err := o.leaderElection.validate(); err != nil {
 		return o, err
+	}
+	if o.logAPIAddr != "" && o.logAPICertDir == "" {
+		return o, errors.New("--log-api-bind-address needs --log-api-cert-dir (its serving certificate)")
 	}
 	if o.consoleAuth != consoleAuthKubernetes && o.consoleAuth != consoleAuthNone {
 		return o, fmt.Errorf("--console-auth must be %s or %s, got %q", consoleAuthKubernetes, consoleAuthNone, o.consoleAuth)
@@ -382,6 +389,16 @@ func run() error {
 		}
 		defer closeConsole()
 		if err := mgr.Add(consoleRunnable{server: srv, addr: o.consoleAddr}); err != nil {
+			return err
+		}
+	}
+	if o.logAPIAddr != "" {
+		la, closeLogAPI, err := newLogAPI(o, mgr, eng, routed)
+		if err != nil {
+			return err
+		}
+		defer closeLogAPI()
+		if err := mgr.Add(la); err != nil {
 			return err
 		}
 	}

@@ -144,3 +144,19 @@ func TestConsoleFlags(t *testing.T) {
 		t.Fatalf("console flags not taken: %+v %v", o, err)
 	}
 }
+
+func TestLogAPIFlags(t *testing.T) {
+	o, err := parseFlags(nil, envMap(map[string]string{"DATABASE_URL": "postgres://x"}))
+	if err != nil || o.logAPIAddr != "" || o.logAPICertDir != "" {
+		t.Fatalf("the log API is off by default: %+v %v", o, err)
+	}
+	o, err = parseFlags([]string{"--log-api-bind-address=:8443"}, envMap(map[string]string{
+		"DATABASE_URL": "postgres://x", "LOG_API_CERT_DIR": "/etc/simple-workflow/log-api"}))
+	if err != nil || o.logAPIAddr != ":8443" || o.logAPICertDir != "/etc/simple-workflow/log-api" {
+		t.Fatalf("log API flags not taken: %+v %v", o, err)
+	}
+	_, err = parseFlags([]string{"--log-api-bind-address=:8443"}, envMap(map[string]string{"DATABASE_URL": "postgres://x"}))
+	if err == nil || !strings.Contains(err.Error(), "--log-api-cert-dir") {
+		t.Fatalf("a log API without a certificate was accepted: %v", err)
+	}
+}

@@ -121,6 +121,20 @@ func (s *InboxSet) For(ctx context.Context, namespace string) (Inbox, string, er
 	return s.route(ctx, namespace)
 }
 
+// Placed names the inbox serving namespace, whether this manager is
+// connected to it or not (a standby connects to no WorkflowInbox): readers
+// that open their own connections route with it. The error is an
+// *InboxUnavailableError while the namespace is moving or not yet placed.
+func (s *InboxSet) Placed(ctx context.Context, namespace string) (string, error) {
+	s.mu.RLock()
+	moving := s.moving[namespace]
+	s.mu.RUnlock()
+	if moving {
+		return "", errMoving(namespace)
+	}
+	return s.placed(ctx, namespace)
+}
+
 // Enter returns the inbox serving namespace for one reconcile's pass and
 // holds the namespace where it is until release is called: a namespace
 // moves only when no pass holds it (see fenceForMove).

@@ -16,6 +16,9 @@ import (
 // ControlPlane is a running kube-apiserver and etcd with the CRDs installed.
 type ControlPlane struct {
 	env *envtest.Environment
+	// FrontProxy is the API server's request-header authentication and
+	// the aggregator's client certificate, for aggregated API servers.
+	FrontProxy *FrontProxy
 	// Config is an administrator's client configuration.
 	Config *rest.Config
 	// Kubeconfig is the path of an administrator's kubeconfig file.
@@ -25,7 +28,8 @@ type ControlPlane struct {
 
 // StartControlPlane starts the control plane from the binaries in
 // KUBEBUILDER_ASSETS, installs the CRDs found in crdDir (none when empty) and
-// writes an administrator kubeconfig into dir.
+// writes an administrator kubeconfig into dir. The API server is set up for
+// API aggregation as kubeadm sets up a cluster (see FrontProxy).
 func StartControlPlane(dir, crdDir string) (*ControlPlane, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make envtest` and point it at bin/k8s/<version>")
@@ -38,6 +42,13 @@ func StartControlPlane(dir, crdDir string) (*ControlPlane, error) {
 		return nil, fmt.Errorf("create %s: %w", certDir, err)
 	}
 	env.ControlPlane.GetAPIServer().CertDir = certDir
+	fp, err := newFrontProxy(filepath.Join(dir, "front-proxy"))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range fp.apiServerArgs() {
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+	}
 	if crdDir != "" {
 		env.CRDDirectoryPaths = []string{crdDir}
 		env.ErrorIfCRDPathMissing = true
@@ -60,7 +71,7 @@ func StartControlPlane(dir, crdDir string) (*ControlPlane, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("write kubeconfig: %w", err)
 	}
-	return &ControlPlane{env: env, Config: user.Config(), Kubeconfig: path, kubeconfig: kc}, nil
+	return &ControlPlane{env: env, FrontProxy: fp, Config: user.Config(), Kubeconfig: path, kubeconfig: kc}, nil
 }
 
 // ImpersonatingKubeconfig writes a kubeconfig that acts as the given user
