@@ -118,6 +118,20 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "the console is rendered although console.enabled is false"; exit 1; fi
 	@if $(HELM) template sw charts/simple-workflow --set database.url=x --set console.enabled=true --set 'console.databaseRole=x;y' >/dev/null 2>&1; then \
 		echo "values.schema.json accepted a console.databaseRole that is no role name"; exit 1; fi
+	$(HELM) lint charts/simple-workflow --set database.existingSecret=db --set logAPI.enabled=true --set networkPolicy.apiServerCIDRs[0]=10.0.0.1/32
+	@out=$$($(HELM) template sw charts/simple-workflow --set database.url=x --set logAPI.enabled=true) && \
+		echo "$$out" | grep -q -- '--log-api-bind-address=:8443' && echo "$$out" | grep -q -- '--log-api-cert-dir=/etc/simple-workflow/log-api' && \
+		echo "$$out" | grep -q '^kind: APIService$$' && echo "$$out" | grep -q 'name: v1alpha1.logs.simpleworkflow.dev' && \
+		echo "$$out" | grep -q '^  caBundle: [A-Za-z0-9+/=]\{100,\}$$' && echo "$$out" | grep -q 'name: extension-apiserver-authentication-reader' && \
+		echo "$$out" | grep -q '# The log API, which kube-apiserver calls.' && echo "$$out" | grep -q 'secretName: sw-simple-workflow-log-api-tls' || { \
+		echo "logAPI.enabled=true did not render the manager's flags, the APIService with its caBundle, the auth-reader binding, the NetworkPolicy port and the certificate"; exit 1; }
+	@if $(HELM) template sw charts/simple-workflow --set database.url=x | grep -q 'APIService\|log-api'; then \
+		echo "the log API is rendered although logAPI.enabled is false"; exit 1; fi
+	@$(HELM) template sw charts/simple-workflow --set database.url=x | grep -c 'logs.simpleworkflow.dev' | grep -qx 2 || { \
+		echo "the -view and -edit ClusterRoles do not grant get on workflowrunlogs"; exit 1; }
+	@for bad in logAPI.port=0 logAPI.service.port=70000 logAPI.servicePort=443 logAPI.certificateValidityDays=0; do \
+		if $(HELM) template sw charts/simple-workflow --set database.url=x --set logAPI.enabled=true --set "$$bad" >/dev/null 2>&1; then \
+			echo "values.schema.json accepted $$bad"; exit 1; fi; done
 	@$(HELM) template sw charts/simple-workflow --set database.url=x --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy | \
 		grep -q 'policyName: sw-simple-workflow-workflowrun-finalizer' || { \
 		echo "the chart did not render the finalizer policy for a cluster that serves MutatingAdmissionPolicy"; exit 1; }
