@@ -36,12 +36,11 @@ func NewCommand(streams IOStreams) *cobra.Command {
 		// kubectl runs kubectl-workflow for `kubectl workflow`; usage lines
 		// and hints read as the user typed them.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl workflow"},
-		Short:       "List, show, signal, approve, cancel, retry and watch WorkflowRuns",
+		Short:       "List, show, signal, approve, cancel, retry, watch WorkflowRuns and print their logs",
 		Long: `kubectl workflow works with simple-workflow's WorkflowRuns through the API
 server, with your kubeconfig: it needs get, list, watch and patch on
-workflowruns.workflow.simpleworkflow.dev in the namespace, nothing else.
-
-Run logs are not available yet: the inbox does not store them.`,
+workflowruns.workflow.simpleworkflow.dev in the namespace, and get on
+workflowrunlogs.logs.simpleworkflow.dev for logs, nothing else.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// A bare `kubectl workflow` prints the help, as kubectl does.
@@ -61,6 +60,7 @@ Run logs are not available yet: the inbox does not store them.`,
 		newCancelCommand(cfg, streams),
 		newRetryCommand(cfg, streams),
 		newWatchCommand(cfg, streams),
+		newLogsCommand(cfg, streams),
 	)
 	return root
 }
