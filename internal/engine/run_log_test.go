@@ -133,9 +133,15 @@ func TestRunLogsKeepTheNewestLinesWithinTheLimits(t *testing.T) {
 	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: y.Ref(), Lines: logLines("calm", 1, 20)})
 
 	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: h.Ref(), Lines: logLines("flood", 1, 3)})
-	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: h.Ref(), Lines: logLines("flood", 4, 4), Dropped: 10})
-	if got := b.messages(t, b.eng, hostile); strings.Join(got, ",") != "flood 3,flood 4,flood 5,flood 6,flood 7" {
+	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: h.Ref(), Lines: logLines("flood", 4, 3)})
+	if got := b.messages(t, b.eng, hostile); strings.Join(got, ",") != "flood 2,flood 3,flood 4,flood 5,flood 6" {
 		t.Fatalf("kept %q, want the newest five", got)
+	}
+	// The worker dropped lines after those kept: what was kept goes too,
+	// so the log keeps the newest lines without a gap.
+	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: h.Ref(), Lines: logLines("flood", 7, 1), Dropped: 10})
+	if got := b.messages(t, b.eng, hostile); strings.Join(got, ",") != "flood 7" {
+		t.Fatalf("after the worker dropped lines: kept %q, want flood 7 alone", got)
 	}
 	for i := range 4 {
 		b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: h.Ref(), Lines: logLines("x", i*engine.MaxLogLinesPerCall,
@@ -152,6 +158,10 @@ func TestRunLogsKeepTheNewestLinesWithinTheLimits(t *testing.T) {
 	if want := int64(7 + 10 + 4*engine.MaxLogLinesPerCall - 5); len(sum) != 1 || sum[0].Dropped != want || sum[0].Lines != 5 {
 		t.Fatalf("attempts %+v, want 5 lines kept and %d dropped", sum, want)
 	}
+	if lines, err := b.eng.RunLogs(b.ctx, hostile, 0, 0, 10); err != nil || len(lines) != 5 || lines[0].Seq != sum[0].FirstSeq ||
+		lines[4].Seq != sum[0].FirstSeq+4 {
+		t.Fatalf("the kept lines' numbers: %+v (%v), want %d to %d", lines, err, sum[0].FirstSeq, sum[0].FirstSeq+4)
+	}
 	if got := b.messages(t, b.eng, bystander); len(got) != 20 || got[0] != "calm 1" {
 		t.Fatalf("the bystander's log: %q", got)
 	}
@@ -159,6 +169,19 @@ func TestRunLogsKeepTheNewestLinesWithinTheLimits(t *testing.T) {
 	if got := b.messages(t, b.eng, bystander); len(got) != 50 || got[0] != "calm 11" {
 		t.Fatalf("the bystander's log, by its namespace's limit of 50: %d lines from %q", len(got), got[0])
 	}
+
+	// A call whose own older lines do not fit drops what was kept before
+	// it too: no older line outlives a newer one.
+	b.setLogLimits(t, 1000, 100)
+	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: y.Ref(), Lines: logLines("start", 0, 1)})
+	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: y.Ref(), Lines: []engine.LogLine{
+		{At: time.Now(), Level: engine.LogInfo, Message: strings.Repeat("B", 98)},
+		{At: time.Now(), Level: engine.LogInfo, Message: "end"},
+	}})
+	if got := b.messages(t, b.eng, bystander); strings.Join(got, ",") != "end" {
+		t.Fatalf("by 100 octets: kept %q, want end alone", got)
+	}
+	b.setLogLimits(t, 1000, 1<<20)
 
 	// By octets: 1 KiB keeps the newest lines that fit.
 	b.setLogLimits(t, 1000, 1024)
@@ -169,8 +192,8 @@ func TestRunLogsKeepTheNewestLinesWithinTheLimits(t *testing.T) {
 		{At: time.Now(), Level: engine.LogError, Message: "c" + big},
 	}})
 	got = b.messages(t, b.eng, hostile)
-	if len(got) != 7 || got[5][0] != 'b' || got[6][0] != 'c' {
-		t.Fatalf("by octets: kept %d lines, want the five before, b and c (a does not fit)", len(got))
+	if len(got) != 2 || got[0][0] != 'b' || got[1][0] != 'c' {
+		t.Fatalf("by octets: kept %d lines, want b and c (a does not fit, and what came before it goes)", len(got))
 	}
 	b.appendLogs(t, "w", engine.AttemptLog{LeaseRef: h.Ref(), Lines: []engine.LogLine{
 		{At: time.Now(), Level: engine.LogWarn, Message: "d" + big},
@@ -209,9 +232,14 @@ func TestRunLogsRefuseMalformedCalls(t *testing.T) {
 		"level":     {LeaseRef: c.Ref(), Lines: []engine.LogLine{{At: time.Now(), Level: "fatal", Message: "x"}}},
 		"too many":  {LeaseRef: c.Ref(), Lines: logLines("n", 0, engine.MaxLogLinesPerCall+1)},
 		"negative":  {LeaseRef: c.Ref(), Lines: logLines("n", 0, 1), Dropped: -1},
+		"twice":     {LeaseRef: c.Ref(), Lines: logLines("n", 0, 1)},
 		"bad utf-8": {LeaseRef: c.Ref(), Lines: []engine.LogLine{{At: time.Now(), Level: engine.LogInfo, Message: "\xff\xfe"}}},
 	} {
-		if _, err := b.eng.AppendRunLogs(b.ctx, "w", []engine.AttemptLog{l}); err == nil {
+		logs := []engine.AttemptLog{l}
+		if name == "twice" {
+			logs = append(logs, l)
+		}
+		if _, err := b.eng.AppendRunLogs(b.ctx, "w", logs); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -293,5 +321,67 @@ func TestRunLogsStayInTheirNamespaceAndLeaveWithTheRun(t *testing.T) {
 	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_run_log where run_id = $1`,
 		bystander).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("retention left %d lines of a deleted run (%v)", left, err)
+	}
+}
+
+// A delete of a run and its worker's last lines, at once: the lines wait
+// for the delete and are refused; none outlives the run.
+func TestRunLogsDoNotOutliveADeleteOfTheirRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.create(t, engine.CreateParams{Type: "gone.v1"})
+	c := b.claim(t, "w", []string{"gone."}, 1)[0]
+	if _, err := b.eng.CompleteRuns(b.ctx, "w", []engine.Completion{{LeaseRef: c.Ref()}}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, "delete from workflow.workflow_run where id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		lost []string
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		lost, err := b.eng.AppendRunLogs(b.ctx, "w", []engine.AttemptLog{{LeaseRef: c.Ref(), Lines: logLines("last", 1, 2)}})
+		done <- answer{lost, err}
+	}()
+	// The append waits for the delete's lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := b.pool.QueryRow(b.ctx, `select count(*) from pg_stat_activity
+			where wait_event_type = 'Lock' and query like '%append_run_logs%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case a := <-done:
+			t.Fatalf("the append did not wait for the delete: %v %v", a.lost, a.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the append never waited for the delete")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || len(a.lost) != 1 {
+		t.Fatalf("the append after the delete: lost %v, %v; want the run refused", a.lost, a.err)
+	}
+	var left int
+	if err := b.pool.QueryRow(b.ctx, `select (select count(*) from workflow.workflow_run_log where run_id = $1)
+		+ (select count(*) from workflow.workflow_run_log_attempt where run_id = $1)`, id).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d log rows outlive their run (%v)", left, err)
 	}
 }

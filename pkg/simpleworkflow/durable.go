@@ -235,9 +235,9 @@ func (t *Task) wait(ctx context.Context, step string, kind engine.StepKind, sign
 
 // park asks the database to resolve or park a wait.
 func (t *Task) park(ctx context.Context, r *replay, p engine.ParkParams) (engine.JournalEntry, error) {
-	if r.sendLogs != nil {
+	if r.active != nil {
 		// A wait that parks ends the lease: what was logged goes first.
-		r.sendLogs(ctx)
+		r.s.sendLogs(ctx, []*activeRun{r.active})
 	}
 	res, err := r.s.eng.ParkRun(ctx, p)
 	if err != nil {

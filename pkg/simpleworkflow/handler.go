@@ -34,9 +34,8 @@ type Task struct {
 	TraceParent string
 
 	replay *replay
-	// newLogger makes the attempt's logger, on the first call of Logger
+	// logger is the attempt's logger, made on the first call of Logger
 	// (most handlers never call it).
-	newLogger  func() *slog.Logger
 	loggerOnce sync.Once
 	logger     *slog.Logger
 	// decodeErr is set when the run's journal could not be decoded: the
@@ -54,8 +53,8 @@ type Task struct {
 // goes to the worker's own logger, with the run's id, type and attempt.
 func (t *Task) Logger() *slog.Logger {
 	t.loggerOnce.Do(func() {
-		if t.newLogger != nil {
-			t.logger = t.newLogger()
+		if r := t.replay; r != nil && r.active != nil {
+			t.logger = r.s.newRunLogger(&r.active.log, t.ID, t.Type, t.Attempt, r.replaying)
 		} else {
 			t.logger = slog.Default()
 		}

@@ -106,7 +106,7 @@ type activeRun struct {
 	// completion may hand the next run to this worker.
 	parent bool
 	// log holds what the handler logged until it is sent.
-	log *runLog
+	log runLog
 }
 
 // session is the state of one Run call. It owns the handler slots: a run
@@ -256,7 +256,7 @@ func (s *session) run(ctx context.Context) error {
 func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	hctx, span := s.startAttemptSpan(context.WithoutCancel(ctx), c)
 	hctx, cancel := context.WithCancelCause(hctx)
-	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span, parent: c.ParentID != "", log: &runLog{}}
+	a := &activeRun{ref: c.Ref(), typ: c.Type, cancel: cancel, span: span, parent: c.ParentID != ""}
 	s.mu.Lock()
 	if old := s.active[c.ID]; old != nil {
 		// This worker claimed the run again after an earlier attempt of its
@@ -272,8 +272,7 @@ func (s *session) start(ctx context.Context, c engine.ClaimedRun) {
 	task := &Task{ID: c.ID, Type: c.Type, Payload: c.Payload, Attempt: c.Attempt,
 		MaxAttempts: c.MaxAttempts, WorkerID: s.cfg.WorkerID, DeadlineAt: c.DeadlineAt, TraceParent: c.TraceParent}
 	task.replay = newReplay(s, a.ref, cancel, span, c.Journal)
-	task.replay.sendLogs = func(ctx context.Context) { s.sendLogs(ctx, []*activeRun{a}) }
-	task.newLogger = func() *slog.Logger { return s.newRunLogger(a.log, c, task.replay.replaying) }
+	task.replay.active = a
 	task.decodeErr = c.DecodeError
 	if len(c.Journal) > 0 {
 		s.log.Info("Run resumed", "run_id", c.ID, "type", c.Type, "attempt", c.Attempt, "journal", len(c.Journal))

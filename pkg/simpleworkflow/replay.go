@@ -21,9 +21,9 @@ type replay struct {
 	cancel context.CancelCauseFunc
 	// span is the attempt's span: the parent of step and wait spans.
 	span trace.Span
-	// sendLogs sends what the handler logged so far (before a wait ends
-	// the lease); nil in tests that make a replay alone.
-	sendLogs func(ctx context.Context)
+	// active is the attempt's slot, whose log a wait sends before it
+	// ends the lease (nil in tests that make a replay alone).
+	active *activeRun
 
 	mu     sync.Mutex
 	byPos  map[int]engine.JournalEntry

@@ -1,13 +1,14 @@
 package simpleworkflow
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -30,6 +31,9 @@ type runLog struct {
 	lines   []engine.LogLine
 	bytes   int
 	dropped int64
+	// inflight counts the sends under way with lines (or a count) taken
+	// from here: until they answer, what they carry is still pending.
+	inflight int
 	// closed is set once the lease is gone: lines are no longer kept.
 	closed bool
 }
@@ -55,8 +59,9 @@ func (l *runLog) add(at time.Time, level engine.LogLevel, msg string) {
 	}
 }
 
-// take returns and forgets what is held: at most max lines, the oldest
-// first, and the count dropped so far (once).
+// take returns and forgets what is held, at most max lines, the oldest
+// first, and the count dropped so far (once), for a send: settle must
+// follow once the send answered.
 func (l *runLog) take(maxLines int) ([]engine.LogLine, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -68,11 +73,31 @@ func (l *runLog) take(maxLines int) ([]engine.LogLine, int64) {
 	}
 	dropped := l.dropped
 	l.dropped = 0
+	l.inflight++
 	return lines, dropped
 }
 
-// pending reports whether there is anything to send.
+// settle ends a send of what take returned: when it failed, those lines
+// count as dropped (the next send says so).
+func (l *runLog) settle(failed bool, lines int, dropped int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight--
+	if failed && !l.closed {
+		l.dropped += int64(lines) + dropped
+	}
+}
+
+// pending reports whether there is anything to send, or a send under way
+// that carries some.
 func (l *runLog) pending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines) > 0 || l.dropped > 0 || l.inflight > 0
+}
+
+// waiting reports whether there is anything to send.
+func (l *runLog) waiting() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.lines) > 0 || l.dropped > 0
@@ -119,9 +144,9 @@ func levelOf(l slog.Level) engine.LogLevel {
 
 // runLogHandler is the slog.Handler of a handler's Task.Logger: each record
 // at or above the poller's RunLogLevel goes to the run's log (its message,
-// then its attributes as key=value), unless the handler is replaying its
-// journal, and every record to the worker's own handler too, with the
-// run's id, type and attempt.
+// then its attributes as key=value, groups as dotted keys), unless the
+// handler is replaying its journal, and every record to the worker's own
+// handler too, with the run's id, type and attempt.
 type runLogHandler struct {
 	log   *runLog
 	level slog.Leveler
@@ -129,8 +154,10 @@ type runLogHandler struct {
 	// recorded: what it logs then was kept the first time.
 	replaying func() bool
 	next      slog.Handler
-	// ops are the WithAttrs and WithGroup calls made, in order.
-	ops []func(slog.Handler) slog.Handler
+	// prefix is the open groups' path ("a.b."); bound the attributes
+	// given to WithAttrs, formatted.
+	prefix string
+	bound  []byte
 }
 
 func (h *runLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -139,29 +166,16 @@ func (h *runLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (h *runLogHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level >= h.level.Level() && !h.replaying() {
-		var buf bytes.Buffer
-		var text slog.Handler = slog.NewTextHandler(&buf, &slog.HandlerOptions{
-			Level: slog.LevelDebug,
-			ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-				if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == slog.LevelKey || a.Key == slog.MessageKey) {
-					return slog.Attr{}
-				}
-				return a
-			},
+		buf := append([]byte(r.Message), h.bound...)
+		r.Attrs(func(a slog.Attr) bool {
+			buf = appendAttr(buf, h.prefix, a)
+			return true
 		})
-		for _, op := range h.ops {
-			text = op(text)
-		}
-		_ = text.Handle(ctx, r)
-		msg := r.Message
-		if attrs := strings.TrimSpace(buf.String()); attrs != "" {
-			msg += " " + attrs
-		}
 		at := r.Time
 		if at.IsZero() {
 			at = time.Now()
 		}
-		h.log.add(at, levelOf(r.Level), msg)
+		h.log.add(at, levelOf(r.Level), string(buf))
 	}
 	if h.next.Enabled(ctx, r.Level) {
 		return h.next.Handle(ctx, r)
@@ -170,21 +184,75 @@ func (h *runLogHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h *runLogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return h.with(func(t slog.Handler) slog.Handler { return t.WithAttrs(attrs) }, h.next.WithAttrs(attrs))
+	c := *h
+	c.bound = append([]byte(nil), h.bound...)
+	for _, a := range attrs {
+		c.bound = appendAttr(c.bound, h.prefix, a)
+	}
+	c.next = h.next.WithAttrs(attrs)
+	return &c
 }
 
 func (h *runLogHandler) WithGroup(name string) slog.Handler {
-	return h.with(func(t slog.Handler) slog.Handler { return t.WithGroup(name) }, h.next.WithGroup(name))
+	if name == "" {
+		return h
+	}
+	c := *h
+	c.prefix = h.prefix + name + "."
+	c.next = h.next.WithGroup(name)
+	return &c
 }
 
-func (h *runLogHandler) with(op func(slog.Handler) slog.Handler, next slog.Handler) slog.Handler {
-	ops := append(append([]func(slog.Handler) slog.Handler(nil), h.ops...), op)
-	return &runLogHandler{log: h.log, level: h.level, replaying: h.replaying, next: next, ops: ops}
+// appendAttr appends " key=value" for an attribute (each of a group's,
+// its key a prefix); empty attributes and groups add nothing.
+func appendAttr(buf []byte, prefix string, a slog.Attr) []byte {
+	a.Value = a.Value.Resolve()
+	if a.Equal(slog.Attr{}) {
+		return buf
+	}
+	if a.Value.Kind() == slog.KindGroup {
+		p := prefix
+		if a.Key != "" {
+			p += a.Key + "."
+		}
+		for _, g := range a.Value.Group() {
+			buf = appendAttr(buf, p, g)
+		}
+		return buf
+	}
+	buf = append(buf, ' ')
+	buf = appendText(buf, prefix+a.Key)
+	buf = append(buf, '=')
+	var v string
+	switch a.Value.Kind() {
+	case slog.KindTime:
+		v = a.Value.Time().Format(time.RFC3339Nano)
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			v = err.Error()
+		} else {
+			v = fmt.Sprint(a.Value.Any())
+		}
+	default:
+		v = a.Value.String()
+	}
+	return appendText(buf, v)
+}
+
+// appendText appends s, quoted when it is empty or holds a space, '=', a
+// quote or anything unprintable.
+func appendText(buf []byte, s string) []byte {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return r == ' ' || r == '=' || r == '"' || !unicode.IsPrint(r)
+	}) {
+		return append(buf, s...)
+	}
+	return strconv.AppendQuote(buf, s)
 }
 
 // newRunLogger returns the logger a handler gets for one attempt.
-func (s *session) newRunLogger(l *runLog, c engine.ClaimedRun, replaying func() bool) *slog.Logger {
-	next := s.log.With("run_id", c.ID, "type", c.Type, "attempt", c.Attempt).Handler()
+func (s *session) newRunLogger(l *runLog, id, typ string, attempt int, replaying func() bool) *slog.Logger {
+	next := s.log.With("run_id", id, "type", typ, "attempt", attempt).Handler()
 	return slog.New(&runLogHandler{log: l, level: s.cfg.RunLogLevel, replaying: replaying, next: next})
 }
 
@@ -211,50 +279,66 @@ func (s *session) logLoop(ctx context.Context) {
 }
 
 // sendLogs sends what the runs' handlers logged, in calls within the
-// database's bounds. A run whose lease is gone keeps nothing more.
+// database's bounds, at most maxBufferedLogLines of each run a call of
+// sendLogs (a handler that logs faster than they are sent holds up no
+// other run). Sends are one at a time: one called for runs with a send
+// under way waits for it, so an outcome written after sendLogs comes after
+// every line its handler logged. A run whose lease is gone keeps nothing
+// more.
 func (s *session) sendLogs(ctx context.Context, runs []*activeRun) {
-	due := 0
+	due := false
 	for _, a := range runs {
 		if a.log.pending() {
-			due++
+			due = true
+			break
 		}
 	}
-	if due == 0 {
+	if !due {
 		return // most runs log nothing: no call, no wait
 	}
 	s.logSend.Lock()
 	defer s.logSend.Unlock()
+	type taken struct {
+		run     *activeRun
+		lines   int
+		dropped int64
+	}
 	var batch []engine.AttemptLog
-	var owners []*activeRun
+	var owners []taken
 	lines := 0
 	send := func() {
 		if len(batch) == 0 {
 			return
 		}
 		lost, err := s.eng.AppendRunLogs(ctx, s.cfg.WorkerID, batch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("Sending run logs failed; their lines are dropped", "error", err, "runs", len(batch))
-			}
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("Sending run logs failed; their lines count as dropped", "error", err, "runs", len(batch))
 		}
+		gone := make(map[string]bool, len(lost))
 		for _, id := range lost {
-			for _, a := range owners {
-				if a.ref.ID == id {
-					a.log.close()
-				}
+			gone[id] = true
+		}
+		for _, o := range owners {
+			o.run.log.settle(err != nil, o.lines, o.dropped)
+			if gone[o.run.ref.ID] {
+				o.run.log.close()
 			}
 		}
 		batch, owners, lines = batch[:0], owners[:0], 0
 	}
 	for _, a := range runs {
-		for a.log.pending() {
-			if len(batch) == engine.MaxLogAttemptsPerCall || lines == engine.MaxLogLinesPerCall {
+		budget := maxBufferedLogLines
+		for first := true; budget > 0 && a.log.waiting(); first = false {
+			// A call holds each run once: more of the same run goes in
+			// the next call.
+			if !first || len(batch) == engine.MaxLogAttemptsPerCall || lines == engine.MaxLogLinesPerCall {
 				send()
 			}
-			taken, dropped := a.log.take(engine.MaxLogLinesPerCall - lines)
-			batch = append(batch, engine.AttemptLog{LeaseRef: a.ref, Lines: taken, Dropped: dropped})
-			owners = append(owners, a)
-			lines += len(taken)
+			got, dropped := a.log.take(min(budget, engine.MaxLogLinesPerCall-lines))
+			batch = append(batch, engine.AttemptLog{LeaseRef: a.ref, Lines: got, Dropped: dropped})
+			owners = append(owners, taken{run: a, lines: len(got), dropped: dropped})
+			lines += len(got)
+			budget -= max(len(got), 1)
 		}
 	}
 	send()

@@ -29,6 +29,8 @@ type AttemptLog struct {
 	// Dropped counts the attempt's oldest lines that were not kept (past
 	// the database owner's limits, or the worker's buffer).
 	Dropped int64
+	// FirstSeq is the number of the first line kept.
+	FirstSeq int64
 }
 
 // Logs returns up to limit lines (1 to 10,000) of a run's log after the
@@ -56,7 +58,7 @@ func (c *Client) LogAttempts(ctx context.Context, runID string) ([]AttemptLog, e
 	}
 	out := make([]AttemptLog, len(sums))
 	for i, s := range sums {
-		out[i] = AttemptLog{Attempt: s.Attempt, Lines: s.Lines, Bytes: s.Bytes, Dropped: s.Dropped}
+		out[i] = AttemptLog{Attempt: s.Attempt, Lines: s.Lines, Bytes: s.Bytes, Dropped: s.Dropped, FirstSeq: s.FirstSeq}
 	}
 	return out, nil
 }

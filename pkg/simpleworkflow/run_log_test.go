@@ -185,3 +185,87 @@ func TestHostileHandlerLogsHarmNoOtherRun(t *testing.T) {
 		t.Fatalf("attempts %+v, %v; want %d lines dropped", atts, err, flood+3-100)
 	}
 }
+
+// Attributes keep their keys whatever they are, "level", "msg" and "time"
+// included, values with spaces quoted.
+func TestRunLogKeepsEveryAttribute(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"attrs."}, PollInterval: 50 * time.Millisecond},
+		map[string]simpleworkflow.HandlerFunc{
+			"attrs.job.v1": func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+				task.Logger().Info("x", "level", "high", "msg", "m", "time", 3, "note", "two words",
+					slog.Group("g", "k", ""), "err", errTest)
+				return nil, nil
+			},
+		})
+	r, err := b.client.Create(b.ctx, "attrs.job.v1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, r.ID, simpleworkflow.StatusSucceeded, 30*time.Second)
+	want := `1 info x level=high msg=m time=3 note="two words" g.k="" err="planned failure"`
+	if got := b.logMessages(t, r.ID); len(got) != 1 || got[0] != want {
+		t.Fatalf("log %q, want %q", got, want)
+	}
+}
+
+// The last lines a handler logs before it fails are kept even while a
+// send of its earlier lines is under way: the failure (which puts the run
+// back in the queue, ending the attempt's hold) is written after them.
+func TestLastLinesBeforeAFailureAreKeptWhileASendIsUnderWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logged, goOn := make(chan struct{}), make(chan struct{})
+	b.startPoller(t, simpleworkflow.PollerConfig{TypePrefixes: []string{"inflight."}, PollInterval: 50 * time.Millisecond,
+		LogFlushInterval: 50 * time.Millisecond},
+		map[string]simpleworkflow.HandlerFunc{
+			"inflight.job.v1": func(ctx context.Context, task *simpleworkflow.Task) (json.RawMessage, error) {
+				if task.Attempt > 1 {
+					return nil, nil
+				}
+				task.Logger().Info("first")
+				<-logged
+				task.Logger().Error("last words")
+				<-goOn
+				return nil, errTest
+			},
+		})
+	r, err := b.client.Create(b.ctx, "inflight.job.v1", nil, &simpleworkflow.CreateOptions{
+		MaxAttempts: 2, RetryPolicy: &simpleworkflow.RetryPolicy{BaseDelay: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the first line to be kept", func() (bool, error) {
+		lines, err := b.client.Logs(b.ctx, r.ID, 0, 0, 10)
+		return len(lines) == 1, err
+	})
+	// Hold the attempt's log row: the next send waits for it.
+	tx, err := b.client.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, "select 1 from workflow.workflow_run_log_attempt where run_id = $1 for update", r.ID); err != nil {
+		t.Fatal(err)
+	}
+	close(logged)
+	waitFor(t, 30*time.Second, "a send of the last words to wait for the row", func() (bool, error) {
+		var n int
+		err := b.client.Pool().QueryRow(b.ctx, `select count(*) from pg_stat_activity
+			where wait_event_type = 'Lock' and query like '%append_run_logs%'`).Scan(&n)
+		return n > 0, err
+	})
+	close(goOn) // the handler fails while that send waits
+	time.Sleep(300 * time.Millisecond)
+	if run, err := b.client.Get(b.ctx, r.ID); err != nil || run.Status != simpleworkflow.StatusLeased {
+		t.Fatalf("the failure was written before the send under way answered: %v %v", run.Status, err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, r.ID, simpleworkflow.StatusPending, 30*time.Second)
+	if got := b.logMessages(t, r.ID); strings.Join(got, ",") != "1 info first,1 error last words" {
+		t.Fatalf("log %q, want both lines of attempt 1", got)
+	}
+}

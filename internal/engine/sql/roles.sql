@@ -111,8 +111,7 @@ grant execute on function
 to workflow_worker;
 grant select on workflow.workflow_registry to workflow_worker;
 -- Everyone reads the owner's limits (only the owner writes them).
-grant select on workflow.workflow_settings, workflow.workflow_namespace_settings
-    to workflow_worker, workflow_producer, workflow_reader;
+grant select on workflow.workflow_settings to workflow_worker, workflow_producer, workflow_reader;
 
 -- Producers: the columns a producer may set when it records a run (every
 -- other column keeps its default: a run starts pending, unleased, without a

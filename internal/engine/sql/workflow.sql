@@ -935,7 +935,8 @@ comment on table workflow.workflow_run_log_attempt is
     'Per attempt of a run that logged: the lines and octets kept, and how many lines were dropped.';
 
 -- Limits the owner sets for one namespace, over workflow_settings' (null:
--- the setting's). Readable by every role, writable by the owner alone.
+-- the setting's). The owner's alone: other logins would learn the names
+-- of other namespaces from it.
 create table if not exists workflow.workflow_namespace_settings (
     namespace text not null,
     max_log_lines integer,
@@ -3654,26 +3655,35 @@ return case when octet_length(p_message) <= 8192 then p_message
             else left(p_message, 2000) || format(' [cut: %s bytes]', octet_length(p_message)) end;
 
 -- append_run_logs keeps the log lines of attempts a worker holds or held
--- last (checked by worker id and token, as complete_runs does, the run
--- leased or ended by that attempt: a cancelled run's handler may say what
--- it did; and, for a worker login, of the namespaces it works for): p_ids, p_tokens and
--- p_dropped (lines the worker dropped before sending, counted) per
--- attempt; then per line its run (one of p_ids), time, level (debug, info,
--- warn, error) and message, oldest first. An attempt keeps at most its
--- namespace's limits (log_limits): the newest lines, the others dropped
--- and counted; a message over 8 KiB is cut (log_message_cut). Returns,
--- per attempt, whether it was taken (the lines of one that was not, its
--- run back in the queue or another attempt's, are dropped, not counted). At most 1,000 attempts and 10,000 lines a call.
--- Locks: the attempts' rows of workflow_run_log_attempt.
+-- last: checked by worker id and token as complete_runs does, the run
+-- leased or ended by that attempt (a cancelled run's handler may say what
+-- it did), and for a worker login of the namespaces it works for. p_ids
+-- (each once), p_tokens and p_dropped (lines the worker dropped before
+-- sending, counted) are per attempt; then per line its run (one of p_ids),
+-- time, level (debug, info, warn, error) and message, oldest first. An
+-- attempt keeps at most its namespace's limits (log_limits): the newest
+-- lines, the older ones dropped and counted, so that what is kept is
+-- always the newest lines without a gap (a call that drops lines of its
+-- own, or says the worker dropped some, drops what was kept before it
+-- too); a message over 8 KiB is cut (log_message_cut). Returns, per
+-- attempt, whether it was taken (the lines of one that was not, its run
+-- back in the queue or another attempt's, are dropped, not counted). At
+-- most 1,000 attempts and 10,000 lines a call.
+-- Locks: the runs taken, FOR KEY SHARE (a delete of the run waits, so no
+-- line outlives it; claims and completions do not), in id order; then
+-- their attempts' rows of workflow_run_log_attempt.
 create or replace function workflow.append_run_logs(
     p_worker_id text, p_ids uuid[], p_tokens bigint[], p_dropped bigint[],
     p_line_runs uuid[], p_line_ats timestamptz[], p_line_levels text[], p_line_messages text[]
 ) returns table (id uuid, kept boolean)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set jit = off as $$
 #variable_conflict use_column
 declare
     v_lines integer := coalesce(cardinality(p_line_runs), 0);
-    v_held uuid[];
+    v_ids uuid[];
+    v_attempts integer[];
+    v_max_lines integer[];
+    v_max_bytes integer[];
 begin
     if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_tokens), 0)
        or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_dropped), 0)
@@ -3687,6 +3697,10 @@ begin
         raise exception 'append_run_logs: at most 1000 attempts and 10000 lines a call, got % and %',
             cardinality(p_ids), v_lines using errcode = '54000';
     end if;
+    if exists (select 1 from unnest(p_ids) t(id) where t.id is null group by t.id)
+       or exists (select 1 from unnest(p_ids) t(id) group by t.id having count(*) > 1) then
+        raise exception 'append_run_logs: each attempt once, by its run''s id' using errcode = '22023';
+    end if;
     if exists (select 1 from unnest(p_line_runs, p_line_levels, p_line_messages) l(run_id, level, message)
                where l.run_id is null or not (l.run_id = any (p_ids)) or l.message is null
                   or l.level is null or l.level not in ('debug', 'info', 'warn', 'error')) then
@@ -3697,42 +3711,52 @@ begin
         raise exception 'append_run_logs: p_dropped counts lines: zero or more' using errcode = '22023';
     end if;
 
-    -- The attempts held, their limits; each attempt's row locked (made
-    -- when missing), in id order.
-    select array_agg(h.id order by h.id) into v_held
-    from (select distinct r.id
+    -- The attempts taken, with their limits, locked against a delete of
+    -- their run.
+    select array_agg(h.id order by h.id), array_agg(h.attempt order by h.id),
+           array_agg(h.max_lines order by h.id), array_agg(h.max_bytes order by h.id)
+    into v_ids, v_attempts, v_max_lines, v_max_bytes
+    from (select r.id, r.attempt, lim.max_lines, lim.max_bytes
           from unnest(p_ids, p_tokens) t(id, token)
           join workflow.workflow_run r on r.id = t.id
+          cross join lateral workflow.log_limits(r.namespace) lim
           where r.id = any (p_ids)
             and r.leased_by = p_worker_id and r.lease_token = workflow.lease_fence(t.token)
             and r.status in ('leased', 'succeeded', 'failed', 'cancelled')
             and ((select workflow.session_is_owner())
-                 or r.type_namespace = any ((select workflow.caller_namespaces('worker'))::text[]))) h;
+                 or r.type_namespace = any ((select workflow.caller_namespaces('worker'))::text[]))
+          order by r.id
+          for key share of r) h;
 
     with held as (
-        select r.id, r.attempt, lim.max_lines, lim.max_bytes,
-               (select sum(t.dropped) from unnest(p_ids, p_dropped) t(id, dropped) where t.id = r.id) as dropped
-        from workflow.workflow_run r
-        cross join lateral workflow.log_limits(r.namespace) lim
-        where r.id = any (v_held)
-    ), lines as (
+        select h.id, h.attempt, h.max_lines, h.max_bytes, t.dropped
+        from unnest(v_ids, v_attempts, v_max_lines, v_max_bytes) h(id, attempt, max_lines, max_bytes)
+        join unnest(p_ids, p_dropped) t(id, dropped) on t.id = h.id
+    ), judged as (
         -- Newest first per run: what the limits keep of this call.
-        select l.run_id, l.ord, coalesce(l.at, clock_timestamp()) as at, l.level, l.message,
-               row_number() over w as rn, sum(octet_length(l.message)) over w as cum
-        from (select x.run_id, x.ord, x.at, x.level, workflow.log_message_cut(x.message) as message
+        select l.run_id, l.ord, l.at, l.level, l.message, h.attempt,
+               (row_number() over w <= h.max_lines and sum(octet_length(l.message)) over w <= h.max_bytes) as fits
+        from (select x.run_id, x.ord, coalesce(x.at, clock_timestamp()) as at, x.level,
+                     workflow.log_message_cut(x.message) as message
               from unnest(p_line_runs, p_line_ats, p_line_levels, p_line_messages)
-                   with ordinality x(run_id, at, level, message, ord)
-              where x.run_id = any (v_held)) l
+                   with ordinality x(run_id, at, level, message, ord)) l
+        join held h on h.id = l.run_id
         window w as (partition by l.run_id order by l.ord desc)
-    ), fits as (
-        select l.*, h.attempt from lines l join held h on h.id = l.run_id
-        where l.rn <= h.max_lines and l.cum <= h.max_bytes
     ), counted as (
         select h.id, h.attempt, h.dropped,
-               (select count(*) from lines l where l.run_id = h.id) as sent,
-               (select count(*) from fits f where f.run_id = h.id) as n,
-               (select coalesce(sum(octet_length(f.message)), 0) from fits f where f.run_id = h.id) as b
+               count(j.run_id) as sent,
+               count(j.run_id) filter (where j.fits) as n,
+               coalesce(sum(octet_length(j.message)) filter (where j.fits), 0) as b,
+               -- Lines dropped after those kept before: those go too.
+               (count(j.run_id) filter (where not j.fits) > 0 or h.dropped > 0) as cut
         from held h
+        left join judged j on j.run_id = h.id
+        group by h.id, h.attempt, h.dropped
+    ), wiped as (
+        delete from workflow.workflow_run_log g
+        using counted c
+        where g.run_id = any (v_ids) and g.run_id = c.id and g.attempt = c.attempt and c.cut
+        returning g.run_id
     ), allot as (
         insert into workflow.workflow_run_log_attempt as a (run_id, attempt, lines, bytes, next_seq, dropped)
         select c.id, c.attempt, c.n, c.b, c.n + 1, c.dropped + (c.sent - c.n)
@@ -3740,37 +3764,39 @@ begin
         where c.sent > 0 or c.dropped > 0
         order by c.id
         on conflict (run_id, attempt) do update
-        set lines = a.lines + excluded.lines, bytes = a.bytes + excluded.bytes,
-            next_seq = a.next_seq + excluded.lines, dropped = a.dropped + excluded.dropped
+        set lines    = case when excluded.dropped > 0 then excluded.lines else a.lines + excluded.lines end,
+            bytes    = case when excluded.dropped > 0 then excluded.bytes else a.bytes + excluded.bytes end,
+            next_seq = a.next_seq + excluded.lines,
+            dropped  = a.dropped + excluded.dropped + case when excluded.dropped > 0 then a.lines else 0 end
         returning a.run_id, a.next_seq
     )
     insert into workflow.workflow_run_log (run_id, attempt, seq, logged_at, level, message)
-    select f.run_id, f.attempt,
-           x.next_seq - (select c.n from counted c where c.id = f.run_id)
-               + row_number() over (partition by f.run_id order by f.ord) - 1,
-           f.at, f.level, f.message
-    from fits f join allot x on x.run_id = f.run_id;
+    select j.run_id, j.attempt,
+           x.next_seq - c.n + row_number() over (partition by j.run_id order by j.ord) - 1,
+           j.at, j.level, j.message
+    from judged j
+    join counted c on c.id = j.run_id
+    join allot x on x.run_id = j.run_id
+    where j.fits and (select count(*) from wiped) >= 0;
 
-    -- Attempts over their limits lose their oldest lines, counted.
+    -- Attempts over their limits with what they kept before lose their
+    -- oldest lines, counted.
     with over as (
-        select a.run_id, a.attempt, lim.max_lines, lim.max_bytes
-        from workflow.workflow_run_log_attempt a
-        join workflow.workflow_run r on r.id = a.run_id and r.attempt = a.attempt
-        cross join lateral workflow.log_limits(r.namespace) lim
-        where a.run_id = any (v_held) and r.id = any (v_held)
-          and (a.lines > lim.max_lines or a.bytes > lim.max_bytes)
+        select a.run_id, a.attempt, h.max_lines, h.max_bytes
+        from unnest(v_ids, v_attempts, v_max_lines, v_max_bytes) h(id, attempt, max_lines, max_bytes)
+        join workflow.workflow_run_log_attempt a on a.run_id = h.id and a.attempt = h.attempt
+        where a.lines > h.max_lines or a.bytes > h.max_bytes
     ), ranked as (
-        select g.run_id, g.attempt, g.seq, o.max_lines, o.max_bytes,
-               row_number() over w as rn, sum(octet_length(g.message)) over w as cum
+        select g.run_id, g.attempt, g.seq,
+               (row_number() over w > o.max_lines or sum(octet_length(g.message)) over w > o.max_bytes) as goes
         from workflow.workflow_run_log g
         join over o on o.run_id = g.run_id and o.attempt = g.attempt
-        where g.run_id = any (v_held)
+        where g.run_id = any (v_ids)
         window w as (partition by g.run_id, g.attempt order by g.seq desc)
     ), gone as (
         delete from workflow.workflow_run_log g
         using ranked k
-        where g.run_id = any (v_held) and g.run_id = k.run_id and g.attempt = k.attempt and g.seq = k.seq
-          and (k.rn > k.max_lines or k.cum > k.max_bytes)
+        where g.run_id = any (v_ids) and g.run_id = k.run_id and g.attempt = k.attempt and g.seq = k.seq and k.goes
         returning g.run_id, g.attempt, octet_length(g.message) as b
     )
     update workflow.workflow_run_log_attempt a
@@ -3779,7 +3805,7 @@ begin
     where a.run_id = x.run_id and a.attempt = x.attempt;
 
     return query
-    select t.id, coalesce(t.id = any (v_held), false) from unnest(p_ids) t(id);
+    select t.id, coalesce(t.id = any (v_ids), false) from unnest(p_ids) t(id);
 end $$;
 comment on function workflow.append_run_logs(text, uuid[], bigint[], bigint[], uuid[], timestamptz[], text[], text[]) is
     'Keeps log lines of attempts a worker holds, within the owner''s limits per attempt. Returns (id, kept) per attempt.';
