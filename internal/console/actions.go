@@ -82,7 +82,16 @@ func (s *Server) checkForm(w http.ResponseWriter, r *http.Request) error {
 	}
 	a := accessOf(r.Context())
 	if a.byHeader {
-		return nil // no other site's page sends an Authorization header
+		// A script's request: no browser sends this header for another
+		// site's page, unless a proxy in front adds it to every request;
+		// a browser's request from another site is refused all the same.
+		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+			return errActionRefused{"The form was sent from another site."}
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(r) {
+			return errActionRefused{"The form was sent from another site."}
+		}
+		return nil
 	}
 	got := r.PostForm.Get("csrf")
 	if !sameOrigin(r) || a.csrf == "" || !hmac.Equal([]byte(got), []byte(a.csrf)) {
@@ -103,14 +112,22 @@ func (s *Server) mayAct(ctx context.Context, a access, ns string) (bool, error) 
 // verified for the token.
 func by(a access) string { return "console: " + a.who.Name }
 
-// actionDone are the notices a run's page shows after an action (its
+// actionDone is the notice a run's page shows after an action (its
 // ?done= value); nothing else from the query string is shown.
-var actionDone = map[string]string{
-	"cancelled":       "Cancelled.",
-	"not-cancelled":   "Nothing to cancel: the run had already finished.",
-	"retried":         "Retried: the run is pending again.",
-	"signalled":       "Signal sent.",
-	"signal-repeated": "That signal was sent before (same idempotency key): nothing new was sent.",
+func actionDone(done string) string {
+	switch done {
+	case "cancelled":
+		return "Cancelled."
+	case "not-cancelled":
+		return "Nothing to cancel: the run had already finished."
+	case "retried":
+		return "Retried: the run is pending again."
+	case "signalled":
+		return "Signal sent."
+	case "signal-repeated":
+		return "That signal was sent before (same idempotency key): nothing new was sent."
+	}
+	return ""
 }
 
 // serveRunAction makes one action on one run: cancel, retry or signal.
@@ -193,6 +210,11 @@ func (s *Server) act(ctx context.Context, eng *engine.Engine, a access, run engi
 		}
 		return "cancelled", 0, "", nil
 	case "retry":
+		if run.Source != nil {
+			return "", http.StatusConflict, fmt.Sprintf("The run is WorkflowRun %s/%s's: retry it there "+
+				"(kubectl workflow retry %s -n %s raises its spec.retries), so that the object keeps count. Nothing was done.",
+				run.Source.Namespace, run.Source.Name, run.Source.Name, run.Source.Namespace), nil
+		}
 		err := eng.RetryRun(ctx, engine.RetryParams{ID: run.ID, By: by(a)})
 		switch {
 		case errors.Is(err, engine.ErrInvalid), errors.Is(err, engine.ErrNotFound):
@@ -206,6 +228,16 @@ func (s *Server) act(ctx context.Context, eng *engine.Engine, a access, run engi
 		payload := strings.TrimSpace(form.Get("payload"))
 		if problem := engine.ValidateStepName(name); problem != nil {
 			return "", http.StatusBadRequest, "The signal's name is not one a run can wait for: " + problem.Error() + ". Nothing was sent.", nil
+		}
+		if step := form.Get("step"); step != "" {
+			// An approval answers one wait: a form left open, or sent
+			// twice, must not answer the run's next wait for the same
+			// signal.
+			if run.Wait == nil || run.Wait.Kind != engine.StepKindSignal || run.Wait.Step != step || run.Wait.Signal != name {
+				return "", http.StatusConflict, fmt.Sprintf("The run no longer waits for %s at step %s (someone answered it, "+
+					"or it moved on). Nothing was sent.", name, step), nil
+			}
+			key = "console-approval:" + step
 		}
 		var raw json.RawMessage
 		if payload != "" {
@@ -241,6 +273,9 @@ type runActions struct {
 	CSRF string
 	// Cancel, Retry and Signal say which actions the run's state allows.
 	Cancel, Retry, Signal bool
+	// RetryWith is how to retry a WorkflowRun's run (on the object, which
+	// keeps count), when it may be retried.
+	RetryWith string
 	// Waits names the signal the run is parked on ("" when none), and
 	// WaitStep the step that will take it.
 	Waits, WaitStep string
@@ -250,7 +285,7 @@ type runActions struct {
 
 // runActions says what the viewer may do to run from its page.
 func (s *Server) runActions(ctx context.Context, a access, run engine.Run, done string) runActions {
-	act := runActions{Done: actionDone[done], CSRF: a.csrf}
+	act := runActions{Done: actionDone(done), CSRF: a.csrf}
 	if s.actor == nil {
 		return act
 	}
@@ -271,7 +306,11 @@ func (s *Server) runActions(ctx context.Context, a access, run engine.Run, done 
 	act.Allowed = true
 	unfinished := run.Status == engine.StatusPending || run.Status == engine.StatusLeased
 	act.Cancel, act.Signal = unfinished && run.DeletedAt == nil, unfinished && run.DeletedAt == nil
-	act.Retry = (run.Status == engine.StatusFailed || run.Status == engine.StatusCancelled) && run.DeletedAt == nil
+	act.Retry = (run.Status == engine.StatusFailed || run.Status == engine.StatusCancelled) && run.DeletedAt == nil &&
+		run.ParentID == "" && run.Source == nil
+	if run.Source != nil && (run.Status == engine.StatusFailed || run.Status == engine.StatusCancelled) {
+		act.RetryWith = fmt.Sprintf("kubectl workflow retry %s -n %s", run.Source.Name, run.Source.Namespace)
+	}
 	if run.Wait != nil && run.Wait.Kind == engine.StepKindSignal {
 		act.Waits, act.WaitStep = run.Wait.Signal, run.Wait.Step
 	}

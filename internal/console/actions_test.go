@@ -214,6 +214,10 @@ func TestConsoleActionsOnOneRun(t *testing.T) {
 			c, _, _ := a.post(t, "", alice, "", "/runs/"+pending+"/cancel", url.Values{})
 			return c
 		},
+		"bob by header from another site": func() int {
+			c, _, _ := a.post(t, "", bob, "http://evil.example", "/runs/"+pending+"/cancel", url.Values{})
+			return c
+		},
 	} {
 		if c := try(); c != http.StatusForbidden {
 			t.Errorf("%s: %d, want 403", name, c)
@@ -281,6 +285,28 @@ func TestConsoleActionsOnOneRun(t *testing.T) {
 	if _, loc, _ = a.post(t, bobCookie, "", a.base, "/runs/"+parked+"/signal",
 		url.Values{"csrf": {bobCSRF}, "name": {"approve"}, "payload": {`{}`}, "key": {"k1"}}); !strings.HasSuffix(loc, "done=signal-repeated") {
 		t.Fatalf("the same key again: %q", loc)
+	}
+	// The approval form answers its wait alone: sent again (a second click,
+	// a page left open), it is refused and sends nothing.
+	if code, _, body := a.post(t, bobCookie, "", a.base, "/runs/"+parked+"/signal",
+		url.Values{"csrf": {bobCSRF}, "name": {"approve"}, "step": {"approval"}, "payload": {`{"approved": true}`}}); code != http.StatusConflict ||
+		!strings.Contains(body, "no longer waits for approve at step approval") {
+		t.Fatalf("a stale approval: %d", code)
+	}
+	if sigs, err := a.eng.ListSignals(a.ctx, parked); err != nil || len(sigs) != 1 {
+		t.Fatalf("signals after the stale approval: %d %v", len(sigs), err)
+	}
+	// A WorkflowRun's run is retried on its object, which keeps count.
+	mirrored := a.create(t, engine.CreateParams{Type: "act.mirror.v1", MaxAttempts: 1,
+		Source: &engine.Source{Namespace: "team-a", Name: "order-7", UID: "uid-7"}})
+	for _, c := range a.claim(t, "act.mirror.", 1) {
+		a.fail(t, c, "mirror broke")
+	}
+	_, body = a.page(t, bobCookie, "/runs/"+mirrored)
+	mustContain(t, "a failed WorkflowRun's run", body, `id="retry-with"`, "kubectl workflow retry order-7 -n team-a")
+	if code, _, body := a.post(t, "", bob, "", "/runs/"+mirrored+"/retry", url.Values{}); code != http.StatusConflict ||
+		!strings.Contains(body, "kubectl workflow retry order-7 -n team-a") || a.status(t, mirrored) != engine.StatusFailed {
+		t.Fatalf("retrying a WorkflowRun's run: %d, run %s", code, a.status(t, mirrored))
 	}
 	if code, _, _ := a.post(t, bobCookie, "", a.base, "/runs/"+parked+"/explode", url.Values{"csrf": {bobCSRF}}); code != http.StatusMethodNotAllowed {
 		t.Fatalf("an unknown action: %d", code)

@@ -20,10 +20,15 @@ import (
 const maxBulk = 1000
 
 // bulkStatuses are the statuses a bulk action's filter must name: the runs
-// it can act on.
-var bulkStatuses = map[string][]string{
-	"cancel": {string(engine.StatusPending), string(engine.StatusLeased)},
-	"retry":  {string(engine.StatusFailed), string(engine.StatusCancelled)},
+// it can act on (none for an action that is not one).
+func bulkStatuses(action string) []string {
+	switch action {
+	case "cancel":
+		return []string{string(engine.StatusPending), string(engine.StatusLeased)}
+	case "retry":
+		return []string{string(engine.StatusFailed), string(engine.StatusCancelled)}
+	}
+	return nil
 }
 
 // bulkView is what the bulk action's pages show.
@@ -33,8 +38,9 @@ type bulkView struct {
 	// Fields are the filter as the confirming form posts it.
 	Fields url.Values
 	// Targets is how many runs the action would reach; Refused how many
-	// more match in namespaces the viewer may not act on.
-	Targets, Refused int
+	// more match in namespaces the viewer may not act on; Mirrored how
+	// many are WorkflowRuns' (retried on the object, which keeps count).
+	Targets, Refused, Mirrored int
 	// Over says more than maxBulk runs match.
 	Over bool
 	Max  int
@@ -52,12 +58,12 @@ type bulkView struct {
 // bulkTargets lists the runs a bulk action with filter f would reach: of
 // f's status, readable by the viewer, in namespaces where the viewer may
 // act (those in others counted apart), at most maxBulk+1 in all.
-func (s *Server) bulkTargets(ctx context.Context, a access, f runFilter) (targets []runRow, refused int, problems []inboxProblem, err error) {
+func (s *Server) bulkTargets(ctx context.Context, a access, action string, f runFilter) (b bulkTargets, problems []inboxProblem, err error) {
 	var namespaces []string // nil: every run
 	if !a.all {
 		namespaces = a.list()
 		if len(namespaces) == 0 || f.Namespace != "" && !a.may(f.Namespace) {
-			return nil, 0, nil, nil
+			return b, nil, nil
 		}
 	}
 	f.AfterAt, f.AfterID = time.Time{}, ""
@@ -71,7 +77,7 @@ func (s *Server) bulkTargets(ctx context.Context, a access, f runFilter) (target
 		return err
 	})
 	if err != nil {
-		return nil, 0, problems, err
+		return b, problems, err
 	}
 	slices.SortFunc(all, func(x, y runRow) int {
 		if c := y.CreatedAt.Compare(x.CreatedAt); c != 0 {
@@ -80,6 +86,9 @@ func (s *Server) bulkTargets(ctx context.Context, a access, f runFilter) (target
 		return strings.Compare(y.ID, x.ID)
 	})
 	if len(all) > maxBulk {
+		// Deleted runs and those of other namespaces count too: the
+		// bound is on what the filter reaches.
+		b.over = true
 		all = all[:maxBulk+1]
 	}
 	allowed := map[string]bool{}
@@ -87,27 +96,41 @@ func (s *Server) bulkTargets(ctx context.Context, a access, f runFilter) (target
 		if r.Deleted || r.Status != f.Status {
 			continue
 		}
+		if action == "retry" && r.Name != "" {
+			b.mirrored++
+			continue
+		}
 		ok, seen := allowed[r.Namespace]
 		if !seen {
 			if ok, err = s.mayAct(ctx, a, r.Namespace); err != nil {
-				return nil, 0, problems, err
+				return b, problems, err
 			}
 			allowed[r.Namespace] = ok
 		}
 		if ok {
-			targets = append(targets, r)
+			b.runs = append(b.runs, r)
 		} else {
-			refused++
+			b.refused++
 		}
 	}
-	return targets, refused, problems, nil
+	return b, problems, nil
+}
+
+// bulkTargets is what a bulk action would reach.
+type bulkTargets struct {
+	runs []runRow
+	// refused counts the runs of namespaces the viewer may not act on,
+	// mirrored the WorkflowRuns' runs a retry leaves to their objects.
+	refused, mirrored int
+	// over says the filter reaches more than maxBulk runs.
+	over bool
 }
 
 // parseBulk reads a bulk action and its filter from a query or a form.
 func parseBulk(q url.Values) (string, runFilter, error) {
 	action := q.Get("action")
-	statuses, ok := bulkStatuses[action]
-	if !ok {
+	statuses := bulkStatuses(action)
+	if statuses == nil {
 		return "", runFilter{}, errors.New("action must be cancel or retry")
 	}
 	f, err := parseRunFilter(url.Values{"prefix": q["prefix"], "status": q["status"], "namespace": q["namespace"],
@@ -150,28 +173,29 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request) {
 	v.Back = "/runs?" + v.Fields.Encode()
 	ctx, cancel := s.inboxes.bounded(r.Context())
 	defer cancel()
-	targets, refused, problems, err := s.bulkTargets(ctx, a, f)
+	targets, problems, err := s.bulkTargets(ctx, a, action, f)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, "The runs could not be read, or the Kubernetes API server could not say what you may do; nothing was done.", err)
 		return
 	}
-	v.Targets, v.Refused, v.Over = len(targets), refused, len(targets)+refused > maxBulk
-	if v.Over {
-		v.Targets = min(v.Targets, maxBulk)
-	}
+	v.Targets, v.Refused, v.Mirrored, v.Over = len(targets.runs), targets.refused, targets.mirrored, targets.over
 	status := http.StatusOK
 	if posted {
 		expect, convErr := strconv.Atoi(r.PostForm.Get("expect"))
 		switch {
 		case v.Over:
 			status = http.StatusConflict
-		case convErr != nil || expect != len(targets):
+		case convErr != nil || expect != len(targets.runs):
 			v.Changed, status = true, http.StatusConflict
 		case len(problems) > 0:
 			s.fail(w, r, http.StatusServiceUnavailable, "An inbox could not be read now; nothing was done. Try again shortly.", nil)
 			return
 		default:
-			s.bulkAct(ctx, a, action, targets, &v)
+			// The writes go on should the viewer leave: a bulk action is
+			// not cut in the middle by a closed tab.
+			wctx, cancelWrites := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+			defer cancelWrites()
+			s.bulkAct(wctx, a, action, targets.runs, &v)
 			v.Made = true
 		}
 	}

@@ -148,8 +148,8 @@ func (s *Server) serveRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Runs, v.Several = runs, s.inboxes.several()
 	if s.actor != nil && s.gate != nil {
-		for action, statuses := range bulkStatuses {
-			if slices.Contains(statuses, f.Status) {
+		for _, action := range []string{"cancel", "retry"} {
+			if slices.Contains(bulkStatuses(action), f.Status) {
 				q := f.query()
 				q.Set("action", action)
 				v.Bulk = "/runs/bulk?" + q.Encode()

@@ -159,7 +159,11 @@ func (s *Server) serveRunLog(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "[%d earlier lines dropped]\n", shown.Dropped)
 	}
 	indent := strings.NewReplacer("\r\n", "\n    ", "\n", "\n    ", "\r", "\n    ")
-	_ = src.readLog(ctx, id, attempt, shown.FirstSeq-1, shown.Lines, func(l logLine) {
+	if err := src.readLog(ctx, id, attempt, shown.FirstSeq-1, shown.Lines, func(l logLine) {
 		fmt.Fprintf(w, "%s %-5s %s\n", l.At.UTC().Format(time.RFC3339Nano), strings.ToUpper(l.Level), indent.Replace(l.Message))
-	})
+	}); err != nil {
+		// The status is sent: the text says it stops short.
+		s.log.Error("Console could not read a run's log to its end", "run", id, "error", err)
+		fmt.Fprintln(w, "[the rest of the log could not be read]")
+	}
 }
