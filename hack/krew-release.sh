@@ -11,6 +11,13 @@
 #   usage: hack/krew-release.sh [version]   # default: the chart's appVersion
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Reproducible archives need GNU tar's --sort and --mtime (on macOS: gtar).
+tar=tar
+command -v gtar >/dev/null && tar=gtar
+"$tar" --version 2>/dev/null | grep -q 'GNU tar' || {
+	echo "krew-release.sh: needs GNU tar (--sort, --mtime); install it (macOS: brew install gnu-tar)" >&2
+	exit 1
+}
 
 version=${1:-$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/simple-workflow/Chart.yaml)}
 [[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "krew-release.sh: version $version is not vX.Y.Z" >&2; exit 1; }
@@ -27,7 +34,7 @@ for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 	dir=$(mktemp -d)
 	CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$dir/kubectl-workflow" ./cmd/kubectl-workflow
 	archive=$out/kubectl-workflow_${version}_${os}_${arch}.tar.gz
-	tar -C "$dir" --sort=name --mtime="@$mtime" --owner=0 --group=0 --numeric-owner -cf - kubectl-workflow | gzip -n -9 > "$archive"
+	"$tar" -C "$dir" --sort=name --mtime="@$mtime" --owner=0 --group=0 --numeric-owner -cf - kubectl-workflow | gzip -n -9 > "$archive"
 	rm -rf "$dir"
 	sums+=("${os}_${arch}=$(sha256sum "$archive" | cut -d' ' -f1)")
 done

@@ -24,8 +24,18 @@ func Main(ctx context.Context, args []string, streams IOStreams) int {
 	if err == nil {
 		return 0
 	}
+	if ctx.Err() != nil {
+		// Interrupted (Ctrl-C, SIGTERM): no error of the command's own, the
+		// shells' exit status for a process a signal ended.
+		return ExitInterrupted
+	}
 	return reportError(streams.ErrOut, cmd, err)
 }
+
+// ExitInterrupted is the exit status of a command interrupted by Ctrl-C
+// or SIGTERM (128 + SIGINT's number, as a shell reports it), apart from
+// watch's 1 for a run that failed.
+const ExitInterrupted = 130
 
 // NewCommand returns the root command, `kubectl workflow`, with its
 // subcommands.

@@ -168,6 +168,13 @@ func (e *env) pluginWith(env []string, args ...string) result {
 // and a channel with its exit code; it is killed when the test ends.
 func (e *env) background(args ...string) (*syncBuffer, *syncBuffer, <-chan int) {
 	e.t.Helper()
+	out, errOut, code, _ := e.backgroundProcess(args...)
+	return out, errOut, code
+}
+
+// backgroundProcess is background, with the process (to signal it).
+func (e *env) backgroundProcess(args ...string) (*syncBuffer, *syncBuffer, <-chan int, *os.Process) {
+	e.t.Helper()
 	cmd := exec.CommandContext(e.ctx, e.bin, args...)
 	cmd.Env = []string{"HOME=" + e.t.TempDir(), "KUBECONFIG=" + e.cp.Kubeconfig}
 	out, errOut := &syncBuffer{}, &syncBuffer{}
@@ -180,7 +187,7 @@ func (e *env) background(args ...string) (*syncBuffer, *syncBuffer, <-chan int) 
 		_ = cmd.Wait()
 		code <- cmd.ProcessState.ExitCode()
 	}()
-	return out, errOut, code
+	return out, errOut, code, cmd.Process
 }
 
 // syncBuffer is a bytes.Buffer safe for a process's writer and a test's

@@ -1,6 +1,7 @@
 package kubectlworkflow
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -148,5 +149,50 @@ func TestWatchAfterRetryFollowsTheNewAttempt(t *testing.T) {
 	e.setStatus("again-1", func(s *workflowv1alpha1.WorkflowRunStatus) { s.Phase = workflowv1alpha1.PhaseSucceeded })
 	if c := exitWithin(t, code); c != 0 {
 		t.Fatalf("watch after retry: exit code %d\n%s\n%s", c, out, errOut)
+	}
+}
+
+// Ctrl-C ends a watch with 130, as a shell reports a process SIGINT
+// ended: not 1, which says the run failed.
+func TestWatchInterrupted(t *testing.T) {
+	e := newEnv(t)
+	e.createRun("long", "demo.sleep.v1")
+	e.setStatus("long", func(s *workflowv1alpha1.WorkflowRunStatus) {
+		s.Phase, s.Attempts = workflowv1alpha1.PhaseRunning, "1/3"
+	})
+	out, errOut, code, proc := e.backgroundProcess("watch", "long", "-n", e.ns)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "Running") {
+		if time.Now().After(deadline) {
+			t.Fatalf("watch printed nothing: %q %q", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := proc.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != ExitInterrupted || strings.Contains(errOut.String(), "error:") {
+			t.Fatalf("watch after Ctrl-C: exit %d, stderr %q", c, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("watch did not end on Ctrl-C")
+	}
+}
+
+// get -o wide is the run's row of list -o wide.
+func TestGetWide(t *testing.T) {
+	e := newEnv(t)
+	e.createRun("order-9", "demo.order.v1")
+	e.setStatus("order-9", func(s *workflowv1alpha1.WorkflowRunStatus) {
+		s.Phase, s.Attempts, s.RunID = workflowv1alpha1.PhaseRunning, "1/3", "717e0000-0000-4000-8000-000000000009"
+	})
+	r := e.plugin("get", "order-9", "-n", e.ns, "-o", "wide")
+	wantCode(t, r, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[0], "RUN-ID") ||
+		!strings.HasPrefix(lines[1], "order-9") || !strings.Contains(lines[1], "717e0000-0000-4000-8000-000000000009") {
+		t.Fatalf("get -o wide:\n%s", r.stdout)
 	}
 }
