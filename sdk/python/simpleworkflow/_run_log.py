@@ -16,7 +16,11 @@ the lines of many attempts in one call: every ``log_flush_interval`` seconds
 (:func:`log_loop`), before the outcomes of a batch are written and before a
 wait parks its run. One send at a time, so that an attempt's lines reach the
 database in the order they were logged; an attempt that logged nothing
-costs no call.
+costs no call. Lines taken for a call stay the buffer's until it returns
+(they are in flight): the send before an outcome or a park waits for a call
+still carrying the attempt's lines, so that none arrive after the lease has
+ended. The lines of a call that failed are counted as dropped, and that
+count goes with the next call.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import re
 import threading
 from collections import deque
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Set, Tuple, TypeVar
 
 import psycopg
 
@@ -112,6 +116,8 @@ class _RunLog:
         self._lines: Deque[_Line] = deque()
         self._bytes = 0
         self._dropped = 0
+        # Calls under way with lines (or a dropped count) taken from here.
+        self._in_flight = 0
         # Set once the lease is gone: lines are no longer kept.
         self._closed = False
 
@@ -129,17 +135,28 @@ class _RunLog:
                 self._dropped += 1
 
     def take(self, max_lines: int) -> Tuple[List[_Line], int]:
-        """Return and forget at most max_lines lines, the oldest first, and the count dropped so far (once)."""
+        """Return and forget at most max_lines lines, the oldest first, and the count dropped so far (once).
+        When either is something, they are in flight until settle is called for them."""
         with self._lock:
             lines = [self._lines.popleft() for _ in range(min(len(self._lines), max_lines))]
             self._bytes -= sum(line[3] for line in lines)
             dropped, self._dropped = self._dropped, 0
+            if lines or dropped:
+                self._in_flight += 1
             return lines, dropped
 
-    def pending(self) -> bool:
-        """Whether there is anything to send."""
+    def settle(self, lost: int) -> None:
+        """The call that carried what one take returned is over; lost (its lines and dropped count when
+        the call failed, else 0) is counted as dropped, and sent with the next call."""
         with self._lock:
-            return bool(self._lines) or self._dropped > 0
+            self._in_flight -= 1
+            if not self._closed:
+                self._dropped += lost
+
+    def pending(self) -> bool:
+        """Whether there is anything to send, or a call is still carrying lines taken from here."""
+        with self._lock:
+            return bool(self._lines) or self._dropped > 0 or self._in_flight > 0
 
     def close(self) -> None:
         """Stop keeping lines (the lease is gone) and forget what is held."""
@@ -238,8 +255,15 @@ def log_loop(p: Poller) -> None:
 def send_logs(p: Poller, conn: _Conn, tasks: Iterable[Task]) -> None:
     """Send what the attempts' handlers logged, in calls within the database's bounds; an attempt whose
     lease is gone keeps nothing more. Sends are one at a time (p._log_send), each attempt's lines in
-    order; a failed call drops its lines, saying so in the worker's log. Nothing to send: no call."""
-    due = [t for t in tasks if t._run_log is not None and t._run_log.pending()]
+    order, an attempt at most once a call; a failed call's lines are counted as dropped, and the worker's
+    log says so. Nothing to send: no call. An attempt whose lines another send is carrying counts as
+    something to send: this one waits for that call to end (and then, having nothing, makes none)."""
+    due: List[Task] = []
+    seen: Set[int] = set()
+    for t in tasks:
+        if t._run_log is not None and id(t) not in seen and t._run_log.pending():
+            seen.add(id(t))
+            due.append(t)
     if not due:
         return  # most runs log nothing: no call, no wait
     with p._log_send:
@@ -250,58 +274,79 @@ def send_logs(p: Poller, conn: _Conn, tasks: Iterable[Task]) -> None:
 
         def send() -> None:
             nonlocal lines
-            if batch:
-                _append(p, conn, batch, lines)
-            batch.clear()
-            runs.clear()
-            lines = 0
+            try:
+                if batch:
+                    _append(p, conn, batch, lines)
+            finally:
+                batch.clear()
+                runs.clear()
+                lines = 0
 
-        for t in due:
-            run_log = t._run_log
-            assert run_log is not None
-            if runs.get(t.id, t) is not t:
-                # Two attempts of one run (the older lost its lease): the
-                # database tells the attempts of a call apart by run id.
-                send()
-            # At most a buffer's worth an attempt a send: a handler that keeps
-            # logging holds no other attempt's lines, or an outcome, back.
-            budget = MAX_BUFFERED_LOG_LINES
-            while budget > 0 and run_log.pending():
-                if len(batch) == MAX_LOG_ATTEMPTS_PER_CALL or lines == MAX_LOG_LINES_PER_CALL:
+        try:
+            for t in due:
+                run_log = t._run_log
+                assert run_log is not None
+                if runs.get(t.id, t) is not t:
+                    # Two attempts of one run (the older lost its lease): the
+                    # database tells the attempts of a call apart by run id.
                     send()
-                taken, dropped = run_log.take(min(budget, MAX_LOG_LINES_PER_CALL - lines))
-                batch.append((t, taken, dropped))
-                runs[t.id] = t
-                lines += len(taken)
-                budget -= len(taken)
-                if not taken:
-                    break
-        send()
+                # At most a buffer's worth an attempt a send: a handler that keeps
+                # logging holds no other attempt's lines, or an outcome, back.
+                budget = MAX_BUFFERED_LOG_LINES
+                while budget > 0:
+                    if len(batch) == MAX_LOG_ATTEMPTS_PER_CALL or lines == MAX_LOG_LINES_PER_CALL:
+                        send()
+                    want = min(budget, MAX_LOG_LINES_PER_CALL - lines)
+                    taken, dropped = run_log.take(want)
+                    if taken or dropped:
+                        batch.append((t, taken, dropped))
+                        runs[t.id] = t
+                        lines += len(taken)
+                        budget -= len(taken)
+                    if len(taken) < want:
+                        # The buffer is empty: what is logged from now on goes
+                        # with the next send (taking it into this call would
+                        # name the attempt twice).
+                        break
+            send()
+        finally:
+            # Taken but never sent (an error on the way): counted as dropped.
+            for t, taken, dropped in batch:
+                assert t._run_log is not None
+                t._run_log.settle(len(taken) + dropped)
 
 
 def _append(p: Poller, conn: _Conn, batch: List[Tuple[Task, List[_Line], int]], lines: int) -> None:
-    """One workflow.append_run_logs call; the attempts whose lease is gone stop keeping lines."""
-    line_runs: List[str] = []
-    ats: List[datetime] = []
-    levels: List[str] = []
-    messages: List[str] = []
-    for t, taken, _ in batch:
-        for at, level, message, _size in taken:
-            line_runs.append(t.id)
-            ats.append(at)
-            levels.append(level)
-            messages.append(message)
+    """One workflow.append_run_logs call; the attempts whose lease is gone stop keeping lines. Settles
+    what the batch took, whatever happens: a failed call's lines are counted as dropped."""
+    sent = False
     try:
-        rows = conn.get().execute(_APPEND_RUN_LOGS, (
-            p.worker_id, [t.id for t, _, _ in batch], [t.lease_token for t, _, _ in batch],
-            [d for _, _, d in batch], line_runs, ats, levels, messages)).fetchall()
-    except psycopg.Error as e:
-        if isinstance(e, psycopg.OperationalError):
-            conn.reset()
-        log.warning(json.dumps({"msg": "Sending run logs failed; their lines are dropped", "error": str(e),
-                                "runs": len({t.id for t, _, _ in batch}), "lines": lines}))
-        return
-    lost = {run_id for run_id, kept in rows if not kept}
-    for t, _, _ in batch:
-        if t.id in lost and t._run_log is not None:
-            t._run_log.close()
+        line_runs: List[str] = []
+        ats: List[datetime] = []
+        levels: List[str] = []
+        messages: List[str] = []
+        for t, taken, _ in batch:
+            for at, level, message, _size in taken:
+                line_runs.append(t.id)
+                ats.append(at)
+                levels.append(level)
+                messages.append(message)
+        try:
+            rows = conn.get().execute(_APPEND_RUN_LOGS, (
+                p.worker_id, [t.id for t, _, _ in batch], [t.lease_token for t, _, _ in batch],
+                [d for _, _, d in batch], line_runs, ats, levels, messages)).fetchall()
+        except psycopg.Error as e:
+            if isinstance(e, psycopg.OperationalError):
+                conn.reset()
+            log.warning(json.dumps({"msg": "Sending run logs failed; their lines are counted as dropped",
+                                    "error": str(e), "runs": len(batch), "lines": lines}))
+            return
+        sent = True
+        lost = {run_id for run_id, kept in rows if not kept}
+        for t, _, _ in batch:
+            if t.id in lost and t._run_log is not None:
+                t._run_log.close()
+    finally:
+        for t, taken, dropped in batch:
+            assert t._run_log is not None
+            t._run_log.settle(0 if sent else len(taken) + dropped)

@@ -5,7 +5,8 @@ import json
 import logging
 import threading
 import unittest
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import psycopg
 
@@ -16,6 +17,7 @@ from simpleworkflow._run_log import (
     MAX_LOG_MESSAGE_BYTES,
     _RunLog,
     log_text,
+    send_logs,
 )
 
 from .support import InboxTest, wait_for
@@ -130,6 +132,94 @@ class RunLogTest(InboxTest):
         release.set()
         self.wait_status(run.id, "succeeded")
         self.assertEqual(self.messages(run.id), ["1 info working", "1 info done"])
+
+    def test_a_line_in_flight_is_kept_before_the_outcome(self):
+        # The periodic send has taken the handler's last line and its call
+        # is still under way when the handler fails with a retry left: the
+        # outcome waits for that call (fail_runs would end the lease, and
+        # the line, arriving after, be dropped), and attempt 1 keeps it.
+        in_flight, go, failed = threading.Event(), threading.Event(), threading.Event()
+        self.addCleanup(go.set)
+        first = []
+
+        class Slow(psycopg.Connection):
+            def execute(self, query, params=None, **kw):
+                if "append_run_logs" in str(query) and not first:
+                    first.append(query)
+                    in_flight.set()
+                    go.wait(30)
+                cur = super().execute(query, params, **kw)
+                if "fail_runs" in str(query):
+                    failed.set()
+                return cur
+
+        poller, _, _ = self.start_poller(type_prefixes=["pyflight."], poll_interval=0.05, log_flush_interval=0.02,
+                                         connect=lambda: Slow.connect(self.url, autocommit=True))
+        sends = poller._log_send
+        contended = threading.Event()
+
+        class Watched:
+            """The poller's send lock, saying when a send waits for another."""
+
+            def __enter__(self):
+                if not sends.acquire(blocking=False):
+                    contended.set()
+                    sends.acquire()
+                return self
+
+            def __exit__(self, *exc):
+                sends.release()
+
+        poller._log_send = Watched()
+
+        def failing(task):
+            if task.attempt == 1:
+                task.logger.error("card declined")
+                in_flight.wait(30)  # the periodic send carries the line
+                raise RuntimeError("declined")
+            return {}
+
+        poller.handle("pyflight.fail.v1", failing)
+        with self.assertLogs("simpleworkflow", level="WARNING"):  # the handler's error, in the worker's log too
+            run = self.client.create("pyflight.fail.v1", {}, max_attempts=2, retry_base_delay=RETRY_FAST)
+            self.assertTrue(in_flight.wait(15), "the periodic send took no line")
+            # The outcome's send now waits for the call in flight (or, were
+            # it not to, fail_runs goes first): then the call returns.
+            wait_for(lambda: contended.is_set() or failed.is_set(), what="the outcome to be written or wait")
+            go.set()
+            self.assertEqual(self.wait_status(run.id, "succeeded").attempt, 2)
+        self.assertEqual(self.messages(run.id), ["1 error card declined"])
+        self.assertEqual([(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 1, 0)])
+
+    def test_a_failed_call_counts_its_lines_as_dropped(self):
+        # The periodic send's call is refused once: its line is counted as
+        # dropped, and the count goes with the next call (the outcome's).
+        refused = threading.Event()
+
+        class RefusingOnce(psycopg.Connection):
+            def execute(self, query, params=None, **kw):
+                if "append_run_logs" in str(query) and not refused.is_set():
+                    refused.set()
+                    raise psycopg.OperationalError("refused for the test")
+                return super().execute(query, params, **kw)
+
+        poller, _, _ = self.start_poller(type_prefixes=["pyrefused."], poll_interval=0.05, log_flush_interval=0.02,
+                                         connect=lambda: RefusingOnce.connect(self.url, autocommit=True))
+
+        def handler(task):
+            task.logger.info("lost in the refused call")
+            refused.wait(30)
+            task.logger.info("sent with the outcome")
+            return {}
+
+        poller.handle("pyrefused.run.v1", handler)
+        with self.assertLogs("simpleworkflow", level="WARNING") as worker_log:
+            run = self.client.create("pyrefused.run.v1", {})
+            self.wait_status(run.id, "succeeded")
+        self.assertTrue(refused.is_set())
+        self.assertTrue(any("counted as dropped" in r.getMessage() for r in worker_log.records), worker_log.output)
+        self.assertEqual(self.messages(run.id), ["1 info sent with the outcome"])
+        self.assertEqual([(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 1, 1)])
 
     def test_runs_that_log_nothing_cost_no_call(self):
         # Neither the periodic send nor the outcome's calls append_run_logs
@@ -252,8 +342,6 @@ class RunLogBufferTest(unittest.TestCase):
                 self.assertTrue(msg.startswith(got[:-len(note)]), "not cut at a character")
 
     def test_the_buffer_drops_the_oldest_and_counts_them(self):
-        from datetime import datetime, timezone
-
         now = datetime.now(timezone.utc)
         buf = _RunLog()
         self.assertFalse(buf.pending())
@@ -261,14 +349,18 @@ class RunLogBufferTest(unittest.TestCase):
             buf.add(now, "info", f"line {i}")
         lines, dropped = buf.take(10)
         self.assertEqual((lines[0][2], dropped), ("line 5", 5))
+        buf.settle(0)
         lines, dropped = buf.take(MAX_BUFFERED_LOG_LINES)
         self.assertEqual((len(lines), lines[-1][2], dropped), (MAX_BUFFERED_LOG_LINES - 10,
                                                                f"line {MAX_BUFFERED_LOG_LINES + 4}", 0))
+        self.assertTrue(buf.pending(), "lines in flight are nothing to send")
+        buf.settle(0)
         self.assertFalse(buf.pending())
         # By octets: 8 KiB lines, at most 2 MiB of them.
         for i in range(300):
             buf.add(now, "warn", f"{i:04d}" + "b" * 9000)
         lines, dropped = buf.take(MAX_BUFFERED_LOG_LINES)
+        buf.settle(0)
         self.assertEqual(len(lines) + dropped, 300)
         self.assertLessEqual(sum(line[3] for line in lines), MAX_BUFFERED_LOG_BYTES)
         self.assertEqual(len(lines), MAX_BUFFERED_LOG_BYTES // MAX_LOG_MESSAGE_BYTES)
@@ -277,6 +369,96 @@ class RunLogBufferTest(unittest.TestCase):
         buf.close()
         buf.add(now, "info", "after the lease")
         self.assertFalse(buf.pending())
+
+    def test_lines_are_in_flight_until_their_call_returns(self):
+        # Taken lines keep the buffer pending until their call is settled;
+        # a failed call's lines, and the count it carried, are dropped and
+        # counted, reported with the next take.
+        now = datetime.now(timezone.utc)
+        buf = _RunLog()
+        self.assertEqual(buf.take(10), ([], 0))
+        self.assertFalse(buf.pending(), "an empty take is no call")
+        for i in range(MAX_BUFFERED_LOG_LINES + 3):
+            buf.add(now, "info", f"line {i}")
+        lines, dropped = buf.take(MAX_BUFFERED_LOG_LINES)
+        self.assertEqual((len(lines), dropped), (MAX_BUFFERED_LOG_LINES, 3))
+        self.assertTrue(buf.pending())
+        buf.add(now, "info", "meanwhile")
+        self.assertEqual([line[2] for line in buf.take(10)[0]], ["meanwhile"])
+        buf.settle(len(lines) + dropped)  # the first call failed
+        self.assertTrue(buf.pending())
+        buf.settle(0)  # the second went through
+        self.assertTrue(buf.pending(), "the failed call's count is still to send")
+        self.assertEqual(buf.take(10), ([], MAX_BUFFERED_LOG_LINES + 3))
+        buf.settle(0)
+        self.assertFalse(buf.pending())
+        # Once the lease is gone, a failed call counts nothing.
+        buf.add(now, "info", "x")
+        buf.take(10)
+        buf.close()
+        self.assertTrue(buf.pending())
+        buf.settle(1)
+        self.assertFalse(buf.pending())
+        self.assertEqual(buf.take(10), ([], 0))
+
+    def test_a_call_names_each_attempt_once(self):
+        # A handler that logs while its lines are taken: what it logs then
+        # goes with the next send, not a second time in the same call (the
+        # database refuses a run id twice); a failed call's lines go as a
+        # count with the next. Two attempts of one run are two calls.
+        now = datetime.now(timezone.utc)
+
+        class Busy(_RunLog):
+            def take(self, max_lines):
+                got = super().take(max_lines)
+                self.add(now, "info", "meanwhile")
+                return got
+
+        calls = []
+        refuse = []
+
+        class Cursor:
+            def __init__(self, rows):
+                self.rows = rows
+
+            def fetchall(self):
+                return self.rows
+
+        class Conn:
+            def execute(self, query, params):
+                calls.append(params)
+                if refuse:
+                    refuse.pop()
+                    raise psycopg.OperationalError("refused for the test")
+                return Cursor([(run_id, True) for run_id in params[1]])
+
+        class Holder:
+            def get(self):
+                return Conn()
+
+            def reset(self):
+                pass
+
+        poller = SimpleNamespace(worker_id="w", _log_send=threading.Lock())
+        a = SimpleNamespace(id="a", lease_token=1, _run_log=Busy())
+        b = SimpleNamespace(id="b", lease_token=2, _run_log=_RunLog())
+        b_old = SimpleNamespace(id="b", lease_token=1, _run_log=_RunLog())
+        for t in (a, b, b_old):
+            t._run_log.add(now, "info", f"{t.id}{t.lease_token}")
+        send_logs(poller, Holder(), [a, b, a, b_old])
+        self.assertEqual([c[1] for c in calls], [["a", "b"], ["b"]])
+        self.assertEqual([(c[1], c[3], c[4], c[7]) for c in calls],
+                         [(["a", "b"], [0, 0], ["a", "b"], ["a1", "b2"]), (["b"], [0], ["b"], ["b1"])])
+        self.assertTrue(a._run_log.pending())
+        self.assertFalse(b._run_log.pending() or b_old._run_log.pending())
+        calls.clear()
+        refuse.append(True)
+        with self.assertLogs("simpleworkflow", level="WARNING"):
+            send_logs(poller, Holder(), [a, b])
+        self.assertEqual([(c[1], c[3], c[7]) for c in calls], [(["a"], [0], ["meanwhile"])])
+        calls.clear()
+        send_logs(poller, Holder(), [a, b])
+        self.assertEqual([(c[1], c[3], c[7]) for c in calls], [(["a"], [1], ["meanwhile"])])
 
     def test_attempt_loggers_are_not_left_behind(self):
         # Each attempt's logger, and its children, are the Task's alone:
