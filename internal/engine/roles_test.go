@@ -178,7 +178,7 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"run_id_at": true, "run_id_time": true, "history_span_start": true, "history_span_bounds": true, "list_filter_match": true,
 		"dag_ready_steps": true, "dag_step_states": true, "child_runs": true, "holds_lease": true,
 		"namespace_valid": true, "namespaces_valid": true, "session_is_owner": true, "acts_on": true,
-		"new_lease_token": true, "lease_fence": true,
+		"new_lease_token": true, "lease_fence": true, "log_message_cut": true,
 	}
 	// Touch no table and call pg_catalog's functions by their full names:
 	// no SET clause, which would cost more than the work they do.
@@ -187,9 +187,10 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		// worker
 		"claim_runs": true, "heartbeat_runs": true, "complete_runs": true, "fail_runs": true,
 		"release_runs": true, "record_steps": true, "park_run": true, "start_child": true,
-		"reap_expired_leases": true, "expire_deadlines": true,
+		"reap_expired_leases": true, "expire_deadlines": true, "append_run_logs": true,
 		// reader (and the helper it calls)
 		"queue_depth": true, "active_types": true, "type_depths": true, "inbox_version": true, "run_trail": true,
+		"run_logs": true, "run_log_attempts": true, "run_log_visible": true,
 		// producer
 		"cancel_run": true, "retry_run": true, "send_signal": true, "create_runs": true,
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE
