@@ -85,6 +85,14 @@ var _ = Describe("the console's actions", Ordered, func() {
 		}
 		return by
 	}
+	// notice waits for the notice of the action just made (the page before
+	// it may show the previous action's a moment longer).
+	notice := func(sel, want string) {
+		Eventually(func() string {
+			s, _ := browse(browser, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {}).innerText || ""`, sel)))
+			return strings.TrimSpace(s)
+		}, 15*time.Second, 100*time.Millisecond).Should(Equal(want))
+	}
 	// open opens a run's page once it shows sel: a namespace's first run
 	// reaches the console's list of namespaces within seconds.
 	open := func(id, sel string) {
@@ -169,8 +177,8 @@ var _ = Describe("the console's actions", Ordered, func() {
 		Expect(page(chromedp.SendKeys(chromedp.CSS(`#approve textarea`), `}`),
 			chromedp.WaitEnabled(chromedp.CSS(`#approve button[type=submit]`)),
 			chromedp.Click(chromedp.CSS(`#approve button[type=submit]`)),
-			chromedp.WaitVisible(chromedp.CSS("#action-done")))).To(Succeed())
-		Expect(text("#action-done")).To(Equal("Signal sent."))
+		)).To(Succeed())
+		notice("#action-done", "Signal sent.")
 		Expect(lastBy(id.ID, "signal_received")).To(Equal("console: system:serviceaccount:" + ns + ":act-operator"))
 		sigs, err := eng.ListSignals(ctx, id.ID)
 		Expect(err).NotTo(HaveOccurred())
@@ -182,15 +190,34 @@ var _ = Describe("the console's actions", Ordered, func() {
 		Expect(text("#timeline")).To(ContainSubstring("signal_received"))
 	})
 
-	It("cancels a run, and cancels runs in bulk after confirming their count", func() {
+	It("sends a signal, cancels a run and retries it, and cancels and retries runs in bulk after confirming their count", func() {
 		one, err := eng.CreateRun(ctx, engine.CreateParams{Type: "act.single.v1", Namespace: ns})
 		Expect(err).NotTo(HaveOccurred())
 		open(one.ID, "#cancel")
 		screenshot("console-actions.png")
-		Expect(page(chromedp.Click(chromedp.CSS(`#cancel button`)), chromedp.WaitVisible(chromedp.CSS("#action-done")))).To(Succeed())
-		Expect(text("#action-done")).To(Equal("Cancelled."))
+		const operator = "console: system:serviceaccount:" + ns + ":act-operator"
+
+		By("sending a signal from the form under Send a signal")
+		Expect(page(chromedp.Click(chromedp.CSS("#send-signal summary")), chromedp.WaitVisible(chromedp.CSS(`#signal input[name="name"]`)),
+			chromedp.SendKeys(chromedp.CSS(`#signal input[name="name"]`), "nudge"),
+			chromedp.SendKeys(chromedp.CSS(`#signal textarea`), `{"why": "<b>late</b>"}`),
+			chromedp.Click(chromedp.CSS(`#signal button[type=submit]`)))).To(Succeed())
+		notice("#action-done", "Signal sent.")
+		Expect(lastBy(one.ID, "signal_received")).To(Equal(operator))
+		sigs, err := eng.ListSignals(ctx, one.ID)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(sigs).To(HaveLen(1))
+		Expect(sigs[0].Name).To(Equal("nudge"))
+
+		By("cancelling it, then retrying it")
+		Expect(page(chromedp.Click(chromedp.CSS(`#cancel button`)))).To(Succeed())
+		notice("#action-done", "Cancelled.")
 		Expect(status(one.ID)).To(Equal(engine.StatusCancelled))
-		Expect(lastBy(one.ID, "cancelled")).To(Equal("console: system:serviceaccount:" + ns + ":act-operator"))
+		Expect(lastBy(one.ID, "cancelled")).To(Equal(operator))
+		Expect(page(chromedp.WaitVisible(chromedp.CSS("#retry")), chromedp.Click(chromedp.CSS(`#retry button`)))).To(Succeed())
+		notice("#action-done", "Retried: the run is pending again.")
+		Expect(status(one.ID)).To(Equal(engine.StatusPending))
+		Expect(lastBy(one.ID, "retried")).To(Equal(operator))
 
 		var batch []string
 		for range 6 {
@@ -205,12 +232,24 @@ var _ = Describe("the console's actions", Ordered, func() {
 			chromedp.Click(chromedp.CSS("#bulk-link")), chromedp.WaitVisible(chromedp.CSS("#bulk-confirm")))).To(Succeed())
 		Expect(text("#bulk-submit")).To(Equal("Cancel 6 run(s)"))
 		screenshot("console-bulk.png")
-		Expect(page(chromedp.Click(chromedp.CSS("#bulk-submit")), chromedp.WaitVisible(chromedp.CSS("#bulk-done")))).To(Succeed())
-		Expect(text("#bulk-done")).To(Equal("Cancelled 6 run(s)."))
+		Expect(page(chromedp.Click(chromedp.CSS("#bulk-submit")))).To(Succeed())
+		notice("#bulk-done", "Cancelled 6 run(s).")
 		for _, id := range batch {
 			Expect(status(id)).To(Equal(engine.StatusCancelled))
 		}
 		Expect(status(bystander.ID)).To(Equal(engine.StatusPending), "a run of a namespace the operator may not read")
+
+		By("retrying them in bulk")
+		Expect(page(chromedp.Navigate(base+"/runs?status=cancelled&prefix=act.batch."), chromedp.WaitVisible(chromedp.CSS("#bulk-link")))).To(Succeed())
+		Expect(text("#bulk-link")).To(ContainSubstring("Retry every run"))
+		Expect(page(chromedp.Click(chromedp.CSS("#bulk-link")), chromedp.WaitVisible(chromedp.CSS("#bulk-confirm")))).To(Succeed())
+		Expect(text("#bulk-submit")).To(Equal("Retry 6 run(s)"))
+		Expect(page(chromedp.Click(chromedp.CSS("#bulk-submit")))).To(Succeed())
+		notice("#bulk-done", "Retried 6 run(s).")
+		for _, id := range batch {
+			Expect(status(id)).To(Equal(engine.StatusPending))
+			Expect(lastBy(id, "retried")).To(Equal(operator))
+		}
 	})
 
 	It("shows a reader no action, and refuses the form a reader forges from the page", func() {
@@ -230,5 +269,15 @@ var _ = Describe("the console's actions", Ordered, func() {
 		Expect(code).To(Equal(http.StatusForbidden))
 		Expect(status(target.ID)).To(Equal(engine.StatusPending), "nothing changed")
 		Expect(lastBy(target.ID, "cancelled")).To(BeEmpty())
+
+		By("a bulk cancel forged the same way: refused, nothing changed")
+		code, err = browse(browser, chromedp.Evaluate[int](fmt.Sprintf(`(async () => {
+			const r = await fetch('/runs/bulk', {method: 'POST', body: new URLSearchParams({csrf: %q,
+				action: 'cancel', status: 'pending', prefix: 'act.guarded.', expect: '1'})});
+			return r.status;
+		})()`, formTokenOf(readerToken)), chromedp.EvalAwaitPromise))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(code).To(Equal(http.StatusConflict), "no run the reader may act on: the count does not match")
+		Expect(status(target.ID)).To(Equal(engine.StatusPending), "nothing changed")
 	})
 })
