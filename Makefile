@@ -123,7 +123,7 @@ test-chart: $(HELM) $(KUBECTL) ## helm lint/template the chart (a typo in values
 		echo "$$out" | grep -q -- '--log-api-bind-address=:8443' && echo "$$out" | grep -q -- '--log-api-cert-dir=/etc/simple-workflow/log-api' && \
 		echo "$$out" | grep -q '^kind: APIService$$' && echo "$$out" | grep -q 'name: v1alpha1.logs.simpleworkflow.dev' && \
 		echo "$$out" | grep -q '^  caBundle: [A-Za-z0-9+/=]\{100,\}$$' && echo "$$out" | grep -q 'name: extension-apiserver-authentication-reader' && \
-		echo "$$out" | grep -q '# The log API, which kube-apiserver calls.' && echo "$$out" | grep -q 'secretName: sw-simple-workflow-log-api-tls' || { \
+		echo "$$out" | grep -q '# The log API, which kube-apiserver.s aggregator calls' && echo "$$out" | grep -q 'secretName: sw-simple-workflow-log-api-tls' || { \
 		echo "logAPI.enabled=true did not render the manager's flags, the APIService with its caBundle, the auth-reader binding, the NetworkPolicy port and the certificate"; exit 1; }
 	@if $(HELM) template sw charts/simple-workflow --set database.url=x | grep -q 'APIService\|log-api'; then \
 		echo "the log API is rendered although logAPI.enabled is false"; exit 1; fi

@@ -41,13 +41,14 @@ func (logAPIRunnable) NeedLeaderElection() bool { return false }
 // newLogAPI builds the log API server: it reads WorkflowRuns through the
 // API reader (no cache of every run on a standby) and each namespace's
 // inbox through logInboxes. close closes the pools it opened.
-func newLogAPI(o options, mgr ctrl.Manager, eng *engine.Engine, routed *controller.InboxSet) (logAPIRunnable, func(), error) {
+func newLogAPI(o options, mgr ctrl.Manager, routed *controller.InboxSet) (logAPIRunnable, func(), error) {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return logAPIRunnable{}, nil, fmt.Errorf("log API: Kubernetes client: %w", err)
 	}
 	log := slog.New(logr.ToSlogHandler(ctrl.Log.WithName("log-api")))
-	inboxes := &logInboxes{def: eng, set: routed, list: mgr.GetClient(), secrets: mgr.GetAPIReader(), own: map[string]*ownInbox{}}
+	inboxes := &logInboxes{defURL: o.databaseURL, set: routed, list: mgr.GetClient(), secrets: mgr.GetAPIReader(),
+		own: map[string]*ownInbox{}}
 	srv, err := logapi.New(logapi.Config{Kube: cs, Runs: mgr.GetAPIReader(), Inboxes: inboxes, Logger: log})
 	if err != nil {
 		return logAPIRunnable{}, nil, err
@@ -55,12 +56,13 @@ func newLogAPI(o options, mgr ctrl.Manager, eng *engine.Engine, routed *controll
 	return logAPIRunnable{server: srv, addr: o.logAPIAddr, certDir: o.logAPICertDir}, inboxes.close, nil
 }
 
-// logInboxes finds the inbox of a namespace for the log API: the default
-// inbox's engine, a WorkflowInbox's engine when this manager is connected
-// to it (the leader), else a small pool of its own opened from the
-// WorkflowInbox's Secret (a standby connects to no WorkflowInbox).
+// logInboxes finds the inbox of a namespace for the log API: a small pool
+// of its own (two connections) to each inbox it reads, the default inbox's
+// from the manager's URL, a WorkflowInbox's from its Secret, so that log
+// reads never take the connections the controllers and the leader's loops
+// use (and a standby, which connects to no WorkflowInbox, reads them too).
 type logInboxes struct {
-	def *engine.Engine
+	defURL string
 	// set routes namespaces; nil when only the default inbox is served.
 	set *controller.InboxSet
 	// list reads WorkflowInboxes (the cache), secrets reads Secrets.
@@ -80,17 +82,14 @@ type ownInbox struct {
 // InboxFor implements logapi.Inboxes.
 func (l *logInboxes) InboxFor(ctx context.Context, namespace string) (logapi.Inbox, error) {
 	if l.set == nil {
-		return l.def, nil
+		return l.open(ctx, workflowv1alpha1.DefaultInboxName, l.defURL)
 	}
 	name, err := l.set.Placed(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
 	if name == workflowv1alpha1.DefaultInboxName {
-		return l.def, nil
-	}
-	if eng, ok := l.set.Engine(name); ok {
-		return eng, nil
+		return l.open(ctx, name, l.defURL)
 	}
 	var in workflowv1alpha1.WorkflowInbox
 	if err := l.list.Get(ctx, client.ObjectKey{Name: name}, &in); err != nil {
@@ -113,7 +112,9 @@ func (l *logInboxes) open(ctx context.Context, name, url string) (*engine.Engine
 		if o.source == sum {
 			return o.eng, nil
 		}
-		o.pool.Close()
+		// Closed apart: Close waits for the reads under way, which must
+		// not hold up the other inboxes' reads.
+		go o.pool.Close()
 		delete(l.own, name)
 	}
 	cfg, err := pgxpool.ParseConfig(url)

@@ -393,7 +393,7 @@ func run() error {
 		}
 	}
 	if o.logAPIAddr != "" {
-		la, closeLogAPI, err := newLogAPI(o, mgr, eng, routed)
+		la, closeLogAPI, err := newLogAPI(o, mgr, routed)
 		if err != nil {
 			return err
 		}

@@ -154,21 +154,63 @@ func writeLog(streams IOStreams, log *logsv1alpha1.WorkflowRunLog) error {
 		fmt.Fprintf(streams.ErrOut, "Attempt %d of workflowrun %s (attempts that logged: %s; pick one with --attempt).\n",
 			log.Attempt, where, strings.Join(logged, ", "))
 	}
-	return writeLines(streams.Out, dropped, log.Lines)
+	return writeLines(streams.Out, dropped, log.Omitted, log.Lines)
 }
 
-// writeLines prints the lines of one attempt.
-func writeLines(w io.Writer, dropped int64, lines []logsv1alpha1.Line) error {
+// writeLines prints the lines of one attempt, what the handler wrote made
+// harmless to a terminal (escapeTerminal).
+func writeLines(w io.Writer, dropped int64, omitted int, lines []logsv1alpha1.Line) error {
 	var b strings.Builder
 	if dropped > 0 {
 		fmt.Fprintf(&b, "[%d earlier lines dropped]\n", dropped)
 	}
+	if omitted > 0 {
+		fmt.Fprintf(&b, "[%d earlier lines kept, not shown: raise --tail]\n", omitted)
+	}
 	indent := strings.NewReplacer("\r\n", "\n    ", "\n", "\n    ", "\r", "\n    ")
 	for _, l := range lines {
-		fmt.Fprintf(&b, "%s %-5s %s\n", l.Time.UTC().Format(time.RFC3339Nano), strings.ToUpper(l.Level), indent.Replace(l.Message))
+		fmt.Fprintf(&b, "%s %-5s %s\n", l.Time.UTC().Format(time.RFC3339Nano), escapeTerminal(strings.ToUpper(l.Level)),
+			escapeTerminal(indent.Replace(l.Message)))
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
+}
+
+// escapeTerminal shows the characters a terminal would act on (escape
+// sequences, backspace, bidirectional overrides: a log line could erase
+// or forge the lines above it) as \x1b-style text; tabs and line breaks
+// stay. -o json and -o yaml carry the text as it is.
+func escapeTerminal(s string) string {
+	if !strings.ContainsFunc(s, terminalControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !terminalControl(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+// terminalControl reports a character a terminal acts on: C0 controls but
+// tab and line feed, DEL, C1 controls, and the bidirectional formatting
+// characters.
+func terminalControl(r rune) bool {
+	switch {
+	case r == '\t' || r == '\n':
+		return false
+	case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
+		return true
+	}
+	return false
 }

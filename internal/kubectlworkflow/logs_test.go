@@ -37,16 +37,21 @@ func TestLogsWithoutTheLogAPI(t *testing.T) {
 func TestWriteLines(t *testing.T) {
 	at := time.Date(2026, 11, 23, 14, 0, 2, 5000, time.FixedZone("CET", 3600))
 	var b strings.Builder
-	err := writeLines(&b, 3, []logsv1alpha1.Line{
+	err := writeLines(&b, 3, 7, []logsv1alpha1.Line{
 		{Attempt: 2, Seq: 4, Time: at, Level: "info", Message: "charged card=visa"},
 		{Attempt: 2, Seq: 5, Time: at, Level: "error", Message: "two\nlines"},
+		// What a terminal would act on is shown, not done: an escape
+		// sequence erasing the line above, a bell, C1, a bidi override.
+		{Attempt: 2, Seq: 6, Time: at, Level: "warn", Message: "\x1b[1A\x1b[2Kforged\a\u009b\u202egnp.exe\tok"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "[3 earlier lines dropped]\n" +
+		"[7 earlier lines kept, not shown: raise --tail]\n" +
 		"2026-11-23T13:00:02.000005Z INFO  charged card=visa\n" +
-		"2026-11-23T13:00:02.000005Z ERROR two\n    lines\n"
+		"2026-11-23T13:00:02.000005Z ERROR two\n    lines\n" +
+		"2026-11-23T13:00:02.000005Z WARN  \\x1b[1A\\x1b[2Kforged\\x07\\x9b\\u202egnp.exe\tok\n"
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}

@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
@@ -73,6 +74,17 @@ func (s *Server) runLog(ctx context.Context, user User, ns, name string, params 
 	if err != nil {
 		return nil, err
 	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return nil, notFound(name, fmt.Sprintf("workflowrun %s/%s not found: not a name a WorkflowRun has", ns, name))
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		return nil, apierrors.NewTooManyRequests("the log API serves a few reads at once; try again", 1)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
 	allowed, reason, err := mayGetLog(ctx, s.cfg.Kube, user, ns, name)
 	if err != nil {
 		return nil, err
@@ -82,8 +94,6 @@ func (s *Server) runLog(ctx context.Context, user User, ns, name string, params 
 		return nil, apierrors.NewForbidden(logsResource, name, fmt.Errorf("user %q cannot get resource %q in API group %q in the namespace %q",
 			user.Name, logsv1alpha1.Resource, logsv1alpha1.Group, ns))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
 	var wfr workflowv1alpha1.WorkflowRun
 	if err := s.cfg.Runs.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &wfr); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -164,6 +174,20 @@ func readLog(ctx context.Context, inbox Inbox, ns, name, runID string, q logQuer
 		}
 		out.Lines = append(out.Lines, logsv1alpha1.Line{Attempt: l.Attempt, Seq: l.Seq, Time: l.At.UTC(),
 			Level: string(l.Level), Message: l.Message})
+	}
+	// At most maxLogBytes of messages, the newest: the older lines count
+	// as omitted.
+	total, keep := 0, len(out.Lines)
+	for i := len(out.Lines) - 1; i >= 0; i-- {
+		total += len(out.Lines[i].Message)
+		if total > maxLogBytes {
+			break
+		}
+		keep = i
+	}
+	if keep > 0 && total > maxLogBytes {
+		out.Omitted += keep
+		out.Lines = out.Lines[keep:]
 	}
 	return out, nil
 }

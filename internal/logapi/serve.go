@@ -44,7 +44,9 @@ func (s *Server) Serve(ctx context.Context, addr, certDir string) error {
 	srv := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
+		// A reader that does not read its answer gives up its slot.
+		WriteTimeout: time.Minute,
+		IdleTimeout:  90 * time.Second,
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: certs.get,

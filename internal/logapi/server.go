@@ -45,13 +45,23 @@ type Config struct {
 	Logger *slog.Logger
 	// Timeout bounds the reads of one request (10 seconds when 0).
 	Timeout time.Duration
+	// MaxInFlight bounds the log reads served at once (4 when 0); more
+	// are answered 429 with Retry-After.
+	MaxInFlight int
 }
+
+// maxLogBytes bounds the message octets one response carries: older lines
+// past it are counted as omitted (ask a smaller tail, or an attempt).
+const maxLogBytes = 4 << 20
 
 // Server serves the log API. Use it as an http.Handler (the requests must
 // come over TLS, with the API server's client certificate) or with Serve.
 type Server struct {
 	cfg Config
 	mux *http.ServeMux
+
+	// slots bounds the log reads in flight.
+	slots chan struct{}
 
 	mu sync.RWMutex
 	rh *requestHeader
@@ -71,7 +81,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), rhErr: errors.New("not read yet")}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 4
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), rhErr: errors.New("not read yet"),
+		slots: make(chan struct{}, cfg.MaxInFlight)}
 	base := "/apis/" + logsv1alpha1.Group
 	s.mux.HandleFunc("/apis", discoveryOnly(serveGroupList))
 	s.mux.HandleFunc(base, discoveryOnly(serveGroup))
@@ -127,12 +141,13 @@ type userKey struct{}
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rh, err := s.requestHeader()
 	if rh == nil {
-		s.cfg.Logger.Warn("Log API refused a request: the API server's request-header settings are not read", "error", err)
+		s.cfg.Logger.Debug("Log API refused a request: the API server's request-header settings are not read", "error", err)
 		writeStatus(w, unavailable("the log API has not read the API server's request-header settings yet"))
 		return
 	}
 	if !rh.verified(r) {
-		s.cfg.Logger.Info("Log API refused a request not from the API server", "remote", r.RemoteAddr, "path", r.URL.Path)
+		// Debug: anyone reaching the port may send these.
+		s.cfg.Logger.Debug("Log API refused a request not from the API server", "remote", r.RemoteAddr, "path", r.URL.Path)
 		writeStatus(w, apierrors.NewUnauthorized(fmt.Sprintf("the log API answers the API server only: %v", errNoClientCert)))
 		return
 	}

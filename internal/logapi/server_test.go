@@ -30,6 +30,13 @@ func (noInboxes) InboxFor(context.Context, string) (Inbox, error) { panic("not r
 // front-proxy certificate (and one presenting none).
 func testServer(t *testing.T) (srv *httptest.Server, proxy, anonymous *http.Client) {
 	t.Helper()
+	_, srv, proxy, anonymous = testServerOf(t)
+	return srv, proxy, anonymous
+}
+
+// testServerOf is testServer, with the Server.
+func testServerOf(t *testing.T) (s *Server, srv *httptest.Server, proxy, anonymous *http.Client) {
+	t.Helper()
 	ca, caKey, err := devenv.NewCA("front-proxy-ca")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +51,7 @@ func testServer(t *testing.T) (srv *httptest.Server, proxy, anonymous *http.Clie
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Kube: kube, Runs: readerNotReached{}, Inboxes: noInboxes{}})
+	s, err = New(Config{Kube: kube, Runs: readerNotReached{}, Inboxes: noInboxes{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +66,29 @@ func testServer(t *testing.T) (srv *httptest.Server, proxy, anonymous *http.Clie
 	}
 	transport := srv.Client().Transport.(*http.Transport).Clone()
 	transport.TLSClientConfig.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}
-	return srv, &http.Client{Transport: transport}, srv.Client()
+	return s, srv, &http.Client{Transport: transport}, srv.Client()
+}
+
+// The reads in flight are bounded: past the bound a read is answered 429
+// at once, before any review or read; a name no WorkflowRun can have is
+// 404 without one.
+func TestServerBoundsTheReadsInFlight(t *testing.T) {
+	s, srv, proxy, _ := testServerOf(t)
+	for range cap(s.slots) {
+		s.slots <- struct{}{}
+	}
+	base := srv.URL + "/apis/logs.simpleworkflow.dev/v1alpha1/namespaces/a/workflowrunlogs/"
+	user := map[string]string{"X-Remote-User": "alice"}
+	if code, body := get(t, proxy, http.MethodGet, base+"r", user); code != http.StatusTooManyRequests ||
+		!strings.Contains(body, `"reason":"TooManyRequests"`) {
+		t.Fatalf("a read past the bound: %d %s", code, body)
+	}
+	for range cap(s.slots) {
+		<-s.slots
+	}
+	if code, body := get(t, proxy, http.MethodGet, base+"Not_A_Name", user); code != http.StatusNotFound {
+		t.Fatalf("a name no WorkflowRun has: %d %s", code, body)
+	}
 }
 
 // readerNotReached is a client.Reader that is never reached.

@@ -83,8 +83,19 @@ var _ = Describe("the chart's log API manifests", func() {
 		Expect(mc.Args).To(ContainElements("--log-api-bind-address=:8443", "--log-api-cert-dir=/etc/simple-workflow/log-api"))
 		nps := objs.policiesOf(mgr.Spec.Template.Labels)
 		Expect(nps).To(HaveLen(1))
+		// Open to any source: the aggregator's address is not always one
+		// of apiServerCIDRs (which are for egress).
+		Expect(ingressPorts(nps[0])).To(HaveKeyWithValue(served, BeEmpty()))
+		narrowed := decodeChart(renderChart("chart-check", "--set", "database.existingSecret=db", "--set", "logAPI.enabled=true",
+			"--set-json", `logAPI.allowedFrom=[{"ipBlock":{"cidr":"10.9.0.0/16"}}]`))
+		nps = narrowed.policiesOf(mgr.Spec.Template.Labels)
 		Expect(ingressPorts(nps[0])).To(HaveKeyWithValue(served, ConsistOf(
-			networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.1/32"}})))
+			networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.9.0.0/16"}})))
+		// A release of an older chart upgraded with --reuse-values has none
+		// of the new values but enabled: the defaults stand in.
+		old := decodeChart(renderChart("chart-check", "--set", "database.existingSecret=db", "--set", "logAPI.enabled=true",
+			"--set", "logAPI.port=null", "--set", "logAPI.service=null", "--set", "logAPI.certificateValidityDays=null"))
+		Expect(old.deployments[0].Spec.Template.Spec.Containers[0].Args).To(ContainElement("--log-api-bind-address=:8443"))
 
 		caPEM, err := base64.StdEncoding.DecodeString(spec.CABundle)
 		Expect(err).NotTo(HaveOccurred())
