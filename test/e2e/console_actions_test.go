@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,24 +40,11 @@ var _ = Describe("the console's actions", Ordered, func() {
 		browser     context.Context
 		eng         *engine.Engine
 		base        string
-		shots       string
 		readerToken string
 	)
 	const ns = "e2e-console-act"
-	page := func(steps ...chromedp.Action[chromedp.Void]) error {
-		_, err := browse(browser, chromedp.Steps(steps...))
-		return err
-	}
-	screenshot := func(name string) {
-		png, err := browse(browser, chromedp.FullScreenshot(100))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(filepath.Join(shots, name), png, 0o644)).To(Succeed())
-	}
-	text := func(sel string) string {
-		s, err := browse(browser, chromedp.Text(chromedp.CSS(sel)))
-		Expect(err).NotTo(HaveOccurred(), "text of %s", sel)
-		return s
-	}
+	b := &chromium{}
+	page, screenshot, text := b.steps, b.screenshot, b.text
 	has := func(sel string) bool {
 		ok, err := browse(browser, chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q) !== null`, sel)))
 		Expect(err).NotTo(HaveOccurred())
@@ -108,22 +93,8 @@ var _ = Describe("the console's actions", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		path := findBrowser()
-		if path == "" {
-			Skip("no Chromium on PATH (make test installs Debian's chromium with hack/chromium.sh as root)")
-		}
-		shots = os.Getenv("CONSOLE_SCREENSHOTS")
-		if shots == "" {
-			shots = workDir
-		}
-		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-			chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
-		alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-		DeferCleanup(cancelAlloc)
-		var cancelBrowser context.CancelFunc
-		browser, cancelBrowser = chromedp.NewContext(alloc)
-		DeferCleanup(cancelBrowser)
-		Expect(chromedp.Do(browser)).To(Succeed(), "start %s", path)
+		b.ctx, b.shots = startBrowser()
+		browser = b.ctx
 
 		pool, err := pgxpool.New(ctx, dbURL)
 		Expect(err).NotTo(HaveOccurred())

@@ -26,6 +26,55 @@ func browse[T any](browser context.Context, a chromedp.Action[T]) (T, error) {
 	return chromedp.Run(c, a)
 }
 
+// chromium is a browser a spec drives, and where its screenshots go.
+type chromium struct {
+	ctx   context.Context
+	shots string
+}
+
+// steps runs browser steps with a bound.
+func (c *chromium) steps(steps ...chromedp.Action[chromedp.Void]) error {
+	_, err := browse(c.ctx, chromedp.Steps(steps...))
+	return err
+}
+
+// screenshot saves the whole page as name.
+func (c *chromium) screenshot(name string) {
+	png, err := browse(c.ctx, chromedp.FullScreenshot(100))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.WriteFile(filepath.Join(c.shots, name), png, 0o644)).To(Succeed())
+}
+
+// text is the text of the element sel selects.
+func (c *chromium) text(sel string) string {
+	s, err := browse(c.ctx, chromedp.Text(chromedp.CSS(sel)))
+	Expect(err).NotTo(HaveOccurred(), "text of %s", sel)
+	return s
+}
+
+// startBrowser starts a headless Chromium for the spec (skipping it when
+// there is none) and returns its context and where screenshots go:
+// CONSOLE_SCREENSHOTS (the documentation's are taken so), else the
+// suite's directory. Call it in a BeforeAll.
+func startBrowser() (context.Context, string) {
+	path := findBrowser()
+	if path == "" {
+		Skip("no Chromium on PATH (make test installs Debian's chromium with hack/chromium.sh as root)")
+	}
+	shots := os.Getenv("CONSOLE_SCREENSHOTS")
+	if shots == "" {
+		shots = workDir
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	DeferCleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	DeferCleanup(cancelBrowser)
+	Expect(chromedp.Do(browser)).To(Succeed(), "start %s", path)
+	return browser, shots
+}
+
 // findBrowser returns the path of a Chromium on PATH, or "".
 func findBrowser() string {
 	for _, b := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -41,23 +90,10 @@ var _ = Describe("the web console", Ordered, func() {
 		browser context.Context
 		eng     *engine.Engine
 		base    string
-		shots   string
 	)
 	// page runs browser steps with a bound, so no spec hangs on a page.
-	page := func(steps ...chromedp.Action[chromedp.Void]) error {
-		_, err := browse(browser, chromedp.Steps(steps...))
-		return err
-	}
-	screenshot := func(name string) {
-		png, err := browse(browser, chromedp.FullScreenshot(100))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(filepath.Join(shots, name), png, 0o644)).To(Succeed())
-	}
-	text := func(sel string) string {
-		s, err := browse(browser, chromedp.Text(chromedp.CSS(sel)))
-		Expect(err).NotTo(HaveOccurred(), "text of %s", sel)
-		return s
-	}
+	b := &chromium{}
+	page, screenshot, text := b.steps, b.screenshot, b.text
 	nodeStates := func() []string {
 		states, err := browse(browser, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#dag g.node')).map(g => g.dataset.step + '=' + g.getAttribute('class').replace('node ', ''))`))
 		Expect(err).NotTo(HaveOccurred())
@@ -65,24 +101,8 @@ var _ = Describe("the web console", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		path := findBrowser()
-		if path == "" {
-			Skip("no Chromium on PATH (make test installs Debian's chromium with hack/chromium.sh as root)")
-		}
-		// CONSOLE_SCREENSHOTS names where the pages' screenshots go (the
-		// documentation's are taken so); else the suite's directory.
-		shots = os.Getenv("CONSOLE_SCREENSHOTS")
-		if shots == "" {
-			shots = workDir
-		}
-		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-			chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
-		alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-		DeferCleanup(cancelAlloc)
-		var cancelBrowser context.CancelFunc
-		browser, cancelBrowser = chromedp.NewContext(alloc)
-		DeferCleanup(cancelBrowser)
-		Expect(chromedp.Do(browser)).To(Succeed(), "start %s", path)
+		b.ctx, b.shots = startBrowser()
+		browser = b.ctx
 
 		pool, err := pgxpool.New(ctx, dbURL)
 		Expect(err).NotTo(HaveOccurred())
