@@ -9,6 +9,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/simple-workflow/simple-workflow/internal/kubeauth"
 )
 
 // The resources the console authorizes against: WorkflowRuns of a
@@ -25,12 +27,7 @@ const (
 var ErrUnauthenticated = errors.New("the token does not authenticate anyone")
 
 // User is who a token authenticated, as a TokenReview tells it.
-type User struct {
-	Name   string
-	UID    string
-	Groups []string
-	Extra  map[string][]string
-}
+type User = kubeauth.User
 
 // Reviewer checks bearer tokens and what their holders may do.
 type Reviewer interface {
@@ -73,20 +70,7 @@ func (k KubeReviewer) Authenticate(ctx context.Context, token string) (User, err
 
 // Allowed implements Reviewer with a SubjectAccessReview.
 func (k KubeReviewer) Allowed(ctx context.Context, user User, verb, resource, namespace string) (bool, error) {
-	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
-	for k, v := range user.Extra {
-		extra[k] = v
-	}
-	sar, err := k.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user.Name, UID: user.UID, Groups: user.Groups, Extra: extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Group: apiGroup, Resource: resource, Verb: verb, Namespace: namespace,
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return false, fmt.Errorf("subject access review (%s %s in %q): %w", verb, resource, namespace, err)
-	}
-	return sar.Status.Allowed, nil
+	ok, _, err := kubeauth.Allowed(ctx, k.Client, user, authorizationv1.ResourceAttributes{
+		Group: apiGroup, Resource: resource, Verb: verb, Namespace: namespace})
+	return ok, err
 }

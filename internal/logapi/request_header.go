@@ -13,6 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/simple-workflow/simple-workflow/internal/kubeauth"
 )
 
 // The ConfigMap in which kube-apiserver publishes how it authenticates
@@ -36,12 +38,7 @@ const (
 var errNoClientCert = errors.New("no client certificate signed by the API server's request-header CA")
 
 // User is who the API server says sent a request.
-type User struct {
-	Name   string
-	UID    string
-	Groups []string
-	Extra  map[string][]string
-}
+type User = kubeauth.User
 
 // requestHeader is the API server's request-header authentication, as
 // its ConfigMap describes it.
