@@ -304,8 +304,8 @@ func (s *Server) runActions(ctx context.Context, a access, run engine.Run, done 
 		return act
 	}
 	act.Allowed = true
-	unfinished := run.Status == engine.StatusPending || run.Status == engine.StatusLeased
-	act.Cancel, act.Signal = unfinished && run.DeletedAt == nil, unfinished && run.DeletedAt == nil
+	unfinished := (run.Status == engine.StatusPending || run.Status == engine.StatusLeased) && run.DeletedAt == nil
+	act.Cancel, act.Signal = unfinished, unfinished
 	act.Retry = (run.Status == engine.StatusFailed || run.Status == engine.StatusCancelled) && run.DeletedAt == nil &&
 		run.ParentID == "" && run.Source == nil
 	if run.Source != nil && (run.Status == engine.StatusFailed || run.Status == engine.StatusCancelled) {

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -59,32 +58,11 @@ type bulkView struct {
 // f's status, readable by the viewer, in namespaces where the viewer may
 // act (those in others counted apart), at most maxBulk+1 in all.
 func (s *Server) bulkTargets(ctx context.Context, a access, action string, f runFilter) (b bulkTargets, problems []inboxProblem, err error) {
-	var namespaces []string // nil: every run
-	if !a.all {
-		namespaces = a.list()
-		if len(namespaces) == 0 || f.Namespace != "" && !a.may(f.Namespace) {
-			return b, nil, nil
-		}
-	}
 	f.AfterAt, f.AfterID = time.Time{}, ""
-	var mu sync.Mutex
-	var all []runRow
-	problems, err = s.each(ctx, func(ctx context.Context, src *source) error {
-		runs, err := listInboxRuns(ctx, src, f, namespaces, maxBulk+1)
-		mu.Lock()
-		all = append(all, runs...)
-		mu.Unlock()
-		return err
-	})
+	all, problems, err := s.mergedRuns(ctx, f, a, maxBulk+1)
 	if err != nil {
 		return b, problems, err
 	}
-	slices.SortFunc(all, func(x, y runRow) int {
-		if c := y.CreatedAt.Compare(x.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(y.ID, x.ID)
-	})
 	if len(all) > maxBulk {
 		// Deleted runs and those of other namespaces count too: the
 		// bound is on what the filter reaches.

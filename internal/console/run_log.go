@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -17,71 +15,32 @@ import (
 // newest); the whole kept log is at /runs/{id}/log?attempt=N.
 const maxLogLines = 500
 
-// logAttempt is what one attempt's log keeps.
-type logAttempt struct {
-	Attempt  int
-	Lines    int
-	Bytes    int64
-	Dropped  int64
-	FirstSeq int64
-}
-
-// logLine is one line of a run's log.
-type logLine struct {
-	Seq     int64
-	At      time.Time
-	Level   string
-	Message string
-}
-
 // runLog is the log section of a run's page: the attempts that logged,
 // the one shown, its newest lines, and how many are not shown.
 type runLog struct {
-	Attempts []logAttempt
-	Shown    *logAttempt
-	Lines    []logLine
+	Attempts []engine.AttemptLogSummary
+	Shown    *engine.AttemptLogSummary
+	Lines    []engine.RunLogLine
 	// Hidden counts the kept lines older than those shown.
 	Hidden int
 }
 
-// loadLogAttempts reads what each attempt's log of a run keeps.
-func (src *source) loadLogAttempts(ctx context.Context, id string) ([]logAttempt, error) {
-	rows, err := src.db.Query(ctx, `select attempt, lines, bytes, dropped, first_seq from workflow.run_log_attempts($1::uuid)`, id)
-	if err != nil {
-		return nil, fmt.Errorf("run %s: log: %w", id, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (logAttempt, error) {
-		var a logAttempt
-		return a, row.Scan(&a.Attempt, &a.Lines, &a.Bytes, &a.Dropped, &a.FirstSeq)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("run %s: log: %w", id, err)
-	}
-	return out, nil
-}
-
 // readLog calls fn with up to limit lines of attempt's log after line
-// after, in order, at most 10,000 a query.
-func (src *source) readLog(ctx context.Context, id string, attempt int, after int64, limit int, fn func(logLine)) error {
+// after, in order, at most 10,000 a read.
+func (src *source) readLog(ctx context.Context, id string, attempt int, after int64, limit int, fn func(engine.RunLogLine)) error {
 	for limit > 0 {
-		rows, err := src.db.Query(ctx, `select attempt, seq, logged_at, level, message
-from workflow.run_logs($1::uuid, $2::integer, $3::bigint, $4::integer)`, id, attempt, after, min(limit, 10000))
+		lines, err := src.eng.RunLogs(ctx, id, attempt, after, min(limit, 10000))
 		if err != nil {
-			return fmt.Errorf("run %s: log: %w", id, err)
+			return err
 		}
-		var a int
-		var l logLine
 		n := 0
-		if _, err := pgx.ForEachRow(rows, []any{&a, &l.Seq, &l.At, &l.Level, &l.Message}, func() error {
-			if a != attempt {
-				return nil // the next attempt's
+		for _, l := range lines {
+			if l.Attempt != attempt {
+				break // the next attempt's
 			}
 			fn(l)
 			after = l.Seq
 			n++
-			return nil
-		}); err != nil {
-			return fmt.Errorf("run %s: log: %w", id, err)
 		}
 		if n == 0 {
 			return nil
@@ -95,7 +54,7 @@ from workflow.run_logs($1::uuid, $2::integer, $3::bigint, $4::integer)`, id, att
 // attempt asked for (the latest that logged when none is, or it did not).
 func (src *source) loadLog(ctx context.Context, id, asked string) (runLog, error) {
 	var l runLog
-	attempts, err := src.loadLogAttempts(ctx, id)
+	attempts, err := src.eng.RunLogAttempts(ctx, id)
 	if err != nil || len(attempts) == 0 {
 		return l, err
 	}
@@ -110,7 +69,7 @@ func (src *source) loadLog(ctx context.Context, id, asked string) (runLog, error
 	}
 	l.Hidden = max(0, l.Shown.Lines-maxLogLines)
 	after := l.Shown.FirstSeq - 1 + int64(l.Hidden)
-	err = src.readLog(ctx, id, l.Shown.Attempt, after, maxLogLines, func(line logLine) { l.Lines = append(l.Lines, line) })
+	err = src.readLog(ctx, id, l.Shown.Attempt, after, maxLogLines, func(line engine.RunLogLine) { l.Lines = append(l.Lines, line) })
 	return l, err
 }
 
@@ -139,12 +98,12 @@ func (s *Server) serveRunLog(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.inboxes.bounded(r.Context())
 	defer cancel()
-	attempts, err := src.loadLogAttempts(ctx, id)
+	attempts, err := src.eng.RunLogAttempts(ctx, id)
 	if err != nil {
 		http.Error(w, "the run's log could not be read from the database", http.StatusInternalServerError)
 		return
 	}
-	var shown *logAttempt
+	var shown *engine.AttemptLogSummary
 	for i := range attempts {
 		if attempts[i].Attempt == attempt {
 			shown = &attempts[i]
@@ -159,8 +118,8 @@ func (s *Server) serveRunLog(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "[%d earlier lines dropped]\n", shown.Dropped)
 	}
 	indent := strings.NewReplacer("\r\n", "\n    ", "\n", "\n    ", "\r", "\n    ")
-	if err := src.readLog(ctx, id, attempt, shown.FirstSeq-1, shown.Lines, func(l logLine) {
-		fmt.Fprintf(w, "%s %-5s %s\n", l.At.UTC().Format(time.RFC3339Nano), strings.ToUpper(l.Level), indent.Replace(l.Message))
+	if err := src.readLog(ctx, id, attempt, shown.FirstSeq-1, shown.Lines, func(l engine.RunLogLine) {
+		fmt.Fprintf(w, "%s %-5s %s\n", l.At.UTC().Format(time.RFC3339Nano), strings.ToUpper(string(l.Level)), indent.Replace(l.Message))
 	}); err != nil {
 		// The status is sent: the text says it stops short.
 		s.log.Error("Console could not read a run's log to its end", "run", id, "error", err)

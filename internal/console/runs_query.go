@@ -45,34 +45,10 @@ type runRow struct {
 // them after the cursor, and the next page goes on from its last run. The
 // inboxes that could not be read are returned beside it.
 func (s *Server) listRuns(ctx context.Context, f runFilter, a access) ([]runRow, string, []inboxProblem, error) {
-	var namespaces []string // nil: every run
-	if !a.all {
-		namespaces = a.list()
-		if f.Namespace != "" && !a.may(f.Namespace) || len(namespaces) == 0 {
-			// Nothing to read; an inbox that cannot be read is still said.
-			_, down := s.inboxes.current()
-			return nil, "", down, nil
-		}
-	}
-	var mu sync.Mutex
-	var all []runRow
-	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
-		runs, err := listInboxRuns(ctx, src, f, namespaces, pageSize+1)
-		mu.Lock()
-		all = append(all, runs...)
-		mu.Unlock()
-		return err
-	})
+	all, problems, err := s.mergedRuns(ctx, f, a, pageSize+1)
 	if err != nil {
 		return nil, "", problems, err
 	}
-	// Newest first, as each inbox's page is (created_at desc, id desc).
-	slices.SortFunc(all, func(x, y runRow) int {
-		if c := y.CreatedAt.Compare(x.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(y.ID, x.ID)
-	})
 	next := ""
 	if len(all) > pageSize {
 		all = all[:pageSize]
@@ -80,6 +56,40 @@ func (s *Server) listRuns(ctx context.Context, f runFilter, a access) ([]runRow,
 		next = engine.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return all, next, problems, nil
+}
+
+// mergedRuns reads up to limit runs of every inbox that f selects and the
+// viewer may read, and merges them newest first (as each inbox's are:
+// created_at desc, id desc). The inboxes that could not be read are
+// returned beside them, also when the viewer may read nothing.
+func (s *Server) mergedRuns(ctx context.Context, f runFilter, a access, limit int) ([]runRow, []inboxProblem, error) {
+	var namespaces []string // nil: every run
+	if !a.all {
+		namespaces = a.list()
+		if f.Namespace != "" && !a.may(f.Namespace) || len(namespaces) == 0 {
+			_, down := s.inboxes.current()
+			return nil, down, nil
+		}
+	}
+	var mu sync.Mutex
+	var all []runRow
+	problems, err := s.each(ctx, func(ctx context.Context, src *source) error {
+		runs, err := listInboxRuns(ctx, src, f, namespaces, limit)
+		mu.Lock()
+		all = append(all, runs...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, problems, err
+	}
+	slices.SortFunc(all, func(x, y runRow) int {
+		if c := y.CreatedAt.Compare(x.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(y.ID, x.ID)
+	})
+	return all, problems, nil
 }
 
 // listInboxRuns reads up to limit runs of one inbox, newest first.
