@@ -141,12 +141,14 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 		defer s.flush(ctx, later)
 	}
 	// What the handlers logged goes before the outcome that ends their
-	// attempts.
-	runs := make([]*activeRun, len(batch))
-	for i, o := range batch {
-		runs[i] = o.run
+	// attempts (most log nothing: no slice, no call).
+	var logged []*activeRun
+	for _, o := range batch {
+		if o.run.log.pending() {
+			logged = append(logged, o.run)
+		}
 	}
-	s.sendLogs(ctx, runs)
+	s.sendLogs(ctx, logged)
 	var (
 		completions []engine.Completion
 		failures    []engine.Failure
