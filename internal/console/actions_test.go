@@ -437,3 +437,79 @@ func TestConsoleBulkActions(t *testing.T) {
 		t.Fatalf("%d of 1001 left pending (%v)", left, err)
 	}
 }
+
+// Every value an action takes, hostile (deeply nested, oversized, NUL,
+// malformed), is refused whole with nothing written, and an editor of
+// team-a reaches none of team-b's runs through any of them (a bulk filter
+// naming team-b included): team-b's runs, beside, stay as they were.
+func TestConsoleActionsRefuseHostileValuesBesideAnotherNamespace(t *testing.T) {
+	t.Parallel()
+	actor := &lateActor{}
+	a := setupAuth(t, 2*time.Second, func(c *console.Config) { c.Actor = actor })
+	actor.eng = a.eng
+	a.namespace(t, "team-a")
+	a.namespace(t, "team-b")
+	bob := a.editor(t, "team-a", "bob")
+	mine := a.create(t, engine.CreateParams{Type: "hostile.job.v1", Namespace: "team-a"})
+	var theirs []string
+	for range 3 {
+		theirs = append(theirs, a.create(t, engine.CreateParams{Type: "hostile.job.v1", Namespace: "team-b"}))
+	}
+	cookie := a.login(t, bob)
+	_, body := a.page(t, cookie, "/runs/"+mine)
+	csrf := csrfOn(t, body)
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
+	for name, form := range map[string]url.Values{
+		"a payload nested 5,000 deep": {"name": {"approve"}, "payload": {`{"v":` + deep + `}`}},
+		"a payload with NUL":          {"name": {"approve"}, "payload": {`{"v":"a\u0000b"}`}},
+		"a payload of 260 KiB":        {"name": {"approve"}, "payload": {`{"v":"` + strings.Repeat("x", 260<<10) + `"}`}},
+		"a key of 600 characters":     {"name": {"approve"}, "key": {strings.Repeat("k", 600)}},
+		"a name of 200 characters":    {"name": {strings.Repeat("n", 200)}},
+		"a name with NUL":             {"name": {"ap\x00prove"}},
+		"a step it does not wait on":  {"name": {"approve"}, "step": {"../../x"}},
+	} {
+		form.Set("csrf", csrf)
+		if code, _, _ := a.post(t, cookie, "", a.base, "/runs/"+mine+"/signal", form); code < 400 || code >= 500 {
+			t.Errorf("%s: %d, want a refusal", name, code)
+		}
+	}
+	for name, form := range map[string]url.Values{
+		"team-b's runs by namespace":   {"action": {"cancel"}, "status": {"pending"}, "namespace": {"team-b"}, "expect": {"3"}},
+		"every run of the type":        {"action": {"cancel"}, "status": {"pending"}, "prefix": {"hostile."}, "expect": {"4"}},
+		"a prefix of 5,000 characters": {"action": {"cancel"}, "status": {"pending"}, "prefix": {strings.Repeat("a", 5000)}, "expect": {"0"}},
+		"a status that is SQL":         {"action": {"cancel"}, "status": {"pending'; delete from workflow.workflow_run; --"}, "expect": {"0"}},
+		"a count past any int":         {"action": {"cancel"}, "status": {"pending"}, "prefix": {"hostile."}, "expect": {"99999999999999999999999"}},
+		"an action that is none":       {"action": {"delete"}, "status": {"pending"}, "expect": {"0"}},
+	} {
+		form.Set("csrf", csrf)
+		if code, _, body := a.post(t, cookie, "", a.base, "/runs/bulk", form); code == http.StatusOK && strings.Contains(body, "bulk-done") {
+			t.Errorf("%s: made (%d)", name, code)
+		}
+	}
+	if sigs, err := a.eng.ListSignals(a.ctx, mine); err != nil || len(sigs) != 0 {
+		t.Fatalf("signals on team-a's run after the refused forms: %d %v", len(sigs), err)
+	}
+	if s := a.status(t, mine); s != engine.StatusPending {
+		t.Fatalf("team-a's run is %s", s)
+	}
+	for _, id := range theirs {
+		if s, by := a.status(t, id), a.lastBy(t, id, "cancelled"); s != engine.StatusPending || by != "" {
+			t.Fatalf("team-b's run %s: %s, cancelled by %q", id, s, by)
+		}
+		if code, _, _ := a.post(t, cookie, "", a.base, "/runs/"+id+"/signal",
+			url.Values{"csrf": {csrf}, "name": {"approve"}, "payload": {`{}`}}); code != http.StatusNotFound {
+			t.Fatalf("bob signalling team-b's run: %d, want 404", code)
+		}
+	}
+	// The one count that matches team-a alone is made, and only there.
+	code, _, body := a.post(t, cookie, "", a.base, "/runs/bulk", url.Values{"csrf": {csrf}, "action": {"cancel"},
+		"status": {"pending"}, "prefix": {"hostile."}, "expect": {"1"}})
+	if code != http.StatusOK || !strings.Contains(body, "Cancelled 1 run(s).") || a.status(t, mine) != engine.StatusCancelled {
+		t.Fatalf("bob's bulk cancel of his own run: %d", code)
+	}
+	for _, id := range theirs {
+		if s := a.status(t, id); s != engine.StatusPending {
+			t.Fatalf("team-b's run %s is %s after bob's bulk cancel", id, s)
+		}
+	}
+}
