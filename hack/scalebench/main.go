@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -54,7 +55,11 @@ func main() {
 type writeCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
-	next   http.RoundTripper
+	// conflicts counts the writes refused with 409 Conflict (in counts too).
+	conflicts map[string]int
+	// took holds each write's round trip, in seconds.
+	took map[string][]float64
+	next http.RoundTripper
 }
 
 func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -72,9 +77,17 @@ func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 				res = "workflowruns/status"
 			}
 		}
+		key := req.Method + " " + res
+		t0 := time.Now()
+		resp, err := w.next.RoundTrip(req)
 		w.mu.Lock()
-		w.counts[req.Method+" "+res]++
+		w.took[key] = append(w.took[key], time.Since(t0).Seconds())
+		w.counts[key]++
+		if err == nil && resp.StatusCode == http.StatusConflict {
+			w.conflicts[key]++
+		}
 		w.mu.Unlock()
+		return resp, err
 	}
 	return w.next.RoundTrip(req)
 }
@@ -83,11 +96,15 @@ func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 type lagRecorder struct {
 	mu      sync.Mutex
 	samples []float64
+	// at is when each sample was taken, to tell the samples taken while
+	// objects were still being created from the later ones.
+	at []time.Time
 }
 
 func (l *lagRecorder) Observe(v float64) {
 	l.mu.Lock()
 	l.samples = append(l.samples, v)
+	l.at = append(l.at, time.Now())
 	l.mu.Unlock()
 }
 
@@ -96,6 +113,9 @@ func run() error {
 	memRuns := flag.Int("memory-runs", 0, "finished WorkflowRuns in the cache for a second memory reading, when above -runs")
 	policy := flag.Bool("finalizer-policy", true, "install the chart's MutatingAdmissionPolicy that adds the finalizer at creation")
 	workerProcs := flag.Bool("worker-processes", true, "run the workers as example-worker processes (this process's CPU is then the manager's and the clients')")
+	apiProfile := flag.String("apiserver-profile", "", "write a CPU profile of the API server, over the first 60 s after creation starts, to this file")
+	floor := flag.Bool("floor", false, "run no operator and no worker: a client patches each run's status to Succeeded once (the API server's floor under any operator)")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the manager and the clients) to this file")
 	inboxes := flag.Int("inboxes", 1, "inbox databases the runs are spread over, one namespace each: the default inbox and WorkflowInboxes on servers of their own")
 	flag.Parse()
 	ctrl.SetLogger(logrDiscard())
@@ -146,7 +166,7 @@ func run() error {
 	// The manager, configured as cmd/main.go does, with its writes counted.
 	mcfg := rest.CopyConfig(cfg)
 	mcfg.QPS, mcfg.Burst = 500, 1000 // cmd/main.go's defaults
-	counter := &writeCounter{counts: map[string]int{}}
+	counter := &writeCounter{counts: map[string]int{}, conflicts: map[string]int{}, took: map[string][]float64{}}
 	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
 	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
@@ -179,7 +199,9 @@ func run() error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	go func() { _ = mgr.Start(ctx) }()
+	if !*floor {
+		go func() { _ = mgr.Start(ctx) }()
+	}
 
 	ccfg := rest.CopyConfig(cfg)
 	ccfg.QPS, ccfg.Burst = 1000, 2000
@@ -197,6 +219,9 @@ func run() error {
 	// process, or (-worker-processes) as example-worker processes, so that
 	// this process's CPU is the manager's and the clients'.
 	for i, p := range pools {
+		if *floor {
+			break
+		}
 		if *workerProcs {
 			stop, err := startWorkerProcess(ctx, urls[i], benchNamespace(i), max(1, 128/len(pools)))
 			if err != nil {
@@ -233,9 +258,31 @@ func run() error {
 		}
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start the CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *apiProfile != "" {
+		stop, err := profileAPIServer(ctx, ccfg, *apiProfile, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	start := time.Now()
 	cpu0 := processCPU()
-	if err := createRuns(ctx, c, 0, *n, len(pools)); err != nil {
+	var then func(context.Context, client.Client, *workflowv1alpha1.WorkflowRun) error
+	if *floor {
+		then = floorStatus
+	}
+	if err := createRuns(ctx, c, 0, *n, len(pools), then); err != nil {
 		return err
 	}
 	created := time.Since(start)
@@ -258,10 +305,19 @@ func run() error {
 	for k, v := range counter.counts {
 		total += v
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(v)/float64(*n)))
+		t := counter.took[k]
+		slices.Sort(t)
+		fmt.Printf("operator api write %s: round trip p50=%.0fms p99=%.0fms\n", k,
+			1000*t[len(t)/2], 1000*t[min(len(t)-1, int(0.99*float64(len(t))))])
+	}
+	conflicts := 0
+	for _, v := range counter.conflicts {
+		conflicts += v
 	}
 	counter.mu.Unlock()
 	sort.Strings(parts)
-	fmt.Printf("operator api writes: %.2f per run (%s)\n", float64(total)/float64(*n), strings.Join(parts, ", "))
+	fmt.Printf("operator api writes: %.2f per run (%s; refused with a conflict %.2f)\n", float64(total)/float64(*n),
+		strings.Join(parts, ", "), float64(conflicts)/float64(*n))
 
 	lags.mu.Lock()
 	s := slices.Clone(lags.samples)
@@ -274,6 +330,25 @@ func run() error {
 		return time.Duration(s[min(len(s)-1, int(p*float64(len(s))))] * float64(time.Second)).Round(time.Millisecond)
 	}
 	fmt.Printf("operator status lag: p50=%s p99=%s (n=%d phase changes)\n", q(0.5), q(0.99), len(s))
+	var during, after []float64
+	lags.mu.Lock()
+	for i, v := range lags.samples {
+		if lags.at[i].Before(start.Add(created)) {
+			during = append(during, v)
+		} else {
+			after = append(after, v)
+		}
+	}
+	lags.mu.Unlock()
+	p99 := func(v []float64) time.Duration {
+		if len(v) == 0 {
+			return 0
+		}
+		slices.Sort(v)
+		return time.Duration(v[min(len(v)-1, int(0.99*float64(len(v))))] * float64(time.Second)).Round(time.Millisecond)
+	}
+	fmt.Printf("operator status lag p99: %s while objects were created (n=%d), %s after (n=%d)\n",
+		p99(during), len(during), p99(after), len(after))
 
 	// The heap of this process (the manager, its cache, the workers and the
 	// clients: an upper bound of the manager's) with every run finished.
@@ -282,7 +357,7 @@ func run() error {
 	runtime.ReadMemStats(&base)
 	fmt.Printf("operator memory: heap %.0f MiB with %d finished WorkflowRuns cached\n", float64(base.HeapAlloc)/(1<<20), *n)
 	if *memRuns > *n {
-		if err := createRuns(ctx, c, *n, *memRuns, len(pools)); err != nil {
+		if err := createRuns(ctx, c, *n, *memRuns, len(pools), nil); err != nil {
 			return err
 		}
 		if err := waitSucceeded(ctx, c, *memRuns, 15*time.Minute); err != nil {
@@ -299,8 +374,10 @@ func run() error {
 }
 
 // createRuns creates WorkflowRuns [from, to) with 32 concurrent clients,
-// run i in namespace bench-(i mod spread).
-func createRuns(ctx context.Context, c client.Client, from, to, spread int) error {
+// run i in namespace bench-(i mod spread), calling then (when set) on each
+// object its client created.
+func createRuns(ctx context.Context, c client.Client, from, to, spread int,
+	then func(context.Context, client.Client, *workflowv1alpha1.WorkflowRun) error) error {
 	var next atomic.Int64
 	next.Store(int64(from))
 	var wg sync.WaitGroup
@@ -319,6 +396,12 @@ func createRuns(ctx context.Context, c client.Client, from, to, spread int) erro
 				if err := c.Create(ctx, wfr); err != nil {
 					errs <- err
 					return
+				}
+				if then != nil {
+					if err := then(ctx, c, wfr); err != nil {
+						errs <- err
+						return
+					}
 				}
 			}
 		})

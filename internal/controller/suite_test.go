@@ -162,6 +162,16 @@ func newSuiteWorker(ns string) *simpleworkflow.Poller {
 				return nil, nil
 			}
 		},
+		"test.pause.v1": func(ctx context.Context, t *simpleworkflow.Task) (json.RawMessage, error) {
+			var in struct{ Ms int }
+			_ = t.Decode(&in)
+			select {
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-time.After(time.Duration(in.Ms) * time.Millisecond):
+				return nil, nil
+			}
+		},
 		"test.big.v1": func(context.Context, *simpleworkflow.Task) (json.RawMessage, error) {
 			big := make([]byte, controller.MaxResultBytes+100)
 			for i := range big {

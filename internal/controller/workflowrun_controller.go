@@ -78,6 +78,9 @@ type WorkflowRunReconciler struct {
 	// recorded holds the runs recorded by a look that left the first
 	// status to a later one.
 	recorded recordedRuns
+	// held holds the attempts whose Running status a look left to a
+	// later one (briefRunning).
+	held heldAttempts
 }
 
 // +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns,verbs=get;list;watch;update;patch;delete
@@ -180,6 +183,12 @@ func (r *runPass) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowR
 		// status is due.
 		return ctrl.Result{RequeueAfter: acceptedStatusDelay, Priority: ptr.To(inboxChangePriority)}, nil
 	}
+	if briefRunning(wfr, run) && r.held.holdOnce(wfr.UID, run.Attempt) {
+		if justRecorded {
+			r.recorded.remember(wfr.UID, run.ID)
+		}
+		return ctrl.Result{RequeueAfter: runningStatusDelay, Priority: ptr.To(inboxChangePriority)}, nil
+	}
 	entry, err := r.registryEntry(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -211,6 +220,7 @@ func (r *runPass) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowR
 		return ctrl.Result{}, err
 	}
 	r.recorded.forget(wfr.UID)
+	r.held.forget(wfr.UID)
 	// The steps' Events go between the run's own: after it started, before
 	// it ended.
 	ongoing, final := splitFinal(worthTelling(evs))

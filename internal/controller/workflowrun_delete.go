@@ -24,6 +24,7 @@ import (
 func (r *runPass) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun) (ctrl.Result, error) {
 	r.Followers.Forget(client.ObjectKeyFromObject(wfr))
 	r.recorded.forget(wfr.UID)
+	r.held.forget(wfr.UID)
 	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
 		return ctrl.Result{}, nil
 	}

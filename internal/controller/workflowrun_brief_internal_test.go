@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
+	"github.com/simple-workflow/simple-workflow/internal/engine"
+)
+
+func TestHeldAttemptsHoldEachAttemptOnce(t *testing.T) {
+	var h heldAttempts
+	a, b := types.UID("a"), types.UID("b")
+	if !h.holdOnce(a, 1) {
+		t.Fatal("the first look at attempt 1 was not held")
+	}
+	if h.holdOnce(a, 1) {
+		t.Fatal("attempt 1 was held twice")
+	}
+	if !h.holdOnce(b, 1) {
+		t.Fatal("another object's attempt 1 was not held")
+	}
+	if !h.holdOnce(a, 2) {
+		t.Fatal("attempt 2 was not held")
+	}
+	h.forget(a)
+	if !h.holdOnce(a, 2) {
+		t.Fatal("a forgotten object was not held again")
+	}
+}
+
+func TestBriefRunningOnlyForAPlainRunningAttempt(t *testing.T) {
+	leased := engine.Run{ID: "r", Status: engine.StatusLeased, Attempt: 1}
+	plain := func() *workflowv1alpha1.WorkflowRun { return &workflowv1alpha1.WorkflowRun{} }
+	if !briefRunning(plain(), leased) {
+		t.Fatal("a plain leased run was not held")
+	}
+	cases := map[string]func() (*workflowv1alpha1.WorkflowRun, engine.Run){
+		"pending": func() (*workflowv1alpha1.WorkflowRun, engine.Run) {
+			r := leased
+			r.Status = engine.StatusPending
+			return plain(), r
+		},
+		"already shown running": func() (*workflowv1alpha1.WorkflowRun, engine.Run) {
+			w := plain()
+			w.Status.Phase = workflowv1alpha1.PhaseRunning
+			return w, leased
+		},
+		"cancel asked": func() (*workflowv1alpha1.WorkflowRun, engine.Run) {
+			w := plain()
+			w.Spec.Cancel = true
+			return w, leased
+		},
+		"a signal to send": func() (*workflowv1alpha1.WorkflowRun, engine.Run) {
+			w := plain()
+			w.Spec.Signals = []workflowv1alpha1.WorkflowSignal{{Name: "go"}}
+			return w, leased
+		},
+		"waiting": func() (*workflowv1alpha1.WorkflowRun, engine.Run) {
+			r := leased
+			r.Wait = &engine.Wait{Kind: engine.StepKindSleep}
+			return plain(), r
+		},
+	}
+	for name, c := range cases {
+		w, r := c()
+		if briefRunning(w, r) {
+			t.Errorf("%s: held", name)
+		}
+	}
+}
