@@ -22,7 +22,7 @@ func profileAPIServer(ctx context.Context, cfg *rest.Config, path string, d time
 	go func() {
 		defer close(done)
 		body, err := cs.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(ctx)
+			Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
 		if err == nil {
 			err = os.WriteFile(path, body, 0o644)
 		}
