@@ -37,3 +37,27 @@ func floorStatus(ctx context.Context, c client.Client, wfr *workflowv1alpha1.Wor
 	}
 	return nil
 }
+
+// floorWatch watches every WorkflowRun and reads what the watch sends, as
+// an operator's cache does, until ctx ends: the API server's cost of
+// sending the objects' changes is part of the floor.
+func floorWatch(ctx context.Context, c client.WithWatch) error {
+	w, err := c.Watch(ctx, &workflowv1alpha1.WorkflowRunList{})
+	if err != nil {
+		return fmt.Errorf("floor: watch: %w", err)
+	}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case _, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}

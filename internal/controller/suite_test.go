@@ -116,6 +116,9 @@ func startManager(ctx context.Context) {
 	Expect((&controller.WorkflowRunReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowrun-controller"),
 		Changes: watcher.Changes(), Followers: watcher.Followers(), ResyncPeriod: 5 * time.Second, DAGResyncPeriod: time.Second, Metrics: m,
+		// Longer than the manager's 500 ms, so that the specs of a brief
+		// Running phase do not depend on this machine's moments.
+		RunningStatusDelay: runningStatusDelay,
 	}).SetupWithManager(mgr)).To(Succeed())
 	Expect((&controller.WorkflowRegistryReconciler{
 		Client: mgr.GetClient(), Inbox: eng, Recorder: mgr.GetEventRecorder("workflowregistry-controller"),

@@ -10,28 +10,30 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// runningStatusDelay is how long a look that finds an attempt just started
-// waits (once per attempt) before showing the run Running: most runs end
-// within moments, and their next status is then the finished one, one
-// write and one Event instead of two each. The run's end is announced, so
-// a run that ends meanwhile is written at once.
-const runningStatusDelay = 500 * time.Millisecond
+// DefaultRunningStatusDelay is how long a look that finds an attempt just
+// started waits (once per attempt, and again each time the attempt goes on
+// after a wait) before showing the run Running: most runs end within
+// moments, and their next status is then the finished one, one write and
+// one Event instead of two each. The run's end is announced, so a run that
+// ends meanwhile is written at once.
+const DefaultRunningStatusDelay = 500 * time.Millisecond
 
 // briefRunning reports whether a look may leave the run's Running status
-// to a later one: the run is held by a worker for the first time this look
-// sees of its attempt, the object does not show it Running yet, and nothing
-// else is asked of the object (no cancel, no signal to send) or shown of
-// the run (no wait, not a DAG).
+// to a later one: the run is held by a worker, the object (as the look read
+// it, before changing anything) does not show it Running yet, and nothing
+// else is asked of the object (no cancel, no signal) or shown of the run
+// (no wait). The caller also checks that the look changed nothing so far.
 func briefRunning(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool {
-	return run.Status == engine.StatusLeased && run.Wait == nil && !isDAGRun(run) &&
+	return run.Status == engine.StatusLeased && run.Wait == nil &&
 		wfr.Status.Phase != workflowv1alpha1.PhaseRunning && !wfr.Spec.Cancel &&
 		int(wfr.Status.SignalsSent) >= len(wfr.Spec.Signals)
 }
 
 // heldAttempts remembers, per object, the attempt whose Running status a
-// look left to a later one, so that each attempt is held back once: the
-// next look writes whatever the run then is. An entry lives until a status
-// is written or the object is deleted. The zero value is ready to use.
+// look left to a later one, so that an attempt is held back once: the next
+// look writes whatever the run then is. An entry lives until a status is
+// written or the object is deleted (an attempt that parks and goes on is
+// held again after that write). The zero value is ready to use.
 type heldAttempts struct {
 	mu sync.Mutex
 	m  map[types.UID]int

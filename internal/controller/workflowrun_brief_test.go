@@ -14,6 +14,9 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
+// runningStatusDelay is the suite's WorkflowRunReconciler.RunningStatusDelay.
+const runningStatusDelay = 1500 * time.Millisecond
+
 var _ = Describe("A brief Running phase", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
@@ -52,17 +55,18 @@ var _ = Describe("A brief Running phase", func() {
 	It("is not shown: a run that ends within half a second of its start shows only its end and one Event", func() {
 		// 400 ms: the look that follows the start's announcement (250 ms
 		// later) finds the run running, and leaves its status to the next
-		// look, which the end's announcement brings.
+		// look, which the end's announcement brings well within the
+		// suite's runningStatusDelay.
 		Expect(k8sClient.Create(ctx, newRun(ns, "brief", "test.pause.v1", map[string]any{"ms": 400}))).To(Succeed())
 		Expect(phasesOf("brief", time.Minute)).To(Equal([]workflowv1alpha1.WorkflowRunPhase{workflowv1alpha1.PhaseSucceeded}))
 		Eventually(func() []string { return eventReasons(ns, "brief") }).Should(Equal([]string{"Succeeded"}))
 		Consistently(func() []string { return eventReasons(ns, "brief") }, time.Second).Should(Equal([]string{"Succeeded"}))
 	})
 
-	It("is shown for a run that keeps running, with its Started Event, held once", func() {
-		Expect(k8sClient.Create(ctx, newRun(ns, "slow", "test.pause.v1", map[string]any{"ms": 4000}))).To(Succeed())
+	It("is shown for a run that keeps running, after the delay, with its Started Event", func() {
 		start := time.Now()
-		Eventually(phase(ns, "slow"), 3*time.Second, 50*time.Millisecond).Should(Equal(workflowv1alpha1.PhaseRunning))
+		Expect(k8sClient.Create(ctx, newRun(ns, "slow", "test.pause.v1", map[string]any{"ms": 8000}))).To(Succeed())
+		Eventually(phase(ns, "slow"), 6*time.Second, 50*time.Millisecond).Should(Equal(workflowv1alpha1.PhaseRunning))
 		shownAfter := time.Since(start)
 		got := getRun(ns, "slow")()
 		run, err := eng.GetRun(ctx, got.Status.RunID)
@@ -70,8 +74,9 @@ var _ = Describe("A brief Running phase", func() {
 		Expect(run.Status).To(Equal(engine.StatusLeased))
 		Expect(got.Status.LeasedBy).To(Equal("suite-worker"))
 		Eventually(func() []string { return eventReasons(ns, "slow") }).Should(ContainElement(controller.ReasonStarted))
-		// Shown within the 3 s bound above: held once, not at every look.
-		Expect(shownAfter).To(BeNumerically("<", 3*time.Second))
-		Eventually(phase(ns, "slow"), 10*time.Second).Should(Equal(workflowv1alpha1.PhaseSucceeded))
+		// Held (the delay passed before it was shown), and held once: shown
+		// while it still ran, within the 6 s bound above.
+		Expect(shownAfter).To(BeNumerically(">=", runningStatusDelay))
+		Eventually(phase(ns, "slow"), 15*time.Second).Should(Equal(workflowv1alpha1.PhaseSucceeded))
 	})
 })

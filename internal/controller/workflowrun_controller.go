@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -74,6 +75,10 @@ type WorkflowRunReconciler struct {
 	// woken with it by the InboxWatcher (its Followers()); optional: without
 	// it such objects follow the run at the resync period.
 	Followers *Followers
+
+	// RunningStatusDelay is how long a just-started attempt's Running
+	// status waits for the run's end; DefaultRunningStatusDelay when zero.
+	RunningStatusDelay time.Duration
 
 	// recorded holds the runs recorded by a look that left the first
 	// status to a later one.
@@ -183,11 +188,15 @@ func (r *runPass) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowR
 		// status is due.
 		return ctrl.Result{RequeueAfter: acceptedStatusDelay, Priority: ptr.To(inboxChangePriority)}, nil
 	}
-	if briefRunning(wfr, run) && r.held.holdOnce(wfr.UID, run.Attempt) {
+	// A look that sent signals or changed anything else in the status so
+	// far writes it now; otherwise a just-started attempt waits a moment.
+	if !signalsToSend && len(rejected) == 0 && briefRunning(before, run) &&
+		equality.Semantic.DeepEqual(before.Status, wfr.Status) && r.held.holdOnce(wfr.UID, run.Attempt) {
 		if justRecorded {
 			r.recorded.remember(wfr.UID, run.ID)
 		}
-		return ctrl.Result{RequeueAfter: runningStatusDelay, Priority: ptr.To(inboxChangePriority)}, nil
+		return ctrl.Result{RequeueAfter: cmp.Or(r.RunningStatusDelay, DefaultRunningStatusDelay),
+			Priority: ptr.To(inboxChangePriority)}, nil
 	}
 	entry, err := r.registryEntry(ctx, run)
 	if err != nil {
