@@ -190,9 +190,13 @@ func (r *runPass) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowR
 	}
 	// A look that sent signals or changed anything else in the status so
 	// far writes it now; otherwise a just-started attempt waits a moment.
+	// (The run id found or recorded by this look is written with the
+	// status the next look writes; recorded remembers it meanwhile.)
+	sofar := wfr.Status
+	sofar.RunID = before.Status.RunID
 	if !signalsToSend && len(rejected) == 0 && briefRunning(before, run) &&
-		equality.Semantic.DeepEqual(before.Status, wfr.Status) && r.held.holdOnce(wfr.UID, run.Attempt) {
-		if justRecorded {
+		equality.Semantic.DeepEqual(before.Status, sofar) && r.held.holdOnce(wfr.UID, run.Attempt) {
+		if wfr.Status.RunID != before.Status.RunID {
 			r.recorded.remember(wfr.UID, run.ID)
 		}
 		return ctrl.Result{RequeueAfter: cmp.Or(r.RunningStatusDelay, DefaultRunningStatusDelay),
