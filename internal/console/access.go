@@ -25,16 +25,14 @@ const reviewConcurrency = 8
 
 // access is what one viewer may read.
 type access struct {
-	// user names the viewer ("" when the console is unauthenticated).
-	user string
 	// all is the inbox-wide permission: every namespace's runs and the runs
 	// with no Kubernetes source.
 	all bool
 	// namespaces are the namespaces whose runs the viewer may read.
 	namespaces map[string]bool
-	// who and key are the viewer as the API server verified it and the
-	// hash of its token, for the reviews of its actions (zero when the
-	// console is unauthenticated).
+	// who and key are the viewer as the API server verified it (who.Name
+	// names the viewer) and the hash of its token, for the reviews of its
+	// actions (zero when the console is unauthenticated).
 	who User
 	key [32]byte
 	// csrf is what the console's forms carry for this viewer (csrfOf);
@@ -165,7 +163,7 @@ func (g *gate) access(ctx context.Context, token string, namespaces []string) (a
 	if err != nil {
 		return access{}, err
 	}
-	a := access{user: u.Name, namespaces: map[string]bool{}, who: u, key: key}
+	a := access{namespaces: map[string]bool{}, who: u, key: key}
 	all, err := g.allowed(ctx, key, u, "get", inboxResource, "")
 	if err != nil {
 		return access{}, err

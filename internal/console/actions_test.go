@@ -44,19 +44,23 @@ func (a *authEnv) editor(t *testing.T, ns, name string) string {
 // login logs in on the console's page with token and returns the cookie.
 func (a *authEnv) login(t *testing.T, token string) string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(a.ctx, http.MethodPost, a.base+"/login",
-		strings.NewReader(url.Values{"token": {token}, "next": {"/"}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", a.base)
-	resp, err := noRedirect.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	code, header, _ := a.postForm(t, "", "", a.base, "/login", url.Values{"token": {token}, "next": {"/"}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("login: %d", code)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("login: %d", resp.StatusCode)
-	}
-	return strings.Split(resp.Header.Get("Set-Cookie"), ";")[0]
+	return strings.Split(header.Get("Set-Cookie"), ";")[0]
+}
+
+// setupActions is setupAuth with the console acting through its engine,
+// and the namespaces team-a and team-b.
+func setupActions(t *testing.T) *authEnv {
+	t.Helper()
+	actor := &lateActor{}
+	a := setupAuth(t, 2*time.Second, func(c *console.Config) { c.Actor = actor })
+	actor.eng = a.eng
+	a.namespace(t, "team-a")
+	a.namespace(t, "team-b")
+	return a
 }
 
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -64,9 +68,16 @@ var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request
 // post sends a form as a browser on the console's page would (cookie,
 // Origin) or as a script (bearer token), and returns the status, the
 // redirect's target and the body.
-func (a *authEnv) post(t *testing.T, cookie, bearer, origin, path string, form url.Values) (int, string, string) {
+func (e *env) post(t *testing.T, cookie, bearer, origin, path string, form url.Values) (int, string, string) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(a.ctx, http.MethodPost, a.base+path, strings.NewReader(form.Encode()))
+	code, header, body := e.postForm(t, cookie, bearer, origin, path, form)
+	return code, header.Get("Location"), body
+}
+
+// postForm is post, returning the response's header.
+func (e *env) postForm(t *testing.T, cookie, bearer, origin, path string, form url.Values) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodPost, e.base+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if cookie != "" {
 		req.Header.Set("Cookie", cookie)
@@ -83,7 +94,7 @@ func (a *authEnv) post(t *testing.T, cookie, bearer, origin, path string, form u
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Location"), string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 // page fetches a path with a cookie.
@@ -150,11 +161,7 @@ func (a *authEnv) status(t *testing.T, id string) engine.Status {
 // unauthenticated console are all refused, and nothing changes.
 func TestConsoleActionsOnOneRun(t *testing.T) {
 	t.Parallel()
-	actor := &lateActor{}
-	a := setupAuth(t, 2*time.Second, func(c *console.Config) { c.Actor = actor })
-	actor.eng = a.eng
-	a.namespace(t, "team-a")
-	a.namespace(t, "team-b")
+	a := setupActions(t)
 	alice, _ := a.viewers(t) // reads team-a
 	bob := a.editor(t, "team-a", "bob")
 	const bobName = "console: system:serviceaccount:team-a:bob"
@@ -325,15 +332,8 @@ func TestUnauthenticatedConsoleMakesNoAction(t *testing.T) {
 	e := setupWith(t, func(c *console.Config) { c.Actor = actor })
 	actor.eng = e.eng
 	id := e.create(t, engine.CreateParams{Type: "open.job.v1"})
-	req, _ := http.NewRequestWithContext(e.ctx, http.MethodPost, e.base+"/runs/"+id+"/cancel", strings.NewReader(""))
-	req.Header.Set("Origin", e.base)
-	resp, err := noRedirect.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("cancel on an unauthenticated console: %d", resp.StatusCode)
+	if code, _, _ := e.post(t, "", "", e.base, "/runs/"+id+"/cancel", url.Values{}); code != http.StatusForbidden {
+		t.Fatalf("cancel on an unauthenticated console: %d", code)
 	}
 	if r, err := e.eng.GetRun(e.ctx, id); err != nil || r.Status != engine.StatusPending {
 		t.Fatalf("run %s %v", r.Status, err)
@@ -349,11 +349,7 @@ func TestUnauthenticatedConsoleMakesNoAction(t *testing.T) {
 // matching more than 1,000 runs, and each run's trail names the user.
 func TestConsoleBulkActions(t *testing.T) {
 	t.Parallel()
-	actor := &lateActor{}
-	a := setupAuth(t, 2*time.Second, func(c *console.Config) { c.Actor = actor })
-	actor.eng = a.eng
-	a.namespace(t, "team-a")
-	a.namespace(t, "team-b")
+	a := setupActions(t)
 	_, _ = a.viewers(t)
 	carol := a.editor(t, "team-a", "carol")
 	if _, err := a.kube.RbacV1().ClusterRoleBindings().Create(a.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "carol-inbox"},
@@ -444,11 +440,7 @@ func TestConsoleBulkActions(t *testing.T) {
 // naming team-b included): team-b's runs, beside, stay as they were.
 func TestConsoleActionsRefuseHostileValuesBesideAnotherNamespace(t *testing.T) {
 	t.Parallel()
-	actor := &lateActor{}
-	a := setupAuth(t, 2*time.Second, func(c *console.Config) { c.Actor = actor })
-	actor.eng = a.eng
-	a.namespace(t, "team-a")
-	a.namespace(t, "team-b")
+	a := setupActions(t)
 	bob := a.editor(t, "team-a", "bob")
 	mine := a.create(t, engine.CreateParams{Type: "hostile.job.v1", Namespace: "team-a"})
 	var theirs []string

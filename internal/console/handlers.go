@@ -64,7 +64,7 @@ const fragmentHeader = "X-Console-Fragment"
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, status int, p page) {
 	t := s.pages[name]
 	a := accessOf(r.Context())
-	p.User, p.Unauthenticated = a.user, s.gate == nil
+	p.User, p.Unauthenticated = a.who.Name, s.gate == nil
 	if !a.all && len(p.Unread) > 0 {
 		// Inboxes are the cluster's: their names are for the viewers of
 		// every namespace.
@@ -330,7 +330,7 @@ func (s *Server) streamStillAllowed(ctx context.Context, token, run, inbox strin
 // any address, and apart from the other users behind the same ingress or
 // proxy), else, on an unauthenticated console, its address without the port.
 func viewerOf(r *http.Request) viewer {
-	if user := accessOf(r.Context()).user; user != "" {
+	if user := accessOf(r.Context()).who.Name; user != "" {
 		return viewer{user: user}
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)

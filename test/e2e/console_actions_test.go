@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5/pgxpool"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
@@ -93,16 +92,8 @@ var _ = Describe("the console's actions", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		b.ctx, b.shots = startBrowser()
+		eng, base = openConsole(b)
 		browser = b.ctx
-
-		pool, err := pgxpool.New(ctx, dbURL)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(pool.Close)
-		eng, err = engine.New(pool)
-		Expect(err).NotTo(HaveOccurred())
-		base = "http://" + consoleAddr
-		Eventually(func() int { code, _ := httpGet(base + "/runs"); return code }, 30*time.Second).Should(Equal(http.StatusUnauthorized))
 
 		mustKubectl("create", "namespace", ns)
 		// The operator may patch WorkflowRuns in the namespace (what

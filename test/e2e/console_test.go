@@ -56,6 +56,21 @@ func (c *chromium) text(sel string) string {
 // there is none) and returns its context and where screenshots go:
 // CONSOLE_SCREENSHOTS (the documentation's are taken so), else the
 // suite's directory. Call it in a BeforeAll.
+// openConsole starts b's browser, opens an engine on the suite's inbox and
+// waits until the suite's console answers (asking for a Kubernetes token
+// before anything); it returns the engine and the console's base URL.
+func openConsole(b *chromium) (*engine.Engine, string) {
+	b.ctx, b.shots = startBrowser()
+	pool, err := pgxpool.New(ctx, dbURL)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(pool.Close)
+	eng, err := engine.New(pool)
+	Expect(err).NotTo(HaveOccurred())
+	base := "http://" + consoleAddr
+	Eventually(func() int { code, _ := httpGet(base + "/runs"); return code }, 30*time.Second).Should(Equal(http.StatusUnauthorized))
+	return eng, base
+}
+
 func startBrowser() (context.Context, string) {
 	path := findBrowser()
 	if path == "" {
@@ -101,17 +116,8 @@ var _ = Describe("the web console", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		b.ctx, b.shots = startBrowser()
+		eng, base = openConsole(b)
 		browser = b.ctx
-
-		pool, err := pgxpool.New(ctx, dbURL)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(pool.Close)
-		eng, err = engine.New(pool)
-		Expect(err).NotTo(HaveOccurred())
-		base = "http://" + consoleAddr
-		// The console asks for a Kubernetes token before anything.
-		Eventually(func() int { code, _ := httpGet(base + "/runs"); return code }, 30*time.Second).Should(Equal(http.StatusUnauthorized))
 
 		By("logging in on the console's login page with a token of an operator allowed the whole inbox")
 		mustKubectl("create", "serviceaccount", "console-operator", "-n", chartNamespace)

@@ -41,16 +41,7 @@ var _ = Describe("kubectl workflow plugin", Ordered, func() {
 	// plugin runs kubectl-workflow as a user holding only the chart's
 	// -edit ClusterRole in ns, and returns its stdout, stderr and exit code.
 	plugin := func(args ...string) (string, string, int) {
-		cmd := exec.CommandContext(ctx, bin, append(args, "-n", ns)...)
-		cmd.Env = []string{"KUBECONFIG=" + userKC, "HOME=" + workDir}
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			Fail("run kubectl-workflow: " + err.Error())
-		}
-		return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+		return runPlugin(bin, userKC, append(args, "-n", ns)...)
 	}
 	// watch starts `kubectl workflow watch name` and returns its output and
 	// a channel with its exit code.
@@ -75,13 +66,7 @@ var _ = Describe("kubectl workflow plugin", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		root, err := pgtest.RepoFile(".")
-		Expect(err).NotTo(HaveOccurred())
-		bin = filepath.Join(binDir, "kubectl-workflow")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-workflow")
-		build.Dir = root
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build ./cmd/kubectl-workflow: %s", out)
+		bin = buildPlugin()
 
 		createNamespace(ns)
 		// What docs/kubectl-plugin.md says the plugin needs, and no more:
@@ -159,3 +144,31 @@ spec:
 			"workflowrun.workflow.simpleworkflow.dev/order-cancelled"))
 	})
 })
+
+// runPlugin runs the kubectl-workflow binary bin with kubeconfig and
+// returns its stdout, stderr and exit code.
+func runPlugin(bin, kubeconfig string, args ...string) (string, string, int) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + workDir}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		Fail("run kubectl-workflow: " + err.Error())
+	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+}
+
+// buildPlugin builds kubectl-workflow into the suite's bin folder and
+// returns its path.
+func buildPlugin() string {
+	root, err := pgtest.RepoFile(".")
+	Expect(err).NotTo(HaveOccurred())
+	bin := filepath.Join(binDir, "kubectl-workflow")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-workflow")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "go build ./cmd/kubectl-workflow: %s", out)
+	return bin
+}

@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -49,16 +47,7 @@ var _ = Describe("the log API", Ordered, func() {
 	// plugin runs kubectl-workflow as user and returns its stdout, stderr
 	// and exit code.
 	plugin := func(user string, args ...string) (string, string, int) {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = []string{"KUBECONFIG=" + kubeconfigs[user], "HOME=" + workDir}
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			Fail("run kubectl-workflow: " + err.Error())
-		}
-		return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+		return runPlugin(bin, kubeconfigs[user], args...)
 	}
 	helmSet := func(set ...string) {
 		chart, err := pgtest.RepoFile("charts/simple-workflow")
@@ -99,13 +88,7 @@ var _ = Describe("the log API", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		root, err := pgtest.RepoFile(".")
-		Expect(err).NotTo(HaveOccurred())
-		bin = filepath.Join(binDir, "kubectl-workflow")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-workflow")
-		build.Dir = root
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build ./cmd/kubectl-workflow: %s", out)
+		bin = buildPlugin()
 
 		addr = freePort()
 		_, port, err := net.SplitHostPort(addr)
