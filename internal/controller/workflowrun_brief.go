@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultRunningStatusDelay is how long a look that finds an attempt just
-// started waits (once per attempt, and again each time the attempt goes on
+// started waits (per attempt, every look within it, and again each time the attempt goes on
 // after a wait) before showing the run Running: most runs end within
 // moments, and their next status is then the finished one, one write and
 // one Event instead of two each. The run's end is announced, so a run that
@@ -29,29 +29,40 @@ func briefRunning(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool {
 		int(wfr.Status.SignalsSent) >= len(wfr.Spec.Signals)
 }
 
-// heldAttempts remembers, per object, the attempt whose Running status a
-// look left to a later one, so that an attempt is held back once: the next
-// look writes whatever the run then is. An entry lives until a status is
-// written or the object is deleted (an attempt that parks and goes on is
-// held again after that write). The zero value is ready to use.
+// heldAttempts remembers, per object, the attempt whose Running status
+// looks leave to a later one, and until when: every look within the delay
+// of the first is held (the finalizer's own update, the start's
+// announcement and the requeue of a quiet start may each bring one), and
+// the first look after it writes whatever the run then is. An entry lives
+// until a status is written or the object is deleted (an attempt that parks
+// and goes on is held again after that write). The zero value is ready to
+// use.
 type heldAttempts struct {
 	mu sync.Mutex
-	m  map[types.UID]int
+	m  map[types.UID]heldAttempt
 }
 
-// holdOnce reports whether attempt of the object was not held back before,
-// and remembers it.
-func (h *heldAttempts) holdOnce(uid types.UID, attempt int) bool {
+// heldAttempt is one object's held attempt and the end of its hold.
+type heldAttempt struct {
+	attempt int
+	until   time.Time
+}
+
+// hold reports whether a look at attempt of the object at now is held, and
+// for how long: the first look at an attempt starts a hold of delay, the
+// looks within it are held for what remains of it, and none after it.
+func (h *heldAttempts) hold(uid types.UID, attempt int, now time.Time, delay time.Duration) (time.Duration, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if a, ok := h.m[uid]; ok && a == attempt {
-		return false
+	if e, ok := h.m[uid]; ok && e.attempt == attempt {
+		left := e.until.Sub(now)
+		return left, left > 0
 	}
 	if h.m == nil {
-		h.m = map[types.UID]int{}
+		h.m = map[types.UID]heldAttempt{}
 	}
-	h.m[uid] = attempt
-	return true
+	h.m[uid] = heldAttempt{attempt: attempt, until: now.Add(delay)}
+	return delay, true
 }
 
 func (h *heldAttempts) forget(uid types.UID) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -9,23 +10,30 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-func TestHeldAttemptsHoldEachAttemptOnce(t *testing.T) {
+func TestHeldAttemptsHoldEveryLookWithinTheDelayOfTheFirst(t *testing.T) {
 	var h heldAttempts
 	a, b := types.UID("a"), types.UID("b")
-	if !h.holdOnce(a, 1) {
-		t.Fatal("the first look at attempt 1 was not held")
+	t0 := time.Unix(1000, 0)
+	const delay = 500 * time.Millisecond
+	if left, ok := h.hold(a, 1, t0, delay); !ok || left != delay {
+		t.Fatalf("the first look at attempt 1: held %v for %s, want held for %s", ok, left, delay)
 	}
-	if h.holdOnce(a, 1) {
-		t.Fatal("attempt 1 was held twice")
+	// A second look (the start's announcement after the finalizer's
+	// update, say) within the hold is held for what remains of it.
+	if left, ok := h.hold(a, 1, t0.Add(200*time.Millisecond), delay); !ok || left != 300*time.Millisecond {
+		t.Fatalf("a look 200 ms into the hold: held %v for %s, want held for 300ms", ok, left)
 	}
-	if !h.holdOnce(b, 1) {
+	if _, ok := h.hold(a, 1, t0.Add(delay), delay); ok {
+		t.Fatal("attempt 1 was held past its delay")
+	}
+	if _, ok := h.hold(b, 1, t0.Add(delay), delay); !ok {
 		t.Fatal("another object's attempt 1 was not held")
 	}
-	if !h.holdOnce(a, 2) {
+	if _, ok := h.hold(a, 2, t0.Add(delay), delay); !ok {
 		t.Fatal("attempt 2 was not held")
 	}
 	h.forget(a)
-	if !h.holdOnce(a, 2) {
+	if _, ok := h.hold(a, 2, t0.Add(10*delay), delay); !ok {
 		t.Fatal("a forgotten object was not held again")
 	}
 }

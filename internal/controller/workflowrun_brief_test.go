@@ -74,7 +74,7 @@ var _ = Describe("A brief Running phase", func() {
 		Expect(run.Status).To(Equal(engine.StatusLeased))
 		Expect(got.Status.LeasedBy).To(Equal("suite-worker"))
 		Eventually(func() []string { return eventReasons(ns, "slow") }).Should(ContainElement(controller.ReasonStarted))
-		// Held (the delay passed before it was shown), and held once: shown
+		// Held (the delay passed before it was shown), and held no longer than the delay: shown
 		// while it still ran, within the 6 s bound above.
 		Expect(shownAfter).To(BeNumerically(">=", runningStatusDelay))
 		Eventually(phase(ns, "slow"), 15*time.Second).Should(Equal(workflowv1alpha1.PhaseSucceeded))

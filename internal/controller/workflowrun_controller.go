@@ -195,12 +195,14 @@ func (r *runPass) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowR
 	sofar := wfr.Status
 	sofar.RunID = before.Status.RunID
 	if !signalsToSend && len(rejected) == 0 && briefRunning(before, run) &&
-		equality.Semantic.DeepEqual(before.Status, sofar) && r.held.holdOnce(wfr.UID, run.Attempt) {
-		if wfr.Status.RunID != before.Status.RunID {
-			r.recorded.remember(wfr.UID, run.ID)
+		equality.Semantic.DeepEqual(before.Status, sofar) {
+		left, held := r.held.hold(wfr.UID, run.Attempt, time.Now(), cmp.Or(r.RunningStatusDelay, DefaultRunningStatusDelay))
+		if held {
+			if wfr.Status.RunID != before.Status.RunID {
+				r.recorded.remember(wfr.UID, run.ID)
+			}
+			return ctrl.Result{RequeueAfter: left, Priority: ptr.To(inboxChangePriority)}, nil
 		}
-		return ctrl.Result{RequeueAfter: cmp.Or(r.RunningStatusDelay, DefaultRunningStatusDelay),
-			Priority: ptr.To(inboxChangePriority)}, nil
 	}
 	entry, err := r.registryEntry(ctx, run)
 	if err != nil {
