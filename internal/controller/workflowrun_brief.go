@@ -10,9 +10,10 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// DefaultRunningStatusDelay is how long a look that finds an attempt just
-// started waits (per attempt, every look within it, and again each time the attempt goes on
-// after a wait) before showing the run Running: most runs end within
+// DefaultRunningStatusDelay is how long the looks that find an attempt
+// just started wait (from the first of them, and again each time the
+// attempt goes on after a wait) before showing the run Running: most runs
+// end within
 // moments, and their next status is then the finished one, one write and
 // one Event instead of two each. The run's end is announced, so a run that
 // ends meanwhile is written at once.
