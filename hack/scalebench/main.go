@@ -324,8 +324,8 @@ func run() error {
 	}
 	counter.mu.Unlock()
 	sort.Strings(parts)
-	fmt.Printf("operator api writes: %.2f per run (%s; refused with a conflict %.2f)\n", float64(total)/float64(*n),
-		strings.Join(parts, ", "), float64(conflicts)/float64(*n))
+	fmt.Printf("operator api writes: %.2f per run (%s; refused with a conflict %.2f, %d in all)\n", float64(total)/float64(*n),
+		strings.Join(parts, ", "), float64(conflicts)/float64(*n), conflicts)
 
 	lags.mu.Lock()
 	s := slices.Clone(lags.samples)

@@ -86,6 +86,9 @@ type WorkflowRunReconciler struct {
 	// held holds the attempts whose Running status a look left to a
 	// later one (briefRunning).
 	held heldAttempts
+	// written holds the versions this manager's writes replaced, until
+	// the cache shows the writes.
+	written writtenObjects
 }
 
 // +kubebuilder:rbac:groups=workflow.simpleworkflow.dev,resources=workflowruns,verbs=get;list;watch;update;patch;delete
@@ -111,6 +114,11 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.written.stale(wfr.UID, wfr.ResourceVersion, time.Now()) {
+		// The cache has not shown this manager's own last write yet: a
+		// patch made from it would be refused with a conflict.
+		return ctrl.Result{RequeueAfter: staleCacheWait, Priority: ptr.To(inboxChangePriority)}, nil
+	}
 	if !wfr.DeletionTimestamp.IsZero() {
 		res, err := r.finalize(ctx, &wfr)
 		if apierrors.IsConflict(err) {
@@ -124,6 +132,7 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 		// resourceVersion, it cannot undo a change made meanwhile.
 		patch := client.MergeFromWithOptions(wfr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&wfr, Finalizer)
+		replaced := wfr.ResourceVersion
 		if err := r.Patch(ctx, &wfr, patch); err != nil {
 			if apierrors.IsConflict(err) {
 				log.V(1).Info("Conflict adding the finalizer; requeueing", "workflowrun", req.NamespacedName)
@@ -131,6 +140,7 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 			}
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
+		r.written.remember(wfr.UID, replaced, time.Now())
 	}
 	result, err := r.reconcile(ctx, &wfr)
 	if err != nil {

@@ -25,6 +25,7 @@ func (r *runPass) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRu
 	r.Followers.Forget(client.ObjectKeyFromObject(wfr))
 	r.recorded.forget(wfr.UID)
 	r.held.forget(wfr.UID)
+	r.written.forget(wfr.UID)
 	if !controllerutil.ContainsFinalizer(wfr, Finalizer) {
 		return ctrl.Result{}, nil
 	}

@@ -246,8 +246,10 @@ func (r *runPass) patchStatus(ctx context.Context, before, wfr *workflowv1alpha1
 	if equality.Semantic.DeepEqual(before.Status, wfr.Status) {
 		return nil
 	}
+	replaced := wfr.ResourceVersion
 	if err := r.Status().Patch(ctx, wfr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
+	r.written.remember(wfr.UID, replaced, time.Now())
 	return nil
 }
