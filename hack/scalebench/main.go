@@ -327,6 +327,21 @@ func run() error {
 	fmt.Printf("operator api writes: %.2f per run (%s; refused with a conflict %.2f, %d in all)\n", float64(total)/float64(*n),
 		strings.Join(parts, ", "), float64(conflicts)/float64(*n), conflicts)
 
+	if !*floor {
+		byResult, seconds, err := looks("workflowrun")
+		if err != nil {
+			return err
+		}
+		var all float64
+		for _, v := range byResult {
+			all += v
+		}
+		if all > 0 {
+			fmt.Printf("operator looks: %.2f per run (%s), %.1f ms each on average\n", all/float64(*n),
+				fmtResults(byResult, float64(*n)), 1000*seconds/all)
+		}
+	}
+
 	lags.mu.Lock()
 	s := slices.Clone(lags.samples)
 	lags.mu.Unlock()
