@@ -41,12 +41,14 @@ type outcome struct {
 // batch is written beside a first only once the first has been writing for
 // secondWriterAfter: a quick write (a plain burn-down's) is waited for, so
 // that what accumulates meanwhile goes in one batch, not two. Measured on
-// two cores (CHANGELOG.md, 2026-11-26): with two writers always on, 300
-// concurrent 10-step DAG chains were 1.4-1.6x quicker but burn-downs of four
-// pollers 15 % slower; waiting 25 ms, four pollers were still 9 % slower;
-// waiting 50 ms, they were as before. Two batches with runs of one parent
-// wait for each other on the parent's lock (lock_parents); a deadlock
-// between them, as between two workers, is retried by withRetry.
+// two cores (the changelog's 2026-11-26 notes, in
+// `git show 8b57702c7930f7d6da7823f9d3563f153fac9f9c:CHANGELOG.md`): with
+// two writers always on, 300 concurrent 10-step DAG chains were 1.4-1.6x
+// quicker but burn-downs of four pollers 15 % slower; waiting 25 ms, four
+// pollers were still 9 % slower; waiting 50 ms, they were as before. Two
+// batches with runs of one parent wait for each other on the parent's lock
+// (lock_parents); a deadlock between them, as between two workers, is
+// retried by withRetry.
 const outcomeWriters = 2
 
 // secondWriterAfter is how long a batch must have been writing before

@@ -52,8 +52,10 @@ func (s *session) recordStep(ctx context.Context, w engine.StepWrite) (engine.St
 // writer, the steps that finished meanwhile waited for it while the
 // machine's other core idled. A second batch is written beside the first,
 // with whatever accumulated since the first began (measured on two cores:
-// CHANGELOG.md, 2026-11-27). The steps of one run are never in two batches
-// at once: its handler waits for each step's answer.
+// the changelog's 2026-11-27 notes, in
+// `git show 8b57702c7930f7d6da7823f9d3563f153fac9f9c:CHANGELOG.md`). The
+// steps of one run are never in two batches at once: its handler waits for
+// each step's answer.
 const stepWriters = 2
 
 // stepLoop writes steps in batches: whatever accumulated while the batches
