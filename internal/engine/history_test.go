@@ -3,6 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -566,5 +567,49 @@ func TestHistoryPartitionEdges(t *testing.T) {
 	if err := b.pool.QueryRow(b.ctx, "select workflow.create_history_partition('12000-01-01', '12001-01-01')").
 		Scan(&made); err != nil || made {
 		t.Fatalf("a span past the ids' end: made=%v err=%v, want false", made, err)
+	}
+}
+
+// Calls of create_history_partition at once, by hand beside the manager's
+// prepare_history_partitions or by two managers, go one after the other:
+// each locks the trail against writers and then attaches, and two that
+// both held the first lock waited for each other's (a deadlock).
+func TestHistoryPartitionsMadeAtOnceDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, "update workflow.workflow_settings set history_partition = '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Truncate(time.Hour)
+	const callers, rounds = 6, 5
+	for round := range rounds {
+		var wg sync.WaitGroup
+		errs := make(chan error, callers+1)
+		for c := range callers {
+			from := hour.Add(-time.Duration(10+round*callers+c) * time.Hour)
+			wg.Go(func() {
+				var made bool
+				if err := b.pool.QueryRow(b.ctx, "select workflow.create_history_partition($1, $2)",
+					from, from.Add(time.Hour)).Scan(&made); err != nil || !made {
+					errs <- fmt.Errorf("partition at %s: made=%v err=%v", from, made, err)
+				}
+			})
+		}
+		wg.Go(func() {
+			if _, err := b.eng.PrepareHistoryPartitions(b.ctx, 2); err != nil {
+				errs <- fmt.Errorf("prepare beside them: %w", err)
+			}
+		})
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	if got, want := len(b.partitionNames(t)), callers*rounds+3; got != want {
+		t.Fatalf("%d partitions, want %d", got, want)
 	}
 }

@@ -1,0 +1,5 @@
+-- Version 15: create_history_partition locks the audit trail in share row
+-- exclusive mode (self-conflicting) instead of share mode, so that two
+-- calls at once do not deadlock. Only a function body changed: the file
+-- replaces it; nothing is rebuilt.
+-- from: version 14 at c5737cb5a8b8eca856168b0dffc120f50ac6ed86
