@@ -76,13 +76,20 @@ var _ = Describe("Retention", func() {
 	})
 
 	It("drops a partition of the audit trail once retention deleted its runs, and keeps another team's", func() {
-		// Two spans of an hour before the day in progress (whose partition
-		// the manager may have made: a day is the database's span, shared
-		// with the other specs): five days ago, and three hours before
-		// today, which ended less than a retention (two days) and a span
-		// ago.
-		today := time.Now().UTC().Truncate(24 * time.Hour)
-		spans := []time.Time{today.Add(-5 * 24 * time.Hour), today.Add(-3 * time.Hour)}
+		// Two spans of an hour before every partition the database has
+		// (the manager makes the day in progress's, a day being the span
+		// the specs share; after midnight that may still be yesterday's,
+		// made while the suite started): five days before, and three hours
+		// before, the earlier of that partition's start and today's.
+		var earliest time.Time
+		Expect(pool.QueryRow(ctx, "select coalesce(min(from_time), now()) from workflow.history_partitions()").
+			Scan(&earliest)).To(Succeed())
+		base := earliest.UTC()
+		if now := time.Now().UTC(); now.Before(base) {
+			base = now
+		}
+		base = base.Truncate(24 * time.Hour)
+		spans := []time.Time{base.Add(-5 * 24 * time.Hour), base.Add(-3 * time.Hour)}
 		for _, from := range spans {
 			var made bool
 			Expect(pool.QueryRow(ctx, "select workflow.create_history_partition($1, $2)", from, from.Add(time.Hour)).
