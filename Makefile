@@ -12,6 +12,7 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUBERNETES_VERSION ?= v1.37.2
 ETCD_VERSION ?= v3.7.3
 HELM_VERSION ?= v3.22.0
+GOLANGCI_LINT_VERSION ?= v2.15.0
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 ENVTEST_DIR ?= $(LOCALBIN)/k8s/$(KUBERNETES_VERSION)
@@ -19,6 +20,7 @@ KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
 ETCD ?= $(ENVTEST_DIR)/etcd
 KUBECTL ?= $(ENVTEST_DIR)/kubectl
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 # Images (make image): podman or docker, tagged with the chart's appVersion.
 CONTAINER_ENGINE ?= podman
@@ -52,6 +54,12 @@ vet: ## Run go vet (also over hack/riverbench and hack/dbosbench, the benchmark'
 	cd hack/riverbench && $(GO) vet ./...
 	cd hack/dbosbench && $(GO) vet ./...
 
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml says which checks are off and why), also over the benchmark's peer modules.
+	$(GOLANGCI_LINT) run ./...
+	cd hack/riverbench && $(GOLANGCI_LINT) run ./...
+	cd hack/dbosbench && $(GOLANGCI_LINT) run ./...
+
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync them into the chart).
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./..." output:crd:artifacts:config=config/crd/bases
@@ -69,7 +77,7 @@ check-generated: manifests generate ## Fail when committed generated files are s
 		git --no-pager diff --stat -- config api charts; exit 1; fi
 
 .PHONY: test
-test: fmt-check vet check-generated envtest test-chart test-python container-engine browser prometheus ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
+test: fmt-check vet lint check-generated envtest test-chart test-python container-engine browser prometheus ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
 	$(GO) test -count=1 -timeout 40m ./...
 
 .PHONY: test-python
@@ -230,6 +238,10 @@ localnode-down: ## Stop the local node and remove everything it made.
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
+
+$(GOLANGCI_LINT): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(LOCALBIN)/golangci-lint $(GOLANGCI_LINT)
 
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

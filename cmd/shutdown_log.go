@@ -32,10 +32,10 @@ func (s quietShutdownSink) Error(err error, msg string, kv ...any) {
 	switch {
 	case err == nil || !s.stopping():
 	case err.Error() == leaderElectionLost:
-		s.LogSink.Info(0, "Leadership released on shutdown")
+		s.Info(0, "Leadership released on shutdown")
 		return
 	case errors.Is(err, context.Canceled):
-		s.LogSink.Info(0, msg+" (cut off by the shutdown)", append(kv, "cause", err.Error())...)
+		s.Info(0, msg+" (cut off by the shutdown)", append(kv, "cause", err.Error())...)
 		return
 	}
 	s.LogSink.Error(err, msg, kv...)

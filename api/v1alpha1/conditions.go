@@ -99,8 +99,8 @@ const (
 	ConditionDefinitionsValid = "DefinitionsValid"
 )
 
-// ConditionDeleting, on a WorkflowRun or a WorkflowRegistry being deleted:
-// True, ReasonInboxUnreachable, while the inbox cannot be told of the
+// ConditionDeleting is set on a WorkflowRun or a WorkflowRegistry being
+// deleted: True, ReasonInboxUnreachable, while the inbox cannot be told of the
 // deletion (the message carries the error). The deletion is retried until
 // the deletion grace period is over, then the finalizer is removed anyway.
 const ConditionDeleting = "Deleting"
@@ -219,7 +219,7 @@ const (
 	ReasonPrefixConflict = "PrefixConflict"
 )
 
-// ReasonInboxUnreachable: the inbox failed while the deletion was handled;
+// ReasonInboxUnreachable says the inbox failed while the deletion was handled;
 // the deletion is retried (ConditionDeleting).
 const ReasonInboxUnreachable = "InboxUnreachable"
 

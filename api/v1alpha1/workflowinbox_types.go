@@ -182,5 +182,5 @@ type WorkflowInboxList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&WorkflowInbox{}, &WorkflowInboxList{})
+	register(&WorkflowInbox{}, &WorkflowInboxList{})
 }

@@ -295,5 +295,5 @@ type WorkflowRegistryList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&WorkflowRegistry{}, &WorkflowRegistryList{})
+	register(&WorkflowRegistry{}, &WorkflowRegistryList{})
 }

@@ -358,5 +358,5 @@ type WorkflowRunList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&WorkflowRun{}, &WorkflowRunList{})
+	register(&WorkflowRun{}, &WorkflowRunList{})
 }

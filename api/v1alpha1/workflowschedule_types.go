@@ -237,5 +237,5 @@ type WorkflowScheduleList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&WorkflowSchedule{}, &WorkflowScheduleList{})
+	register(&WorkflowSchedule{}, &WorkflowScheduleList{})
 }

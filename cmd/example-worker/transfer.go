@@ -50,7 +50,7 @@ func (x transfer) handle(ctx context.Context, t *simpleworkflow.Task) (json.RawM
 		return nil, simpleworkflow.Permanent(fmt.Errorf("transfer: transferId is required and the holds must be within 0 to 3600 seconds"))
 	}
 	rec, err := simpleworkflow.StepTx(ctx, t, "transfer", func(ctx context.Context, tx pgx.Tx) (map[string]any, error) {
-		if err := (order{pool: x.pool}).count(ctx, t.ID, "transfer-body"); err != nil {
+		if err := order(x).count(ctx, t.ID, "transfer-body"); err != nil {
 			return nil, err
 		}
 		if _, err := tx.Exec(ctx, `insert into public.demo_transfer (run_id, transfer_id, amount, attempt)

@@ -161,7 +161,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("start control plane (is KUBEBUILDER_ASSETS set? use make bench-operator): %w", err)
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	scheme := kruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = workflowv1alpha1.AddToScheme(scheme)

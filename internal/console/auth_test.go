@@ -59,7 +59,9 @@ func setupAuth(t *testing.T, ttl time.Duration, with ...func(*console.Config)) *
 	go func() { done <- srv.ServeListener(ctx, l) }()
 	t.Cleanup(func() {
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("the console ended with %v, want nil after its context ended", err)
+		}
 	})
 	e2 := *e
 	e2.console, e2.base = srv, "http://"+l.Addr().String()

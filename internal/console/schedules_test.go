@@ -100,7 +100,9 @@ func (e *env) loggedConsole(t *testing.T) *syncBuffer {
 	go func() { done <- srv.ServeListener(ctx, l) }()
 	t.Cleanup(func() {
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("the console ended with %v, want nil after its context ended", err)
+		}
 	})
 	e.console, e.base = srv, "http://"+l.Addr().String()
 	return logs

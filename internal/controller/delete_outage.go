@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 )
 
 // DefaultDeletionGracePeriod is how long the deletion of a WorkflowRun or
@@ -18,9 +20,9 @@ import (
 // removed anyway.
 const DefaultDeletionGracePeriod = 10 * time.Minute
 
-// ConditionDeleting: the object is being deleted and the inbox could not be
-// told yet (reason InboxUnreachable, the message carries the error).
-const ConditionDeleting = "Deleting"
+// ConditionDeleting is workflowv1alpha1.ConditionDeleting: the object is
+// being deleted and the inbox could not be told yet.
+const ConditionDeleting = workflowv1alpha1.ConditionDeleting
 
 // Reasons of a deletion that meets an unreachable inbox.
 const (

@@ -32,13 +32,13 @@ func InboxSecretURL(ctx context.Context, reader client.Reader, in *workflowv1alp
 	var sec corev1.Secret
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("Secret %s/%s: %w", ref.Namespace, ref.Name, errSecretNotFound)
+			return "", fmt.Errorf("the Secret %s/%s: %w", ref.Namespace, ref.Name, errSecretNotFound)
 		}
-		return "", fmt.Errorf("Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return "", fmt.Errorf("read the Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	url := strings.TrimSpace(string(sec.Data[key]))
 	if url == "" {
-		return "", fmt.Errorf("Secret %s/%s has no key %q (or it is empty): %w", ref.Namespace, ref.Name, key, errSecretKeyMissing)
+		return "", fmt.Errorf("the Secret %s/%s has no key %q (or it is empty): %w", ref.Namespace, ref.Name, key, errSecretKeyMissing)
 	}
 	return url, nil
 }

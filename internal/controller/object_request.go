@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,7 +27,12 @@ func reconcileObject[T client.Object](ctx context.Context, c client.Client, req 
 	}
 	res, err := reconcile(ctx, obj)
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return res, err
 }
+
+// conflictRetry is how long a look whose write was refused with a conflict
+// (the object changed since the cache showed it) waits before looking
+// again, at the version the cache then shows.
+const conflictRetry = 100 * time.Millisecond

@@ -8,7 +8,7 @@ import (
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 )
 
-// ReasonPrefixConflict: a worker pool's type prefix overlaps one owned by an
+// ReasonPrefixConflict says a worker pool's type prefix overlaps one owned by an
 // older WorkflowRegistry, so the pool is not scaled.
 const ReasonPrefixConflict = workflowv1alpha1.ReasonPrefixConflict
 

@@ -123,7 +123,7 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 		res, err := r.finalize(ctx, &wfr)
 		if apierrors.IsConflict(err) {
 			log.V(1).Info("Conflict removing the finalizer; requeueing", "workflowrun", req.NamespacedName)
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return res, err
 	}
@@ -136,7 +136,7 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 		if err := r.Patch(ctx, &wfr, patch); err != nil {
 			if apierrors.IsConflict(err) {
 				log.V(1).Info("Conflict adding the finalizer; requeueing", "workflowrun", req.NamespacedName)
-				return ctrl.Result{Requeue: true}, nil
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
@@ -146,7 +146,7 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			log.V(1).Info("Conflict writing WorkflowRun status; requeueing", "workflowrun", req.NamespacedName)
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, err
 	}

@@ -87,6 +87,7 @@ func runIDOf(ns, name string) string {
 
 // kubectl runs the control plane's kubectl.
 func kubectl(args ...string) (string, error) {
+	//nolint:staticcheck // the control plane's own admin kubeconfig; AddUser would mint a user per call
 	stdout, stderr, err := testEnv.ControlPlane.KubeCtl().Run(args...)
 	out, _ := io.ReadAll(stdout)
 	errOut, _ := io.ReadAll(stderr)

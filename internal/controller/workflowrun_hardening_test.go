@@ -225,7 +225,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		r := &controller.WorkflowRunReconciler{Client: c, Inbox: eng, Recorder: discardRecorder{}}
 		res, err := r.Reconcile(ctx, reconcileRequest(ns, "fresh"))
 		Expect(err).NotTo(HaveOccurred())
-		Expect(res.Requeue).To(BeTrue()) //nolint:staticcheck // the reconciler requeues conflicts this way
+		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a conflict is looked at again")
 		var got workflowv1alpha1.WorkflowRun
 		Expect(c.Get(ctx, client.ObjectKeyFromObject(fresh), &got)).To(Succeed())
 		Expect(got.Finalizers).To(Equal([]string{other}))
@@ -246,7 +246,7 @@ var _ = Describe("WorkflowRun hardening", func() {
 		r = &controller.WorkflowRunReconciler{Client: c, Inbox: eng, Recorder: discardRecorder{}}
 		res, err = r.Reconcile(ctx, reconcileRequest(ns, "gone"))
 		Expect(err).NotTo(HaveOccurred())
-		Expect(res.Requeue).To(BeTrue()) //nolint:staticcheck // the reconciler requeues conflicts this way
+		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a conflict is looked at again")
 		Expect(c.Get(ctx, client.ObjectKeyFromObject(gone), &got)).To(Succeed())
 		Expect(got.Finalizers).To(Equal([]string{controller.Finalizer}))
 		_, err = r.Reconcile(ctx, reconcileRequest(ns, "gone"))

@@ -10,7 +10,7 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// ReasonTypeNotShared: spec.typeNamespace names a namespace that does not
+// ReasonTypeNotShared says spec.typeNamespace names a namespace that does not
 // share the run's type with the run's namespace; nothing is recorded.
 const ReasonTypeNotShared = workflowv1alpha1.ReasonTypeNotShared
 

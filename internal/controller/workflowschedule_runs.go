@@ -26,7 +26,8 @@ import (
 // WorkflowSchedule was recorded for.
 const AnnotationScheduledAt = "workflow.simpleworkflow.dev/scheduled-at"
 
-// ReasonScheduled: a WorkflowSchedule made a WorkflowRun for a tick (Event).
+// ReasonScheduled says a WorkflowSchedule made a WorkflowRun for a tick (an
+// Event).
 const ReasonScheduled = "Scheduled"
 
 // scheduleCatchUpRuns is how many of a schedule's latest runs each look

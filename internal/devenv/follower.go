@@ -55,7 +55,7 @@ func (f *ReplicaFollower) Run(ctx context.Context) error {
 	if interval == 0 {
 		interval = 200 * time.Millisecond
 	}
-	defer f.scaleTo(0)
+	defer func() { _ = f.scaleTo(0) }() // every process stopped; Run ends with ctx either way
 	for {
 		var d appsv1.Deployment
 		err := f.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Name}, &d)

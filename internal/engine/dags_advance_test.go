@@ -221,12 +221,12 @@ func TestDAGsMovingOnTogetherFailOnlyTheOneOverALimit(t *testing.T) {
 		t.Fatalf("claimed %d steps, want 9", len(steps))
 	}
 	result := func(r engine.ClaimedRun) string {
-		switch {
-		case r.ParentID == big:
+		switch r.ParentID {
+		case big:
 			return fmt.Sprintf(`{"blob": %q}`, strings.Repeat("x", 9990))
-		case r.ParentID == deep:
+		case deep:
 			return nested
-		case r.ParentID == wide:
+		case wide:
 			return fmt.Sprintf(`{"blob": %q}`, strings.Repeat("w", 400_000))
 		}
 		return `{"ok": true}`

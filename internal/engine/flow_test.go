@@ -433,6 +433,15 @@ func TestFlowHotKeyDoesNotBlockOtherKeys(t *testing.T) {
 	if len(got) != 21 {
 		t.Fatalf("claimed %d runs, want 1 of the hot key and the 20 others", len(got))
 	}
+	claimed := map[string]bool{}
+	for _, r := range got {
+		claimed[r.ID] = true
+	}
+	for _, id := range others {
+		if !claimed[id] {
+			t.Fatalf("run %s of another key was not claimed beside the hot key", id)
+		}
+	}
 	var parked int
 	if err := b.pool.QueryRow(b.ctx, `select count(*) from workflow.workflow_run
 		where type = $1 and concurrency_key = 'hot' and wait_kind = 'limit'`, typ).Scan(&parked); err != nil {

@@ -258,6 +258,9 @@ func TestScheduleFiresEachTick(t *testing.T) {
 		runs = append(runs, run.ID)
 		tick = tick.Add(time.Minute)
 	}
+	if distinct := len(map[string]bool{runs[0]: true, runs[1]: true, runs[2]: true, runs[3]: true, runs[4]: true}); distinct != 5 {
+		t.Errorf("the five ticks fired %d distinct runs (%v), want 5", distinct, runs)
+	}
 	prefix := "schedule:" + s.ID + ":"
 	if n := len(b.keyedRuns(t, prefix)); n != 5 {
 		t.Errorf("%d runs, want 5", n)

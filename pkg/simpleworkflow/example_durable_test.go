@@ -29,7 +29,12 @@ func runUntilFinished(ctx context.Context, client *simpleworkflow.Client, handle
 	}
 	done := make(chan error)
 	go func() { done <- poller.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Println("poller:", err)
+		}
+	}()
 	id := create()
 	if started != nil {
 		started(id)

@@ -100,6 +100,8 @@ func ExamplePoller() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel() // graceful shutdown
-	<-done
+	if err := <-done; err != nil {
+		fmt.Println("poller:", err)
+	}
 	// Output: succeeded 1 {"invoice": "INV-1", "customer": "acme"}
 }
