@@ -55,10 +55,19 @@ vet: ## Run go vet (also over hack/riverbench and hack/dbosbench, the benchmark'
 	cd hack/dbosbench && $(GO) vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml says which checks are off and why), also over the benchmark's peer modules.
+lint: lint-go lint-python ## Every linter: Go's and the Python SDK's.
+
+.PHONY: lint-go
+lint-go: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml says which checks are off and why), also over the benchmark's peer modules.
 	$(GOLANGCI_LINT) run ./...
 	cd hack/riverbench && $(GOLANGCI_LINT) run ./...
 	cd hack/dbosbench && $(GOLANGCI_LINT) run ./...
+
+.PHONY: lint-python
+lint-python: ## The Python SDK's formatting (black, line length in sdk/python/pyproject.toml) and types (mypy --strict).
+	PY=$$(hack/python-deps.sh --dev) && cd sdk/python && \
+	{ command -v black >/dev/null || { echo "black is missing (Debian: apt-get install black)"; exit 1; }; } && \
+	black --check --quiet . && $$PY -m mypy --strict --no-error-summary simpleworkflow examples/example_worker.py
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync them into the chart).

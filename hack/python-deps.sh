@@ -5,8 +5,9 @@
 #   usage: hack/python-deps.sh [--dev]
 #   --dev: also the SDK's test tools for /usr/bin/python3 (Debian's
 #          python3-venv for the install test, python3-mypy for the type
-#          check), when missing and the script runs as root; their tests
-#          skip, saying why, where they cannot be installed.
+#          check, black for the formatting check of make lint), when
+#          missing and the script runs as root; their tests skip, saying
+#          why, where they cannot be installed.
 set -euo pipefail
 dev=false
 [ "${1:-}" = --dev ] && dev=true
@@ -37,6 +38,7 @@ if $dev && [ "$py" = /usr/bin/python3 ]; then
   # Debian's python3 has ensurepip (which venv needs for pip) only with python3-venv.
   "$py" -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
   "$py" -c 'import mypy' 2>/dev/null || missing+=(python3-mypy)
+  command -v black >/dev/null 2>&1 || missing+=(black)
   if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}" || echo "python-deps.sh: ${missing[*]} missing; their tests skip" >&2
   fi

@@ -102,16 +102,26 @@ class Counters:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 conn.execute(COUNTER_DDL)
         except psycopg.Error as e:
-            log.warning(json.dumps({"msg": "Cannot create the demo step counter table; "
-                                           "demo.order.v1 runs with counters will fail", "error": str(e)}))
+            log.warning(
+                json.dumps(
+                    {
+                        "msg": "Cannot create the demo step counter table; "
+                        "demo.order.v1 runs with counters will fail",
+                        "error": str(e),
+                    }
+                )
+            )
 
     def count(self, run_id: str, step: str) -> None:
         conn = getattr(self.local, "conn", None)
         if conn is None or conn.closed:
             conn = psycopg.connect(self.url, autocommit=True)
             self.local.conn = conn
-        conn.execute("insert into public.demo_step_counter (run_id, step, n) values (%s, %s, 1) "
-                     "on conflict (run_id, step) do update set n = demo_step_counter.n + 1", (run_id, step))
+        conn.execute(
+            "insert into public.demo_step_counter (run_id, step, n) values (%s, %s, 1) "
+            "on conflict (run_id, step) do update set n = demo_step_counter.n + 1",
+            (run_id, step),
+        )
 
 
 def _number(payload: Any, key: str) -> float:
@@ -138,8 +148,10 @@ def order_handler(counters: Counters) -> Callable[[Task], Any]:
         approve_s = _number(p, "approveTimeoutSeconds")
         hold_s = _number(p, "holdAfterChargeSeconds")
         if not (0 <= sleep_s <= 7 * 24 * 3600 and approve_s >= 0 and 0 <= hold_s <= 3600):
-            raise PermanentError(f"order {order_id}: sleepSeconds, approveTimeoutSeconds and "
-                                 "holdAfterChargeSeconds must be non-negative and bounded")
+            raise PermanentError(
+                f"order {order_id}: sleepSeconds, approveTimeoutSeconds and "
+                "holdAfterChargeSeconds must be non-negative and bounded"
+            )
         with_counters = bool(p.get("counters"))
 
         def step(name: str, out: Dict[str, Any]) -> Any:
@@ -176,17 +188,34 @@ def main() -> None:
     env = os.environ.get
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--database-url", default=env("DATABASE_URL", ""), help="Postgres URL (env DATABASE_URL)")
-    p.add_argument("--type-prefixes", default=env("TYPE_PREFIXES", "demo."), help="comma-separated (env TYPE_PREFIXES)")
-    p.add_argument("--namespace", default=env("NAMESPACE", "default"),
-                   help="namespace whose runs it claims (env NAMESPACE)")
+    p.add_argument(
+        "--type-prefixes", default=env("TYPE_PREFIXES", "demo."), help="comma-separated (env TYPE_PREFIXES)"
+    )
+    p.add_argument(
+        "--namespace",
+        default=env("NAMESPACE", "default"),
+        help="namespace whose runs it claims (env NAMESPACE)",
+    )
     p.add_argument("--runtime", default=env("RUNTIME", "python"), help="runtime declared (env RUNTIME)")
     p.add_argument("--worker-id", default=env("WORKER_ID", socket.gethostname()), help="env WORKER_ID")
-    p.add_argument("--concurrency", type=int, default=int(env("CONCURRENCY", str(DEFAULT_CONCURRENCY))),
-                   help="env CONCURRENCY")
-    p.add_argument("--lease-duration", type=float, default=float(env("LEASE_DURATION", str(DEFAULT_LEASE_SECONDS))),
-                   help="seconds (env LEASE_DURATION)")
-    p.add_argument("--shutdown-grace-period", type=float,
-                   default=float(env("SHUTDOWN_GRACE_PERIOD", str(DEFAULT_SHUTDOWN_GRACE_SECONDS))), help="seconds")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=int(env("CONCURRENCY", str(DEFAULT_CONCURRENCY))),
+        help="env CONCURRENCY",
+    )
+    p.add_argument(
+        "--lease-duration",
+        type=float,
+        default=float(env("LEASE_DURATION", str(DEFAULT_LEASE_SECONDS))),
+        help="seconds (env LEASE_DURATION)",
+    )
+    p.add_argument(
+        "--shutdown-grace-period",
+        type=float,
+        default=float(env("SHUTDOWN_GRACE_PERIOD", str(DEFAULT_SHUTDOWN_GRACE_SECONDS))),
+        help="seconds",
+    )
     args = p.parse_args()
     if not args.database_url:
         p.error("--database-url (or DATABASE_URL) is required")

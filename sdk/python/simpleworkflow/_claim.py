@@ -65,8 +65,9 @@ def _decode(what: str, text: Optional[str]) -> Any:
     try:
         return json.loads(text)
     except RecursionError as e:
-        raise _UndecodableError(f"the run's {what} cannot be decoded: nested too deeply for this worker "
-                                f"(RecursionError)") from e
+        raise _UndecodableError(
+            f"the run's {what} cannot be decoded: nested too deeply for this worker " f"(RecursionError)"
+        ) from e
     except (ValueError, MemoryError) as e:
         raise _UndecodableError(f"the run's {what} cannot be decoded: {type(e).__name__}: {e}") from e
 
@@ -167,8 +168,15 @@ def confirm_cancelled(p: Poller, conn: _Conn, suspects: Set[str]) -> None:
     try:
         heartbeat(p, conn, refs)
     except psycopg.Error as e:
-        log.error(json.dumps({"msg": "Confirming a cancellation failed; the next heartbeat checks again",
-                              "error": str(e), "runs": len(refs)}))
+        log.error(
+            json.dumps(
+                {
+                    "msg": "Confirming a cancellation failed; the next heartbeat checks again",
+                    "error": str(e),
+                    "runs": len(refs),
+                }
+            )
+        )
         conn.reset()
 
 
@@ -179,8 +187,11 @@ def connect_until_ready(p: Poller) -> Optional[psycopg.Connection[Any]]:
         try:
             return p._open()
         except psycopg.OperationalError as e:
-            log.warning(json.dumps({"msg": "Database unreachable; retrying", "error": str(e),
-                                    "backoff_seconds": backoff}))
+            log.warning(
+                json.dumps(
+                    {"msg": "Database unreachable; retrying", "error": str(e), "backoff_seconds": backoff}
+                )
+            )
             p._stopping.wait(backoff)
             backoff = min(backoff * 2, 5.0)
     return None
@@ -212,7 +223,8 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
             raise PermissionDeniedError(
                 f"worker {p.worker_id}, namespace {p.namespace}: {_primary_message(e)} (a worker's login needs "
                 f"the workflow_worker role and a binding to its namespace, which the schema's owner makes with "
-                f"workflow.grant_namespace(role, '{p.namespace}', 'worker'))") from None
+                f"workflow.grant_namespace(role, '{p.namespace}', 'worker'))"
+            ) from None
         except psycopg.OperationalError as e:
             log.error(json.dumps({"msg": "Claim failed; reconnecting", "error": str(e)}))
             conn.close()
@@ -235,26 +247,52 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
 
 
 #: The claim (Go: engine.ClaimRuns): the columns start_claimed reads, in its order.
-CLAIM_RUNS = ("select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
-              "journal::text, traceparent, parent_id::text "
-              "from workflow.claim_runs(%s, %s, %s, %s, %s, %s, %s, %s::uuid[], %s)")
+CLAIM_RUNS = (
+    "select id::text, type, payload::text, attempt, max_attempts, lease_token, deadline_at, "
+    "journal::text, traceparent, parent_id::text "
+    "from workflow.claim_runs(%s, %s, %s, %s, %s, %s, %s, %s::uuid[], %s)"
+)
 
 
 def claim_params(p: Poller, limit: int, after: Optional[List[str]], woken: bool) -> Tuple[Any, ...]:
     """The arguments of CLAIM_RUNS: only the types this worker has handlers for, of the namespace it
     serves; after names the runs a hand-off claims from (None: a claim from the queue)."""
-    return (p.worker_id, p.type_prefixes, p.runtime, limit, int(p.lease_duration * 1000),
-            sorted(p._handlers) or None, p.namespace, after, woken)
+    return (
+        p.worker_id,
+        p.type_prefixes,
+        p.runtime,
+        limit,
+        int(p.lease_duration * 1000),
+        sorted(p._handlers) or None,
+        p.namespace,
+        after,
+        woken,
+    )
 
 
-def start_claimed(p: Poller, conn: psycopg.Connection[Any], rows: List[Tuple[Any, ...]], pool: ThreadPoolExecutor,
-                  handed: bool = False) -> List[Task]:
+def start_claimed(
+    p: Poller,
+    conn: psycopg.Connection[Any],
+    rows: List[Tuple[Any, ...]],
+    pool: ThreadPoolExecutor,
+    handed: bool = False,
+) -> List[Task]:
     """Give each claimed run a slot and submit its handler to pool; a run this worker cannot decode
     fails alone. For runs handed off by a completion (handed), only while the poller still claims:
     the others are returned, not started, for the caller to hand back."""
     refused: List[Task] = []
-    for run_id, wtype, payload_text, attempt, max_attempts, token, deadline_at, journal_text, traceparent, \
-            parent_id in rows:
+    for (
+        run_id,
+        wtype,
+        payload_text,
+        attempt,
+        max_attempts,
+        token,
+        deadline_at,
+        journal_text,
+        traceparent,
+        parent_id,
+    ) in rows:
         try:
             payload = _decode("payload", payload_text)
             journal = _decode("journal", journal_text)
@@ -264,12 +302,26 @@ def start_claimed(p: Poller, conn: psycopg.Connection[Any], rows: List[Tuple[Any
         except _UndecodableError as e:
             fail_undecodable(p, conn, run_id, wtype, attempt, token, str(e))
             continue
-        span = p._tracing.start_attempt(run_id, wtype, attempt, max_attempts, p.worker_id, token,
-                                        len(journal or []), traceparent)
-        task = Task(run_id, wtype, payload, attempt, max_attempts, p.worker_id,
-                    lease_token=token, deadline_at=deadline_at, traceparent=traceparent,
-                    journal=journal, connect=p._conn, on_park=p._wake_at,
-                    record_step=p._record_step, tracing=p._tracing, span=span)
+        span = p._tracing.start_attempt(
+            run_id, wtype, attempt, max_attempts, p.worker_id, token, len(journal or []), traceparent
+        )
+        task = Task(
+            run_id,
+            wtype,
+            payload,
+            attempt,
+            max_attempts,
+            p.worker_id,
+            lease_token=token,
+            deadline_at=deadline_at,
+            traceparent=traceparent,
+            journal=journal,
+            connect=p._conn,
+            on_park=p._wake_at,
+            record_step=p._record_step,
+            tracing=p._tracing,
+            span=span,
+        )
         task._has_parent = parent_id is not None
         p._start_run_log(task)
         with p._lock:
@@ -296,8 +348,9 @@ def start_claimed(p: Poller, conn: psycopg.Connection[Any], rows: List[Tuple[Any
     return refused
 
 
-def fail_undecodable(p: Poller, conn: psycopg.Connection[Any], run_id: str, wtype: str, attempt: int,
-                     token: int, why: str) -> None:
+def fail_undecodable(
+    p: Poller, conn: psycopg.Connection[Any], run_id: str, wtype: str, attempt: int, token: int, why: str
+) -> None:
     """Fail a claimed run this worker cannot decode, alone and for good, saying why."""
     message = _clean_text(why)
     base = {"worker_id": p.worker_id, "run_id": run_id, "type": wtype, "attempt": attempt}

@@ -46,11 +46,15 @@ def heartbeat(p: Poller, conn: _Conn, refs: List[Tuple[str, Optional[int]]]) -> 
     again = False
     while refs:
         try:
-            rows = conn.get().execute(
-                "select id::text, status, owned, deadline_exceeded "
-                "from workflow.heartbeat_runs(%s, %s::uuid[], %s::bigint[], %s)",
-                (p.worker_id, [r[0] for r in refs], [r[1] for r in refs], int(p.lease_duration * 1000)),
-            ).fetchall()
+            rows = (
+                conn.get()
+                .execute(
+                    "select id::text, status, owned, deadline_exceeded "
+                    "from workflow.heartbeat_runs(%s, %s::uuid[], %s::bigint[], %s)",
+                    (p.worker_id, [r[0] for r in refs], [r[1] for r in refs], int(p.lease_duration * 1000)),
+                )
+                .fetchall()
+            )
         except psycopg.Error:
             if again:
                 # The first answer said these leases were lost.

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("simpleworkflow")
 
-_COMPLETE_RUNS = "select id::text, status, error from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])"
+_COMPLETE_RUNS = (
+    "select id::text, status, error from workflow.complete_runs(%s, %s::uuid[], %s::bigint[], %s::jsonb[])"
+)
 _FAIL_RUNS = "select id::text, status, run_at from workflow.fail_runs(%s, %s::uuid[], %s::bigint[], %s::text[], %s::boolean[])"
 _RELEASE_RUNS = "select id::text from workflow.release_runs(%s, %s::uuid[], %s::bigint[])"
 
@@ -98,8 +100,16 @@ def outcome_loop(p: Poller) -> None:
             try:
                 flush(p, conn, batch)
             except Exception as e:  # noqa: BLE001 - the leases run out; the runs are retried
-                log.error(json.dumps({"msg": "Recording outcomes failed; the runs are retried after their "
-                                             "lease expires", "error": str(e), "runs": len(batch)}))
+                log.error(
+                    json.dumps(
+                        {
+                            "msg": "Recording outcomes failed; the runs are retried after their "
+                            "lease expires",
+                            "error": str(e),
+                            "runs": len(batch),
+                        }
+                    )
+                )
                 p._free_slots([o.task for o in batch])
     finally:
         conn.close()
@@ -180,8 +190,15 @@ def succeed(p: Poller, conn: _Conn, completions: List[_Outcome], ends: _Ends) ->
         o.error = PermanentError(message)
         failures.append(o)
     if err is not None:
-        log.error(json.dumps({"msg": "Recording results failed; the runs are retried after their lease "
-                                     "expires", "error": str(err), "runs": len(completions)}))
+        log.error(
+            json.dumps(
+                {
+                    "msg": "Recording results failed; the runs are retried after their lease " "expires",
+                    "error": str(err),
+                    "runs": len(completions),
+                }
+            )
+        )
     answered: Set[str] = set()
     for run_id, status, error in done:
         answered.add(run_id)
@@ -198,8 +215,9 @@ def succeed(p: Poller, conn: _Conn, completions: List[_Outcome], ends: _Ends) ->
         for o in completions:
             if o.kind == _COMPLETE and o.task.id not in answered:
                 ends[o.task.id] = (OUTCOME_LEASE_LOST, None, None)
-                log.warning(json.dumps({"msg": "Run result discarded: the lease was no longer held",
-                                        **_fields(p, o)}))
+                log.warning(
+                    json.dumps({"msg": "Run result discarded: the lease was no longer held", **_fields(p, o)})
+                )
     if handed:
         start_handed(p, conn, handed)
     return failures
@@ -216,11 +234,22 @@ def start_handed(p: Poller, conn: _Conn, rows: List[Tuple[Any, ...]]) -> None:
     refused = start_claimed(p, conn.get(), rows, pool, handed=True)
     if refused:
         try:
-            with_retry(conn, _RELEASE_RUNS, (p.worker_id, [t.id for t in refused],
-                                             [t.lease_token for t in refused]), p.lease_duration)
+            with_retry(
+                conn,
+                _RELEASE_RUNS,
+                (p.worker_id, [t.id for t in refused], [t.lease_token for t in refused]),
+                p.lease_duration,
+            )
         except Exception as e:  # noqa: BLE001
-            log.error(json.dumps({"msg": "Handing runs back failed; they are retried after their lease "
-                                         "expires", "error": str(e), "runs": len(refused)}))
+            log.error(
+                json.dumps(
+                    {
+                        "msg": "Handing runs back failed; they are retried after their lease " "expires",
+                        "error": str(e),
+                        "runs": len(refused),
+                    }
+                )
+            )
         for t in refused:
             p._tracing.end_attempt(t._span, OUTCOME_RELEASED)
 
@@ -232,8 +261,15 @@ def fail(p: Poller, conn: _Conn, failures: List[_Outcome], ends: _Ends) -> None:
         o.message = _clean_text(o.message)
     res, err = write_failures(p, conn, failures)
     if err is not None:
-        log.error(json.dumps({"msg": "Recording failures failed; the runs are retried after their lease "
-                                     "expires", "error": str(err), "runs": len(failures)}))
+        log.error(
+            json.dumps(
+                {
+                    "msg": "Recording failures failed; the runs are retried after their lease " "expires",
+                    "error": str(err),
+                    "runs": len(failures),
+                }
+            )
+        )
     else:
         for o in failures:  # written, but not for the runs whose lease had gone
             ends[o.task.id] = (OUTCOME_LEASE_LOST, None, None)
@@ -241,8 +277,16 @@ def fail(p: Poller, conn: _Conn, failures: List[_Outcome], ends: _Ends) -> None:
         o = by_id[run_id]
         if status == "pending":
             ends[run_id] = (OUTCOME_RETRYING, o.error, run_at)
-            log.info(json.dumps({"msg": "Run failed; retrying", "error": o.message,
-                                 "next_attempt_at": run_at.isoformat(), **_fields(p, o)}))
+            log.info(
+                json.dumps(
+                    {
+                        "msg": "Run failed; retrying",
+                        "error": o.message,
+                        "next_attempt_at": run_at.isoformat(),
+                        **_fields(p, o),
+                    }
+                )
+            )
         else:
             ends[run_id] = (OUTCOME_FAILED, o.error, None)
             log.info(json.dumps({"msg": "Run failed", "error": o.message, **_fields(p, o)}))
@@ -253,24 +297,43 @@ def release(p: Poller, conn: _Conn, releases: List[_Outcome], ends: _Ends) -> No
     and report each, in ends and the log."""
     by_id = {o.task.id: o for o in releases}
     try:
-        rows = with_retry(conn, _RELEASE_RUNS, (p.worker_id, [o.task.id for o in releases],
-                                                [o.task.lease_token for o in releases]), p.lease_duration)
+        rows = with_retry(
+            conn,
+            _RELEASE_RUNS,
+            (p.worker_id, [o.task.id for o in releases], [o.task.lease_token for o in releases]),
+            p.lease_duration,
+        )
     except Exception as e:  # noqa: BLE001
-        log.error(json.dumps({"msg": "Handing runs back failed; they are retried after their lease "
-                                     "expires", "error": str(e), "runs": len(releases)}))
+        log.error(
+            json.dumps(
+                {
+                    "msg": "Handing runs back failed; they are retried after their lease " "expires",
+                    "error": str(e),
+                    "runs": len(releases),
+                }
+            )
+        )
         rows = []
     else:
         for o in releases:
             ends[o.task.id] = (OUTCOME_LEASE_LOST, None, None)
     for (run_id,) in rows:
         ends[run_id] = (OUTCOME_RELEASED, None, None)
-        log.info(json.dumps({"msg": "Run handed back", "reason": by_id[run_id].reason, **_fields(p, by_id[run_id])}))
+        log.info(
+            json.dumps(
+                {"msg": "Run handed back", "reason": by_id[run_id].reason, **_fields(p, by_id[run_id])}
+            )
+        )
 
 
 def _complete_params(p: Poller, batch: List[_Outcome]) -> Tuple[Any, ...]:
     """The arguments of _COMPLETE_RUNS for a batch of completions."""
-    return (p.worker_id, [o.task.id for o in batch], [o.task.lease_token for o in batch],
-            [o.raw_result for o in batch])
+    return (
+        p.worker_id,
+        [o.task.id for o in batch],
+        [o.task.lease_token for o in batch],
+        [o.raw_result for o in batch],
+    )
 
 
 def write_completions_handing_off(
@@ -336,14 +399,25 @@ def write_completions(
     return done, unstorable, None
 
 
-def write_failures(p: Poller, conn: _Conn, failures: List[_Outcome]) -> Tuple[List[Tuple[Any, ...]], Optional[BaseException]]:
+def write_failures(
+    p: Poller, conn: _Conn, failures: List[_Outcome]
+) -> Tuple[List[Tuple[Any, ...]], Optional[BaseException]]:
     """fail_runs for a batch, row by row when the database refuses the batch; a row still refused
     is recorded with a replacement message."""
 
     def call(batch: List[_Outcome]) -> List[Tuple[Any, ...]]:
-        return with_retry(conn, _FAIL_RUNS, (
-            p.worker_id, [o.task.id for o in batch], [o.task.lease_token for o in batch],
-            [o.message for o in batch], [o.retryable for o in batch]), p.lease_duration)
+        return with_retry(
+            conn,
+            _FAIL_RUNS,
+            (
+                p.worker_id,
+                [o.task.id for o in batch],
+                [o.task.lease_token for o in batch],
+                [o.message for o in batch],
+                [o.retryable for o in batch],
+            ),
+            p.lease_duration,
+        )
 
     try:
         return call(failures), None

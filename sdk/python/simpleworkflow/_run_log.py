@@ -31,7 +31,20 @@ import re
 import threading
 from collections import deque
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Set, Tuple, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Set,
+    Tuple,
+    TypeVar,
+)
 
 import psycopg
 
@@ -55,8 +68,10 @@ MAX_LOG_LINES_PER_CALL = 10000
 #: The run log's levels, by the least logging level each stands for (checked from the top).
 _LEVELS = ((logging.ERROR, "error"), (logging.WARNING, "warn"), (logging.INFO, "info"))
 
-_APPEND_RUN_LOGS = ("select id::text, kept from workflow.append_run_logs(%s, %s::uuid[], %s::bigint[], "
-                    "%s::bigint[], %s::uuid[], %s::timestamptz[], %s::text[], %s::text[])")
+_APPEND_RUN_LOGS = (
+    "select id::text, kept from workflow.append_run_logs(%s, %s::uuid[], %s::bigint[], "
+    "%s::bigint[], %s::uuid[], %s::timestamptz[], %s::text[], %s::text[])"
+)
 
 #: A run of UTF-16 surrogates: a str's code points that are no UTF-8 (lone surrogates, and the
 #: bytes a surrogateescape decode could not read).
@@ -84,7 +99,7 @@ def _clean(msg: str) -> Tuple[str, int]:
         if len(msg) <= MAX_LOG_MESSAGE_BYTES:
             return msg, len(msg)
         note = f" [cut: {len(msg)} bytes]"
-        cut = msg[:MAX_LOG_MESSAGE_BYTES - len(note)] + note
+        cut = msg[: MAX_LOG_MESSAGE_BYTES - len(note)] + note
         return cut, len(cut)
     try:
         raw = msg.encode("utf-8")
@@ -130,7 +145,8 @@ class _RunLog:
             self._lines.append((at, level, text, size))
             self._bytes += size
             while len(self._lines) > MAX_BUFFERED_LOG_LINES or (
-                    self._bytes > MAX_BUFFERED_LOG_BYTES and len(self._lines) > 1):
+                self._bytes > MAX_BUFFERED_LOG_BYTES and len(self._lines) > 1
+            ):
                 self._bytes -= self._lines.popleft()[3]
                 self._dropped += 1
 
@@ -173,8 +189,14 @@ class _RunLogHandler(logging.Handler):
     (JSON, as the worker's: msg, worker_id, run_id, type, attempt; also set as the record's attributes
     run_id, workflow_type and attempt)."""
 
-    def __init__(self, run_log: _RunLog, level: int, replaying: Callable[[], bool], worker: logging.Logger,
-                 fields: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        run_log: _RunLog,
+        level: int,
+        replaying: Callable[[], bool],
+        worker: logging.Logger,
+        fields: Mapping[str, Any],
+    ) -> None:
         super().__init__()
         self._log = run_log
         self._level = level
@@ -185,8 +207,11 @@ class _RunLogHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             if record.levelno >= self._level and not self._replaying():
-                self._log.add(datetime.fromtimestamp(record.created, timezone.utc), level_of(record.levelno),
-                              self.format(record))
+                self._log.add(
+                    datetime.fromtimestamp(record.created, timezone.utc),
+                    level_of(record.levelno),
+                    self.format(record),
+                )
             if self._worker.isEnabledFor(record.levelno):
                 self._worker.handle(self._forwarded(record))
         except RecursionError:
@@ -197,9 +222,14 @@ class _RunLogHandler(logging.Handler):
     def _forwarded(self, record: logging.LogRecord) -> logging.LogRecord:
         """The record as the worker's logger gets it."""
         attrs: Dict[str, Any] = dict(record.__dict__)
-        attrs.update(name=self._worker.name, msg=json.dumps({"msg": record.getMessage(), **self._fields}),
-                     args=None, run_id=self._fields["run_id"], workflow_type=self._fields["type"],
-                     attempt=self._fields["attempt"])
+        attrs.update(
+            name=self._worker.name,
+            msg=json.dumps({"msg": record.getMessage(), **self._fields}),
+            args=None,
+            run_id=self._fields["run_id"],
+            workflow_type=self._fields["type"],
+            attempt=self._fields["attempt"],
+        )
         attrs.pop("message", None)
         return logging.makeLogRecord(attrs)
 
@@ -210,8 +240,9 @@ class _RunLogger(logging.Logger):
     takes its level (or, when set, this logger's own level does not refuse it); getChild makes a
     child of the same kind, whose records go through this logger's handlers."""
 
-    def __init__(self, name: str, run_level: int, worker: logging.Logger,
-                 handler: Optional[logging.Handler] = None) -> None:
+    def __init__(
+        self, name: str, run_level: int, worker: logging.Logger, handler: Optional[logging.Handler] = None
+    ) -> None:
         super().__init__(name)
         self._run_level = run_level
         self._worker = worker
@@ -332,14 +363,36 @@ def _append(p: Poller, conn: _Conn, batch: List[Tuple[Task, List[_Line], int]], 
                 levels.append(level)
                 messages.append(message)
         try:
-            rows = conn.get().execute(_APPEND_RUN_LOGS, (
-                p.worker_id, [t.id for t, _, _ in batch], [t.lease_token for t, _, _ in batch],
-                [d for _, _, d in batch], line_runs, ats, levels, messages)).fetchall()
+            rows = (
+                conn.get()
+                .execute(
+                    _APPEND_RUN_LOGS,
+                    (
+                        p.worker_id,
+                        [t.id for t, _, _ in batch],
+                        [t.lease_token for t, _, _ in batch],
+                        [d for _, _, d in batch],
+                        line_runs,
+                        ats,
+                        levels,
+                        messages,
+                    ),
+                )
+                .fetchall()
+            )
         except psycopg.Error as e:
             if isinstance(e, psycopg.OperationalError):
                 conn.reset()
-            log.warning(json.dumps({"msg": "Sending run logs failed; their lines are counted as dropped",
-                                    "error": str(e), "runs": len(batch), "lines": lines}))
+            log.warning(
+                json.dumps(
+                    {
+                        "msg": "Sending run logs failed; their lines are counted as dropped",
+                        "error": str(e),
+                        "runs": len(batch),
+                        "lines": lines,
+                    }
+                )
+            )
             return
         sent = True
         lost = {run_id for run_id, kept in rows if not kept}

@@ -19,8 +19,10 @@ from .errors import PermanentError
 if TYPE_CHECKING:
     from .poller import Poller
 
-_RECORD_STEPS = ("select idx, status, output, message from workflow.record_steps("
-                 "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])")
+_RECORD_STEPS = (
+    "select idx, status, output, message from workflow.record_steps("
+    "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])"
+)
 
 T = TypeVar("T")
 
@@ -52,8 +54,9 @@ class _StepRequest:
     reply: _Reply[Tuple[str, Any, Optional[str]]]
 
 
-def record_step(p: Poller, run_id: str, token: int, name: str, position: int,
-                raw: str) -> Tuple[str, Any, Optional[str]]:
+def record_step(
+    p: Poller, run_id: str, token: int, name: str, position: int, raw: str
+) -> Tuple[str, Any, Optional[str]]:
     """Hand a completed step to the step writer and wait for its row's answer."""
     reply: _Reply[Tuple[str, Any, Optional[str]]] = _Reply()
     p._steps.put(_StepRequest(run_id, token, name, position, raw, reply))
@@ -81,8 +84,14 @@ def step_loop(p: Poller) -> None:
 
 def write_steps(p: Poller, conn: _Conn, batch: List[_StepRequest]) -> None:
     """One record_steps call for a batch; each step's handler gets its own row's answer."""
-    params = (p.worker_id, [r.run_id for r in batch], [r.token for r in batch], [r.name for r in batch],
-              [r.position for r in batch], [r.raw for r in batch])
+    params = (
+        p.worker_id,
+        [r.run_id for r in batch],
+        [r.token for r in batch],
+        [r.name for r in batch],
+        [r.position for r in batch],
+        [r.raw for r in batch],
+    )
     try:
         rows = with_retry(conn, _RECORD_STEPS, params, p.lease_duration)
     except _Refused as e:

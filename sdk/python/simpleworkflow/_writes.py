@@ -100,7 +100,9 @@ class _BatchQueue(Generic[T]):
                 return
 
 
-def with_retry(conn: _Conn, query: str, params: Sequence[Any], lease_duration: float) -> List[Tuple[Any, ...]]:
+def with_retry(
+    conn: _Conn, query: str, params: Sequence[Any], lease_duration: float
+) -> List[Tuple[Any, ...]]:
     """Run one write, reconnecting through a database outage while the leases may still hold.
 
     Every write is fenced by the lease tokens, so a retry after a write

@@ -85,9 +85,11 @@ def namespace_problem(namespace: Any, what: str = "namespace") -> Optional[str]:
     if not isinstance(namespace, str):
         return f"{what} must be a string, got {type(namespace).__name__}"
     if len(namespace) > MAX_NAMESPACE_LENGTH or not NAMESPACE_PATTERN.fullmatch(namespace):
-        return (f"{what} {namespace[:100]!r}: a namespace is a Kubernetes namespace name, at most "
-                f"{MAX_NAMESPACE_LENGTH} lowercase letters, digits and '-', starting and ending with a "
-                "letter or digit")
+        return (
+            f"{what} {namespace[:100]!r}: a namespace is a Kubernetes namespace name, at most "
+            f"{MAX_NAMESPACE_LENGTH} lowercase letters, digits and '-', starting and ending with a "
+            "letter or digit"
+        )
     return None
 
 
@@ -106,7 +108,9 @@ def step_name_problem(name: Any) -> Optional[str]:
         n = len(name) if isinstance(name, str) else 0
         return f"step name must be 1 to {MAX_STEP_NAME_LENGTH} characters, got {n}"
     if not STEP_NAME_PATTERN.fullmatch(name):
-        return f"step name {json.dumps(name, ensure_ascii=False)} may contain only letters, digits and . _ : -"
+        return (
+            f"step name {json.dumps(name, ensure_ascii=False)} may contain only letters, digits and . _ : -"
+        )
     return None
 
 
@@ -136,8 +140,10 @@ def traceparent_problem(traceparent: Any) -> Optional[str]:
     """Why a traceparent would be refused (None when it is None or valid)."""
     if traceparent is None:
         return None
-    rule = ("traceparent must be a W3C traceparent: 00-<32 lowercase hex trace id>-"
-            "<16 lowercase hex parent id>-<2 hex flags>, neither id all zeros")
+    rule = (
+        "traceparent must be a W3C traceparent: 00-<32 lowercase hex trace id>-"
+        "<16 lowercase hex parent id>-<2 hex flags>, neither id all zeros"
+    )
     if not isinstance(traceparent, str):
         return rule
     m = TRACEPARENT_PATTERN.fullmatch(traceparent)
@@ -157,8 +163,9 @@ def concurrency_key_problem(key: Any) -> Optional[str]:
     if not isinstance(key, str):
         return f"concurrency key must be a string, got {type(key).__name__}"
     if len(key) > MAX_CONCURRENCY_KEY_LENGTH:
-        return (f"concurrency key is {len(key)} characters, at most {MAX_CONCURRENCY_KEY_LENGTH} "
-                "are allowed")
+        return (
+            f"concurrency key is {len(key)} characters, at most {MAX_CONCURRENCY_KEY_LENGTH} " "are allowed"
+        )
     if "\x00" in key:
         return "concurrency key must be UTF-8 text without NUL characters"
     try:
@@ -405,9 +412,21 @@ from workflow.create_runs(%s::text[], %s::text[], %s::integer[], %s::timestamptz
 """
 
 #: The keys a create_many run may have: create's arguments.
-_RUN_KEYS = frozenset({"type", "payload", "idempotency_key", "priority", "run_at", "max_attempts",
-                       "retry_base_delay", "retry_max_delay", "deadline", "traceparent",
-                       "concurrency_key"})
+_RUN_KEYS = frozenset(
+    {
+        "type",
+        "payload",
+        "idempotency_key",
+        "priority",
+        "run_at",
+        "max_attempts",
+        "retry_base_delay",
+        "retry_max_delay",
+        "deadline",
+        "traceparent",
+        "concurrency_key",
+    }
+)
 
 #: The columns of workflow.run_view a Run is made of, in the order _run_from_row reads them.
 _RUN_COLUMNS = """
@@ -420,8 +439,10 @@ concurrency_key, namespace, type_namespace
 
 _GET = f"select {_RUN_COLUMNS} from workflow.get_run(%s::uuid)"
 
-_LIST = (f"select {_RUN_COLUMNS} from workflow.list_runs(%s::text, %s::text[], %s::timestamptz, %s::uuid, "
-         "%s::integer)")
+_LIST = (
+    f"select {_RUN_COLUMNS} from workflow.list_runs(%s::text, %s::text[], %s::timestamptz, %s::uuid, "
+    "%s::integer)"
+)
 
 _STEPS = """
 select name, position, kind, outcome, output, error, attempt, child_id::text, wake_at, started_at, finished_at
@@ -430,8 +451,10 @@ from workflow.run_steps(%s::uuid)
 
 _EVENTS = "select id, workflow_id::text, event_type, data, created_at from workflow.run_events(%s::uuid, 0)"
 
-_LOGS = ("select attempt, seq, logged_at, level, message "
-         "from workflow.run_logs(%s::uuid, %s::integer, %s::bigint, %s::integer)")
+_LOGS = (
+    "select attempt, seq, logged_at, level, message "
+    "from workflow.run_logs(%s::uuid, %s::integer, %s::bigint, %s::integer)"
+)
 
 _LOG_ATTEMPTS = "select attempt, lines, bytes, dropped, first_seq from workflow.run_log_attempts(%s::uuid)"
 
@@ -445,7 +468,8 @@ MAX_LIST_LIMIT = 1000
 
 _RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _CURSOR_TIME = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})")
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})"
+)
 
 
 def _ms_delta(ms: Optional[int]) -> Optional[timedelta]:
@@ -454,23 +478,79 @@ def _ms_delta(ms: Optional[int]) -> Optional[timedelta]:
 
 def _run_from_row(row: Sequence[Any]) -> "Run":
     """A Run from the columns of _RUN_COLUMNS."""
-    (run_id, wtype, payload, status, priority, run_at, key, attempt, max_attempts, leased_by, lease_until,
-     last_error, result, created_at, updated_at, finished_at, deadline_at, parent_id, parent_step,
-     wait_kind, wait_step, wait_signal, traceparent, started_at, base_ms, max_ms,
-     source_namespace, source_name, source_uid, deleted_at, concurrency_key, namespace, type_namespace) = row
+    (
+        run_id,
+        wtype,
+        payload,
+        status,
+        priority,
+        run_at,
+        key,
+        attempt,
+        max_attempts,
+        leased_by,
+        lease_until,
+        last_error,
+        result,
+        created_at,
+        updated_at,
+        finished_at,
+        deadline_at,
+        parent_id,
+        parent_step,
+        wait_kind,
+        wait_step,
+        wait_signal,
+        traceparent,
+        started_at,
+        base_ms,
+        max_ms,
+        source_namespace,
+        source_name,
+        source_uid,
+        deleted_at,
+        concurrency_key,
+        namespace,
+        type_namespace,
+    ) = row
     wait = None
     if wait_kind is not None:
-        wait = Wait(kind=wait_kind, step=wait_step, signal=wait_signal,
-                    until=run_at if run_at < FAR_FUTURE else None)
-    return Run(id=run_id, type=wtype, payload=payload, status=status, priority=priority, run_at=run_at,
-               idempotency_key=key, attempt=attempt, max_attempts=max_attempts, leased_by=leased_by,
-               lease_until=lease_until, last_error=last_error, result=result, created_at=created_at,
-               updated_at=updated_at, finished_at=finished_at, deadline_at=deadline_at, parent_id=parent_id,
-               parent_step=parent_step, wait=wait, traceparent=traceparent, started_at=started_at,
-               retry_base_delay=_ms_delta(base_ms), retry_max_delay=_ms_delta(max_ms),
-               source_namespace=source_namespace, source_name=source_name, source_uid=source_uid,
-               deleted_at=deleted_at, concurrency_key=concurrency_key, namespace=namespace,
-               type_namespace=type_namespace)
+        wait = Wait(
+            kind=wait_kind, step=wait_step, signal=wait_signal, until=run_at if run_at < FAR_FUTURE else None
+        )
+    return Run(
+        id=run_id,
+        type=wtype,
+        payload=payload,
+        status=status,
+        priority=priority,
+        run_at=run_at,
+        idempotency_key=key,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        leased_by=leased_by,
+        lease_until=lease_until,
+        last_error=last_error,
+        result=result,
+        created_at=created_at,
+        updated_at=updated_at,
+        finished_at=finished_at,
+        deadline_at=deadline_at,
+        parent_id=parent_id,
+        parent_step=parent_step,
+        wait=wait,
+        traceparent=traceparent,
+        started_at=started_at,
+        retry_base_delay=_ms_delta(base_ms),
+        retry_max_delay=_ms_delta(max_ms),
+        source_namespace=source_namespace,
+        source_name=source_name,
+        source_uid=source_uid,
+        deleted_at=deleted_at,
+        concurrency_key=concurrency_key,
+        namespace=namespace,
+        type_namespace=type_namespace,
+    )
 
 
 def _encode_cursor(created_at: datetime, run_id: str) -> str:
@@ -508,8 +588,16 @@ def _decode_cursor(cursor: str) -> Tuple[datetime, str]:
         sign = -1 if zone[0] == "-" else 1
         tz = timezone(sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
     try:
-        at = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
-                      int((fraction or "0").ljust(9, "0")[:6]), tzinfo=tz)
+        at = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            int((fraction or "0").ljust(9, "0")[:6]),
+            tzinfo=tz,
+        )
     except ValueError:
         raise bad from None
     return at, run_id
@@ -542,7 +630,9 @@ class Client:
     table and holds no query of its own, as the Go client.
     """
 
-    def __init__(self, conninfo: str = "", connect: Optional[Callable[[], psycopg.Connection[Any]]] = None) -> None:
+    def __init__(
+        self, conninfo: str = "", connect: Optional[Callable[[], psycopg.Connection[Any]]] = None
+    ) -> None:
         if not conninfo and connect is None:
             raise InvalidInputError("a connection string (or a connect function) is required")
         self._conninfo = conninfo
@@ -618,8 +708,19 @@ class Client:
         malformed name, InvalidInputError.
         """
         _check_namespaces(namespace, type_namespace)
-        params = _create_params(workflow_type, payload, idempotency_key, priority, run_at, max_attempts,
-                                retry_base_delay, retry_max_delay, deadline, traceparent, concurrency_key)
+        params = _create_params(
+            workflow_type,
+            payload,
+            idempotency_key,
+            priority,
+            run_at,
+            max_attempts,
+            retry_base_delay,
+            retry_max_delay,
+            deadline,
+            traceparent,
+            concurrency_key,
+        )
         params["namespace"] = namespace
         params["type_namespace"] = type_namespace
         if conn is not None:
@@ -676,25 +777,48 @@ class Client:
         cols: List[List[Any]] = [[] for _ in range(11)]
         for i, run in enumerate(runs, start=1):
             if not isinstance(run, Mapping):
-                raise InvalidInputError(f"create_many: row {i}: a run is a mapping with a type, got {type(run).__name__}")
+                raise InvalidInputError(
+                    f"create_many: row {i}: a run is a mapping with a type, got {type(run).__name__}"
+                )
             unknown = sorted(set(run) - _RUN_KEYS)
             if unknown:
                 batch = [k for k in unknown if k in ("namespace", "type_namespace")]
-                hint = (f" ({', '.join(batch)}: an argument of create_many, for the whole batch)"
-                        if batch else "")
+                hint = (
+                    f" ({', '.join(batch)}: an argument of create_many, for the whole batch)" if batch else ""
+                )
                 raise InvalidInputError(f"create_many: row {i}: unknown keys {unknown}{hint}")
             try:
-                params = _create_params(run.get("type"), run.get("payload"), run.get("idempotency_key"),
-                                        run.get("priority"), run.get("run_at"), run.get("max_attempts"),
-                                        run.get("retry_base_delay"), run.get("retry_max_delay"), run.get("deadline"),
-                                        run.get("traceparent"), run.get("concurrency_key"))
+                params = _create_params(
+                    run.get("type"),
+                    run.get("payload"),
+                    run.get("idempotency_key"),
+                    run.get("priority"),
+                    run.get("run_at"),
+                    run.get("max_attempts"),
+                    run.get("retry_base_delay"),
+                    run.get("retry_max_delay"),
+                    run.get("deadline"),
+                    run.get("traceparent"),
+                    run.get("concurrency_key"),
+                )
             except InvalidInputError as e:
                 raise InvalidInputError(f"create_many: row {i}: {e}") from None
-            for col, value in zip(cols, (
-                params["type"], params["payload"], params["priority"], params["run_at"], params["key"],
-                params["max_attempts"], params["deadline_ms"], params["base_ms"], params["max_ms"],
-                params["traceparent"], params["concurrency_key"],
-            )):
+            for col, value in zip(
+                cols,
+                (
+                    params["type"],
+                    params["payload"],
+                    params["priority"],
+                    params["run_at"],
+                    params["key"],
+                    params["max_attempts"],
+                    params["deadline_ms"],
+                    params["base_ms"],
+                    params["max_ms"],
+                    params["traceparent"],
+                    params["concurrency_key"],
+                ),
+            ):
                 col.append(value)
         if not runs:
             return []
@@ -730,8 +854,10 @@ class Client:
         """
         if attempts is not None and not 1 <= attempts <= 1000:
             raise InvalidInputError(f"attempts must be between 1 and 1000, got {attempts}")
-        row = self._one("select status, message from workflow.retry_run(%s::uuid, %s::integer, %s::text)",
-                        (run_id, attempts, (by or "")[:256]))
+        row = self._one(
+            "select status, message from workflow.retry_run(%s::uuid, %s::integer, %s::text)",
+            (run_id, attempts, (by or "")[:256]),
+        )
         if row is None or row[0] == "retried":
             return
         if row[0] == "not_found":
@@ -813,16 +939,22 @@ class Client:
         """
         problem = step_name_problem(name)
         if problem is not None:
-            raise InvalidInputError(f"signal {name!r} to run {run_id}: " + problem.replace("step name", "signal name"))
+            raise InvalidInputError(
+                f"signal {name!r} to run {run_id}: " + problem.replace("step name", "signal name")
+            )
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
-            raise InvalidInputError(f"a signal's idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters")
+            raise InvalidInputError(
+                f"a signal's idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters"
+            )
         raw = None
         if payload is not None:
             try:
                 raw = json.dumps(payload, allow_nan=False)
             except (TypeError, ValueError, RecursionError) as e:
                 raise InvalidInputError(f"signal {name} to run {run_id}: payload is not JSON: {e}") from None
-        query = "select signal_id, duplicate, delivered from workflow.send_signal(%s::uuid, %s, %s::jsonb, %s)"
+        query = (
+            "select signal_id, duplicate, delivered from workflow.send_signal(%s::uuid, %s, %s::jsonb, %s)"
+        )
         try:
             if conn is not None:
                 row = conn.execute(query, (run_id, name, raw, idempotency_key)).fetchone()
@@ -850,8 +982,9 @@ class Client:
             rows = self._rows(conn, _EVENTS, (run_id,))
         return [Event(*r) for r in rows]
 
-    def logs(self, run_id: str, after_attempt: int = 0, after_seq: int = 0,
-             limit: int = DEFAULT_LOG_LIMIT) -> List[LogLine]:
+    def logs(
+        self, run_id: str, after_attempt: int = 0, after_seq: int = 0, limit: int = DEFAULT_LOG_LIMIT
+    ) -> List[LogLine]:
         """Return up to ``limit`` lines (1 to 10,000) of a run's log after the line (``after_attempt``,
         ``after_seq``), in order (``workflow.run_logs``; Go: Client.Logs).
 

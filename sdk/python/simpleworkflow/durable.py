@@ -30,7 +30,14 @@ from .client import (
     to_millis,
     validate_type,
 )
-from .errors import ChildFailed, InvalidInputError, NonDeterministicError, Parked, PermanentError, StoppedError
+from .errors import (
+    ChildFailed,
+    InvalidInputError,
+    NonDeterministicError,
+    Parked,
+    PermanentError,
+    StoppedError,
+)
 from .tracing import (
     ATTR_CHILD_ID,
     ATTR_CHILD_TYPE,
@@ -102,8 +109,10 @@ def _encode(name: str, value: Any) -> str:
         raise PermanentError(f'step "{name}": invalid input: output is not JSON-serialisable: {e}') from None
     size = len(raw.encode("utf-8"))
     if size > MAX_STEP_OUTPUT_BYTES:
-        raise PermanentError(f'step "{name}": invalid input: output is {size} bytes; '
-                             f"the limit is {MAX_STEP_OUTPUT_BYTES} (1 MiB)")
+        raise PermanentError(
+            f'step "{name}": invalid input: output is {size} bytes; '
+            f"the limit is {MAX_STEP_OUTPUT_BYTES} (1 MiB)"
+        )
     return raw
 
 
@@ -194,8 +203,15 @@ class Task:
         # none): code before it runs again, and what it logs is not kept again.
         self._replay_until = 0
         for e in journal or []:
-            entry = _Entry(name=e["name"], position=e["position"], kind=e["kind"], outcome=e.get("outcome"),
-                           output=e.get("output"), error=e.get("error"), child_id=e.get("child_id"))
+            entry = _Entry(
+                name=e["name"],
+                position=e["position"],
+                kind=e["kind"],
+                outcome=e.get("outcome"),
+                output=e.get("output"),
+                error=e.get("error"),
+                child_id=e.get("child_id"),
+            )
             self._by_pos[entry.position] = entry
             self._by_name[entry.name] = entry
             self._replay_until = max(self._replay_until, entry.position + 1)
@@ -228,8 +244,11 @@ class Task:
         """
         with self._mu:
             if self._logger is None:
-                self._logger = (self._new_logger(self) if self._new_logger is not None
-                                else logging.getLogger("simpleworkflow"))
+                self._logger = (
+                    self._new_logger(self)
+                    if self._new_logger is not None
+                    else logging.getLogger("simpleworkflow")
+                )
             return self._logger
 
     # Cancellation ------------------------------------------------------------
@@ -302,7 +321,8 @@ class Task:
                 status, output, message = self._sql(
                     "select status, output, message from workflow.record_steps("
                     "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])",
-                    (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw]))
+                    (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw]),
+                )
             return self._step_recorded(name, pos, raw, status, output, message)
 
     def step_tx(self, name: str, fn: Callable[[psycopg.Connection[Any]], Any]) -> Any:
@@ -354,8 +374,10 @@ class Task:
                 if conn.info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
                     # Whatever it wrote was committed or rolled back on its own:
                     # the journal entry cannot go with it.
-                    raise PermanentError(f'step "{name}": the step\'s function ended its transaction; '
-                                         "it must not commit or roll back")
+                    raise PermanentError(
+                        f'step "{name}": the step\'s function ended its transaction; '
+                        "it must not commit or roll back"
+                    )
                 raw = _encode(name, value)
                 answer = self._record_in(conn, name, pos, raw)
                 if answer[0] != "recorded":
@@ -364,8 +386,10 @@ class Task:
                     raise psycopg.Rollback(tx)
             if answer is None:
                 # fn raised psycopg.Rollback, which rolled back this transaction.
-                raise PermanentError(f'step "{name}": the step\'s function rolled back its transaction; '
-                                     "it must not commit or roll back")
+                raise PermanentError(
+                    f'step "{name}": the step\'s function rolled back its transaction; '
+                    "it must not commit or roll back"
+                )
             return self._step_recorded(name, pos, raw, *answer)
 
     def sleep(self, name: str, seconds: Duration) -> None:
@@ -385,7 +409,9 @@ class Task:
         """:meth:`sleep` until an instant (a naive datetime is taken as local time)."""
         with self._durable_call(), self._step_span(KIND_SLEEP, name) as span:
             if not isinstance(when, datetime):
-                raise PermanentError(f'sleep "{name}": invalid input: sleep_until needs a datetime, got {when!r}')
+                raise PermanentError(
+                    f'sleep "{name}": invalid input: sleep_until needs a datetime, got {when!r}'
+                )
             if when.tzinfo is None:
                 when = when.astimezone()
             self._wait(span, name, KIND_SLEEP, None, when, None)
@@ -452,13 +478,19 @@ class Task:
             except InvalidInputError as e:
                 raise PermanentError(f'start child "{name}": {e}') from None
             if payload is not None and not isinstance(payload, Mapping):
-                raise PermanentError(f'start child "{name}": invalid input: payload must be a JSON object (a mapping)')
+                raise PermanentError(
+                    f'start child "{name}": invalid input: payload must be a JSON object (a mapping)'
+                )
             try:
                 raw = json.dumps(payload, allow_nan=False) if payload is not None else None
             except (TypeError, ValueError, RecursionError) as e:
-                raise PermanentError(f'start child "{name}": invalid input: payload is not JSON: {e}') from None
+                raise PermanentError(
+                    f'start child "{name}": invalid input: payload is not JSON: {e}'
+                ) from None
             if max_attempts is not None and not 1 <= max_attempts <= 1000:
-                raise PermanentError(f'start child "{name}": invalid input: max attempts must be between 1 and 1000')
+                raise PermanentError(
+                    f'start child "{name}": invalid input: max attempts must be between 1 and 1000'
+                )
             deadline_ms = None
             if deadline is not None:
                 deadline_ms = self._millis(deadline, "child deadline")
@@ -466,15 +498,35 @@ class Task:
                 row = self._sql(
                     "select status, child_id::text, outcome, output, error, message from workflow.start_child("
                     "%s, %s::uuid, %s::bigint, %s, %s::int, %s, %s::jsonb, %s::int, %s::int, %s::bigint)",
-                    (self.worker_id, self.id, self.lease_token, name, pos, workflow_type, raw, priority,
-                     max_attempts, deadline_ms))
+                    (
+                        self.worker_id,
+                        self.id,
+                        self.lease_token,
+                        name,
+                        pos,
+                        workflow_type,
+                        raw,
+                        priority,
+                        max_attempts,
+                        deadline_ms,
+                    ),
+                )
             except psycopg.errors.IntegrityError as e:
                 raise PermanentError(f'start child "{name}": invalid input: {e}') from None
             status, child_id, outcome, output, error, message = row
             if status in ("started", "duplicate"):
                 span.set(ATTR_CHILD_ID, str(child_id))
-                self._remember(_Entry(name=name, position=pos, kind=KIND_CHILD, outcome=outcome, output=output,
-                                      error=error, child_id=child_id))
+                self._remember(
+                    _Entry(
+                        name=name,
+                        position=pos,
+                        kind=KIND_CHILD,
+                        outcome=outcome,
+                        output=output,
+                        error=error,
+                        child_id=child_id,
+                    )
+                )
                 return str(child_id)
             if status == "lease_lost":
                 self._cancel(REASON_LEASE_LOST)
@@ -517,8 +569,10 @@ class Task:
             raise RuntimeError("durable calls need a Task handed out by a Poller")
         with self._mu:
             if self._busy:
-                raise PermanentError("durable calls of a run must be made one after another: "
-                                     "not inside a step's function, not from several threads")
+                raise PermanentError(
+                    "durable calls of a run must be made one after another: "
+                    "not inside a step's function, not from several threads"
+                )
             self._busy = True
         try:
             yield
@@ -562,8 +616,10 @@ class Task:
                 return pos, entry
             entry = self._by_name.get(name)
             if entry is not None:
-                raise self._fail_locked(f'non-deterministic: step "{name}" is recorded at position '
-                                        f"{entry.position}, reached again at position {pos}")
+                raise self._fail_locked(
+                    f'non-deterministic: step "{name}" is recorded at position '
+                    f"{entry.position}, reached again at position {pos}"
+                )
             return pos, None
 
     def _fail(self, message: str) -> NonDeterministicError:
@@ -580,8 +636,9 @@ class Task:
             self._by_pos[entry.position] = entry
             self._by_name[entry.name] = entry
 
-    def _step_recorded(self, name: str, pos: int, raw: str, status: str, output: Any,
-                       message: Optional[str]) -> Any:
+    def _step_recorded(
+        self, name: str, pos: int, raw: str, status: str, output: Any, message: Optional[str]
+    ) -> Any:
         """The database's answer to a step's journal write as the step's result: its own value, the one
         journaled first, or the exception that ends the attempt (lease lost, non-determinism, a refusal)."""
         if status == "recorded":
@@ -598,14 +655,16 @@ class Task:
             raise self._fail(message or "non-deterministic")
         raise PermanentError(f'record step "{name}": invalid input: {message}')
 
-    def _record_in(self, conn: psycopg.Connection[Any], name: str, pos: int,
-                   raw: str) -> Tuple[str, Any, Optional[str]]:
+    def _record_in(
+        self, conn: psycopg.Connection[Any], name: str, pos: int, raw: str
+    ) -> Tuple[str, Any, Optional[str]]:
         """Journal a step in the transaction open on ``conn``: (status, output, message) of workflow.record_steps."""
         try:
             row = conn.execute(
                 "select status, output, message from workflow.record_steps("
                 "%s, %s::uuid[], %s::bigint[], %s::text[], %s::int[], %s::jsonb[])",
-                (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw])).fetchone()
+                (self.worker_id, [self.id], [self.lease_token], [name], [pos], [raw]),
+            ).fetchone()
         except psycopg.Error as e:
             if getattr(e, "sqlstate", None) in _REFUSED_STATES:
                 raise PermanentError(f'record step "{name}": invalid input: {_primary_message(e)}') from None
@@ -642,8 +701,15 @@ class Task:
         with self._tracing.step(self._span, kind, name, self.id, self.attempt) as span:
             yield span
 
-    def _wait(self, span: Any, step: str, kind: str, signal: Optional[str], at: Optional[datetime],
-              delay_ms: Optional[int]) -> _Entry:
+    def _wait(
+        self,
+        span: Any,
+        step: str,
+        kind: str,
+        signal: Optional[str],
+        at: Optional[datetime],
+        delay_ms: Optional[int],
+    ) -> _Entry:
         """Reach a sleep or a signal wait: replayed when the journal has it done, else resolved or parked."""
         pos, entry = self._reach(step, kind)
         span.set(ATTR_STEP_POS, pos)
@@ -652,8 +718,16 @@ class Task:
             return entry
         return self._park(span, kind, step, pos, at, delay_ms, signal)
 
-    def _park(self, span: Any, kind: str, step: str, pos: int, at: Optional[datetime], delay_ms: Optional[int],
-              signal: Optional[str]) -> _Entry:
+    def _park(
+        self,
+        span: Any,
+        kind: str,
+        step: str,
+        pos: int,
+        at: Optional[datetime],
+        delay_ms: Optional[int],
+        signal: Optional[str],
+    ) -> _Entry:
         """Ask the database to resolve or park a wait."""
         if self._send_logs is not None:
             # A wait that parks ends the lease: what was logged goes first.
@@ -661,12 +735,20 @@ class Task:
         status, outcome, output, error, wake_at, message = self._sql(
             "select status, outcome, output, error, wake_at, message from workflow.park_run("
             "%s, %s::uuid, %s::bigint, %s, %s, %s::int, %s::timestamptz, %s::bigint, %s)",
-            (self.worker_id, self.id, self.lease_token, kind, step, pos, at, delay_ms, signal))
+            (self.worker_id, self.id, self.lease_token, kind, step, pos, at, delay_ms, signal),
+        )
         if status == "resolved":
             with self._mu:
                 old = self._by_name.get(step)
-            entry = _Entry(name=step, position=pos, kind=kind, outcome=outcome, output=output, error=error,
-                           child_id=old.child_id if old is not None else None)
+            entry = _Entry(
+                name=step,
+                position=pos,
+                kind=kind,
+                outcome=outcome,
+                output=output,
+                error=error,
+                child_id=old.child_id if old is not None else None,
+            )
             self._remember(entry)
             return entry
         if status == "parked":

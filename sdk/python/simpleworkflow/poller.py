@@ -181,8 +181,10 @@ class Poller:
         if heartbeat_interval is None:
             heartbeat_interval = lease_duration / 3
         if not 0 < heartbeat_interval < lease_duration:
-            raise InvalidInputError(f"heartbeat_interval must be positive and below the lease duration "
-                                    f"{lease_duration}, got {heartbeat_interval}")
+            raise InvalidInputError(
+                f"heartbeat_interval must be positive and below the lease duration "
+                f"{lease_duration}, got {heartbeat_interval}"
+            )
         if poll_interval < 0:
             raise InvalidInputError("poll_interval must not be negative")
         if shutdown_grace_period < 0:
@@ -197,11 +199,13 @@ class Poller:
         if not log_flush_interval > 0:
             raise InvalidInputError(f"log_flush_interval must be positive, got {log_flush_interval}")
         if not 1 <= claim_batch_size <= MAX_CLAIM_BATCH_SIZE:
-            raise InvalidInputError(f"claim_batch_size must be between 1 and {MAX_CLAIM_BATCH_SIZE}, "
-                                    f"got {claim_batch_size}")
+            raise InvalidInputError(
+                f"claim_batch_size must be between 1 and {MAX_CLAIM_BATCH_SIZE}, " f"got {claim_batch_size}"
+            )
         if any(p in ("", "%") for p in (type_prefixes or [])):
-            raise InvalidInputError("type prefixes must not be empty strings or '%' "
-                                    "(leave the list empty to claim every type)")
+            raise InvalidInputError(
+                "type prefixes must not be empty strings or '%' " "(leave the list empty to claim every type)"
+            )
         worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         if len(worker_id) > 200:
             raise InvalidInputError("worker id must be at most 200 characters")
@@ -248,12 +252,20 @@ class Poller:
     def config(self) -> PollerConfig:
         """The settings in effect, defaults filled in (Go: Poller.Config)."""
         return PollerConfig(
-            type_prefixes=tuple(self.type_prefixes), lease_duration=float(self.lease_duration),
-            worker_id=self.worker_id, runtime=self.runtime, concurrency=self.concurrency,
-            heartbeat_interval=float(self.heartbeat_interval), poll_interval=float(self.poll_interval),
-            shutdown_grace_period=float(self.shutdown_grace_period), reap_interval=float(self.reap_interval),
-            claim_batch_size=self.claim_batch_size, namespace=self.namespace,
-            run_log_level=self.run_log_level, log_flush_interval=float(self.log_flush_interval))
+            type_prefixes=tuple(self.type_prefixes),
+            lease_duration=float(self.lease_duration),
+            worker_id=self.worker_id,
+            runtime=self.runtime,
+            concurrency=self.concurrency,
+            heartbeat_interval=float(self.heartbeat_interval),
+            poll_interval=float(self.poll_interval),
+            shutdown_grace_period=float(self.shutdown_grace_period),
+            reap_interval=float(self.reap_interval),
+            claim_batch_size=self.claim_batch_size,
+            namespace=self.namespace,
+            run_log_level=self.run_log_level,
+            log_flush_interval=float(self.log_flush_interval),
+        )
 
     # Registration -----------------------------------------------------------
 
@@ -288,13 +300,24 @@ class Poller:
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
-        log.info(json.dumps({"msg": "Worker started", "worker_id": self.worker_id, "namespace": self.namespace,
-                             "runtime": self.runtime, "type_prefixes": self.type_prefixes,
-                             "concurrency": self.concurrency, "claim_batch_size": self.claim_batch_size}))
+        log.info(
+            json.dumps(
+                {
+                    "msg": "Worker started",
+                    "worker_id": self.worker_id,
+                    "namespace": self.namespace,
+                    "runtime": self.runtime,
+                    "type_prefixes": self.type_prefixes,
+                    "concurrency": self.concurrency,
+                    "claim_batch_size": self.claim_batch_size,
+                }
+            )
+        )
         background = [
             # WAKE_FOLLOW_UP is read at each notification, from this module.
-            threading.Thread(target=listen_loop, args=(self, lambda: WAKE_FOLLOW_UP), name="sw-listen",
-                             daemon=True),
+            threading.Thread(
+                target=listen_loop, args=(self, lambda: WAKE_FOLLOW_UP), name="sw-listen", daemon=True
+            ),
             threading.Thread(target=heartbeat_loop, args=(self,), name="sw-heartbeat", daemon=True),
             threading.Thread(target=log_loop, args=(self,), name="sw-logs", daemon=True),
         ]
@@ -319,8 +342,16 @@ class Poller:
                     # The login may not claim for this namespace: retrying
                     # cannot help. Stop as after stop(), then say why.
                     denied = e
-                    log.error(json.dumps({"msg": "Claim refused; stopping", "worker_id": self.worker_id,
-                                          "namespace": self.namespace, "error": str(e)}))
+                    log.error(
+                        json.dumps(
+                            {
+                                "msg": "Claim refused; stopping",
+                                "worker_id": self.worker_id,
+                                "namespace": self.namespace,
+                                "error": str(e),
+                            }
+                        )
+                    )
                     self._stopping.set()
                 finally:
                     with self._lock:
@@ -391,8 +422,9 @@ class Poller:
         """Send what the attempt logged, on the calling handler thread's connection (before a park)."""
         send_logs(self, _Conn(self._conn), [task])
 
-    def _record_step(self, run_id: str, token: int, name: str, position: int,
-                     raw: str) -> Tuple[str, Any, Optional[str]]:
+    def _record_step(
+        self, run_id: str, token: int, name: str, position: int, raw: str
+    ) -> Tuple[str, Any, Optional[str]]:
         """Hand a completed step to the step writer and wait for its row's answer (see _step_writer)."""
         return record_step(self, run_id, token, name, position, raw)
 
@@ -412,7 +444,9 @@ class Poller:
             try:
                 raw = json.dumps(result)  # must be JSON
             except (TypeError, ValueError, RecursionError) as e:
-                raise PermanentError(f"the handler's result cannot be stored as JSON: {type(e).__name__}: {e}") from e
+                raise PermanentError(
+                    f"the handler's result cannot be stored as JSON: {type(e).__name__}: {e}"
+                ) from e
         except BaseException as e:  # noqa: BLE001 - a handler's failure is the run's failure
             error = e
         outcome = self._outcome(task, raw, error)
@@ -471,8 +505,9 @@ class Poller:
             return _Outcome(task, _RELEASE, reason=task.reason)
         if error is None:
             return _Outcome(task, _COMPLETE, raw_result=raw)
-        return _Outcome(task, _FAIL, error=error, message=_message(error),
-                        retryable=not isinstance(error, PermanentError))
+        return _Outcome(
+            task, _FAIL, error=error, message=_message(error), retryable=not isinstance(error, PermanentError)
+        )
 
     # Shutdown ---------------------------------------------------------------------
 
@@ -481,8 +516,15 @@ class Poller:
         with self._lock:
             n = len(self._active)
         if n:
-            log.info(json.dumps({"msg": "Stopping: waiting for in-flight runs", "runs": n,
-                                 "grace_period": self.shutdown_grace_period}))
+            log.info(
+                json.dumps(
+                    {
+                        "msg": "Stopping: waiting for in-flight runs",
+                        "runs": n,
+                        "grace_period": self.shutdown_grace_period,
+                    }
+                )
+            )
         deadline = time.monotonic() + self.shutdown_grace_period
         while time.monotonic() < deadline:
             with self._lock:
@@ -512,14 +554,27 @@ class Poller:
         error: Optional[BaseException] = None
         try:
             with self._open() as conn:
-                released = [r[0] for r in conn.execute(_RELEASE_RUNS, (
-                    self.worker_id, [t.id for t in stuck], [t.lease_token for t in stuck])).fetchall()]
+                released = [
+                    r[0]
+                    for r in conn.execute(
+                        _RELEASE_RUNS, (self.worker_id, [t.id for t in stuck], [t.lease_token for t in stuck])
+                    ).fetchall()
+                ]
         except psycopg.Error as e:
             error = e
-            log.error(json.dumps({"msg": "Handing runs back failed; they are retried after their lease expires",
-                                  "error": str(e)}))
-        log.warning(json.dumps({"msg": "Handlers did not stop after cancellation; runs handed back",
-                                "runs": len(stuck)}))
+            log.error(
+                json.dumps(
+                    {
+                        "msg": "Handing runs back failed; they are retried after their lease expires",
+                        "error": str(e),
+                    }
+                )
+            )
+        log.warning(
+            json.dumps(
+                {"msg": "Handlers did not stop after cancellation; runs handed back", "runs": len(stuck)}
+            )
+        )
         for t in stuck:
             if t.id in released:
                 self._tracing.end_attempt(t._span, OUTCOME_RELEASED)

@@ -85,7 +85,13 @@ def _parse_traceparent(traceparent: Optional[str]) -> Optional[Tuple[int, int, i
     if not traceparent:
         return None
     parts = traceparent.split("-")
-    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+    if (
+        len(parts) != 4
+        or parts[0] != "00"
+        or len(parts[1]) != 32
+        or len(parts[2]) != 16
+        or len(parts[3]) != 2
+    ):
         return None
     try:
         trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
@@ -96,13 +102,13 @@ def _parse_traceparent(traceparent: Optional[str]) -> Optional[Tuple[int, int, i
     return trace_id, span_id, flags
 
 
-
 def lease_fence(token: int) -> int:
     """What the run's row keeps of a lease token (workflow.lease_fence): the first 8 bytes of the
     SHA-256 of the token's 8 big-endian bytes, as a signed integer. A span carries it, never the
     token, which is the lease holder's alone."""
     digest = hashlib.sha256((token & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
 
 class _NoSpan:
     """What a durable call sets attributes on when nothing is traced."""
@@ -140,8 +146,17 @@ class Tracing:
     def enabled(self) -> bool:
         return self._tracer is not None
 
-    def start_attempt(self, run_id: str, workflow_type: str, attempt: int, max_attempts: int, worker_id: str,
-                      lease_token: int, journal_entries: int, traceparent: Optional[str]) -> Any:
+    def start_attempt(
+        self,
+        run_id: str,
+        workflow_type: str,
+        attempt: int,
+        max_attempts: int,
+        worker_id: str,
+        lease_token: int,
+        journal_entries: int,
+        traceparent: Optional[str],
+    ) -> Any:
         """Start the span of one attempt: a new trace, kind consumer, linked to the producer's stored context."""
         if self._tracer is None:
             return None
@@ -151,7 +166,9 @@ class Tracing:
         parsed = _parse_traceparent(traceparent)
         if parsed is not None:
             trace_id, span_id, flags = parsed
-            sc = t.SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=t.TraceFlags(flags))
+            sc = t.SpanContext(
+                trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=t.TraceFlags(flags)
+            )
             if sc.is_valid:
                 links.append(t.Link(sc))
         attributes = {
@@ -169,8 +186,13 @@ class Tracing:
         }
         # An empty context: no parent, a new trace (an attempt may run long
         # after its producer's trace ended, and a run has many attempts).
-        return self._tracer.start_span("simpleworkflow.attempt " + workflow_type, context=self._context.Context(),
-                                       kind=t.SpanKind.CONSUMER, links=links, attributes=attributes)
+        return self._tracer.start_span(
+            "simpleworkflow.attempt " + workflow_type,
+            context=self._context.Context(),
+            kind=t.SpanKind.CONSUMER,
+            links=links,
+            attributes=attributes,
+        )
 
     @contextmanager
     def use(self, span: Any) -> Iterator[None]:
@@ -178,11 +200,18 @@ class Tracing:
         if span is None or self._trace is None:
             yield
             return
-        with self._trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+        with self._trace.use_span(
+            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        ):
             yield
 
-    def end_attempt(self, span: Any, outcome: str, error: Optional[BaseException] = None,
-                    next_attempt_at: Optional[datetime] = None) -> None:
+    def end_attempt(
+        self,
+        span: Any,
+        outcome: str,
+        error: Optional[BaseException] = None,
+        next_attempt_at: Optional[datetime] = None,
+    ) -> None:
         """Record how the attempt ended and end its span."""
         if span is None or self._status is None:
             return
@@ -214,9 +243,17 @@ class Tracing:
         parent = None
         if not t.get_current_span().get_span_context().is_valid:
             parent = t.set_span_in_context(attempt_span)
-        span = self._tracer.start_span(f"simpleworkflow.{kind} {name}", context=parent, kind=t.SpanKind.INTERNAL,
-                                       attributes={ATTR_STEP_NAME: name, ATTR_STEP_KIND: kind, ATTR_RUN_ID: run_id,
-                                                   ATTR_ATTEMPT: attempt})
+        span = self._tracer.start_span(
+            f"simpleworkflow.{kind} {name}",
+            context=parent,
+            kind=t.SpanKind.INTERNAL,
+            attributes={
+                ATTR_STEP_NAME: name,
+                ATTR_STEP_KIND: kind,
+                ATTR_RUN_ID: run_id,
+                ATTR_ATTEMPT: attempt,
+            },
+        )
         try:
             with t.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
                 yield _Span(span)
@@ -225,7 +262,9 @@ class Tracing:
                 span.set_attribute(ATTR_PARKED, True)
             elif self._status is not None:
                 span.record_exception(e)
-                span.set_status(self._status.Status(self._status.StatusCode.ERROR, str(e) or type(e).__name__))
+                span.set_status(
+                    self._status.Status(self._status.StatusCode.ERROR, str(e) or type(e).__name__)
+                )
             raise
         finally:
             span.end()

@@ -31,7 +31,10 @@ def server_url() -> str:
         state = os.path.join(tempfile.mkdtemp(prefix="sw-py-pg-"), "pg")
         out = subprocess.run(
             ["bash", os.path.join(ROOT, "hack", "pg.sh"), "start", state, "--watch", str(os.getpid())],
-            check=True, capture_output=True, text=True, env={**os.environ, "PG_FSYNC": "off"},
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PG_FSYNC": "off"},
         )
         _server["url"], _server["state"] = out.stdout.strip(), state
         atexit.register(stop_server)
@@ -40,7 +43,9 @@ def server_url() -> str:
 
 def stop_server() -> None:
     if "state" in _server:
-        subprocess.run(["bash", os.path.join(ROOT, "hack", "pg.sh"), "stop", _server.pop("state")], check=False)
+        subprocess.run(
+            ["bash", os.path.join(ROOT, "hack", "pg.sh"), "stop", _server.pop("state")], check=False
+        )
         _server.pop("url", None)
 
 
@@ -106,8 +111,11 @@ class InboxTest(unittest.TestCase):
 
     def wait_status(self, run_id, status, timeout=15.0):
         """Wait until the run has status, and return it."""
-        return wait_for(lambda: (r := self.client.get(run_id)).status == status and r, timeout,
-                        what=f"run {run_id} to be {status}")
+        return wait_for(
+            lambda: (r := self.client.get(run_id)).status == status and r,
+            timeout,
+            what=f"run {run_id} to be {status}",
+        )
 
     def clock_now(self):
         """The database's clock: workflow.now(), which every rule reads."""
@@ -122,9 +130,12 @@ class InboxTest(unittest.TestCase):
         """Move the database clock an hour on, past the run's lease, and reap it in the same
         transaction (no heartbeat renews it in between); fail unless the run's lease was reaped."""
         with psycopg.connect(self.url) as conn:
-            conn.execute("update workflow.workflow_settings set clock_offset = clock_offset + interval '1 hour'")
-            (reaped,) = conn.execute("select count(*) from workflow.reap_expired_leases(100) where id = %s",
-                                     (run_id,)).fetchone()
+            conn.execute(
+                "update workflow.workflow_settings set clock_offset = clock_offset + interval '1 hour'"
+            )
+            (reaped,) = conn.execute(
+                "select count(*) from workflow.reap_expired_leases(100) where id = %s", (run_id,)
+            ).fetchone()
             conn.commit()
         self.assertEqual(reaped, 1, "the run's lease was not reaped")
 

@@ -102,20 +102,26 @@ class BatchedWritesTest(InboxTest):
             return {"steps": out}
 
         runs = self.client.create_many([{"type": "pybatch.steps.v1"} for _ in range(n)])
-        poller, _, _ = self.start_poller(type_prefixes=["pybatch."], concurrency=n,
-                                         connect=statements.connect(self.url))
+        poller, _, _ = self.start_poller(
+            type_prefixes=["pybatch."], concurrency=n, connect=statements.connect(self.url)
+        )
         poller.handle("pybatch.steps.v1", handler)
         for r in runs:
             run = self.wait_status(r.id, "succeeded", timeout=60)
             self.assertEqual(run.result, {"steps": [{"run": r.id, "i": i} for i in range(steps)]})
-            self.assertEqual([(s.name, s.position, s.outcome) for s in self.client.steps(r.id)],
-                             [(f"s{i}", i, "ok") for i in range(steps)])
+            self.assertEqual(
+                [(s.name, s.position, s.outcome) for s in self.client.steps(r.id)],
+                [(f"s{i}", i, "ok") for i in range(steps)],
+            )
         wait_for(lambda: not poller._active, what="the slots to be freed")
 
         step_calls = statements.sizes("record_steps")
         self.assertEqual(sum(step_calls), n * steps, step_calls)
-        self.assertLessEqual(len(step_calls), n * steps // 3,
-                             f"{len(step_calls)} record_steps calls for {n * steps} steps: {step_calls}")
+        self.assertLessEqual(
+            len(step_calls),
+            n * steps // 3,
+            f"{len(step_calls)} record_steps calls for {n * steps} steps: {step_calls}",
+        )
         self.assertGreaterEqual(max(step_calls), n // 3, step_calls)
         outcome_calls = statements.sizes("complete_runs")
         self.assertEqual(sum(outcome_calls), n, outcome_calls)
@@ -133,10 +139,15 @@ class BatchedWritesTest(InboxTest):
                 raise PermanentError(f"bad order {task.payload['n']}")
             raise RuntimeError(f"try again {task.payload['n']}")
 
-        runs = self.client.create_many([{"type": "pybatch.fail.v1", "payload": {"n": i},
-                                         "retry_base_delay": timedelta(hours=1)} for i in range(n)])
-        poller, _, _ = self.start_poller(type_prefixes=["pybatch."], concurrency=n,
-                                         connect=statements.connect(self.url))
+        runs = self.client.create_many(
+            [
+                {"type": "pybatch.fail.v1", "payload": {"n": i}, "retry_base_delay": timedelta(hours=1)}
+                for i in range(n)
+            ]
+        )
+        poller, _, _ = self.start_poller(
+            type_prefixes=["pybatch."], concurrency=n, connect=statements.connect(self.url)
+        )
         poller.handle("pybatch.fail.v1", handler)
         for i, r in enumerate(runs):
             if i % 2:
@@ -189,8 +200,9 @@ class BatchedWritesTest(InboxTest):
         runs = {k: [] for k in set(kinds) | {"first"}}
         for kind in ["first"] + kinds:
             runs[kind].append(self.client.create("pybad.row.v1", {"kind": kind}, max_attempts=1).id)
-        poller, thread, _ = self.start_poller(type_prefixes=["pybad."], concurrency=len(kinds) + 1,
-                                              connect=statements.connect(self.url))
+        poller, thread, _ = self.start_poller(
+            type_prefixes=["pybad."], concurrency=len(kinds) + 1, connect=statements.connect(self.url)
+        )
         poller.handle("pybad.row.v1", handler)
         self.assertTrue(statements.held["record_steps"].wait(30), "the first step was not written")
         wait_for(lambda: len(stepping) == len(kinds), what="every other handler to reach its step")
@@ -205,7 +217,9 @@ class BatchedWritesTest(InboxTest):
         for run_id in runs["fine"]:
             run = self.wait_status(run_id, "succeeded", timeout=30)
             self.assertEqual((run.attempt, run.result), (1, {"ok": True}))
-            self.assertEqual([(s.name, s.output) for s in self.client.steps(run_id)], [("work", {"kind": "fine"})])
+            self.assertEqual(
+                [(s.name, s.output) for s in self.client.steps(run_id)], [("work", {"kind": "fine"})]
+            )
         (nul_step,) = runs["nul_step"]
         run = self.wait_status(nul_step, "failed", timeout=30)
         self.assertEqual(run.attempt, 1)
@@ -261,7 +275,9 @@ class FunctionsOnlyTest(InboxTest):
                 queries += 1
                 for m in re.finditer(r"workflow\.([a-z_]+)(\s*\()?", text):
                     if m.group(2) is None:
-                        found.append(f"{name}: workflow.{m.group(1)} is read as a table in {text.strip()[:80]!r}")
+                        found.append(
+                            f"{name}: workflow.{m.group(1)} is read as a table in {text.strip()[:80]!r}"
+                        )
         self.assertEqual(found, [])
         self.assertGreater(queries, 10, "the scan found the package's queries")
 
@@ -281,8 +297,11 @@ class FunctionsOnlyTest(InboxTest):
         self.assertEqual((first.created, again.created, again.id), (True, False, first.id))
         self.assertEqual(run.payload, {"n": 1})
         # The deadline is the database's: its clock at the insert plus 60 s.
-        ((exact,),) = self.sql("select deadline_at = created_at + interval '60 seconds' from workflow.workflow_run "
-                               "where id = %s", (first.id,))
+        ((exact,),) = self.sql(
+            "select deadline_at = created_at + interval '60 seconds' from workflow.workflow_run "
+            "where id = %s",
+            (first.id,),
+        )
         self.assertTrue(exact)
         calls = [re.sub(r"\s+", " ", q).strip() for q in statements.queries]
         self.assertEqual(len(calls), 9, calls)

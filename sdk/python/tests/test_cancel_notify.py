@@ -21,8 +21,10 @@ from tests.support import InboxTest, wait_for  # noqa: E402
 logging.basicConfig(level=logging.WARNING)
 
 #: The seed's cancel UPDATE (internal/engine/roles_test.go).
-SEED_CANCEL = ("update workflow.workflow_run set status = 'cancelled', updated_at = now() "
-               "where id = %s and status in ('pending', 'leased')")
+SEED_CANCEL = (
+    "update workflow.workflow_run set status = 'cancelled', updated_at = now() "
+    "where id = %s and status in ('pending', 'leased')"
+)
 
 
 def tearDownModule():
@@ -32,16 +34,22 @@ def tearDownModule():
 class ForgedCancelTest(InboxTest):
     def plain_login(self):
         """A connection as a new login role granted nothing (no inbox role, no namespace)."""
-        (can_create,) = self.sql("select rolsuper or rolcreaterole from pg_roles where rolname = current_user")[0]
+        (can_create,) = self.sql(
+            "select rolsuper or rolcreaterole from pg_roles where rolname = current_user"
+        )[0]
         if not can_create:
             self.skipTest("the test server's user may not create roles")
         name, password = "sw_py_plain_" + uuid.uuid4().hex[:12], uuid.uuid4().hex
-        self.sql(sql.SQL("create role {} login password {}").format(sql.Identifier(name), sql.Literal(password)))
+        self.sql(
+            sql.SQL("create role {} login password {}").format(sql.Identifier(name), sql.Literal(password))
+        )
         self.addCleanup(self.sql, sql.SQL("drop role {}").format(sql.Identifier(name)))
         u = urlparse(self.url)
         host = u.netloc.rpartition("@")[2]
-        conn = psycopg.connect(urlunparse(u._replace(netloc=f"{quote(name, safe='')}:{quote(password, safe='')}@{host}")),
-                               autocommit=True)
+        conn = psycopg.connect(
+            urlunparse(u._replace(netloc=f"{quote(name, safe='')}:{quote(password, safe='')}@{host}")),
+            autocommit=True,
+        )
         self.addCleanup(conn.close)  # before the role is dropped
         self.assertEqual(conn.execute("select current_user").fetchone()[0], name)
         return conn
@@ -88,14 +96,19 @@ class ForgedCancelTest(InboxTest):
         at = time.monotonic()
         self.forge(forger, 200, res.id, other.id, str(uuid.UUID(int=0)), "not a uuid")
         # The poller asked the database (no regular heartbeat is due for 10s)...
-        wait_for(lambda: "reason" in seen or self.heartbeats(res.id) >= 1, timeout=5,
-                 what="the poller to confirm the notification")
+        wait_for(
+            lambda: "reason" in seen or self.heartbeats(res.id) >= 1,
+            timeout=5,
+            what="the poller to confirm the notification",
+        )
         self.assertNotIn("reason", seen, "a forged notification stopped the handler")
         time.sleep(0.3)  # the confirmation of the flood's tail
         elapsed = time.monotonic() - at
         n = self.heartbeats(res.id)
         # ...at most once every 0.1s.
-        self.assertLessEqual(n, 2 + int(elapsed / 0.1), f"{n} heartbeats in {elapsed:.2f}s of forged notifications")
+        self.assertLessEqual(
+            n, 2 + int(elapsed / 0.1), f"{n} heartbeats in {elapsed:.2f}s of forged notifications"
+        )
         self.assertNotIn("reason", seen, "a forged notification stopped the handler")
         release.set()
         run = self.wait_status(res.id, "succeeded")

@@ -29,8 +29,15 @@ logging.basicConfig(level=logging.WARNING)
 
 CONTRACT = os.path.join(support.ROOT, "testdata", "contract")
 #: The files this test checks, each by the test of the same name.
-FILES = {"types.json", "names.json", "traceparents.json", "payloads.json", "defaults.json", "replay.json",
-         "parity.json"}
+FILES = {
+    "types.json",
+    "names.json",
+    "traceparents.json",
+    "payloads.json",
+    "defaults.json",
+    "replay.json",
+    "parity.json",
+}
 
 
 def load(name):
@@ -90,16 +97,18 @@ class ContractTest(InboxTest):
 
     def offline(self):
         """A client whose every connection fails the test: what it refuses, it refuses by itself."""
+
         def connect():
             raise AssertionError("the SDK's checks let the value reach the database")
+
         return Client(connect=connect)
 
     @contextlib.contextmanager
     def database_alone(self):
         """The SDK's own checks of types, step and signal names and traceparents switched off."""
-        with mock.patch.object(sw_client, "validate_type", lambda workflow_type: None), \
-                mock.patch.object(sw_client, "traceparent_problem", lambda traceparent: None), \
-                mock.patch.object(sw_client, "step_name_problem", lambda name: None):
+        with mock.patch.object(sw_client, "validate_type", lambda workflow_type: None), mock.patch.object(
+            sw_client, "traceparent_problem", lambda traceparent: None
+        ), mock.patch.object(sw_client, "step_name_problem", lambda name: None):
             with self.assertRaisesRegex(AssertionError, "reach the database", msg="the checks are still on"):
                 self.offline().create("Not a type", {})
             yield
@@ -130,7 +139,9 @@ class ContractTest(InboxTest):
             if sendable(case["value"]):
                 with self.subTest(type=case["why"], by="the database alone"), self.database_alone():
                     self.assertRefused(lambda: self.client.create(case["value"], {}), case["why"])
-                    self.assertRefused(lambda: self.client.create_many([{"type": case["value"]}]), case["why"])
+                    self.assertRefused(
+                        lambda: self.client.create_many([{"type": case["value"]}]), case["why"]
+                    )
 
     def test_traceparents(self):
         cases = load("traceparents.json")
@@ -143,10 +154,16 @@ class ContractTest(InboxTest):
         offline = self.offline()
         for case in cases["invalid"]:
             with self.subTest(traceparent=case["why"]):
-                self.assertRefused(lambda: self.client.create("contract.trace.v1", {}, traceparent=case["value"]),
-                                   case["why"])
-                self.assertRefused(lambda: self.client.create_many(
-                    [{"type": "contract.trace.v1", "traceparent": case["value"]}]), case["why"])
+                self.assertRefused(
+                    lambda: self.client.create("contract.trace.v1", {}, traceparent=case["value"]),
+                    case["why"],
+                )
+                self.assertRefused(
+                    lambda: self.client.create_many(
+                        [{"type": "contract.trace.v1", "traceparent": case["value"]}]
+                    ),
+                    case["why"],
+                )
             with self.subTest(traceparent=case["why"], by="the SDK alone"):
                 with self.assertRaises(InvalidInputError):
                     offline.create("contract.trace.v1", {}, traceparent=case["value"])
@@ -154,10 +171,16 @@ class ContractTest(InboxTest):
                     offline.create_many([{"type": "contract.trace.v1", "traceparent": case["value"]}])
             if sendable(case["value"]):
                 with self.subTest(traceparent=case["why"], by="the database alone"), self.database_alone():
-                    self.assertRefused(lambda: self.client.create("contract.trace.v1", {},
-                                                                  traceparent=case["value"]), case["why"])
-                    self.assertRefused(lambda: self.client.create_many(
-                        [{"type": "contract.trace.v1", "traceparent": case["value"]}]), case["why"])
+                    self.assertRefused(
+                        lambda: self.client.create("contract.trace.v1", {}, traceparent=case["value"]),
+                        case["why"],
+                    )
+                    self.assertRefused(
+                        lambda: self.client.create_many(
+                            [{"type": "contract.trace.v1", "traceparent": case["value"]}]
+                        ),
+                        case["why"],
+                    )
 
     def test_names(self):
         cases = load("names.json")
@@ -170,8 +193,10 @@ class ContractTest(InboxTest):
             with self.subTest(name=name):
                 sent = self.client.signal(run.id, name, {"name": name})
                 self.assertFalse(sent.duplicate)
-                self.assertEqual(self.sql("select name from workflow.workflow_signal where id = %s",
-                                          (sent.signal_id,)), [(name,)])
+                self.assertEqual(
+                    self.sql("select name from workflow.workflow_signal where id = %s", (sent.signal_id,)),
+                    [(name,)],
+                )
         self.assertEqual(signals(), len(cases["valid"]))
         offline = self.offline()
         for case in cases["invalid"]:
@@ -200,7 +225,9 @@ class ContractTest(InboxTest):
                     self.assertEqual(run.payload, nested(case["nested"]))
         for case in cases["refused"]:
             with self.subTest(payload=case["why"]):
-                self.assertRefused(lambda: self.client.create("contract.payload.v1", payload_of(case)), case["why"])
+                self.assertRefused(
+                    lambda: self.client.create("contract.payload.v1", payload_of(case)), case["why"]
+                )
 
     def test_defaults(self):
         defaults = load("defaults.json")
@@ -216,10 +243,15 @@ class ContractTest(InboxTest):
             "concurrency": ("concurrency", simpleworkflow.DEFAULT_CONCURRENCY),
             "poll_interval_seconds": ("poll_interval", simpleworkflow.DEFAULT_POLL_INTERVAL_SECONDS),
             "claim_batch_size": ("claim_batch_size", simpleworkflow.DEFAULT_CLAIM_BATCH_SIZE),
-            "shutdown_grace_seconds": ("shutdown_grace_period", simpleworkflow.DEFAULT_SHUTDOWN_GRACE_SECONDS),
+            "shutdown_grace_seconds": (
+                "shutdown_grace_period",
+                simpleworkflow.DEFAULT_SHUTDOWN_GRACE_SECONDS,
+            ),
             "reap_interval_seconds": ("reap_interval", simpleworkflow.DEFAULT_REAP_INTERVAL_SECONDS),
         }
-        self.assertEqual(set(defaults["worker"]) - set(worker), set(), "worker defaults this test does not know")
+        self.assertEqual(
+            set(defaults["worker"]) - set(worker), set(), "worker defaults this test does not know"
+        )
         config = Poller(self.url).config()
         for key, want in defaults["worker"].items():
             with self.subTest(worker=key):
@@ -236,6 +268,7 @@ class ContractTest(InboxTest):
             def handler(task):
                 names = scenario["first"] if task.attempt == 1 else scenario["second"]
                 for name in names:
+
                     def body(name=name):
                         with lock:
                             ran[(task.id, task.attempt)].append(name)
@@ -257,8 +290,11 @@ class ContractTest(InboxTest):
         # Every first attempt fails; the second comes once the database clock
         # passes the backoff (an hour, plus up to 10 %).
         for run_id in runs:
-            wait_for(lambda: (r := self.client.get(run_id)).status == "pending" and r.attempt == 1,
-                     timeout=30, what=f"the first attempt of run {run_id} to fail")
+            wait_for(
+                lambda: (r := self.client.get(run_id)).status == "pending" and r.attempt == 1,
+                timeout=30,
+                what=f"the first attempt of run {run_id} to fail",
+            )
         self.advance_clock(timedelta(hours=2))
         for run_id, scenario in zip(runs, scenarios):
             with self.subTest(scenario=scenario["name"]):
@@ -269,7 +305,9 @@ class ContractTest(InboxTest):
                         self.assertEqual(ran[(run_id, 2)], scenario["ran_again"])
                 elif scenario["expect"] == "nondeterministic":
                     run = self.wait_status(run_id, "failed", timeout=30)
-                    self.assertEqual(run.attempt, 2, "failed for good at the replay, not for lack of attempts")
+                    self.assertEqual(
+                        run.attempt, 2, "failed for good at the replay, not for lack of attempts"
+                    )
                     self.assertEqual(run.last_error, scenario["message"])
                 else:
                     self.fail(f"replay.json: unknown expectation {scenario['expect']!r}")
@@ -305,8 +343,11 @@ class ParityTest(unittest.TestCase):
 
     def public_names(self):
         """The package's public names, as dir() sees them (its submodules aside)."""
-        return {n for n in dir(simpleworkflow)
-                if not n.startswith("_") and not inspect.ismodule(getattr(simpleworkflow, n))}
+        return {
+            n
+            for n in dir(simpleworkflow)
+            if not n.startswith("_") and not inspect.ismodule(getattr(simpleworkflow, n))
+        }
 
     def test_every_python_name_exists(self):
         missing = []
@@ -335,7 +376,9 @@ class ParityTest(unittest.TestCase):
             py = f"`{o['python']}`" if "python" in o else ""
             rows.append(f"| {go} | {py} | {o['why']} |")
         rows += [f"| `{a['python']}` | `{a['of']}` |" for a in parity["aliases"]]
-        self.assertEqual([r for r in rows if r not in page], [], "rows of parity.json missing from docs/sdk-parity.md")
+        self.assertEqual(
+            [r for r in rows if r not in page], [], "rows of parity.json missing from docs/sdk-parity.md"
+        )
 
     def test_every_public_method_is_in_parity(self):
         listed = set(self.python_names())
@@ -353,11 +396,16 @@ class ParityTest(unittest.TestCase):
                         continue
                     if f"{cls_name}.{attr}" not in listed:
                         missing.append(f"{cls_name}.{attr}")
-        self.assertEqual(sorted(set(missing)), [], "public methods of the Python SDK that parity.json does not list")
+        self.assertEqual(
+            sorted(set(missing)), [], "public methods of the Python SDK that parity.json does not list"
+        )
 
     def test_every_package_verb_is_in_parity(self):
-        self.assertEqual(self.public_names() ^ (set(simpleworkflow.__all__) - {"__version__"}), set(),
-                         "public names of the package that simpleworkflow.__all__ leaves out, or names it lacks")
+        self.assertEqual(
+            self.public_names() ^ (set(simpleworkflow.__all__) - {"__version__"}),
+            set(),
+            "public names of the package that simpleworkflow.__all__ leaves out, or names it lacks",
+        )
         listed = set(self.python_names())
         aliases = {a["python"] for a in load("parity.json")["aliases"]}
         missing = []
@@ -389,10 +437,12 @@ class ParityTest(unittest.TestCase):
         found = {}
         for names in by_object.values():
             canonical = [n for n in names if n not in declared]
-            self.assertEqual(len(canonical), 1,
-                             f"{sorted(names)}: one object, more than one name not declared an alias")
+            self.assertEqual(
+                len(canonical), 1, f"{sorted(names)}: one object, more than one name not declared an alias"
+            )
             found.update({n: canonical[0] for n in names if n in declared})
         self.assertEqual(found, declared)
+
 
 if __name__ == "__main__":
     unittest.main()

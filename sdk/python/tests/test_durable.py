@@ -45,6 +45,7 @@ class StepTest(InboxTest):
             def fn():
                 calls[name] += 1
                 return value
+
             return fn
 
         def handler(run):
@@ -60,8 +61,10 @@ class StepTest(InboxTest):
         run = self.wait_status(res.id, "succeeded")
         self.assertEqual(run.result, {"one": {"n": 1}, "two": [1, 2], "three": "x", "attempt": 2})
         self.assertEqual(calls, {"one": 1, "two": 1, "three": 1}, "a journaled step ran again")
-        self.assertEqual([(s.name, s.position, s.kind, s.outcome, s.attempt) for s in self.client.steps(res.id)],
-                         [("one", 0, "step", "ok", 1), ("two", 1, "step", "ok", 1), ("three", 2, "step", "ok", 2)])
+        self.assertEqual(
+            [(s.name, s.position, s.kind, s.outcome, s.attempt) for s in self.client.steps(res.id)],
+            [("one", 0, "step", "ok", 1), ("two", 1, "step", "ok", 1), ("three", 2, "step", "ok", 2)],
+        )
 
     def test_a_lost_lease_cannot_record(self):
         poller, _, _ = self.start_poller(type_prefixes=["py."])
@@ -70,9 +73,13 @@ class StepTest(InboxTest):
         def handler(run):
             def steal():
                 # Another worker claims the run meanwhile: a new token.
-                self.sql("update workflow.workflow_run set leased_by = 'thief', "
-                         "lease_token = lease_token + 1 where id = %s", (run.id,))
+                self.sql(
+                    "update workflow.workflow_run set leased_by = 'thief', "
+                    "lease_token = lease_token + 1 where id = %s",
+                    (run.id,),
+                )
                 return "mine"
+
             try:
                 run.step("charge", steal)
             except StoppedError as e:
@@ -97,8 +104,17 @@ class StepTest(InboxTest):
             with psycopg.connect(self.url, autocommit=True) as conn:
                 # A second writer holding the same lease (say, a write retried
                 # after its answer was lost) records the step first.
-                twin = RunContext(run.id, run.type, run.payload, run.attempt, run.max_attempts, run.worker_id,
-                                  lease_token=run.lease_token, journal=[], connect=lambda: conn)
+                twin = RunContext(
+                    run.id,
+                    run.type,
+                    run.payload,
+                    run.attempt,
+                    run.max_attempts,
+                    run.worker_id,
+                    lease_token=run.lease_token,
+                    journal=[],
+                    connect=lambda: conn,
+                )
                 seen = {}
 
                 def mine():
@@ -106,8 +122,17 @@ class StepTest(InboxTest):
                     return {"by": "main"}
 
                 seen["main"] = run.step("pick", mine)
-                late = RunContext(run.id, run.type, run.payload, run.attempt, run.max_attempts, run.worker_id,
-                                  lease_token=run.lease_token, journal=[], connect=lambda: conn)
+                late = RunContext(
+                    run.id,
+                    run.type,
+                    run.payload,
+                    run.attempt,
+                    run.max_attempts,
+                    run.worker_id,
+                    lease_token=run.lease_token,
+                    journal=[],
+                    connect=lambda: conn,
+                )
                 seen["late"] = late.step("pick", lambda: {"by": "late"})
             return seen
 
@@ -144,13 +169,20 @@ class StepTest(InboxTest):
         poller.handle("py.limits.v1", handler)
         res = self.client.create("py.limits.v1", {})
         errors = self.wait_status(res.id, "succeeded").result
-        self.assertEqual(errors["name"], 'invalid input: step name "no spaces" may contain only letters, digits and . _ : -')
+        self.assertEqual(
+            errors["name"],
+            'invalid input: step name "no spaces" may contain only letters, digits and . _ : -',
+        )
         self.assertEqual(errors["long"], "invalid input: step name must be 1 to 128 characters, got 129")
-        self.assertEqual(errors["size"], 'step "big": invalid input: output is 1048578 bytes; the limit is 1048576 (1 MiB)')
+        self.assertEqual(
+            errors["size"], 'step "big": invalid input: output is 1048578 bytes; the limit is 1048576 (1 MiB)'
+        )
         self.assertIn('step "set": invalid input: output is not JSON-serialisable', errors["json"])
         self.assertIn("one after another", errors["nested"])
         self.assertIn('step name "a/b" may contain only', errors["signal"])
-        self.assertEqual(errors["await"], 'await child: invalid input: no child run was started at step "nobody"')
+        self.assertEqual(
+            errors["await"], 'await child: invalid input: no child run was started at step "nobody"'
+        )
         self.assertIn("type 'NotAType'", errors["child"])
         self.assertEqual(errors["fine"], "xxx")
         names = [s.name for s in self.client.steps(res.id)]
@@ -173,9 +205,13 @@ class SleepTest(InboxTest):
         poller.handle("py.sleeper.v1", sleeper)
         poller.handle("py.quick.v1", lambda run: {"quick": True})
         res = self.client.create("py.sleeper.v1", {})
-        parked = wait_for(lambda: (r := self.client.get(res.id)).wait is not None and r, what="the sleeper to park")
-        self.assertEqual((parked.status, parked.attempt, parked.wait.kind, parked.wait.step),
-                         ("pending", 0, "sleep", "nap"))
+        parked = wait_for(
+            lambda: (r := self.client.get(res.id)).wait is not None and r, what="the sleeper to park"
+        )
+        self.assertEqual(
+            (parked.status, parked.attempt, parked.wait.kind, parked.wait.step),
+            ("pending", 0, "sleep", "nap"),
+        )
         self.assertIsNotNone(parked.wait.until)
         # The only slot is free while the sleeper is parked.
         quick = self.client.create("py.quick.v1", {})
@@ -192,8 +228,9 @@ class SleepTest(InboxTest):
         self.assertGreaterEqual(done.finished_at, parked.wait.until)
         self.assertEqual(done.result, {"slept": True})
         self.assertEqual((done.attempt, executions), (1, [1, 1]))
-        self.assertEqual(self.trail(res.id), ["created", "started", "waiting", "woken",
-                                              "started", "succeeded"])
+        self.assertEqual(
+            self.trail(res.id), ["created", "started", "waiting", "woken", "started", "succeeded"]
+        )
         self.assertEqual(journal(self.client, res.id), [("nap", 0, "sleep", "ok", None)])
 
     def test_the_worker_that_parks_a_sleep_wakes_it_on_time(self):
@@ -209,7 +246,9 @@ class SleepTest(InboxTest):
 
         poller.handle("py.sleeper.v1", sleeper)
         res = self.client.create("py.sleeper.v1", {})
-        parked = wait_for(lambda: (r := self.client.get(res.id)).wait is not None and r, what="the sleeper to park")
+        parked = wait_for(
+            lambda: (r := self.client.get(res.id)).wait is not None and r, what="the sleeper to park"
+        )
         done = self.wait_status(res.id, "succeeded", timeout=10)
         late = (done.finished_at - parked.wait.until).total_seconds()
         self.assertGreaterEqual(late, 0)
@@ -271,17 +310,23 @@ class SignalTest(InboxTest):
 
         poller.handle("py.go.v1", handler)
         res = self.client.create("py.go.v1", {})
-        parked = wait_for(lambda: (r := self.client.get(res.id)).wait is not None and r, what="the wait to park")
-        self.assertEqual((parked.wait.kind, parked.wait.step, parked.wait.signal, parked.wait.until),
-                         ("signal", "go", "go", None))
+        parked = wait_for(
+            lambda: (r := self.client.get(res.id)).wait is not None and r, what="the wait to park"
+        )
+        self.assertEqual(
+            (parked.wait.kind, parked.wait.step, parked.wait.signal, parked.wait.until),
+            ("signal", "go", "go", None),
+        )
         one = self.client.signal(res.id, "go", 1, idempotency_key="k")
         two = self.client.signal(res.id, "go", 2, idempotency_key="k")
         self.assertEqual((one.duplicate, one.delivered), (False, True))
         self.assertEqual((two.signal_id, two.duplicate, two.delivered), (one.signal_id, True, False))
         run = self.wait_status(res.id, "succeeded")
         self.assertEqual(run.result, {"first": [1, True], "second": [None, False]})
-        self.assertEqual(journal(self.client, res.id),
-                         [("go", 0, "signal", "ok", 1), ("go:2", 1, "signal", "timeout", None)])
+        self.assertEqual(
+            journal(self.client, res.id),
+            [("go", 0, "signal", "ok", 1), ("go:2", 1, "signal", "timeout", None)],
+        )
 
     def test_signal_errors(self):
         with self.assertRaises(NotFoundError):
@@ -316,14 +361,18 @@ class ChildTest(InboxTest):
         poller.handle("py.parent.v1", parent)
         poller.handle("py.kid.v1", kid)
         res = self.client.create("py.parent.v1", {}, retry_base_delay=RETRY_FAST)
-        parked = wait_for(lambda: (r := self.client.get(res.id)).wait is not None and r, what="the parent to park")
+        parked = wait_for(
+            lambda: (r := self.client.get(res.id)).wait is not None and r, what="the parent to park"
+        )
         self.assertEqual((parked.wait.kind, parked.wait.step, parked.attempt), ("child", "kid", 1))
         release.set()
         run = self.wait_status(res.id, "succeeded")
         self.assertEqual(len(set(ids)), 1, ids)
         self.assertEqual(len(ids), 3, "attempt 1, attempt 2 (parks), and the wake-up")
         self.assertEqual(run.result, {"child": ids[0], "result": {"double": 4}})
-        children = self.sql("select id::text, parent_step from workflow.workflow_run where parent_id = %s", (res.id,))
+        children = self.sql(
+            "select id::text, parent_step from workflow.workflow_run where parent_id = %s", (res.id,)
+        )
         self.assertEqual(children, [(ids[0], "kid")])
         child = self.client.get(ids[0])
         self.assertEqual((child.parent_id, child.parent_step, child.status), (res.id, "kid", "succeeded"))
@@ -416,10 +465,14 @@ class NonDeterminismTest(InboxTest):
         poller.handle("py.repeat.v1", repeat)
         k = self.client.create("py.kind.v1", {}, retry_base_delay=RETRY_FAST)
         r = self.client.create("py.repeat.v1", {})
-        self.assertEqual(self.wait_status(k.id, "failed").last_error,
-                         'non-deterministic: expected sleep "b" at position 1, got step "b"')
-        self.assertEqual(self.wait_status(r.id, "failed").last_error,
-                         'non-deterministic: step "x" is recorded at position 0, reached again at position 2')
+        self.assertEqual(
+            self.wait_status(k.id, "failed").last_error,
+            'non-deterministic: expected sleep "b" at position 1, got step "b"',
+        )
+        self.assertEqual(
+            self.wait_status(r.id, "failed").last_error,
+            'non-deterministic: step "x" is recorded at position 0, reached again at position 2',
+        )
         self.assertEqual(self.client.get(r.id).attempt, 1)
 
 
@@ -453,9 +506,20 @@ class DeadlineTest(InboxTest):
 class ExampleOrderTest(InboxTest):
     def worker(self, name):
         proc = subprocess.Popen(
-            [sys.executable, os.path.join(support.ROOT, "sdk", "python", "examples", "example_worker.py"),
-             "--database-url", self.url, "--worker-id", name, "--shutdown-grace-period", "0.5"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                os.path.join(support.ROOT, "sdk", "python", "examples", "example_worker.py"),
+                "--database-url",
+                self.url,
+                "--worker-id",
+                name,
+                "--shutdown-grace-period",
+                "0.5",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
         def stop():
             if proc.poll() is None:
@@ -473,35 +537,54 @@ class ExampleOrderTest(InboxTest):
 
     def test_demo_order_resumes_in_a_new_process_without_repeating_steps(self):
         first = self.worker("py-order-1")
-        order = self.client.create("demo.order.v1", {
-            "orderId": "o-1", "amount": 12.5, "sleepSeconds": 0.5, "approveTimeoutSeconds": 30,
-            "counters": True, "holdAfterChargeSeconds": 1.5})
+        order = self.client.create(
+            "demo.order.v1",
+            {
+                "orderId": "o-1",
+                "amount": 12.5,
+                "sleepSeconds": 0.5,
+                "approveTimeoutSeconds": 30,
+                "counters": True,
+                "holdAfterChargeSeconds": 1.5,
+            },
+        )
         wait_for(lambda: "charge" in [s.name for s in self.client.steps(order.id)], what="the charge step")
         first.kill()  # SIGKILL while it holds the lease after charging
         first.communicate()
         # Its lease runs out (sooner than waiting for it) and the approval arrives meanwhile.
-        self.sql("update workflow.workflow_run set lease_until = now() - interval '1 second' "
-                 "where id = %s and status = 'leased'", (order.id,))
+        self.sql(
+            "update workflow.workflow_run set lease_until = now() - interval '1 second' "
+            "where id = %s and status = 'leased'",
+            (order.id,),
+        )
         self.sql("select workflow.reap_expired_leases(10)")
         self.assertFalse(self.client.signal(order.id, "approve", {"by": "bob"}).delivered)
         self.worker("py-order-2")
-        rejected = self.client.create("demo.order.v1", {"orderId": "o-2", "amount": 1, "approveTimeoutSeconds": 0.5})
+        rejected = self.client.create(
+            "demo.order.v1", {"orderId": "o-2", "amount": 1, "approveTimeoutSeconds": 0.5}
+        )
         run = self.wait_status(order.id, "succeeded", timeout=20)
-        self.assertEqual(run.result, {
-            "orderId": "o-1",
-            "reserve": {"reserved": True, "orderId": "o-1", "by": "python"},
-            "charge": {"charged": 12.5, "by": "python"},
-            "approval": {"by": "bob"},
-            "ship": {"shipped": True, "by": "python"},
-        })
+        self.assertEqual(
+            run.result,
+            {
+                "orderId": "o-1",
+                "reserve": {"reserved": True, "orderId": "o-1", "by": "python"},
+                "charge": {"charged": 12.5, "by": "python"},
+                "approval": {"by": "bob"},
+                "ship": {"shipped": True, "by": "python"},
+            },
+        )
         self.assertEqual((run.attempt, run.leased_by), (2, "py-order-2"))
         counts = dict(self.sql("select step, n from public.demo_step_counter where run_id = %s", (order.id,)))
         self.assertEqual(counts, {"reserve": 1, "charge": 1, "ship": 1})
-        self.assertEqual([s.name for s in self.client.steps(order.id)],
-                         ["reserve", "charge", "cool-off", "approve", "ship"])
+        self.assertEqual(
+            [s.name for s in self.client.steps(order.id)],
+            ["reserve", "charge", "cool-off", "approve", "ship"],
+        )
         failed = self.wait_status(rejected.id, "failed")
-        self.assertEqual((failed.attempt, failed.last_error),
-                         (1, "order o-2 rejected: not approved within 0.5s"))
+        self.assertEqual(
+            (failed.attempt, failed.last_error), (1, "order o-2 rejected: not approved within 0.5s")
+        )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,12 @@ import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from simpleworkflow import MAX_CONCURRENCY_KEY_LENGTH, WAIT_KIND_LIMIT, InvalidInputError, Poller  # noqa: E402
+from simpleworkflow import (
+    MAX_CONCURRENCY_KEY_LENGTH,
+    WAIT_KIND_LIMIT,
+    InvalidInputError,
+    Poller,
+)  # noqa: E402
 from tests import support  # noqa: E402
 from tests.support import InboxTest, wait_for  # noqa: E402
 
@@ -36,30 +41,40 @@ class ConcurrencyKeyTest(InboxTest):
         one = self.client.create("flow.keyed.v1", {}, concurrency_key="customer:acme")
         run = self.client.get(one.id)
         self.assertEqual(run.concurrency_key, "customer:acme")
-        self.assertEqual(self.sql("select concurrency_key from workflow.workflow_run where id = %s", (one.id,)),
-                         [("customer:acme",)])
+        self.assertEqual(
+            self.sql("select concurrency_key from workflow.workflow_run where id = %s", (one.id,)),
+            [("customer:acme",)],
+        )
         # The longest key, and one of characters beyond ASCII (counted as characters, as Go counts runes).
         longest = "k" * MAX_CONCURRENCY_KEY_LENGTH
         wide = "é" * MAX_CONCURRENCY_KEY_LENGTH
         for key in (longest, wide):
             with self.subTest(key=key[:3] + "..."):
-                self.assertEqual(self.client.get(self.client.create("flow.keyed.v1", concurrency_key=key).id)
-                                 .concurrency_key, key)
+                self.assertEqual(
+                    self.client.get(
+                        self.client.create("flow.keyed.v1", concurrency_key=key).id
+                    ).concurrency_key,
+                    key,
+                )
         # None and "" set no key.
         for key in (None, ""):
             with self.subTest(key=key):
                 run = self.client.get(self.client.create("flow.keyed.v1", concurrency_key=key).id)
                 self.assertIsNone(run.concurrency_key)
         # create_many: per row, with rows without a key between them.
-        made = self.client.create_many([
-            {"type": "flow.keyed.v1", "concurrency_key": "a"},
-            {"type": "flow.keyed.v1"},
-            {"type": "flow.keyed.v1", "concurrency_key": ""},
-            {"type": "flow.keyed.v1", "concurrency_key": "b", "idempotency_key": "many-b"},
-        ])
+        made = self.client.create_many(
+            [
+                {"type": "flow.keyed.v1", "concurrency_key": "a"},
+                {"type": "flow.keyed.v1"},
+                {"type": "flow.keyed.v1", "concurrency_key": ""},
+                {"type": "flow.keyed.v1", "concurrency_key": "b", "idempotency_key": "many-b"},
+            ]
+        )
         self.assertEqual([self.client.get(m.id).concurrency_key for m in made], ["a", None, None, "b"])
         # In list pages too.
-        listed = {r.id: r.concurrency_key for r in self.client.list(type_prefix="flow.keyed.", limit=1000).runs}
+        listed = {
+            r.id: r.concurrency_key for r in self.client.list(type_prefix="flow.keyed.", limit=1000).runs
+        }
         self.assertEqual(listed[one.id], "customer:acme")
         self.assertEqual(listed[made[3].id], "b")
 
@@ -78,8 +93,12 @@ class ConcurrencyKeyTest(InboxTest):
                 self.assertIn("concurrency key", str(caught.exception))
                 self.assertIn(words, str(caught.exception))
                 with self.assertRaises(InvalidInputError) as caught:
-                    self.client.create_many([{"type": "flow.keyed.v1", "concurrency_key": "fine"},
-                                             {"type": "flow.keyed.v1", "concurrency_key": key}])
+                    self.client.create_many(
+                        [
+                            {"type": "flow.keyed.v1", "concurrency_key": "fine"},
+                            {"type": "flow.keyed.v1", "concurrency_key": key},
+                        ]
+                    )
                 self.assertIn("row 2", str(caught.exception))
                 self.assertIn("concurrency key", str(caught.exception))
                 self.assertEqual(self.runs(), before, f"{why}: something was recorded")
@@ -88,7 +107,9 @@ class ConcurrencyKeyTest(InboxTest):
     def test_create_in_the_callers_transaction_keeps_the_key(self):
         with psycopg.connect(self.url) as conn:
             res = self.client.create("flow.keyed.v1", {}, concurrency_key="tx", conn=conn)
-            (many,) = self.client.create_many([{"type": "flow.keyed.v1", "concurrency_key": "tx-many"}], conn=conn)
+            (many,) = self.client.create_many(
+                [{"type": "flow.keyed.v1", "concurrency_key": "tx-many"}], conn=conn
+            )
             conn.commit()
         self.assertEqual(self.client.get(res.id).concurrency_key, "tx")
         self.assertEqual(self.client.get(many.id).concurrency_key, "tx-many")
@@ -97,14 +118,23 @@ class ConcurrencyKeyTest(InboxTest):
 class FlowLimitTest(InboxTest):
     def put_limit(self, wtype, max_leased_per_key):
         """The type's registry entry, written as the owner (a Python runtime, at most N leased per key)."""
-        self.sql("select workflow.put_registry(%s, 'python', true, '', null, null, null, null, %s::integer)",
-                 (wtype, max_leased_per_key))
-        self.assertEqual(self.sql("select max_leased_per_key from workflow.workflow_registry where workflow_name = %s",
-                                  (wtype,)), [(max_leased_per_key,)])
+        self.sql(
+            "select workflow.put_registry(%s, 'python', true, '', null, null, null, null, %s::integer)",
+            (wtype, max_leased_per_key),
+        )
+        self.assertEqual(
+            self.sql(
+                "select max_leased_per_key from workflow.workflow_registry where workflow_name = %s", (wtype,)
+            ),
+            [(max_leased_per_key,)],
+        )
 
     def leased_of_key(self, key):
-        return self.sql("select count(*) from workflow.workflow_run"
-                        " where type = %s and concurrency_key = %s and status = 'leased'", (FLOW_TYPE, key))[0][0]
+        return self.sql(
+            "select count(*) from workflow.workflow_run"
+            " where type = %s and concurrency_key = %s and status = 'leased'",
+            (FLOW_TYPE, key),
+        )[0][0]
 
     def test_one_run_of_a_key_at_a_time_beside_other_keys(self):
         self.put_limit(FLOW_TYPE, 1)
@@ -134,9 +164,15 @@ class FlowLimitTest(InboxTest):
                     with lock:
                         in_flight["a"] -= 1
 
-        a_runs = [self.client.create(FLOW_TYPE, {"key": "a", "n": i}, concurrency_key="a").id for i in range(3)]
-        (b_run,) = [r.id for r in self.client.create_many([{"type": FLOW_TYPE, "payload": {"key": "b"},
-                                                             "concurrency_key": "b"}])]
+        a_runs = [
+            self.client.create(FLOW_TYPE, {"key": "a", "n": i}, concurrency_key="a").id for i in range(3)
+        ]
+        (b_run,) = [
+            r.id
+            for r in self.client.create_many(
+                [{"type": FLOW_TYPE, "payload": {"key": "b"}, "concurrency_key": "b"}]
+            )
+        ]
         bystander = self.client.create(FLOW_TYPE, {"key": None}).id
         everything = a_runs + [b_run, bystander]
 
@@ -147,9 +183,13 @@ class FlowLimitTest(InboxTest):
         def sample():
             with psycopg.connect(self.url, autocommit=True) as conn:
                 while not sampling.is_set():
-                    samples.append(conn.execute(
-                        "select count(*) from workflow.workflow_run"
-                        " where type = %s and concurrency_key = 'a' and status = 'leased'", (FLOW_TYPE,)).fetchone()[0])
+                    samples.append(
+                        conn.execute(
+                            "select count(*) from workflow.workflow_run"
+                            " where type = %s and concurrency_key = 'a' and status = 'leased'",
+                            (FLOW_TYPE,),
+                        ).fetchone()[0]
+                    )
                     time.sleep(0.005)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -162,7 +202,9 @@ class FlowLimitTest(InboxTest):
         self.addCleanup(stop_sampling)
 
         # The handler is in place before the worker's first claim (a run claimed without one would fail).
-        poller = Poller(self.url, type_prefixes=["flow."], worker_id="py-flow", concurrency=10, poll_interval=0.1)
+        poller = Poller(
+            self.url, type_prefixes=["flow."], worker_id="py-flow", concurrency=10, poll_interval=0.1
+        )
         poller.handle(FLOW_TYPE, handler)
         worker = threading.Thread(target=poller.run, kwargs={"install_signal_handlers": False}, daemon=True)
         worker.start()
@@ -183,7 +225,11 @@ class FlowLimitTest(InboxTest):
         # The other two of "a" are held back: pending, parked on the limit, no attempt spent.
         def held():
             runs = [self.client.get(i) for i in a_runs]
-            waiting = [r for r in runs if r.status == "pending" and r.wait is not None and r.wait.kind == WAIT_KIND_LIMIT]
+            waiting = [
+                r
+                for r in runs
+                if r.status == "pending" and r.wait is not None and r.wait.kind == WAIT_KIND_LIMIT
+            ]
             return len(waiting) == 2 and waiting
 
         waiting = wait_for(held, timeout=15, what="two runs of key a to wait on the limit")

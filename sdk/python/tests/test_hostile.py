@@ -26,16 +26,21 @@ class HostileValuesTest(InboxTest):
         """Write as the owner around the database's checks, as a row stored before them."""
         conn.execute("set session_replication_role = replica")
         for table, name in conn.execute(
-                "select conrelid::regclass::text, conname from pg_constraint "
-                "where connamespace = 'workflow'::regnamespace and conname like '%%_depth'").fetchall():
+            "select conrelid::regclass::text, conname from pg_constraint "
+            "where connamespace = 'workflow'::regnamespace and conname like '%%_depth'"
+        ).fetchall():
             conn.execute(f'alter table {table} drop constraint "{name}"')
 
     def finished(self, run_id):
         """Wait for the run to finish; its (status, attempt, last_error, result is null), read without decoding."""
+
         def row():
-            rows = self.sql("select status, attempt, last_error, result is null from workflow.workflow_run where id = %s",
-                            (run_id,))
+            rows = self.sql(
+                "select status, attempt, last_error, result is null from workflow.workflow_run where id = %s",
+                (run_id,),
+            )
             return rows and rows[0][0] in ("succeeded", "failed", "cancelled") and rows[0]
+
         return wait_for(row, timeout=30, what=f"run {run_id} to finish")
 
     def test_undecodable_runs_fail_alone_in_a_claimed_batch(self):
@@ -51,11 +56,13 @@ class HostileValuesTest(InboxTest):
             deep = conn.execute(
                 "insert into workflow.workflow_run (type, payload, namespace, type_namespace) "
                 "values ('pyhostile.a.v1', %s::jsonb, 'default', 'default') returning id::text",
-                ('{"v":' + deep_text(5000) + "}",)).fetchone()[0]
+                ('{"v":' + deep_text(5000) + "}",),
+            ).fetchone()[0]
             digits = conn.execute(
                 "insert into workflow.workflow_run (type, payload, namespace, type_namespace) "
                 "values ('pyhostile.a.v1', %s::jsonb, 'default', 'default') returning id::text",
-                ('{"v":1' + "0" * 5000 + "}",)).fetchone()[0]
+                ('{"v":1' + "0" * 5000 + "}",),
+            ).fetchone()[0]
             journal = conn.execute(
                 "insert into workflow.workflow_run (type, payload, namespace, type_namespace) "
                 "values ('pyhostile.a.v1', '{}', 'default', 'default') returning id::text"
@@ -63,7 +70,8 @@ class HostileValuesTest(InboxTest):
             conn.execute(
                 "insert into workflow.workflow_step (run_id, name, position, kind, outcome, output, attempt, "
                 "started_at, finished_at) values (%s, 'approve', 0, 'signal', 'ok', %s::jsonb, 1, now(), now())",
-                (journal, deep_text(5000)))
+                (journal, deep_text(5000)),
+            )
         bystanders += [self.client.create("pyhostile.a.v1", {"n": i}).id for i in range(6, 12)]
         poller, thread, _ = self.start_poller(type_prefixes=["pyhostile."], concurrency=8)
         poller.handle("pyhostile.a.v1", lambda run: {"ok": True})
@@ -86,9 +94,12 @@ class HostileValuesTest(InboxTest):
         bystanders = [self.client.create("pybigj.a.v1", {"n": i}).id for i in range(4)]
         big = self.client.create("pybigj.a.v1", {}).id
         for i in range(3):
-            self.sql("insert into workflow.workflow_step (run_id, name, position, kind, outcome, output, attempt, "
-                     "started_at, finished_at) values (%s, %s, %s, 'step', 'ok', to_jsonb(repeat('x', 409600)), 1, "
-                     "now(), now())", (big, f"s{i}", i))
+            self.sql(
+                "insert into workflow.workflow_step (run_id, name, position, kind, outcome, output, attempt, "
+                "started_at, finished_at) values (%s, %s, %s, 'step', 'ok', to_jsonb(repeat('x', 409600)), 1, "
+                "now(), now())",
+                (big, f"s{i}", i),
+            )
         poller, thread, _ = self.start_poller(type_prefixes=["pybigj."], concurrency=8)
         poller.handle("pybigj.a.v1", lambda run: {"ok": True})
         for run_id in bystanders:
@@ -107,20 +118,28 @@ class HostileValuesTest(InboxTest):
             with self.assertRaises(InvalidInputError):
                 self.client.create("pyhostile.p.v1", value)
             with self.assertRaises(InvalidInputError):
-                self.client.create_many([{"type": "pyhostile.p.v1"}, {"type": "pyhostile.p.v1", "payload": value}])
+                self.client.create_many(
+                    [{"type": "pyhostile.p.v1"}, {"type": "pyhostile.p.v1", "payload": value}]
+                )
             with self.assertRaises(InvalidInputError):
                 self.client.signal(target, "poke", value)
         with self.assertRaises(InvalidInputError):
             self.client.create("pyhostile.p.v1", {"v": "a\u0000b"})
         with self.assertRaises(InvalidInputError):
             self.client.create("pyhostile.p.v1", {"v": float("nan")})
-        self.assertEqual(self.sql("select count(*) from workflow.workflow_run where type = 'pyhostile.p.v1'"), [(0,)])
+        self.assertEqual(
+            self.sql("select count(*) from workflow.workflow_run where type = 'pyhostile.p.v1'"), [(0,)]
+        )
         self.assertEqual(self.sql("select count(*) from workflow.workflow_signal"), [(0,)])
         # At the bound, and duplicate keys (the last wins, as jsonb keeps it).
         ok = self.client.create("pyhostile.p.v1", {"v": deep_list(MAX_JSON_DEPTH - 1)})
         self.assertEqual(self.client.get(ok.id).payload["v"], deep_list(MAX_JSON_DEPTH - 1))
-        self.sql("insert into workflow.workflow_run (type, payload) values ('pyhostile.p.v1', '{\"k\":1,\"k\":2}')")
-        self.assertEqual(self.sql("select payload->>'k' from workflow.workflow_run where payload ? 'k'"), [("2",)])
+        self.sql(
+            "insert into workflow.workflow_run (type, payload) values ('pyhostile.p.v1', '{\"k\":1,\"k\":2}')"
+        )
+        self.assertEqual(
+            self.sql("select payload->>'k' from workflow.workflow_run where payload ? 'k'"), [("2",)]
+        )
 
     def test_worker_paths_fail_only_their_run(self):
         # Hostile JSON through the worker's paths: a result, a step output and a
@@ -196,13 +215,21 @@ class DeadlineFloodTest(InboxTest):
     def test_a_flood_of_overdue_runs_is_logged_per_batch(self):
         # Runs with deadlines decades in the past are expired
         # in batches, one log line a batch, not one a run.
-        self.sql("insert into workflow.workflow_run (type, payload, deadline_at) "
-                 "select 'pyflood.other.v1', '{}', now() - interval '30 years' from generate_series(1, 1200)")
+        self.sql(
+            "insert into workflow.workflow_run (type, payload, deadline_at) "
+            "select 'pyflood.other.v1', '{}', now() - interval '30 years' from generate_series(1, 1200)"
+        )
         with self.assertLogs("simpleworkflow", level="INFO") as logs:
-            poller, _, _ = self.start_poller(type_prefixes=["pyflood.mine."], reap_interval=0.1, lease_duration=1.5)
+            poller, _, _ = self.start_poller(
+                type_prefixes=["pyflood.mine."], reap_interval=0.1, lease_duration=1.5
+            )
             poller.handle("pyflood.mine.v1", lambda run: {})
-            wait_for(lambda: self.sql("select count(*) from workflow.workflow_run where status = 'pending'") == [(0,)],
-                     timeout=30, what="the flood to expire")
+            wait_for(
+                lambda: self.sql("select count(*) from workflow.workflow_run where status = 'pending'")
+                == [(0,)],
+                timeout=30,
+                what="the flood to expire",
+            )
         per_run = [m for m in logs.output if "Run failed: deadline exceeded" in m]
         batches = [m for m in logs.output if "Runs failed: deadline exceeded" in m]
         self.assertEqual(per_run, [])

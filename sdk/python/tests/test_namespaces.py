@@ -26,8 +26,10 @@ from simpleworkflow import (  # noqa: E402  (support puts the SDK on sys.path)
 ROLES_SQL = os.path.join(support.ROOT, "internal", "engine", "sql", "roles.sql")
 
 #: The seed's cancel UPDATE, verbatim (internal/engine/roles_test.go, DESIGN.md "The inbox contract").
-SEED_CANCEL = ("update workflow.workflow_run set status = 'cancelled', updated_at = now() "
-               "where id = %s and status in ('pending', 'leased')")
+SEED_CANCEL = (
+    "update workflow.workflow_run set status = 'cancelled', updated_at = now() "
+    "where id = %s and status in ('pending', 'leased')"
+)
 
 
 class NamespaceSettingsTest(unittest.TestCase):
@@ -36,6 +38,7 @@ class NamespaceSettingsTest(unittest.TestCase):
     def test_insert_notifications_wake_their_namespace_only(self):
         """workflow_run_created names the type's namespace (Go: TestInsertNotificationsWakeTheirNamespaceOnly)."""
         from simpleworkflow._claim import wakes
+
         cases = [
             ("team-a", ["billing."], "team-a/billing.charge.v1", True),
             ("team-a", ["billing."], "team-b/billing.charge.v1", False),
@@ -102,14 +105,17 @@ class NamespaceTest(InboxTest):
     """As the schema's owner (the test server's user), who acts on every namespace."""
 
     def namespace_of(self, run_id):
-        return self.sql("select namespace::text, type_namespace::text from workflow.workflow_run where id = %s",
-                        (run_id,))[0]
+        return self.sql(
+            "select namespace::text, type_namespace::text from workflow.workflow_run where id = %s", (run_id,)
+        )[0]
 
     def test_poller_claims_only_its_namespace(self):
         """(a) A poller serving team-a claims and completes team-a's runs; a run of the same type in
         team-b stays pending, untouched (never leased, no event but 'created')."""
         bystander = self.client.create("ns.job.v1", {"who": "b"}, namespace="team-b").id
-        mine = [self.client.create("ns.job.v1", {"who": "a", "i": i}, namespace="team-a").id for i in range(3)]
+        mine = [
+            self.client.create("ns.job.v1", {"who": "a", "i": i}, namespace="team-a").id for i in range(3)
+        ]
         seen = []
         lock = threading.Lock()
         poller, _, _ = self.start_poller(type_prefixes=["ns."], namespace="team-a", poll_interval=0.1)
@@ -160,9 +166,11 @@ class NamespaceTest(InboxTest):
         again = self.client.create("ns.job.v1", {"n": 1}, namespace="team-b", idempotency_key="b:1")
         self.assertEqual((again.id, again.created), (one.id, False))
 
-        many = self.client.create_many([{"type": "ns.job.v1", "payload": {"n": i}} for i in range(3)]
-                                       + [{"type": "ns.other.v1", "idempotency_key": "b:2"}],
-                                       namespace="team-b")
+        many = self.client.create_many(
+            [{"type": "ns.job.v1", "payload": {"n": i}} for i in range(3)]
+            + [{"type": "ns.other.v1", "idempotency_key": "b:2"}],
+            namespace="team-b",
+        )
         self.assertEqual(len(many), 4)
         for res in many:
             self.assertTrue(res.created)
@@ -184,7 +192,9 @@ class NamespaceTest(InboxTest):
         listed = {r.id: r.namespace for r in self.client.list(type_prefix="ns.", limit=1000).runs}
         self.assertEqual(listed[one.id], "team-b")
         self.assertEqual(listed[plain], "default")
-        self.assertEqual(self.sql("select count(*) from workflow.workflow_run where namespace = 'team-b'")[0][0], 7)
+        self.assertEqual(
+            self.sql("select count(*) from workflow.workflow_run where namespace = 'team-b'")[0][0], 7
+        )
 
     def test_a_type_another_namespace_shares(self):
         """type_namespace: team-b's run of a type team-a's registry shares with it runs among team-a's
@@ -194,12 +204,18 @@ class NamespaceTest(InboxTest):
         with self.assertRaises(PermissionDeniedError):
             self.client.create_many([{"type": "ns.shared.v1"}], namespace="team-b", type_namespace="team-a")
         self.assertEqual(self.sql("select count(*) from workflow.workflow_run")[0][0], 0)
-        self.sql("insert into workflow.workflow_registry (namespace, workflow_name, runtime, shared_with) "
-                 "values ('team-a', 'ns.shared.v1', 'python', '{team-b}')")
-        shared = self.client.create("ns.shared.v1", {"via": "create"}, namespace="team-b",
-                                    type_namespace="team-a").id
-        shared_many = self.client.create_many([{"type": "ns.shared.v1", "payload": {"via": "create_many"}}],
-                                              namespace="team-b", type_namespace="team-a")[0].id
+        self.sql(
+            "insert into workflow.workflow_registry (namespace, workflow_name, runtime, shared_with) "
+            "values ('team-a', 'ns.shared.v1', 'python', '{team-b}')"
+        )
+        shared = self.client.create(
+            "ns.shared.v1", {"via": "create"}, namespace="team-b", type_namespace="team-a"
+        ).id
+        shared_many = self.client.create_many(
+            [{"type": "ns.shared.v1", "payload": {"via": "create_many"}}],
+            namespace="team-b",
+            type_namespace="team-a",
+        )[0].id
         for run_id in (shared, shared_many):
             self.assertEqual(self.namespace_of(run_id), ("team-b", "team-a"))
         # team-b's own poller does not run them; team-a's does.
@@ -220,7 +236,9 @@ class LoginTest(InboxTest):
 
     def setUp(self):
         super().setUp()
-        (can_create,) = self.sql("select rolsuper or rolcreaterole from pg_roles where rolname = current_user")[0]
+        (can_create,) = self.sql(
+            "select rolsuper or rolcreaterole from pg_roles where rolname = current_user"
+        )[0]
         if not can_create:
             self.skipTest("the test server's user may not create roles")
         with psycopg.connect(self.url, autocommit=True) as conn, open(ROLES_SQL, encoding="utf-8") as f:
@@ -230,8 +248,13 @@ class LoginTest(InboxTest):
         """A new login role, member of roles; its URL. Dropped (with what it owns) when the test ends."""
         name = "sw_py_user_" + uuid.uuid4().hex[:12]
         password = uuid.uuid4().hex
-        self.sql(sql.SQL("create role {} login password {} in role {}").format(
-            sql.Identifier(name), sql.Literal(password), sql.SQL(", ").join(sql.Identifier(r) for r in roles)))
+        self.sql(
+            sql.SQL("create role {} login password {} in role {}").format(
+                sql.Identifier(name),
+                sql.Literal(password),
+                sql.SQL(", ").join(sql.Identifier(r) for r in roles),
+            )
+        )
 
         def drop():
             # In the test database (drop owned is per database), before it is dropped.
@@ -299,20 +322,37 @@ class LoginTest(InboxTest):
         self.grant(name, "team-a", "producer")
         a = self.client.create("ns.job.v1", namespace="team-a").id
         b = self.client.create("ns.job.v1", namespace="team-b").id
-        self.assertEqual(self.sql("select count(*) from workflow.workflow_event where workflow_id = %s", (b,))[0][0],
-                         1, "the owner sees team-b's 'created' event")
+        self.assertEqual(
+            self.sql("select count(*) from workflow.workflow_event where workflow_id = %s", (b,))[0][0],
+            1,
+            "the owner sees team-b's 'created' event",
+        )
 
         with psycopg.connect(url, autocommit=True) as conn:
             ids = {r[0] for r in conn.execute("select id::text from workflow.workflow_run").fetchall()}
             self.assertEqual(ids, {a})
-            self.assertEqual(conn.execute("select count(*) from workflow.workflow_run where id = %s",
-                                          (b,)).fetchone()[0], 0)
-            self.assertEqual(conn.execute("select count(*) from workflow.workflow_run where namespace = 'team-b'")
-                             .fetchone()[0], 0)
-            self.assertEqual(conn.execute("select count(*) from workflow.workflow_event where workflow_id = %s",
-                                          (b,)).fetchone()[0], 0)
-            self.assertEqual(conn.execute("select count(*) from workflow.workflow_event where workflow_id = %s",
-                                          (a,)).fetchone()[0], 1)
+            self.assertEqual(
+                conn.execute("select count(*) from workflow.workflow_run where id = %s", (b,)).fetchone()[0],
+                0,
+            )
+            self.assertEqual(
+                conn.execute(
+                    "select count(*) from workflow.workflow_run where namespace = 'team-b'"
+                ).fetchone()[0],
+                0,
+            )
+            self.assertEqual(
+                conn.execute(
+                    "select count(*) from workflow.workflow_event where workflow_id = %s", (b,)
+                ).fetchone()[0],
+                0,
+            )
+            self.assertEqual(
+                conn.execute(
+                    "select count(*) from workflow.workflow_event where workflow_id = %s", (a,)
+                ).fetchone()[0],
+                1,
+            )
             self.assertEqual(conn.execute(SEED_CANCEL, (b,)).rowcount, 0)
             self.assertEqual(conn.execute(SEED_CANCEL, (a,)).rowcount, 1)
         self.assertEqual(self.client.get(b).status, "pending")
@@ -331,8 +371,11 @@ class LoginTest(InboxTest):
             producer.create_many([{"type": "ns.job.v1"}], namespace="team-b")
         with self.assertRaises(PermissionDeniedError):
             producer.create("ns.job.v1", namespace="team-a", type_namespace="team-b")
-        self.assertEqual(self.sql("select count(*) from workflow.workflow_run where namespace = 'team-b'")[0][0], 1,
-                         "nothing was recorded in team-b")
+        self.assertEqual(
+            self.sql("select count(*) from workflow.workflow_run where namespace = 'team-b'")[0][0],
+            1,
+            "nothing was recorded in team-b",
+        )
 
     def test_login_bound_to_no_namespace(self):
         """A producer login bound to none records nothing: PermissionDeniedError naming the binding it lacks."""

@@ -27,8 +27,10 @@ class _OutcomeWatch(logging.Handler):
             fields = json.loads(record.getMessage())
         except ValueError:
             return
-        if fields.get("msg") in ("Run stopped", "Run result discarded: the lease was no longer held") \
-                and fields.get("attempt") == 1:
+        if (
+            fields.get("msg") in ("Run stopped", "Run result discarded: the lease was no longer held")
+            and fields.get("attempt") == 1
+        ):
             self.seen.set()
 
 
@@ -74,8 +76,9 @@ class ReclaimTest(InboxTest):
                 raise PermanentError("the other run never ran beside this one")
             return True
 
-        poller, _, _ = self.start_poller(type_prefixes=["py.reclaim."], concurrency=2, lease_duration=60,
-                                         poll_interval=0.05)
+        poller, _, _ = self.start_poller(
+            type_prefixes=["py.reclaim."], concurrency=2, lease_duration=60, poll_interval=0.05
+        )
         poller.handle("py.reclaim.a.v1", handler)
         poller.handle("py.reclaim.pair.v1", together)
         res = self.client.create("py.reclaim.a.v1", {}, retry_base_delay=0.001)
@@ -90,8 +93,11 @@ class ReclaimTest(InboxTest):
         # Both slots are free: two runs that finish only together both finish.
         ids = [self.client.create("py.reclaim.pair.v1", {}).id for _ in range(2)]
         for run_id in ids:
-            self.assertEqual(self.wait_status(run_id, "succeeded", timeout=30).attempt, 1,
-                             f"run {run_id} was retried: a slot was not freed")
+            self.assertEqual(
+                self.wait_status(run_id, "succeeded", timeout=30).attempt,
+                1,
+                f"run {run_id} was retried: a slot was not freed",
+            )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ RETRY_FAST = timedelta(milliseconds=50)
 class RunLogTest(InboxTest):
     def messages(self, run_id):
         """The run's whole log as "attempt level message" lines."""
-        return [f"{line.attempt} {line.level} {line.message}" for line in self.client.logs(run_id, limit=10000)]
+        return [
+            f"{line.attempt} {line.level} {line.message}" for line in self.client.logs(run_id, limit=10000)
+        ]
 
     def test_lines_are_kept_per_attempt_across_a_retry(self):
         # Attempt 1 logs and fails, attempt 2 logs and succeeds: each keeps
@@ -56,17 +58,26 @@ class RunLogTest(InboxTest):
             self.assertEqual(self.wait_status(run.id, "succeeded", timeout=30).attempt, 2)
 
         got = self.messages(run.id)
-        self.assertEqual(got[:3], ["1 info charging 12.50", "1 warn card declined", "2 info charging 12.50"], got)
+        self.assertEqual(
+            got[:3], ["1 info charging 12.50", "1 warn card declined", "2 info charging 12.50"], got
+        )
         self.assertEqual(len(got), 5, got)
         self.assertTrue(got[3].startswith("2 error second try\nTraceback (most recent call last):"), got[3])
         self.assertTrue(got[3].endswith("ValueError: boom"), got[3])
         self.assertEqual(got[4], "2 error a child logger's line")
         lines = self.client.logs(run.id)
-        self.assertEqual([(line.attempt, line.seq) for line in lines], [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3)])
+        self.assertEqual(
+            [(line.attempt, line.seq) for line in lines], [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3)]
+        )
         self.assertTrue(all(line.at.tzinfo is not None for line in lines))
         # Read on from a line.
-        self.assertEqual([(line.attempt, line.seq) for line in self.client.logs(run.id, after_attempt=1, after_seq=2,
-                                                                                limit=2)], [(2, 1), (2, 2)])
+        self.assertEqual(
+            [
+                (line.attempt, line.seq)
+                for line in self.client.logs(run.id, after_attempt=1, after_seq=2, limit=2)
+            ],
+            [(2, 1), (2, 2)],
+        )
         with self.assertRaises(InvalidInputError):
             self.client.logs(run.id, limit=0)
         with self.assertRaises(InvalidInputError):
@@ -75,17 +86,31 @@ class RunLogTest(InboxTest):
         def octets(attempt):
             return sum(len(line.message.encode()) for line in lines if line.attempt == attempt)
 
-        self.assertEqual(self.client.log_attempts(run.id),
-                         [AttemptLog(attempt=1, lines=2, bytes=octets(1), dropped=0, first_seq=1),
-                          AttemptLog(attempt=2, lines=3, bytes=octets(2), dropped=0, first_seq=1)])
+        self.assertEqual(
+            self.client.log_attempts(run.id),
+            [
+                AttemptLog(attempt=1, lines=2, bytes=octets(1), dropped=0, first_seq=1),
+                AttemptLog(attempt=2, lines=3, bytes=octets(2), dropped=0, first_seq=1),
+            ],
+        )
 
         # The worker's own log has every record, the debug one too, with the run's id.
         forwarded = [r for r in worker_log.records if getattr(r, "run_id", None) == run.id]
         said = [json.loads(r.getMessage()) for r in forwarded]
-        self.assertIn({"msg": "not kept: below the run log level", "worker_id": poller.worker_id, "run_id": run.id,
-                       "type": "pylogs.flaky.v1", "attempt": 1}, said)
-        self.assertEqual([(r.levelname, r.attempt) for r in forwarded if "charging" in r.getMessage()],
-                         [("INFO", 1), ("INFO", 2)])
+        self.assertIn(
+            {
+                "msg": "not kept: below the run log level",
+                "worker_id": poller.worker_id,
+                "run_id": run.id,
+                "type": "pylogs.flaky.v1",
+                "attempt": 1,
+            },
+            said,
+        )
+        self.assertEqual(
+            [(r.levelname, r.attempt) for r in forwarded if "charging" in r.getMessage()],
+            [("INFO", 1), ("INFO", 2)],
+        )
         self.assertTrue(any(r.exc_info is not None for r in forwarded), "the traceback was not forwarded")
 
     def test_a_durable_sleep_does_not_keep_lines_twice(self):
@@ -108,9 +133,13 @@ class RunLogTest(InboxTest):
         run = self.client.create("pylogs.sleepy.v1", {})
         self.wait_status(run.id, "succeeded", timeout=30)
         self.assertEqual(len(claims), 2, "the run was not parked and claimed again")
-        self.assertEqual(self.messages(run.id), ["1 info before the step, attempt 1", "1 info before the nap",
-                                                 "1 info after the nap"])
-        self.assertEqual([(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 3, 0)])
+        self.assertEqual(
+            self.messages(run.id),
+            ["1 info before the step, attempt 1", "1 info before the nap", "1 info after the nap"],
+        )
+        self.assertEqual(
+            [(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 3, 0)]
+        )
 
     def test_lines_are_sent_while_the_handler_runs(self):
         # Every log_flush_interval, not only with the outcome: the line is
@@ -127,7 +156,11 @@ class RunLogTest(InboxTest):
 
         poller.handle("pylogs.long.v1", long)
         run = self.client.create("pylogs.long.v1", {})
-        wait_for(lambda: self.messages(run.id) == ["1 info working"], timeout=15, what="the line of a running handler")
+        wait_for(
+            lambda: self.messages(run.id) == ["1 info working"],
+            timeout=15,
+            what="the line of a running handler",
+        )
         self.assertEqual(self.client.get(run.id).status, "leased")
         release.set()
         self.wait_status(run.id, "succeeded")
@@ -153,8 +186,12 @@ class RunLogTest(InboxTest):
                     failed.set()
                 return cur
 
-        poller, _, _ = self.start_poller(type_prefixes=["pyflight."], poll_interval=0.05, log_flush_interval=0.02,
-                                         connect=lambda: Slow.connect(self.url, autocommit=True))
+        poller, _, _ = self.start_poller(
+            type_prefixes=["pyflight."],
+            poll_interval=0.05,
+            log_flush_interval=0.02,
+            connect=lambda: Slow.connect(self.url, autocommit=True),
+        )
         sends = poller._log_send
         contended = threading.Event()
 
@@ -180,7 +217,9 @@ class RunLogTest(InboxTest):
             return {}
 
         poller.handle("pyflight.fail.v1", failing)
-        with self.assertLogs("simpleworkflow", level="WARNING"):  # the handler's error, in the worker's log too
+        with self.assertLogs(
+            "simpleworkflow", level="WARNING"
+        ):  # the handler's error, in the worker's log too
             run = self.client.create("pyflight.fail.v1", {}, max_attempts=2, retry_base_delay=RETRY_FAST)
             self.assertTrue(in_flight.wait(15), "the periodic send took no line")
             # The outcome's send now waits for the call in flight (or, were
@@ -189,7 +228,9 @@ class RunLogTest(InboxTest):
             go.set()
             self.assertEqual(self.wait_status(run.id, "succeeded").attempt, 2)
         self.assertEqual(self.messages(run.id), ["1 error card declined"])
-        self.assertEqual([(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 1, 0)])
+        self.assertEqual(
+            [(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 1, 0)]
+        )
 
     def test_a_failed_call_counts_its_lines_as_dropped(self):
         # The periodic send's call is refused once: its line is counted as
@@ -203,8 +244,12 @@ class RunLogTest(InboxTest):
                     raise psycopg.OperationalError("refused for the test")
                 return super().execute(query, params, **kw)
 
-        poller, _, _ = self.start_poller(type_prefixes=["pyrefused."], poll_interval=0.05, log_flush_interval=0.02,
-                                         connect=lambda: RefusingOnce.connect(self.url, autocommit=True))
+        poller, _, _ = self.start_poller(
+            type_prefixes=["pyrefused."],
+            poll_interval=0.05,
+            log_flush_interval=0.02,
+            connect=lambda: RefusingOnce.connect(self.url, autocommit=True),
+        )
 
         def handler(task):
             task.logger.info("lost in the refused call")
@@ -217,9 +262,13 @@ class RunLogTest(InboxTest):
             run = self.client.create("pyrefused.run.v1", {})
             self.wait_status(run.id, "succeeded")
         self.assertTrue(refused.is_set())
-        self.assertTrue(any("counted as dropped" in r.getMessage() for r in worker_log.records), worker_log.output)
+        self.assertTrue(
+            any("counted as dropped" in r.getMessage() for r in worker_log.records), worker_log.output
+        )
         self.assertEqual(self.messages(run.id), ["1 info sent with the outcome"])
-        self.assertEqual([(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 1, 1)])
+        self.assertEqual(
+            [(a.attempt, a.lines, a.dropped) for a in self.client.log_attempts(run.id)], [(1, 1, 1)]
+        )
 
     def test_runs_that_log_nothing_cost_no_call(self):
         # Neither the periodic send nor the outcome's calls append_run_logs
@@ -233,8 +282,12 @@ class RunLogTest(InboxTest):
                     calls.append(query)
                 return super().execute(query, params, **kw)
 
-        poller, _, _ = self.start_poller(type_prefixes=["pyquiet."], log_flush_interval=0.02, concurrency=6,
-                                         connect=lambda: Counting.connect(self.url, autocommit=True))
+        poller, _, _ = self.start_poller(
+            type_prefixes=["pyquiet."],
+            log_flush_interval=0.02,
+            concurrency=6,
+            connect=lambda: Counting.connect(self.url, autocommit=True),
+        )
 
         def quiet(task):
             task.wait(0.3)  # several periodic sends go by
@@ -270,7 +323,9 @@ class RunLogTest(InboxTest):
         run = self.client.create("pylevel.chatty.v1", {})
         self.wait_status(run.id, "succeeded")
         self.assertEqual(self.messages(run.id), ["1 debug a debug line", "1 info an info line"])
-        self.assertEqual((poller.config().run_log_level, poller.config().log_flush_interval), (logging.DEBUG, 1.0))
+        self.assertEqual(
+            (poller.config().run_log_level, poller.config().log_flush_interval), (logging.DEBUG, 1.0)
+        )
 
     def test_a_hostile_handler_harms_no_other_run(self):
         # A handler logs 200,000 lines, a 1 MiB line, a NUL and a lone
@@ -314,8 +369,10 @@ class RunLogTest(InboxTest):
         self.assertEqual(got[98:], ["1 info nul\ufffdbyte", "1 info bad \ufffd utf-8"])
         (attempt,) = self.client.log_attempts(noisy)
         self.assertEqual((attempt.attempt, attempt.lines, attempt.dropped), (1, 100, flood + 3 - 100))
-        self.assertEqual([line.seq for line in self.client.logs(noisy)],
-                         list(range(attempt.first_seq, attempt.first_seq + 100)))
+        self.assertEqual(
+            [line.seq for line in self.client.logs(noisy)],
+            list(range(attempt.first_seq, attempt.first_seq + 100)),
+        )
         self.assertTrue(thread.is_alive(), "the worker died")
 
 
@@ -328,10 +385,17 @@ class RunLogBufferTest(unittest.TestCase):
         self.assertEqual(log_text("lone \ud800 surrogate"), "lone \ufffd surrogate")
         # Undecodable bytes read with surrogateescape: one replacement a run,
         # as Go's strings.ToValidUTF8.
-        self.assertEqual(log_text(b"bad \xff\xfe utf-8".decode("utf-8", "surrogateescape")), "bad \ufffd utf-8")
+        self.assertEqual(
+            log_text(b"bad \xff\xfe utf-8".decode("utf-8", "surrogateescape")), "bad \ufffd utf-8"
+        )
         at_bound = "z" * MAX_LOG_MESSAGE_BYTES
         self.assertEqual(log_text(at_bound), at_bound)
-        for msg in ("y" * (MAX_LOG_MESSAGE_BYTES + 1), "\u00e9" * 5000, "\u20ac" * 5000, "a" + "\U0001f600" * 3000):
+        for msg in (
+            "y" * (MAX_LOG_MESSAGE_BYTES + 1),
+            "\u00e9" * 5000,
+            "\u20ac" * 5000,
+            "a" + "\U0001f600" * 3000,
+        ):
             with self.subTest(msg=msg[:3]):
                 size = len(msg.encode())
                 got = log_text(msg)
@@ -339,7 +403,7 @@ class RunLogBufferTest(unittest.TestCase):
                 self.assertTrue(got.endswith(note))
                 self.assertLessEqual(len(got.encode()), MAX_LOG_MESSAGE_BYTES)
                 self.assertGreater(len(got.encode()), MAX_LOG_MESSAGE_BYTES - len(note) - 4)
-                self.assertTrue(msg.startswith(got[:-len(note)]), "not cut at a character")
+                self.assertTrue(msg.startswith(got[: -len(note)]), "not cut at a character")
 
     def test_the_buffer_drops_the_oldest_and_counts_them(self):
         now = datetime.now(timezone.utc)
@@ -351,8 +415,10 @@ class RunLogBufferTest(unittest.TestCase):
         self.assertEqual((lines[0][2], dropped), ("line 5", 5))
         buf.settle(0)
         lines, dropped = buf.take(MAX_BUFFERED_LOG_LINES)
-        self.assertEqual((len(lines), lines[-1][2], dropped), (MAX_BUFFERED_LOG_LINES - 10,
-                                                               f"line {MAX_BUFFERED_LOG_LINES + 4}", 0))
+        self.assertEqual(
+            (len(lines), lines[-1][2], dropped),
+            (MAX_BUFFERED_LOG_LINES - 10, f"line {MAX_BUFFERED_LOG_LINES + 4}", 0),
+        )
         self.assertTrue(buf.pending(), "lines in flight are nothing to send")
         buf.settle(0)
         self.assertFalse(buf.pending())
@@ -447,8 +513,10 @@ class RunLogBufferTest(unittest.TestCase):
             t._run_log.add(now, "info", f"{t.id}{t.lease_token}")
         send_logs(poller, Holder(), [a, b, a, b_old])
         self.assertEqual([c[1] for c in calls], [["a", "b"], ["b"]])
-        self.assertEqual([(c[1], c[3], c[4], c[7]) for c in calls],
-                         [(["a", "b"], [0, 0], ["a", "b"], ["a1", "b2"]), (["b"], [0], ["b"], ["b1"])])
+        self.assertEqual(
+            [(c[1], c[3], c[4], c[7]) for c in calls],
+            [(["a", "b"], [0, 0], ["a", "b"], ["a1", "b2"]), (["b"], [0], ["b"], ["b1"])],
+        )
         self.assertTrue(a._run_log.pending())
         self.assertFalse(b._run_log.pending() or b_old._run_log.pending())
         calls.clear()

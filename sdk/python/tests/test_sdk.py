@@ -66,7 +66,6 @@ class ClientTest(InboxTest):
         self.assertEqual(self.trail(res.id), ["created", "cancelled", "retried"])
         self.assertEqual(self.client.get(bystander.id).status, "cancelled")
 
-
     def test_create_in_the_callers_transaction(self):
         # The transactional outbox: rolled back with the caller's writes (no
         # run, no event, no worker woken); committed, a worker starts it at
@@ -77,11 +76,15 @@ class ClientTest(InboxTest):
         poller.handle("outbox.ship.v1", lambda run: started.append(run.id))
         # The worker listens and its first claim has been answered: from now
         # on only a notification can wake it before a minute passes.
-        wait_for(lambda: self.sql(
-            "select count(*) filter (where query ilike 'listen%%') > 0"
-            " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
-            " from pg_stat_activity where datname = current_database()")[0][0],
-            timeout=10, what="the worker to listen and poll once")
+        wait_for(
+            lambda: self.sql(
+                "select count(*) filter (where query ilike 'listen%%') > 0"
+                " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
+                " from pg_stat_activity where datname = current_database()"
+            )[0][0],
+            timeout=10,
+            what="the worker to listen and poll once",
+        )
         with psycopg.connect(self.url) as conn:
             res = self.client.create("outbox.ship.v1", {"order": 1}, conn=conn)
             conn.execute("insert into public.shop_order values (1, %s)", (res.id,))
@@ -98,13 +101,22 @@ class ClientTest(InboxTest):
 
     def test_create_many(self):
         before = self.client.create("many.a.v1", {}, idempotency_key="k1")
-        res = self.client.create_many([
-            {"type": "many.a.v1", "payload": {"n": 1}},
-            {"type": "many.a.v1", "idempotency_key": "k1"},
-            {"type": "many.b.v1", "payload": {"n": 2}, "idempotency_key": "k2", "priority": 5, "max_attempts": 7,
-             "retry_base_delay": timedelta(seconds=1), "deadline": 3600},
-            {"type": "many.b.v1", "idempotency_key": "k2"},
-        ])
+        res = self.client.create_many(
+            [
+                {"type": "many.a.v1", "payload": {"n": 1}},
+                {"type": "many.a.v1", "idempotency_key": "k1"},
+                {
+                    "type": "many.b.v1",
+                    "payload": {"n": 2},
+                    "idempotency_key": "k2",
+                    "priority": 5,
+                    "max_attempts": 7,
+                    "retry_base_delay": timedelta(seconds=1),
+                    "deadline": 3600,
+                },
+                {"type": "many.b.v1", "idempotency_key": "k2"},
+            ]
+        )
         self.assertEqual([r.created for r in res], [True, False, True, False])
         self.assertEqual(res[1].id, before.id)
         self.assertEqual(res[3].id, res[2].id)
@@ -135,6 +147,7 @@ class ClientTest(InboxTest):
 
     def test_list_pages_in_creation_order(self):
         import base64
+
         a = [self.client.create("pylist.a.v1", {"n": i}).id for i in range(5)]
         b = [self.client.create("pylist.b_x.v1", {}).id for _ in range(2)]
         other = self.client.create("pylistx.a.v1", {}).id
@@ -161,8 +174,10 @@ class ClientTest(InboxTest):
         self.assertEqual([r.id for r in self.client.list(type_prefix="pylist._").runs], [])
         self.assertEqual([r.id for r in self.client.list(statuses=["cancelled"]).runs], [a[1]])
         self.assertEqual([r.id for r in self.client.list(statuses="cancelled").runs], [a[1]])
-        self.assertEqual([r.id for r in self.client.list(type_prefix="pylist.a.", statuses=["pending"]).runs],
-                         [a[0], *a[2:]])
+        self.assertEqual(
+            [r.id for r in self.client.list(type_prefix="pylist.a.", statuses=["pending"]).runs],
+            [a[0], *a[2:]],
+        )
         everything = self.client.list()
         self.assertEqual([r.id for r in everything.runs], a + b + [other])
         self.assertIsNone(everything.next_cursor)
@@ -171,18 +186,33 @@ class ClientTest(InboxTest):
         # Deleted runs are left out.
         self.sql("update workflow.workflow_run set deleted_at = now() where id = %s", (other,))
         self.assertNotIn(other, [r.id for r in self.client.list().runs])
-        for bad in [{"limit": 0}, {"limit": 1001}, {"after": "not a cursor"}, {"after": "%%%"},
-                    {"after": base64.urlsafe_b64encode(b"2024-01-01T00:00:00Z|nope").decode().rstrip("=")}]:
+        for bad in [
+            {"limit": 0},
+            {"limit": 1001},
+            {"after": "not a cursor"},
+            {"after": "%%%"},
+            {"after": base64.urlsafe_b64encode(b"2024-01-01T00:00:00Z|nope").decode().rstrip("=")},
+        ]:
             with self.assertRaises(InvalidInputError, msg=str(bad)):
                 self.client.list(**bad)
 
     def test_get_reads_the_run_view(self):
-        res = self.client.create("pyget.job.v1", {"a": 1}, retry_base_delay=timedelta(seconds=2),
-                                 retry_max_delay=timedelta(minutes=1), idempotency_key="g1", priority=7)
+        res = self.client.create(
+            "pyget.job.v1",
+            {"a": 1},
+            retry_base_delay=timedelta(seconds=2),
+            retry_max_delay=timedelta(minutes=1),
+            idempotency_key="g1",
+            priority=7,
+        )
         run = self.client.get(res.id)
-        self.assertEqual((run.type, run.payload, run.priority, run.idempotency_key, run.status),
-                         ("pyget.job.v1", {"a": 1}, 7, "g1", "pending"))
-        self.assertEqual((run.retry_base_delay, run.retry_max_delay), (timedelta(seconds=2), timedelta(minutes=1)))
+        self.assertEqual(
+            (run.type, run.payload, run.priority, run.idempotency_key, run.status),
+            ("pyget.job.v1", {"a": 1}, 7, "g1", "pending"),
+        )
+        self.assertEqual(
+            (run.retry_base_delay, run.retry_max_delay), (timedelta(seconds=2), timedelta(minutes=1))
+        )
         self.assertIsNone(run.started_at)
         self.assertIsNone(run.deleted_at)
         with self.assertRaises(InvalidInputError):
@@ -199,23 +229,32 @@ class ClientTest(InboxTest):
         # it is recorded, so only that follow-up claim can find it before the
         # poll interval (a minute).
         from simpleworkflow import poller as poller_module
+
         saved = poller_module.WAKE_FOLLOW_UP
         poller_module.WAKE_FOLLOW_UP = 2.0
         self.addCleanup(setattr, poller_module, "WAKE_FOLLOW_UP", saved)
         started = []
         poller, _, _ = self.start_poller(type_prefixes=["follow."], worker_id="py-follow", poll_interval=60)
         poller.handle("follow.up.v1", lambda run: started.append(run.id))
-        wait_for(lambda: self.sql(
-            "select count(*) filter (where query ilike 'listen%%') > 0"
-            " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
-            " from pg_stat_activity where datname = current_database()")[0][0],
-            timeout=10, what="the worker to listen and poll once")
+        wait_for(
+            lambda: self.sql(
+                "select count(*) filter (where query ilike 'listen%%') > 0"
+                " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
+                " from pg_stat_activity where datname = current_database()"
+            )[0][0],
+            timeout=10,
+            what="the worker to listen and poll once",
+        )
         key = "hashtext('workflow_run_created:' || %s), hashtext(%s)"
         with psycopg.connect(self.url, autocommit=True) as holder:
             holder.execute(f"select pg_advisory_lock({key})", ("follow.up.v1", "follow.up.v1"))
-            res = self.client.create("follow.up.v1", {}, run_at=datetime.now(timezone.utc) + timedelta(seconds=1))
-            holder.execute(f"select pg_notify('workflow_run_created', %s), pg_advisory_unlock({key})",
-                           ("follow.up.v1", "follow.up.v1", "follow.up.v1"))
+            res = self.client.create(
+                "follow.up.v1", {}, run_at=datetime.now(timezone.utc) + timedelta(seconds=1)
+            )
+            holder.execute(
+                f"select pg_notify('workflow_run_created', %s), pg_advisory_unlock({key})",
+                ("follow.up.v1", "follow.up.v1", "follow.up.v1"),
+            )
         wait_for(lambda: started == [res.id], timeout=20, what="the follow-up claim to start the run")
 
     def test_signal_in_the_callers_transaction(self):
@@ -232,25 +271,70 @@ class ClientTest(InboxTest):
 class PollerConfigTest(unittest.TestCase):
     def test_names_defaults_and_config(self):
         import simpleworkflow as sw
+
         self.assertIs(sw.IntentPoller, sw.Poller)
         self.assertIs(sw.RunContext, sw.Task)
         cfg = sw.Poller("postgres://unused").config()
-        self.assertEqual((cfg.lease_duration, cfg.concurrency, cfg.poll_interval, cfg.claim_batch_size,
-                          cfg.shutdown_grace_period, cfg.reap_interval, cfg.heartbeat_interval, cfg.runtime),
-                         (30, 10, 1, 100, 20, 5, 10, "python"))
-        self.assertEqual((sw.DEFAULT_LEASE_SECONDS, sw.DEFAULT_CONCURRENCY, sw.DEFAULT_POLL_INTERVAL_SECONDS,
-                          sw.DEFAULT_CLAIM_BATCH_SIZE, sw.DEFAULT_SHUTDOWN_GRACE_SECONDS,
-                          sw.DEFAULT_REAP_INTERVAL_SECONDS), (30, 10, 1, 100, 20, 5))
-        cfg = sw.Poller("postgres://unused", ["a."], lease_duration=6, worker_id="w", concurrency=3,
-                        claim_batch_size=7, heartbeat_interval=1.5).config()
-        self.assertEqual(cfg, sw.PollerConfig(type_prefixes=("a.",), lease_duration=6, worker_id="w",
-                                              runtime="python", concurrency=3, heartbeat_interval=1.5,
-                                              poll_interval=1, shutdown_grace_period=20, reap_interval=5,
-                                              claim_batch_size=7))
-        for bad in [{"lease_duration": 0.5}, {"concurrency": 0}, {"claim_batch_size": 0},
-                    {"claim_batch_size": 1001}, {"heartbeat_interval": 30}, {"runtime": "ruby"},
-                    {"type_prefixes": ["%"]}, {"type_prefixes": [""]}, {"worker_id": "w" * 201},
-                    {"poll_interval": -1}]:
+        self.assertEqual(
+            (
+                cfg.lease_duration,
+                cfg.concurrency,
+                cfg.poll_interval,
+                cfg.claim_batch_size,
+                cfg.shutdown_grace_period,
+                cfg.reap_interval,
+                cfg.heartbeat_interval,
+                cfg.runtime,
+            ),
+            (30, 10, 1, 100, 20, 5, 10, "python"),
+        )
+        self.assertEqual(
+            (
+                sw.DEFAULT_LEASE_SECONDS,
+                sw.DEFAULT_CONCURRENCY,
+                sw.DEFAULT_POLL_INTERVAL_SECONDS,
+                sw.DEFAULT_CLAIM_BATCH_SIZE,
+                sw.DEFAULT_SHUTDOWN_GRACE_SECONDS,
+                sw.DEFAULT_REAP_INTERVAL_SECONDS,
+            ),
+            (30, 10, 1, 100, 20, 5),
+        )
+        cfg = sw.Poller(
+            "postgres://unused",
+            ["a."],
+            lease_duration=6,
+            worker_id="w",
+            concurrency=3,
+            claim_batch_size=7,
+            heartbeat_interval=1.5,
+        ).config()
+        self.assertEqual(
+            cfg,
+            sw.PollerConfig(
+                type_prefixes=("a.",),
+                lease_duration=6,
+                worker_id="w",
+                runtime="python",
+                concurrency=3,
+                heartbeat_interval=1.5,
+                poll_interval=1,
+                shutdown_grace_period=20,
+                reap_interval=5,
+                claim_batch_size=7,
+            ),
+        )
+        for bad in [
+            {"lease_duration": 0.5},
+            {"concurrency": 0},
+            {"claim_batch_size": 0},
+            {"claim_batch_size": 1001},
+            {"heartbeat_interval": 30},
+            {"runtime": "ruby"},
+            {"type_prefixes": ["%"]},
+            {"type_prefixes": [""]},
+            {"worker_id": "w" * 201},
+            {"poll_interval": -1},
+        ]:
             with self.assertRaises(InvalidInputError, msg=str(bad)):
                 sw.Poller("postgres://unused", **bad)
         with self.assertRaises(InvalidInputError):
@@ -290,8 +374,10 @@ class PollerTest(InboxTest):
         ok = self.client.create("py.flaky.v1", {}, retry_base_delay=timedelta(hours=1))
         # The failed first attempt makes the run pending again after its
         # backoff, on the database clock: attempt² × base plus up to 10 %.
-        retried = wait_for(lambda: (r := self.client.get(ok.id)).status == "pending" and r.attempt == 1 and r,
-                           what="the first attempt to fail")
+        retried = wait_for(
+            lambda: (r := self.client.get(ok.id)).status == "pending" and r.attempt == 1 and r,
+            what="the first attempt to fail",
+        )
         backoff = retried.run_at - self.clock_now()
         self.assertTrue(timedelta(minutes=59) < backoff <= timedelta(hours=1.1), f"backoff {backoff}")
         # Within the backoff the poller claims a newer run and leaves this one
@@ -327,7 +413,9 @@ class PollerTest(InboxTest):
         at = time.monotonic()
         self.client.cancel(res.id)
         wait_for(lambda: "reason" in seen, what="the handler to stop")
-        self.assertLess(time.monotonic() - at, 1.5, "not stopped within one heartbeat (1s) and its round trip")
+        self.assertLess(
+            time.monotonic() - at, 1.5, "not stopped within one heartbeat (1s) and its round trip"
+        )
         self.assertEqual(seen["reason"], "run cancelled")
         self.assertTrue(seen["is_cancelled"])
         time.sleep(0.3)
@@ -393,24 +481,41 @@ class PollerTest(InboxTest):
 
     def test_runtime_routing_follows_the_registry(self):
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute("insert into workflow.workflow_registry (workflow_name, runtime) values ('py.go_only.v1', 'go')")
+            conn.execute(
+                "insert into workflow.workflow_registry (workflow_name, runtime) values ('py.go_only.v1', 'go')"
+            )
         poller, _, _ = self.start_poller(type_prefixes=["py."])
         poller.handle("py.go_only.v1", lambda run: {})
         poller.handle("py.any.v1", lambda run: {})
         go_only = self.client.create("py.go_only.v1", {})
         anyrun = self.client.create("py.any.v1", {})
-        wait_for(lambda: self.client.get(anyrun.id).status == "succeeded", what="the unregistered type to run")
+        wait_for(
+            lambda: self.client.get(anyrun.id).status == "succeeded", what="the unregistered type to run"
+        )
         self.assertEqual(self.client.get(go_only.id).status, "pending")
 
     def test_example_worker_process_stops_gracefully_on_sigterm(self):
         worker = subprocess.Popen(
-            [sys.executable, os.path.join(support.ROOT, "sdk", "python", "examples", "example_worker.py"),
-             "--database-url", self.url, "--worker-id", "py-proc", "--shutdown-grace-period", "0.5"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                os.path.join(support.ROOT, "sdk", "python", "examples", "example_worker.py"),
+                "--database-url",
+                self.url,
+                "--worker-id",
+                "py-proc",
+                "--shutdown-grace-period",
+                "0.5",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.addCleanup(lambda: worker.poll() is None and worker.kill())
         echo = self.client.create("demo.echo.v1", {"x": 1})
         wait_for(lambda: self.client.get(echo.id).status == "succeeded", what="demo.echo.v1")
-        fail = self.client.create("demo.fail.v1", {"failTimes": 1}, retry_base_delay=timedelta(milliseconds=100))
+        fail = self.client.create(
+            "demo.fail.v1", {"failTimes": 1}, retry_base_delay=timedelta(milliseconds=100)
+        )
         wait_for(lambda: self.client.get(fail.id).status == "succeeded", what="demo.fail.v1")
         self.assertEqual(self.client.get(fail.id).attempt, 2)
         sleep = self.client.create("demo.sleep.v1", {"seconds": 60})
@@ -421,6 +526,7 @@ class PollerTest(InboxTest):
         run = self.client.get(sleep.id)
         self.assertEqual((run.status, run.attempt), ("pending", 0), out)
         self.assertIn('"msg": "Run handed back"', out)
+
         # What the handlers logged through task.logger is kept with their
         # runs, per attempt (that of a run handed back too), and in the
         # worker's own log with the run's id.
@@ -428,12 +534,19 @@ class PollerTest(InboxTest):
             return [(line.attempt, line.level, line.message) for line in self.client.logs(run_id)]
 
         self.assertEqual(logged(echo.id), [(1, "info", "echoing 1 keys")])
-        self.assertEqual(logged(fail.id), [(1, "warn", "failing as planned: attempt 1 of 1"),
-                                           (2, "info", "succeeding at attempt 2")])
-        self.assertEqual(logged(sleep.id), [(1, "info", "sleeping 60 seconds"),
-                                            (1, "warn", "sleep interrupted: worker shutting down")])
-        self.assertIn(f'{{"msg": "echoing 1 keys", "worker_id": "py-proc", "run_id": "{echo.id}", '
-                      '"type": "demo.echo.v1", "attempt": 1}', out)
+        self.assertEqual(
+            logged(fail.id),
+            [(1, "warn", "failing as planned: attempt 1 of 1"), (2, "info", "succeeding at attempt 2")],
+        )
+        self.assertEqual(
+            logged(sleep.id),
+            [(1, "info", "sleeping 60 seconds"), (1, "warn", "sleep interrupted: worker shutting down")],
+        )
+        self.assertIn(
+            f'{{"msg": "echoing 1 keys", "worker_id": "py-proc", "run_id": "{echo.id}", '
+            '"type": "demo.echo.v1", "attempt": 1}',
+            out,
+        )
 
 
 if __name__ == "__main__":

@@ -52,9 +52,11 @@ class WithoutOpenTelemetryTest(unittest.TestCase):
 
 class LeaseFenceTest(InboxTest):
     def test_the_fence_a_span_carries_is_the_one_the_database_keeps(self):
-        for token in (1, -1, 2**62 + 5, -2**63, 2**63 - 1):
-            self.assertEqual(tracing.lease_fence(token),
-                             self.sql("select workflow.lease_fence(%s::bigint)", (token,))[0][0])
+        for token in (1, -1, 2**62 + 5, -(2**63), 2**63 - 1):
+            self.assertEqual(
+                tracing.lease_fence(token),
+                self.sql("select workflow.lease_fence(%s::bigint)", (token,))[0][0],
+            )
 
 
 @unittest.skipIf(otel_trace is None, "opentelemetry is not installed")
@@ -84,13 +86,16 @@ class SpansTest(InboxTest):
                 raise RuntimeError("retry me")
             return {"ok": True}
 
-        poller, _, _ = self.start_poller(type_prefixes=["pyspan."], worker_id="py-spans",
-                                         tracer_provider=self.provider)
+        poller, _, _ = self.start_poller(
+            type_prefixes=["pyspan."], worker_id="py-spans", tracer_provider=self.provider
+        )
         poller.handle("pyspan.job.v1", handler)
         res = self.client.create("pyspan.job.v1", {}, traceparent=TP, retry_base_delay=RETRY_FAST)
         self.wait_status(res.id, "succeeded")
-        attempts = wait_for(lambda: len(a := self.spans("simpleworkflow.attempt pyspan.job.v1")) == 2 and a,
-                            what="two attempt spans")
+        attempts = wait_for(
+            lambda: len(a := self.spans("simpleworkflow.attempt pyspan.job.v1")) == 2 and a,
+            what="two attempt spans",
+        )
         first, second = sorted(attempts, key=lambda s: s.attributes[tracing.ATTR_ATTEMPT])
         for span, attempt in ((first, 1), (second, 2)):
             self.assertEqual(span.kind, otel_trace.SpanKind.CONSUMER)
@@ -100,15 +105,35 @@ class SpansTest(InboxTest):
             self.assertEqual((link.trace_id, link.span_id), (int(TP[3:35], 16), int(TP[36:52], 16)))
             self.assertNotEqual(span.context.trace_id, link.trace_id)
             attrs = dict(span.attributes)
-            self.assertEqual({k: attrs[k] for k in (
-                "messaging.system", "messaging.operation.type", "messaging.destination.name",
-                "messaging.message.id", tracing.ATTR_RUN_ID, tracing.ATTR_RUN_TYPE, tracing.ATTR_ATTEMPT,
-                tracing.ATTR_MAX_ATTEMPTS, tracing.ATTR_WORKER_ID, tracing.ATTR_JOURNAL)}, {
-                "messaging.system": "simpleworkflow", "messaging.operation.type": "process",
-                "messaging.destination.name": "pyspan.job.v1", "messaging.message.id": res.id,
-                "simpleworkflow.run.id": res.id, "simpleworkflow.run.type": "pyspan.job.v1",
-                "simpleworkflow.run.attempt": attempt, "simpleworkflow.run.max_attempts": 3,
-                "simpleworkflow.worker.id": "py-spans", "simpleworkflow.run.journal_entries": attempt - 1})
+            self.assertEqual(
+                {
+                    k: attrs[k]
+                    for k in (
+                        "messaging.system",
+                        "messaging.operation.type",
+                        "messaging.destination.name",
+                        "messaging.message.id",
+                        tracing.ATTR_RUN_ID,
+                        tracing.ATTR_RUN_TYPE,
+                        tracing.ATTR_ATTEMPT,
+                        tracing.ATTR_MAX_ATTEMPTS,
+                        tracing.ATTR_WORKER_ID,
+                        tracing.ATTR_JOURNAL,
+                    )
+                },
+                {
+                    "messaging.system": "simpleworkflow",
+                    "messaging.operation.type": "process",
+                    "messaging.destination.name": "pyspan.job.v1",
+                    "messaging.message.id": res.id,
+                    "simpleworkflow.run.id": res.id,
+                    "simpleworkflow.run.type": "pyspan.job.v1",
+                    "simpleworkflow.run.attempt": attempt,
+                    "simpleworkflow.run.max_attempts": 3,
+                    "simpleworkflow.worker.id": "py-spans",
+                    "simpleworkflow.run.journal_entries": attempt - 1,
+                },
+            )
             self.assertIsInstance(attrs[tracing.ATTR_LEASE_FENCE], int)
             self.assertNotIn("simpleworkflow.lease.token", attrs)
         self.assertEqual(first.attributes["simpleworkflow.outcome"], "retrying")
@@ -120,31 +145,50 @@ class SpansTest(InboxTest):
         self.assertEqual(second.status.status_code, otel_trace.StatusCode.OK)
 
         # The durable calls and the handler's own spans are children of the attempt.
-        steps = sorted(self.spans("simpleworkflow.step charge"),
-                       key=lambda s: s.attributes[tracing.ATTR_ATTEMPT])
+        steps = sorted(
+            self.spans("simpleworkflow.step charge"), key=lambda s: s.attributes[tracing.ATTR_ATTEMPT]
+        )
         self.assertEqual(len(steps), 2)
         for step, attempt, replayed in ((steps[0], first, False), (steps[1], second, True)):
             self.assertEqual(step.parent.span_id, attempt.context.span_id)
             self.assertEqual(step.context.trace_id, attempt.context.trace_id)
             self.assertEqual(step.kind, otel_trace.SpanKind.INTERNAL)
-            self.assertEqual({k: step.attributes[k] for k in (
-                "simpleworkflow.step.name", "simpleworkflow.step.kind", "simpleworkflow.step.position",
-                "simpleworkflow.step.replayed", "simpleworkflow.run.id")},
-                {"simpleworkflow.step.name": "charge", "simpleworkflow.step.kind": "step",
-                 "simpleworkflow.step.position": 0, "simpleworkflow.step.replayed": replayed,
-                 "simpleworkflow.run.id": res.id})
+            self.assertEqual(
+                {
+                    k: step.attributes[k]
+                    for k in (
+                        "simpleworkflow.step.name",
+                        "simpleworkflow.step.kind",
+                        "simpleworkflow.step.position",
+                        "simpleworkflow.step.replayed",
+                        "simpleworkflow.run.id",
+                    )
+                },
+                {
+                    "simpleworkflow.step.name": "charge",
+                    "simpleworkflow.step.kind": "step",
+                    "simpleworkflow.step.position": 0,
+                    "simpleworkflow.step.replayed": replayed,
+                    "simpleworkflow.run.id": res.id,
+                },
+            )
         own = self.spans("handler.own")
-        self.assertEqual(sorted(s.parent.span_id for s in own),
-                         sorted(a.context.span_id for a in (first, second)))
+        self.assertEqual(
+            sorted(s.parent.span_id for s in own), sorted(a.context.span_id for a in (first, second))
+        )
 
     def test_a_parked_attempt_and_its_sleep(self):
         poller, _, _ = self.start_poller(type_prefixes=["pyspan."], tracer_provider=self.provider)
         poller.handle("pyspan.nap.v1", lambda task: task.sleep("nap", 0.3) or {"slept": True})
         res = self.client.create("pyspan.nap.v1", {})
         self.wait_status(res.id, "succeeded")
-        attempts = wait_for(lambda: len(a := self.spans("simpleworkflow.attempt pyspan.nap.v1")) == 2 and a,
-                            what="two attempt spans")
-        self.assertEqual(sorted(a.attributes["simpleworkflow.outcome"] for a in attempts), ["parked", "succeeded"])
+        attempts = wait_for(
+            lambda: len(a := self.spans("simpleworkflow.attempt pyspan.nap.v1")) == 2 and a,
+            what="two attempt spans",
+        )
+        self.assertEqual(
+            sorted(a.attributes["simpleworkflow.outcome"] for a in attempts), ["parked", "succeeded"]
+        )
         sleeps = self.spans("simpleworkflow.sleep nap")
         parked = [s for s in sleeps if s.attributes.get("simpleworkflow.step.parked")]
         self.assertEqual(len(parked), 1)

@@ -32,7 +32,9 @@ RETRY_FAST = timedelta(milliseconds=100)
 
 #: The table the steps' bodies write to. It has no unique key on purpose: a
 #: write made twice shows as two rows.
-LEDGER_DDL = "create table public.step_tx_ledger (run_id uuid not null, step text not null, attempt int not null)"
+LEDGER_DDL = (
+    "create table public.step_tx_ledger (run_id uuid not null, step text not null, attempt int not null)"
+)
 
 #: How many times the worker process ran the transfer body, counted outside its transaction.
 BODIES_DDL = """create table public.step_tx_bodies (
@@ -48,13 +50,18 @@ def transfer_handler(connect):
 
     def count(run_id):
         with connect() as conn:
-            conn.execute("insert into public.step_tx_bodies (run_id, step, n) values (%s, 'transfer', 1) "
-                         "on conflict (run_id, step) do update set n = step_tx_bodies.n + 1", (run_id,))
+            conn.execute(
+                "insert into public.step_tx_bodies (run_id, step, n) values (%s, 'transfer', 1) "
+                "on conflict (run_id, step) do update set n = step_tx_bodies.n + 1",
+                (run_id,),
+            )
 
     def handle(run):
         def body(conn):
-            conn.execute("insert into public.step_tx_ledger (run_id, step, attempt) values (%s, 'transfer', %s)",
-                         (run.id, run.attempt))
+            conn.execute(
+                "insert into public.step_tx_ledger (run_id, step, attempt) values (%s, 'transfer', %s)",
+                (run.id, run.attempt),
+            )
             count(run.id)  # after the write
             if run.attempt == 1 and run.payload.get("holdInBody"):
                 run.wait(60)
@@ -74,8 +81,13 @@ def worker_main(url, worker_id):
     def connect():
         return psycopg.connect(url, autocommit=True, application_name=worker_id, connect_timeout=10)
 
-    poller = Poller(type_prefixes=["py.transfer."], worker_id=worker_id, poll_interval=0.1,
-                    shutdown_grace_period=0.5, connect=connect)
+    poller = Poller(
+        type_prefixes=["py.transfer."],
+        worker_id=worker_id,
+        poll_interval=0.1,
+        shutdown_grace_period=0.5,
+        connect=connect,
+    )
     poller.handle("py.transfer.v1", transfer_handler(connect))
     poller.run()
 
@@ -91,13 +103,17 @@ class StepTxTest(InboxTest):
     def ledger(self, run_id):
         """{step: [attempt, ...]} of the run's ledger rows."""
         rows = {}
-        for step, attempt in self.sql("select step, attempt from public.step_tx_ledger where run_id = %s "
-                                      "order by step, attempt", (run_id,)):
+        for step, attempt in self.sql(
+            "select step, attempt from public.step_tx_ledger where run_id = %s " "order by step, attempt",
+            (run_id,),
+        ):
             rows.setdefault(step, []).append(attempt)
         return rows
 
     def journal(self, run_id):
-        return [(s.name, s.position, s.kind, s.outcome, s.output, s.attempt) for s in self.client.steps(run_id)]
+        return [
+            (s.name, s.position, s.kind, s.outcome, s.output, s.attempt) for s in self.client.steps(run_id)
+        ]
 
     def test_writes_once_across_retries(self):
         """A retried attempt replays a committed step without running its body; a body that raises
@@ -108,12 +124,16 @@ class StepTxTest(InboxTest):
         def handler(run):
             def debit(conn):
                 runs["debit"] += 1
-                conn.execute("insert into public.step_tx_ledger values (%s, 'debit', %s)", (run.id, run.attempt))
+                conn.execute(
+                    "insert into public.step_tx_ledger values (%s, 'debit', %s)", (run.id, run.attempt)
+                )
                 return 42
 
             def credit(conn):
                 runs["credit"] += 1
-                conn.execute("insert into public.step_tx_ledger values (%s, 'credit', %s)", (run.id, run.attempt))
+                conn.execute(
+                    "insert into public.step_tx_ledger values (%s, 'credit', %s)", (run.id, run.attempt)
+                )
                 if run.attempt == 1:
                     raise RuntimeError("the credit body fails after its write")
                 return "ok"
@@ -130,8 +150,9 @@ class StepTxTest(InboxTest):
         self.assertEqual((run.attempt, run.result), (3, {"n": 42, "c": "ok"}))
         self.assertEqual(runs, {"debit": 1, "credit": 2}, "debit's body ran again, or credit's did not retry")
         self.assertEqual(self.ledger(res.id), {"debit": [1], "credit": [2]})
-        self.assertEqual(self.journal(res.id), [("debit", 0, "step", "ok", 42, 1),
-                                                ("credit", 1, "step", "ok", "ok", 2)])
+        self.assertEqual(
+            self.journal(res.id), [("debit", 0, "step", "ok", 42, 1), ("credit", 1, "step", "ok", "ok", 2)]
+        )
 
     def test_lease_lost_commits_nothing(self):
         """A worker that lost its lease while the body ran commits nothing: the body's write is rolled
@@ -145,7 +166,9 @@ class StepTxTest(InboxTest):
         def handler(run):
             def debit(conn):
                 runs["debit"] += 1
-                conn.execute("insert into public.step_tx_ledger values (%s, 'debit', %s)", (run.id, run.attempt))
+                conn.execute(
+                    "insert into public.step_tx_ledger values (%s, 'debit', %s)", (run.id, run.attempt)
+                )
                 if run.attempt == 1:
                     in_body.set()
                     release.wait(30)
@@ -172,7 +195,9 @@ class StepTxTest(InboxTest):
         self.assertEqual(err.reason, "lease lost")
         run = self.wait_status(res.id, "succeeded", timeout=30)
         self.assertEqual((run.attempt, run.result), (2, {"done": True}))
-        self.assertEqual(self.ledger(res.id), {"debit": [2]}, "the write of the attempt without the lease stayed")
+        self.assertEqual(
+            self.ledger(res.id), {"debit": [2]}, "the write of the attempt without the lease stayed"
+        )
         self.assertEqual(runs["debit"], 2)
         self.assertEqual(self.journal(res.id), [("debit", 0, "step", "ok", 1, 2)])
 
@@ -183,11 +208,15 @@ class StepTxTest(InboxTest):
 
         def handler(run):
             def body(conn):
-                conn.execute("insert into public.step_tx_ledger values (%s, 'pick', %s)", (run.id, run.attempt))
+                conn.execute(
+                    "insert into public.step_tx_ledger values (%s, 'pick', %s)", (run.id, run.attempt)
+                )
                 # Another writer holding the same lease journals the step first.
-                self.sql("select status from workflow.record_steps(%s, %s::uuid[], %s::bigint[], %s::text[], "
-                         "%s::int[], %s::jsonb[])",
-                         (run.worker_id, [run.id], [run.lease_token], ["pick"], [0], ['{"by": "twin"}']))
+                self.sql(
+                    "select status from workflow.record_steps(%s, %s::uuid[], %s::bigint[], %s::text[], "
+                    "%s::int[], %s::jsonb[])",
+                    (run.worker_id, [run.id], [run.lease_token], ["pick"], [0], ['{"by": "twin"}']),
+                )
                 return {"by": "body"}
 
             return {"pick": run.step_tx("pick", body)}
@@ -206,7 +235,9 @@ class StepTxTest(InboxTest):
 
         def handler(run):
             def write(conn, step):
-                conn.execute("insert into public.step_tx_ledger values (%s, %s, %s)", (run.id, step, run.attempt))
+                conn.execute(
+                    "insert into public.step_tx_ledger values (%s, %s, %s)", (run.id, step, run.attempt)
+                )
 
             def commits(conn):
                 write(conn, "commit-call")
@@ -238,10 +269,21 @@ class StepTxTest(InboxTest):
         res = self.client.create("py.txmisuse.v1", {})
         result = self.wait_status(res.id, "succeeded").result
         self.assertEqual(result["a"][0], "ProgrammingError")
-        self.assertEqual(result["b"], ["PermanentError", 'step "b": the step\'s function ended its transaction; '
-                                                         "it must not commit or roll back"])
-        self.assertEqual(result["c"], ["PermanentError", 'step "c": the step\'s function rolled back its '
-                                                         "transaction; it must not commit or roll back"])
+        self.assertEqual(
+            result["b"],
+            [
+                "PermanentError",
+                'step "b": the step\'s function ended its transaction; ' "it must not commit or roll back",
+            ],
+        )
+        self.assertEqual(
+            result["c"],
+            [
+                "PermanentError",
+                'step "c": the step\'s function rolled back its '
+                "transaction; it must not commit or roll back",
+            ],
+        )
         self.assertEqual(result["d"][0], "PermanentError")
         self.assertIn("not JSON-serialisable", result["d"][1])
         self.assertEqual(result["ok"], "fine")
@@ -280,16 +322,34 @@ class ReplayTest(unittest.TestCase):
         def no_connection():
             raise AssertionError("a replay opened a connection")
 
-        task = Task("00000000-0000-0000-0000-000000000001", "py.replay.v1", {}, 2, 3, "worker",
-                    lease_token=7, connect=no_connection, tracing=traced, span=object(),
-                    journal=[{"name": "pay", "position": 0, "kind": "step", "outcome": "ok", "output": {"id": 9}}])
+        task = Task(
+            "00000000-0000-0000-0000-000000000001",
+            "py.replay.v1",
+            {},
+            2,
+            3,
+            "worker",
+            lease_token=7,
+            connect=no_connection,
+            tracing=traced,
+            span=object(),
+            journal=[{"name": "pay", "position": 0, "kind": "step", "outcome": "ok", "output": {"id": 9}}],
+        )
 
         def body(conn):
             raise AssertionError("a replay called the body")
 
         self.assertEqual(task.step_tx("pay", body), {"id": 9})
-        self.assertEqual(traced.spans, [("step", "pay", {
-            tracing.ATTR_STEP_POS: 0, tracing.ATTR_REPLAYED: True, tracing.ATTR_STEP_TX: True})])
+        self.assertEqual(
+            traced.spans,
+            [
+                (
+                    "step",
+                    "pay",
+                    {tracing.ATTR_STEP_POS: 0, tracing.ATTR_REPLAYED: True, tracing.ATTR_STEP_TX: True},
+                )
+            ],
+        )
         self.assertEqual(tracing.ATTR_STEP_TX, "simpleworkflow.step.transactional")
 
 
@@ -304,8 +364,11 @@ class WorkerKilledTest(InboxTest):
     def worker(self, worker_id):
         log = tempfile.TemporaryFile(mode="w+")
         self.addCleanup(log.close)
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "worker", self.url, worker_id],
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "worker", self.url, worker_id],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
         def stop():
             if proc.poll() is None:
@@ -320,10 +383,14 @@ class WorkerKilledTest(InboxTest):
         return proc
 
     def sessions(self, worker_id):
-        return self.sql("select count(*) from pg_stat_activity where application_name = %s", (worker_id,))[0][0]
+        return self.sql("select count(*) from pg_stat_activity where application_name = %s", (worker_id,))[0][
+            0
+        ]
 
     def bodies(self, run_id):
-        return self.sql("select coalesce(sum(n), 0) from public.step_tx_bodies where run_id = %s", (run_id,))[0][0]
+        return self.sql("select coalesce(sum(n), 0) from public.step_tx_bodies where run_id = %s", (run_id,))[
+            0
+        ][0]
 
     def kill_and_finish(self, name, payload, at, bodies, survivor, hold_journal=False):
         lock = psycopg.connect(self.url, autocommit=True)
@@ -332,7 +399,9 @@ class WorkerKilledTest(InboxTest):
             # The journal write waits, after inserting the step's entry, on a
             # lock the test holds: the worker has written its ledger row and
             # its journal entry and has not sent its commit.
-            with open(os.path.join(support.ROOT, "testdata", "steptx", "hold_journal.sql"), encoding="utf-8") as f:
+            with open(
+                os.path.join(support.ROOT, "testdata", "steptx", "hold_journal.sql"), encoding="utf-8"
+            ) as f:
                 self.sql(f.read())
             lock.execute("select pg_advisory_lock(0, 4242)")
         first_id, second_id = f"{name}-a", f"{name}-b"
@@ -347,42 +416,65 @@ class WorkerKilledTest(InboxTest):
             lock.execute("select pg_advisory_unlock(0, 4242)")
         wait_for(lambda: self.sessions(first_id) == 0, timeout=30, what="the killed worker's sessions to end")
         # Its lease runs out (sooner than waiting for it) and is reaped.
-        self.sql("update workflow.workflow_run set lease_until = now() - interval '1 second' "
-                 "where id = %s and status = 'leased'", (res.id,))
+        self.sql(
+            "update workflow.workflow_run set lease_until = now() - interval '1 second' "
+            "where id = %s and status = 'leased'",
+            (res.id,),
+        )
         self.sql("select workflow.reap_expired_leases(10)")
         self.worker(second_id)
         run = self.wait_status(res.id, "succeeded", timeout=60)
         self.assertEqual((run.attempt, run.leased_by), (2, second_id))
         self.assertEqual(run.result, {"transfer": {"attempt": survivor}})
-        self.assertEqual(self.sql("select attempt from public.step_tx_ledger where run_id = %s", (res.id,)),
-                         [(survivor,)], f"want exactly one ledger row, from attempt {survivor}")
+        self.assertEqual(
+            self.sql("select attempt from public.step_tx_ledger where run_id = %s", (res.id,)),
+            [(survivor,)],
+            f"want exactly one ledger row, from attempt {survivor}",
+        )
         self.assertEqual(self.bodies(res.id), bodies)
         self.assertEqual([(s.name, s.attempt) for s in self.client.steps(res.id)], [("transfer", survivor)])
 
     def test_killed_inside_the_body_after_its_write(self):
         self.kill_and_finish(
-            "tx-kill-body", {"holdInBody": True},
+            "tx-kill-body",
+            {"holdInBody": True},
             at=lambda run_id: wait_for(lambda: self.bodies(run_id) == 1, timeout=30, what="the body's write"),
-            bodies=2, survivor=2)
+            bodies=2,
+            survivor=2,
+        )
 
     def test_killed_between_the_journal_write_and_the_commit(self):
         def waiting(run_id):
-            return self.sql("select count(*) from pg_locks l join pg_stat_activity a using (pid) "
-                            "where l.locktype = 'advisory' and not l.granted and l.objid = 4242 "
-                            "and a.application_name = 'tx-kill-journal-a'")[0][0] == 1
+            return (
+                self.sql(
+                    "select count(*) from pg_locks l join pg_stat_activity a using (pid) "
+                    "where l.locktype = 'advisory' and not l.granted and l.objid = 4242 "
+                    "and a.application_name = 'tx-kill-journal-a'"
+                )[0][0]
+                == 1
+            )
 
         self.kill_and_finish(
-            "tx-kill-journal", {}, hold_journal=True,
-            at=lambda run_id: wait_for(lambda: waiting(run_id), timeout=30,
-                                       what="the journal write to wait on the lock"),
-            bodies=2, survivor=2)
+            "tx-kill-journal",
+            {},
+            hold_journal=True,
+            at=lambda run_id: wait_for(
+                lambda: waiting(run_id), timeout=30, what="the journal write to wait on the lock"
+            ),
+            bodies=2,
+            survivor=2,
+        )
 
     def test_killed_after_the_commit_before_the_outcome(self):
         self.kill_and_finish(
-            "tx-kill-commit", {"holdAfterStep": True},
-            at=lambda run_id: wait_for(lambda: len(self.client.steps(run_id)) == 1, timeout=30,
-                                       what="the step to be journaled"),
-            bodies=1, survivor=1)
+            "tx-kill-commit",
+            {"holdAfterStep": True},
+            at=lambda run_id: wait_for(
+                lambda: len(self.client.steps(run_id)) == 1, timeout=30, what="the step to be journaled"
+            ),
+            bodies=1,
+            survivor=1,
+        )
 
 
 if __name__ == "__main__":

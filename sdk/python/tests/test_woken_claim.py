@@ -21,8 +21,11 @@ KEY = "pyw.|pyw.job.v1"
 
 class WokenClaimTest(InboxTest):
     def bucket_rows(self):
-        return self.sql("select count(*) from workflow.workflow_claimer "
-                        "where namespace = 'default' and bucket = hashtext(%s) & 255", (KEY,))[0][0]
+        return self.sql(
+            "select count(*) from workflow.workflow_claimer "
+            "where namespace = 'default' and bucket = hashtext(%s) & 255",
+            (KEY,),
+        )[0][0]
 
     def test_the_poller_claim_takes_its_bucket_and_skips_while_another_holds_it(self):
         for _ in range(3):
@@ -35,12 +38,21 @@ class WokenClaimTest(InboxTest):
             self.assertEqual(len(rows), 1)
             self.assertEqual(self.bucket_rows(), 1, "the woken claim did not take its bucket")
             with psycopg.connect(self.url) as holder:
-                holder.execute("select 1 from workflow.workflow_claimer "
-                               "where namespace = 'default' and bucket = hashtext(%s) & 255 for update", (KEY,))
-                self.assertEqual(conn.execute(CLAIM_RUNS, claim_params(poller, 5, None, True)).fetchall(), [],
-                                 "a woken claim went ahead beside another")
-                self.assertEqual(len(conn.execute(CLAIM_RUNS, claim_params(poller, 5, None, False)).fetchall()), 2,
-                                 "a claim that was not woken was held back")
+                holder.execute(
+                    "select 1 from workflow.workflow_claimer "
+                    "where namespace = 'default' and bucket = hashtext(%s) & 255 for update",
+                    (KEY,),
+                )
+                self.assertEqual(
+                    conn.execute(CLAIM_RUNS, claim_params(poller, 5, None, True)).fetchall(),
+                    [],
+                    "a woken claim went ahead beside another",
+                )
+                self.assertEqual(
+                    len(conn.execute(CLAIM_RUNS, claim_params(poller, 5, None, False)).fetchall()),
+                    2,
+                    "a claim that was not woken was held back",
+                )
                 holder.rollback()
 
 
