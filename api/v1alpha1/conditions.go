@@ -241,3 +241,61 @@ const (
 // LabelSchedule is the label on each WorkflowRun a WorkflowSchedule made:
 // the schedule's name.
 const LabelSchedule = "workflow.simpleworkflow.dev/schedule"
+
+// Event reasons that are not condition reasons: what the controllers tell
+// in Events (kubectl describe, kubectl get events).
+const (
+	// ReasonStarted says a worker started an attempt of the run (Event).
+	ReasonStarted = "Started"
+	// ReasonReleased says a worker shutting down handed the run back; it is
+	// pending again and the attempt does not count (Event).
+	ReasonReleased = "Released"
+	// ReasonCancelledOnDelete says the run was cancelled because its WorkflowRun
+	// was deleted (Event).
+	ReasonCancelledOnDelete = "CancelledOnDelete"
+	// ReasonWoken says a waiting run went on: its sleep ended, its wait timed
+	// out, its signal arrived or a child run ended (Event).
+	ReasonWoken = "Woken"
+	// ReasonSignalReceived says the run received a signal (Event).
+	ReasonSignalReceived = "SignalReceived"
+	// ReasonSignalRejected says an entry of spec.signals was refused by the
+	// inbox; the message says why (Event).
+	ReasonSignalRejected = "SignalRejected"
+	// ReasonRunIDMismatch says status.runID named a run that was not mirrored
+	// from this object; it was not used.
+	ReasonRunIDMismatch = "RunIDMismatch"
+	// ReasonCancelIgnored says spec.cancel was set on a run that had already
+	// finished (Event).
+	ReasonCancelIgnored = "CancelIgnored"
+	// ReasonRetried says a raise of spec.retries made the run pending again from
+	// where it stopped (Event).
+	ReasonRetried = "Retried"
+	// ReasonRetryRefused says a raise of spec.retries could not retry the run;
+	// the message says why (Event).
+	ReasonRetryRefused = "RetryRefused"
+	// ReasonStepStarted says a step of a DAG run started (Event).
+	ReasonStepStarted = "StepStarted"
+	// ReasonStepRetrying says a step of a DAG run failed an attempt and will be
+	// retried (Event).
+	ReasonStepRetrying = "StepRetrying"
+	// ReasonStepWaiting says a step of a DAG run waits (a sleep, a signal, its
+	// children) (Event).
+	ReasonStepWaiting = "StepWaiting"
+	// ReasonStepSucceeded says a step of a DAG run succeeded (Event).
+	ReasonStepSucceeded = "StepSucceeded"
+	// ReasonStepFailed says a step of a DAG run failed for good (Event).
+	ReasonStepFailed = "StepFailed"
+	// ReasonStepCancelled says a step of a DAG run was cancelled (Event).
+	ReasonStepCancelled = "StepCancelled"
+	// ReasonStepsSkipped says steps of a DAG run were skipped (their condition
+	// did not hold, or a dependency failed) (Event).
+	ReasonStepsSkipped = "StepsSkipped"
+	// ReasonScaled says the autoscaler changed a worker pool's replicas (Event).
+	ReasonScaled = "Scaled"
+	// ReasonDeletedWithoutInbox says the inbox stayed unreachable for the
+	// deletion grace period; the finalizer was removed anyway (Event).
+	ReasonDeletedWithoutInbox = "DeletedWithoutInbox"
+	// ReasonScheduled says a WorkflowSchedule made a WorkflowRun for a tick
+	// (Event).
+	ReasonScheduled = "Scheduled"
+)

@@ -33,15 +33,6 @@ const (
 	DefaultAutoscaleDebounce = 100 * time.Millisecond
 )
 
-// Worker pool condition reasons.
-const (
-	ReasonScaled        = "Scaled"
-	ReasonTargetMissing = workflowv1alpha1.ReasonTargetNotFound
-	ReasonNotScalable   = workflowv1alpha1.ReasonNotScalable
-	ReasonHPAConflict   = workflowv1alpha1.ReasonHPAConflict
-	ReasonScaling       = workflowv1alpha1.ReasonScaling
-)
-
 // Autoscaler scales the worker pools of every WorkflowRegistry by the queue
 // depth of their type prefixes. It evaluates all pools with one inbox query,
 // on a short interval and, debounced, whenever runs are inserted, so a pool
@@ -273,7 +264,7 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 	st.Runnable, st.Leased = int32(min(d.Runnable, 1<<31-1)), int32(min(d.Leased, 1<<31-1))
 	gen := p.reg.Generation
 	setReady := func(status metav1.ConditionStatus, reason, msg string) {
-		setCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: status,
+		setCondition(&st.Conditions, metav1.Condition{Type: workflowv1alpha1.ConditionReady, Status: status,
 			Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
 	if a.Metrics != nil {
@@ -288,9 +279,9 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 
 	target, scale, err := a.getScale(ctx, p.reg.Namespace, ref)
 	if err != nil {
-		reason, msg := ReasonNotScalable, fmt.Sprintf("%s %s cannot be scaled: %v", ref.Kind, ref.Name, err)
+		reason, msg := workflowv1alpha1.ReasonNotScalable, fmt.Sprintf("%s %s cannot be scaled: %v", ref.Kind, ref.Name, err)
 		if apierrors.IsNotFound(err) {
-			reason, msg = ReasonTargetMissing, fmt.Sprintf("%s %s/%s does not exist", ref.Kind, p.reg.Namespace, ref.Name)
+			reason, msg = workflowv1alpha1.ReasonTargetNotFound, fmt.Sprintf("%s %s/%s does not exist", ref.Kind, p.reg.Namespace, ref.Name)
 		}
 		setReady(metav1.ConditionFalse, reason, msg)
 		st.DesiredReplicas, st.Replicas = 0, 0
@@ -306,10 +297,10 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 		a.Metrics.PoolReplicas.WithLabelValues(p.reg.Namespace, p.reg.Name, ref.Name).Set(float64(current))
 	}
 	if hpa, err := a.conflictingHPA(ctx, p.reg.Namespace, ref); err != nil {
-		setReady(metav1.ConditionUnknown, ReasonHPAConflict, "could not check for HorizontalPodAutoscalers: "+err.Error())
+		setReady(metav1.ConditionUnknown, workflowv1alpha1.ReasonHPAConflict, "could not check for HorizontalPodAutoscalers: "+err.Error())
 		return st
 	} else if hpa != "" {
-		setReady(metav1.ConditionFalse, ReasonHPAConflict, fmt.Sprintf(
+		setReady(metav1.ConditionFalse, workflowv1alpha1.ReasonHPAConflict, fmt.Sprintf(
 			"HorizontalPodAutoscaler %s also scales %s %s; the pool leaves its replicas alone until one of the two is removed",
 			hpa, ref.Kind, ref.Name))
 		return st
@@ -319,14 +310,14 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 	if change {
 		scale.Spec.Replicas = next
 		if err := a.updateScale(ctx, target, scale); err != nil {
-			setReady(metav1.ConditionFalse, ReasonNotScalable, fmt.Sprintf("scaling %s %s failed: %v", ref.Kind, ref.Name, err))
+			setReady(metav1.ConditionFalse, workflowv1alpha1.ReasonNotScalable, fmt.Sprintf("scaling %s %s failed: %v", ref.Kind, ref.Name, err))
 			return st
 		}
 		reason := fmt.Sprintf("%s runnable and %s leased runs, %d per replica",
 			atLeast(d.Runnable, p.policy.countCap()), atLeast(d.Leased, p.policy.countCap()), p.policy.RunsPerReplica)
 		now := metav1.NewTime(a.Clock.Now())
 		st.Replicas, st.LastScaleTime, st.LastScaleReason = next, &now, reason
-		a.Recorder.Eventf(p.reg, nil, corev1.EventTypeNormal, ReasonScaled, "Scale",
+		a.Recorder.Eventf(p.reg, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonScaled, "Scale",
 			"scaled %s from %d to %d: %s runnable runs", ref.Name, current, next, atLeast(d.Runnable, p.policy.countCap()))
 		a.Log.Info("Scaled worker pool", "workflowregistry", client.ObjectKeyFromObject(p.reg),
 			"target", ref.Name, "from", current, "to", next, "runnable", d.Runnable, "leased", d.Leased)
@@ -338,7 +329,7 @@ func (a *Autoscaler) scalePool(ctx context.Context, p pool, d engine.QueueDepth)
 	if st.Replicas > desired {
 		msg += fmt.Sprintf("; scaling down after the desired count stays lower for %s", p.policy.ScaleDownDelay)
 	}
-	setReady(metav1.ConditionTrue, ReasonScaling, msg)
+	setReady(metav1.ConditionTrue, workflowv1alpha1.ReasonScaling, msg)
 	return st
 }
 
@@ -355,14 +346,14 @@ func (a *Autoscaler) blockedPool(p pool) workflowv1alpha1.WorkerPoolStatus {
 		a.Metrics.PoolReplicas.DeleteLabelValues(p.reg.Namespace, p.reg.Name, p.spec.ScaleTargetRef.Name)
 	}
 	msg := prefixConflictMessage(p.conflicts)
-	if prev := meta.FindStatusCondition(st.Conditions, ConditionReady); prev == nil || prev.Reason != ReasonPrefixConflict {
+	if prev := meta.FindStatusCondition(st.Conditions, workflowv1alpha1.ConditionReady); prev == nil || prev.Reason != workflowv1alpha1.ReasonPrefixConflict {
 		c := p.conflicts[0]
-		a.Recorder.Eventf(p.reg, nil, corev1.EventTypeWarning, ReasonPrefixConflict, "Scale",
+		a.Recorder.Eventf(p.reg, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonPrefixConflict, "Scale",
 			"%s is not scaled: type prefix %q overlaps a prefix owned by WorkflowRegistry %s (%d conflicting prefix(es))",
 			p.spec.ScaleTargetRef.Name, c.Prefix, c.Owner, len(p.conflicts))
 	}
-	setCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
-		Reason: ReasonPrefixConflict, Message: msg, ObservedGeneration: p.reg.Generation})
+	setCondition(&st.Conditions, metav1.Condition{Type: workflowv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: workflowv1alpha1.ReasonPrefixConflict, Message: msg, ObservedGeneration: p.reg.Generation})
 	return st
 }
 

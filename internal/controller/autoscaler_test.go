@@ -111,7 +111,7 @@ var _ = Describe("Worker autoscaler", func() {
 		// said so.
 		st = poolStatus()
 		Expect(st.Runnable).To(BeEquivalentTo(40))
-		ready := meta.FindStatusCondition(st.Conditions, controller.ConditionReady)
+		ready := meta.FindStatusCondition(st.Conditions, workflowv1alpha1.ConditionReady)
 		Expect(ready).NotTo(BeNil())
 		Expect(ready.Message).To(ContainSubstring("at least 40 runs"))
 
@@ -178,10 +178,10 @@ var _ = Describe("Worker autoscaler", func() {
 		createRuns(prefix+"job.v1", 5)
 		Expect(scaler.Evaluate(ctx)).To(Succeed())
 		st := poolStatus()
-		c := condition(st.Conditions, controller.ConditionReady)
+		c := condition(st.Conditions, workflowv1alpha1.ConditionReady)
 		Expect(c).NotTo(BeNil())
 		Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		Expect(c.Reason).To(Equal(controller.ReasonTargetMissing))
+		Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonTargetNotFound))
 		Expect(c.Message).To(ContainSubstring("Deployment " + ns + "/worker does not exist"))
 		// Once it exists, the pool scales it.
 		newDeployment(ns, "worker", 0)
@@ -203,8 +203,8 @@ var _ = Describe("Worker autoscaler", func() {
 		createRuns(prefix+"job.v1", 4)
 		Expect(scaler.Evaluate(ctx)).To(Succeed())
 		Expect(replicasOf(ns, "worker")()).To(BeEquivalentTo(1))
-		c := condition(poolStatus().Conditions, controller.ConditionReady)
-		Expect(c.Reason).To(Equal(controller.ReasonHPAConflict))
+		c := condition(poolStatus().Conditions, workflowv1alpha1.ConditionReady)
+		Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonHPAConflict))
 		Expect(c.Message).To(ContainSubstring("HorizontalPodAutoscaler human also scales Deployment worker"))
 	})
 

@@ -20,20 +20,6 @@ import (
 // removed anyway.
 const DefaultDeletionGracePeriod = 10 * time.Minute
 
-// ConditionDeleting is workflowv1alpha1.ConditionDeleting: the object is
-// being deleted and the inbox could not be told yet.
-const ConditionDeleting = workflowv1alpha1.ConditionDeleting
-
-// Reasons of a deletion that meets an unreachable inbox.
-const (
-	// ReasonInboxUnreachable: the inbox failed while the deletion was
-	// handled; the deletion is retried.
-	ReasonInboxUnreachable = "InboxUnreachable"
-	// ReasonDeletedWithoutInbox: the inbox stayed unreachable for the
-	// deletion grace period; the finalizer was removed anyway.
-	ReasonDeletedWithoutInbox = "DeletedWithoutInbox"
-)
-
 // Bounds of the retry delay of a deletion waiting for the inbox.
 const (
 	minDeletionRetry = time.Second
@@ -67,7 +53,7 @@ func unreachableCondition(generation int64, err error, grace time.Duration) meta
 		grace = DefaultDeletionGracePeriod
 	}
 	return metav1.Condition{
-		Type: ConditionDeleting, Status: metav1.ConditionTrue, Reason: ReasonInboxUnreachable,
+		Type: workflowv1alpha1.ConditionDeleting, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonInboxUnreachable,
 		ObservedGeneration: generation,
 		Message: fmt.Sprintf("Waiting for the inbox to handle the deletion (retrying; the finalizer is removed anyway %s after the deletion): %v",
 			grace, err),
@@ -105,7 +91,7 @@ func (o inboxOutage) handle(ctx context.Context, keysAndValues ...any) (ctrl.Res
 	overdue, retry := deletionWait(o.obj, o.grace, o.now)
 	if overdue {
 		log.Error(o.cause, "The inbox stayed unreachable for the deletion grace period; removing the finalizer anyway")
-		o.recorder.Eventf(o.obj, nil, corev1.EventTypeWarning, ReasonDeletedWithoutInbox, "Delete",
+		o.recorder.Eventf(o.obj, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonDeletedWithoutInbox, "Delete",
 			"The inbox was unreachable for the deletion grace period; the finalizer was removed without %s: %v",
 			o.without, o.cause)
 		return ctrl.Result{}, o.removeFinalizer(ctx)
@@ -113,7 +99,7 @@ func (o inboxOutage) handle(ctx context.Context, keysAndValues ...any) (ctrl.Res
 	log.Info("The inbox is unreachable; retrying the deletion", "after", retry, "error", o.cause.Error())
 	before := o.obj.DeepCopyObject().(client.Object)
 	if setCondition(o.conditions, unreachableCondition(o.obj.GetGeneration(), o.cause, o.grace)) {
-		o.recorder.Eventf(o.obj, nil, corev1.EventTypeWarning, ReasonInboxUnreachable, "Delete",
+		o.recorder.Eventf(o.obj, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonInboxUnreachable, "Delete",
 			"The inbox is unreachable; the deletion is retried: %v", o.cause)
 		if err := o.client.Status().Patch(ctx, o.obj, client.MergeFrom(before)); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("write Deleting condition: %w", err))

@@ -130,13 +130,13 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 
 	expectDeletingCondition := func(conds []metav1.Condition) {
 		GinkgoHelper()
-		c := condition(conds, controller.ConditionDeleting)
+		c := condition(conds, workflowv1alpha1.ConditionDeleting)
 		Expect(c).NotTo(BeNil())
 		Expect(c.Status).To(Equal(metav1.ConditionTrue))
-		Expect(c.Reason).To(Equal(controller.ReasonInboxUnreachable))
+		Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonInboxUnreachable))
 		Expect(c.Message).To(ContainSubstring("connection refused"))
 		Expect(len(c.Message)).To(BeNumerically("<=", controller.MaxConditionMessageBytes))
-		warn := evs.withReason(controller.ReasonInboxUnreachable)
+		warn := evs.withReason(workflowv1alpha1.ReasonInboxUnreachable)
 		Expect(warn).To(HaveLen(1))
 		Expect(warn[0].Type).To(Equal(corev1.EventTypeWarning))
 	}
@@ -175,7 +175,7 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		Expect(res.RequeueAfter).To(BeNumerically("<=", time.Second))
 		Expect(c.Get(ctx, client.ObjectKeyFromObject(wfr), &got)).To(Succeed())
 		Expect(got.Finalizers).To(ContainElement(controller.Finalizer))
-		Expect(evs.withReason(controller.ReasonInboxUnreachable)).To(HaveLen(1), "one Warning per change of the condition")
+		Expect(evs.withReason(workflowv1alpha1.ReasonInboxUnreachable)).To(HaveLen(1), "one Warning per change of the condition")
 		return r, c, &got
 	}
 
@@ -187,7 +187,7 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		_, err := r.Reconcile(ctx, reconcileRequest(ns, wfr.Name))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(wfr), wfr))).To(BeTrue())
-		gone := evs.withReason(controller.ReasonDeletedWithoutInbox)
+		gone := evs.withReason(workflowv1alpha1.ReasonDeletedWithoutInbox)
 		Expect(gone).To(HaveLen(1))
 		Expect(gone[0].Type).To(Equal(corev1.EventTypeWarning))
 		Expect(gone[0].Note).To(ContainSubstring("without cancelling the run"))
@@ -197,7 +197,7 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		run, err := eng.GetRun(ctx, runID)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(run.Status).To(Equal(engine.StatusPending))
-		Expect(evs.withReason(controller.ReasonCancelledOnDelete)).To(BeEmpty())
+		Expect(evs.withReason(workflowv1alpha1.ReasonCancelledOnDelete)).To(BeEmpty())
 	})
 
 	It("cancels the run of a WorkflowRun and lets it go when the inbox returns within the grace period", func() {
@@ -211,8 +211,8 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		run, err := eng.GetRun(ctx, runID)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(run.Status).To(Equal(engine.StatusCancelled))
-		Expect(evs.withReason(controller.ReasonCancelledOnDelete)).To(HaveLen(1))
-		Expect(evs.withReason(controller.ReasonDeletedWithoutInbox)).To(BeEmpty())
+		Expect(evs.withReason(workflowv1alpha1.ReasonCancelledOnDelete)).To(HaveLen(1))
+		Expect(evs.withReason(workflowv1alpha1.ReasonDeletedWithoutInbox)).To(BeEmpty())
 	})
 
 	// deletedRegistry returns a reconciler and the WorkflowRegistry whose
@@ -259,7 +259,7 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		_, err := r.Reconcile(ctx, reconcileRequest(ns, reg.Name))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(reg), reg))).To(BeTrue())
-		gone := evs.withReason(controller.ReasonDeletedWithoutInbox)
+		gone := evs.withReason(workflowv1alpha1.ReasonDeletedWithoutInbox)
 		Expect(gone).To(HaveLen(1))
 		Expect(gone[0].Type).To(Equal(corev1.EventTypeWarning))
 		Expect(gone[0].Note).To(ContainSubstring("without unregistering"))
@@ -280,6 +280,6 @@ var _ = Describe("Deletion while the inbox is unreachable", func() {
 		Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(reg), reg))).To(BeTrue())
 		_, err = eng.GetRegistryEntry(ctx, ns, name)
 		Expect(err).To(MatchError(engine.ErrNotFound))
-		Expect(evs.withReason(controller.ReasonDeletedWithoutInbox)).To(BeEmpty())
+		Expect(evs.withReason(workflowv1alpha1.ReasonDeletedWithoutInbox)).To(BeEmpty())
 	})
 })

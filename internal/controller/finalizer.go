@@ -8,6 +8,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
+// Finalizer keeps an object until the inbox has been told of its deletion.
+const Finalizer = "workflow.simpleworkflow.dev/finalizer"
+
 // ensureFinalizer adds the operator's finalizer to obj when it lacks it,
 // with a merge patch of its finalizers.
 func ensureFinalizer(ctx context.Context, c client.Client, obj client.Object) error {

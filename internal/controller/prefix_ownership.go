@@ -8,10 +8,6 @@ import (
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 )
 
-// ReasonPrefixConflict says a worker pool's type prefix overlaps one owned by an
-// older WorkflowRegistry, so the pool is not scaled.
-const ReasonPrefixConflict = workflowv1alpha1.ReasonPrefixConflict
-
 // maxOwnershipMessageBytes bounds a condition message that lists conflicts,
 // so a registry with hundreds of them can still write its status.
 const maxOwnershipMessageBytes = 2048

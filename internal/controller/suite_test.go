@@ -209,7 +209,7 @@ func eventsFor(namespace, name string) []eventsv1.Event {
 func lifecycleReasons(namespace, name string) []string {
 	var out []string
 	for _, r := range eventReasons(namespace, name) {
-		if r != controller.ReasonStarted {
+		if r != workflowv1alpha1.ReasonStarted {
 			out = append(out, r)
 		}
 	}

@@ -103,7 +103,7 @@ func (r *registryPass) reconcile(ctx context.Context, reg *workflowv1alpha1.Work
 			msg := fmt.Sprintf("workflow %s is already registered by %s; that registration stays in force", wf.Name, owner)
 			conflictMsgs = append(conflictMsgs, msg)
 			if !slices.Contains(before.Status.ConflictingWorkflows, wf.Name) {
-				r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonConflict, "Register", "%s", msg)
+				r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonConflict, "Register", "%s", msg)
 			}
 		case isRefusal(err):
 			// The database refused the entry (a cycle in its steps, say):
@@ -130,7 +130,7 @@ func (r *registryPass) reconcile(ctx context.Context, reg *workflowv1alpha1.Work
 	if len(newlyInvalid) > 0 {
 		// One Event for all: the recorder folds Events of one object with
 		// one reason into a series that keeps the first note.
-		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, ReasonInvalidDefinition, "Register", "%s",
+		r.Recorder.Eventf(reg, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonInvalidDefinition, "Register", "%s",
 			capitalize(listWithinBytes(newlyInvalid, "; ", maxEventNoteBytes)))
 	}
 	for _, e := range owned {
@@ -152,28 +152,28 @@ func (r *registryPass) reconcile(ctx context.Context, reg *workflowv1alpha1.Work
 	reg.Status.WorkerPools = int32(len(reg.Spec.Workers))
 	reg.Status.Inbox = r.inboxName
 	inboxAvailableAgain(&reg.Status.Conditions, reg.Generation)
-	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRegistered,
+	cond := metav1.Condition{Type: workflowv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonRegistered,
 		Message: fmt.Sprintf("%d workflow(s) registered", registered), ObservedGeneration: reg.Generation}
 	switch {
 	case len(invalid) > 0:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInvalidDefinition
+		cond.Status, cond.Reason = metav1.ConditionFalse, workflowv1alpha1.ReasonInvalidDefinition
 		cond.Message = listWithinBytes(append(invalidMsgs, conflictMsgs...), "; ", maxOwnershipMessageBytes)
 	case len(conflicts) > 0:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
+		cond.Status, cond.Reason = metav1.ConditionFalse, workflowv1alpha1.ReasonConflict
 		cond.Message = listWithinBytes(conflictMsgs, "; ", maxOwnershipMessageBytes)
 	}
 	setCondition(&reg.Status.Conditions, cond)
 	if withSteps > 0 {
 		setCondition(&reg.Status.Conditions, definitionsCondition(reg.Generation, int(defined), definitionMsgs))
 	} else {
-		meta.RemoveStatusCondition(&reg.Status.Conditions, ConditionDefinitionsValid)
+		meta.RemoveStatusCondition(&reg.Status.Conditions, workflowv1alpha1.ConditionDefinitionsValid)
 	}
 	if !equality.Semantic.DeepEqual(before.Status, reg.Status) {
 		if err := r.Status().Patch(ctx, reg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("write status: %w", err)
 		}
 		if registered > 0 && before.Status.RegisteredWorkflows != registered {
-			r.Recorder.Eventf(reg, nil, corev1.EventTypeNormal, ReasonRegistered, "Register",
+			r.Recorder.Eventf(reg, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonRegistered, "Register",
 				"%d workflow(s) registered", registered)
 		}
 	}

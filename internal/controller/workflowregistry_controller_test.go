@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
-	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -57,7 +56,7 @@ var _ = Describe("WorkflowRegistry controller", func() {
 			got := getReg(ns, "billing")
 			g.Expect(got.Status.RegisteredWorkflows).To(BeEquivalentTo(2))
 			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
-			c := condition(got.Status.Conditions, controller.ConditionReady)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionReady)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
@@ -103,13 +102,13 @@ var _ = Describe("WorkflowRegistry controller", func() {
 		Eventually(func(g Gomega) {
 			got := getReg(other, "second")
 			g.Expect(got.Status.ConflictingWorkflows).To(ConsistOf(name))
-			c := condition(got.Status.Conditions, controller.ConditionReady)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionReady)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(controller.ReasonConflict))
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonConflict))
 			g.Expect(c.Message).To(ContainSubstring("already registered by WorkflowRegistry " + ns + "/first"))
 		}).Should(Succeed())
-		Eventually(func() []string { return eventReasons(other, "second") }).Should(ContainElement(controller.ReasonConflict))
+		Eventually(func() []string { return eventReasons(other, "second") }).Should(ContainElement(workflowv1alpha1.ReasonConflict))
 		Expect(entry(name)().Runtime).To(Equal("go"))
 		Expect(entry(name)().OwnerName).To(Equal("first"))
 

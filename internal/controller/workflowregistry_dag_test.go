@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
-	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -79,10 +78,10 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 			got := getRegistry(ns, "dags")
 			g.Expect(got.Status.RegisteredWorkflows).To(BeEquivalentTo(2))
 			g.Expect(got.Status.DefinedWorkflows).To(BeEquivalentTo(1))
-			ready := condition(got.Status.Conditions, controller.ConditionReady)
+			ready := condition(got.Status.Conditions, workflowv1alpha1.ConditionReady)
 			g.Expect(ready).NotTo(BeNil())
 			g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))
-			valid := condition(got.Status.Conditions, controller.ConditionDefinitionsValid)
+			valid := condition(got.Status.Conditions, workflowv1alpha1.ConditionDefinitionsValid)
 			g.Expect(valid).NotTo(BeNil())
 			g.Expect(valid.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(valid.Message).To(Equal("the database accepted the steps of 1 workflow(s)"))
@@ -113,21 +112,21 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 			g.Expect(got.Status.InvalidWorkflows).To(Equal([]string{cyclic, unknown}))
 			g.Expect(got.Status.RegisteredWorkflows).To(BeEquivalentTo(2))
 			g.Expect(got.Status.DefinedWorkflows).To(BeEquivalentTo(1))
-			valid := condition(got.Status.Conditions, controller.ConditionDefinitionsValid)
+			valid := condition(got.Status.Conditions, workflowv1alpha1.ConditionDefinitionsValid)
 			g.Expect(valid).NotTo(BeNil())
 			g.Expect(valid.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(valid.Reason).To(Equal(controller.ReasonInvalidDefinition))
+			g.Expect(valid.Reason).To(Equal(workflowv1alpha1.ReasonInvalidDefinition))
 			g.Expect(valid.Message).To(Equal(cycleMsg + "; " + unknownMsg))
-			ready := condition(got.Status.Conditions, controller.ConditionReady)
+			ready := condition(got.Status.Conditions, workflowv1alpha1.ConditionReady)
 			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(ready.Reason).To(Equal(controller.ReasonInvalidDefinition))
+			g.Expect(ready.Reason).To(Equal(workflowv1alpha1.ReasonInvalidDefinition))
 			g.Expect(ready.Message).To(Equal(valid.Message))
 		}).Should(Succeed())
 		Expect(registryEntry(ns, cyclic)()).To(BeNil())
 		Expect(registryEntry(ns, unknown)()).To(BeNil())
 		Expect(registryEntry(ns, good)()).NotTo(BeNil())
 		Expect(registryEntry(ns, plain)().Runtime).To(Equal("python"))
-		Eventually(func() []string { return eventNotes(ns, "mixed", controller.ReasonInvalidDefinition) }).Should(Equal([]string{
+		Eventually(func() []string { return eventNotes(ns, "mixed", workflowv1alpha1.ReasonInvalidDefinition) }).Should(Equal([]string{
 			"I" + cycleMsg[1:] + "; " + unknownMsg}))
 
 		// A fix registers it; a later break leaves the accepted definition
@@ -141,8 +140,8 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 			got := getRegistry(ns, "mixed")
 			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 			g.Expect(got.Status.InvalidWorkflows).To(BeEmpty())
-			g.Expect(condition(got.Status.Conditions, controller.ConditionDefinitionsValid).Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(condition(got.Status.Conditions, controller.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionDefinitionsValid).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
 		Expect(registryEntry(ns, cyclic)()).NotTo(BeNil())
 		Eventually(registryEntry(ns, good)).Should(BeNil())
@@ -154,7 +153,7 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 		Eventually(func(g Gomega) {
 			got := getRegistry(ns, "mixed")
 			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
-			valid := condition(got.Status.Conditions, controller.ConditionDefinitionsValid)
+			valid := condition(got.Status.Conditions, workflowv1alpha1.ConditionDefinitionsValid)
 			g.Expect(valid.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(valid.Message).To(Equal("invalid definition of " + cyclic + ": cycle: start → b → a → start (each step depends on the next); " +
 				cyclic + " was not registered (the definition registered before stays in force)"))
@@ -175,7 +174,7 @@ var _ = Describe("WorkflowRegistry controller, workflows with steps", func() {
 		Eventually(func(g Gomega) {
 			got := getRegistry(ns, "nested")
 			g.Expect(got.Status.InvalidWorkflows).To(Equal([]string{outer}))
-			g.Expect(condition(got.Status.Conditions, controller.ConditionDefinitionsValid).Message).To(Equal(
+			g.Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionDefinitionsValid).Message).To(Equal(
 				"invalid definition of " + outer + `: step "call" runs ` + inner + ", which has steps of its own; a step is a type that workers run; " +
 					outer + " was not registered"))
 		}).Should(Succeed())

@@ -99,10 +99,10 @@ func isRefusal(err error) bool { return errors.Is(err, engine.ErrInvalid) }
 // declares steps: true when the database accepted every workflow's steps,
 // false with the refusals otherwise.
 func definitionsCondition(gen int64, accepted int, refusals []string) metav1.Condition {
-	c := metav1.Condition{Type: ConditionDefinitionsValid, Status: metav1.ConditionTrue, Reason: ReasonAccepted,
+	c := metav1.Condition{Type: workflowv1alpha1.ConditionDefinitionsValid, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonAccepted,
 		Message: fmt.Sprintf("the database accepted the steps of %d workflow(s)", accepted), ObservedGeneration: gen}
 	if len(refusals) > 0 {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonInvalidDefinition
+		c.Status, c.Reason = metav1.ConditionFalse, workflowv1alpha1.ReasonInvalidDefinition
 		c.Message = listWithinBytes(refusals, "; ", MaxConditionMessageBytes)
 	}
 	return c

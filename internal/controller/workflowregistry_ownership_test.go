@@ -66,7 +66,7 @@ func ownPatch(ns, name string, change func(*workflowv1alpha1.WorkflowRegistrySpe
 func ownReady(ns, name string) func() *metav1.Condition {
 	return func() *metav1.Condition {
 		if reg := ownGet(ns, name); reg != nil {
-			return condition(reg.Status.Conditions, controller.ConditionReady)
+			return condition(reg.Status.Conditions, workflowv1alpha1.ConditionReady)
 		}
 		return nil
 	}
@@ -127,14 +127,14 @@ var _ = Describe("Type ownership within a namespace", func() {
 			ownCreate(ns, second, workflowv1alpha1.WorkflowRegistrySpec{Workflows: []workflowv1alpha1.WorkflowDefinition{
 				{Name: name, Runtime: workflowv1alpha1.RuntimePython, Enabled: new(bool), Description: "the second's"},
 			}})
-			Eventually(ownReady(ns, second)).Should(And(Not(BeNil()), HaveField("Reason", controller.ReasonConflict)))
+			Eventually(ownReady(ns, second)).Should(And(Not(BeNil()), HaveField("Reason", workflowv1alpha1.ReasonConflict)))
 		})
 
 		It("keeps the first registry's runtime and enabled flag and names only the owner", func() {
 			b := ownGet(ns, second)
 			Expect(b.Status.ConflictingWorkflows).To(Equal([]string{name}))
 			Expect(b.Status.RegisteredWorkflows).To(BeEquivalentTo(0))
-			c := condition(b.Status.Conditions, controller.ConditionReady)
+			c := condition(b.Status.Conditions, workflowv1alpha1.ConditionReady)
 			Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			Expect(c.Message).To(Equal(fmt.Sprintf(
 				"workflow %s is already registered by WorkflowRegistry %s/%s; that registration stays in force", name, ns, first)))
@@ -198,7 +198,7 @@ var _ = Describe("Type ownership within a namespace", func() {
 		ownCreate(ns, second, workflowv1alpha1.WorkflowRegistrySpec{Workflows: defs})
 		Eventually(func() []string { return ownGet(ns, second).Status.ConflictingWorkflows }).Should(HaveLen(300))
 		c := ownReady(ns, second)()
-		Expect(c.Reason).To(Equal(controller.ReasonConflict))
+		Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonConflict))
 		Expect(len(c.Message)).To(BeNumerically("<=", 2048))
 		Expect(c.Message).To(HavePrefix(fmt.Sprintf(
 			"workflow own%s.many_000.v1 is already registered by WorkflowRegistry %s/%s", sfx, ns, first)))
@@ -216,10 +216,10 @@ var _ = Describe("Type ownership within a namespace", func() {
 		expectBlocked := func(reg, owner, ownPrefix string) {
 			st := ownPoolOf(ns, reg)
 			Expect(st.DesiredReplicas).To(BeEquivalentTo(0))
-			c := condition(st.Conditions, controller.ConditionReady)
+			c := condition(st.Conditions, workflowv1alpha1.ConditionReady)
 			Expect(c).NotTo(BeNil())
 			Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			Expect(c.Reason).To(Equal(controller.ReasonPrefixConflict))
+			Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonPrefixConflict))
 			Expect(c.Message).To(Equal(fmt.Sprintf(
 				"type prefix %q overlaps a prefix owned by WorkflowRegistry %s/%s; the pool is not scaled while the owner keeps it",
 				ownPrefix, ns, owner)))
@@ -259,7 +259,7 @@ var _ = Describe("Type ownership within a namespace", func() {
 			})
 			evaluate()
 			Expect(replicasOf(ns, target[second])()).To(BeEquivalentTo(3))
-			Expect(condition(ownPoolOf(ns, second).Conditions, controller.ConditionReady).Reason).To(Equal(controller.ReasonScaling))
+			Expect(condition(ownPoolOf(ns, second).Conditions, workflowv1alpha1.ConditionReady).Reason).To(Equal(workflowv1alpha1.ReasonScaling))
 		})
 
 		It("frees the prefix when the owner is deleted", func() {
@@ -269,7 +269,7 @@ var _ = Describe("Type ownership within a namespace", func() {
 			Expect(replicasOf(ns, target[second])()).To(BeEquivalentTo(3))
 			Eventually(ownGone(ns, first)).Should(BeTrue())
 			evaluate()
-			Expect(condition(ownPoolOf(ns, second).Conditions, controller.ConditionReady).Reason).To(Equal(controller.ReasonScaling))
+			Expect(condition(ownPoolOf(ns, second).Conditions, workflowv1alpha1.ConditionReady).Reason).To(Equal(workflowv1alpha1.ReasonScaling))
 		})
 
 		It("gives the prefix to the older registry even when its name sorts later", func() {
@@ -311,7 +311,7 @@ var _ = Describe("Type ownership across namespaces", func() {
 
 		for _, ns := range []string{nsA, nsB} {
 			Eventually(ownReady(ns, "team")).Should(And(Not(BeNil()),
-				HaveField("Status", metav1.ConditionTrue), Not(HaveField("Reason", controller.ReasonConflict))))
+				HaveField("Status", metav1.ConditionTrue), Not(HaveField("Reason", workflowv1alpha1.ReasonConflict))))
 			reg := ownGet(ns, "team")
 			Expect(reg.Status.ConflictingWorkflows).To(BeEmpty())
 			Expect(reg.Status.RegisteredWorkflows).To(BeEquivalentTo(1))
@@ -365,9 +365,9 @@ var _ = Describe("Type ownership across namespaces", func() {
 		for ns, runnable := range map[string]int{nsA: 25, nsB: 5} {
 			st := ownPoolOf(ns, "team")
 			Expect(st.Runnable).To(BeEquivalentTo(runnable), ns)
-			c := condition(st.Conditions, controller.ConditionReady)
+			c := condition(st.Conditions, workflowv1alpha1.ConditionReady)
 			Expect(c).NotTo(BeNil())
-			Expect(c.Reason).To(Equal(controller.ReasonScaling), "the same prefix in another namespace is no conflict")
+			Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonScaling), "the same prefix in another namespace is no conflict")
 		}
 
 		// Another burst of A's leaves B's workers where they are.

@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
-	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -73,7 +72,7 @@ var _ = Describe("A brief Running phase", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(run.Status).To(Equal(engine.StatusLeased))
 		Expect(got.Status.LeasedBy).To(Equal("suite-worker"))
-		Eventually(func() []string { return eventReasons(ns, "slow") }).Should(ContainElement(controller.ReasonStarted))
+		Eventually(func() []string { return eventReasons(ns, "slow") }).Should(ContainElement(workflowv1alpha1.ReasonStarted))
 		// Held (the delay passed before it was shown), and held no longer than the delay: shown
 		// while it still ran, within the 6 s bound above.
 		Expect(shownAfter).To(BeNumerically(">=", runningStatusDelay))

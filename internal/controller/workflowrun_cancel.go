@@ -72,7 +72,7 @@ func applyCancelled(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, evs []eng
 		var d eventData
 		_ = json.Unmarshal(evs[i].Data, &d)
 		setCondition(&wfr.Status.Conditions, metav1.Condition{
-			Type: ConditionFinished, Status: metav1.ConditionTrue, Reason: string(workflowv1alpha1.PhaseCancelled),
+			Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionTrue, Reason: string(workflowv1alpha1.PhaseCancelled),
 			Message: cancelDescription(d), ObservedGeneration: wfr.Generation,
 		})
 		return
@@ -87,16 +87,16 @@ func applyCancelRequest(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool 
 		return false
 	}
 	c := metav1.Condition{
-		Type: ConditionCancelRequested, Status: metav1.ConditionTrue, Reason: ReasonCancelled,
+		Type: workflowv1alpha1.ConditionCancelRequested, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonCancelled,
 		Message: "spec.cancel is set; the run is cancelled", ObservedGeneration: wfr.Generation,
 	}
 	switch run.Status {
 	case engine.StatusCancelled:
 	case engine.StatusSucceeded, engine.StatusFailed:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonRunFinished
+		c.Status, c.Reason = metav1.ConditionFalse, workflowv1alpha1.ReasonRunFinished
 		c.Message = fmt.Sprintf("nothing was cancelled: spec.cancel was set after the run had already %s", run.Status)
 	default:
-		c.Status, c.Reason = metav1.ConditionUnknown, ReasonCancelling
+		c.Status, c.Reason = metav1.ConditionUnknown, workflowv1alpha1.ReasonCancelling
 		c.Message = "spec.cancel is set; the run is being cancelled"
 	}
 	changed := setCondition(&wfr.Status.Conditions, c)
@@ -106,7 +106,7 @@ func applyCancelRequest(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool 
 // emitCancelIgnored reports, once the status is written, a spec.cancel that
 // came after the run had finished.
 func (r *runPass) emitCancelIgnored(wfr *workflowv1alpha1.WorkflowRun, cancelIgnored bool) {
-	if c := meta.FindStatusCondition(wfr.Status.Conditions, ConditionCancelRequested); cancelIgnored && c != nil {
-		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonCancelIgnored, "Cancel", "%s", capitalize(c.Message))
+	if c := meta.FindStatusCondition(wfr.Status.Conditions, workflowv1alpha1.ConditionCancelRequested); cancelIgnored && c != nil {
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonCancelIgnored, "Cancel", "%s", capitalize(c.Message))
 	}
 }

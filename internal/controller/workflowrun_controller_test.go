@@ -34,8 +34,8 @@ var _ = Describe("WorkflowRun controller", func() {
 		Expect(got.Status.FinishedAt).NotTo(BeNil())
 		Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		Expect(string(got.Status.Result.Raw)).To(MatchJSON(`{"hello":"world"}`))
-		Expect(condition(got.Status.Conditions, controller.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
-		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
+		fin := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
 		Expect(fin.Status).To(Equal(metav1.ConditionTrue))
 		Expect(fin.Reason).To(Equal("Succeeded"))
 
@@ -81,7 +81,7 @@ var _ = Describe("WorkflowRun controller", func() {
 		Eventually(phase(ns, "doomed")).Should(Equal(workflowv1alpha1.PhaseFailed))
 		got := getRun(ns, "doomed")()
 		Expect(got.Status.Attempts).To(Equal("2/2"))
-		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		fin := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
 		Expect(fin.Reason).To(Equal("Failed"))
 		Expect(fin.Message).To(ContainSubstring("planned failure"))
 		Eventually(func() []string { return lifecycleReasons(ns, "doomed") }).Should(Equal([]string{
@@ -128,8 +128,8 @@ var _ = Describe("WorkflowRun controller", func() {
 		Expect(got.Status.Retries).To(BeEquivalentTo(1))
 		Expect(got.Status.Attempt).To(BeEquivalentTo(3))
 		Expect(got.Status.Attempts).To(Equal("3/4"))
-		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Reason).To(Equal("Succeeded"))
-		Eventually(func() []string { return eventReasons(ns, "again") }).Should(ContainElement(controller.ReasonRetried))
+		Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished).Reason).To(Equal("Succeeded"))
+		Eventually(func() []string { return eventReasons(ns, "again") }).Should(ContainElement(workflowv1alpha1.ReasonRetried))
 		trail, err := eng.ListEventsAfter(ctx, got.Status.RunID, 0)
 		Expect(err).NotTo(HaveOccurred())
 		var by []string
@@ -175,8 +175,8 @@ var _ = Describe("WorkflowRun controller", func() {
 		Expect(k8sClient.Patch(ctx, wfr, patch)).To(Succeed())
 		Eventually(phase(ns, "long")).Should(Equal(workflowv1alpha1.PhaseCancelled))
 		got := getRun(ns, "long")()
-		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Reason).To(Equal("Cancelled"))
-		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(Equal(
+		Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished).Reason).To(Equal("Cancelled"))
+		Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished).Message).To(Equal(
 			"cancelled by spec.cancel of WorkflowRun " + ns + "/long while attempt 1 ran on worker suite-worker"))
 		// It was seen running: its start was told.
 		Eventually(func() []string { return eventReasons(ns, "long") }).Should(Equal([]string{
@@ -262,7 +262,7 @@ var _ = Describe("WorkflowRun controller", func() {
 			got := getRun(ns, "gated")()
 			g.Expect(got).NotTo(BeNil())
 			g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhasePending))
-			c := condition(got.Status.Conditions, controller.ConditionBlocked)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionBlocked)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(c.Message).To(ContainSubstring("test.echo.v7 is disabled in WorkflowRegistry " + ns + "/gate"))
@@ -275,7 +275,7 @@ var _ = Describe("WorkflowRun controller", func() {
 		Eventually(phase(ns, "big")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
 		got := getRun(ns, "big")()
 		Expect(got.Status.Result).To(BeNil())
-		c := condition(got.Status.Conditions, controller.ConditionResultTruncated)
+		c := condition(got.Status.Conditions, workflowv1alpha1.ConditionResultTruncated)
 		Expect(c).NotTo(BeNil())
 		Expect(c.Message).To(ContainSubstring("above the 16384"))
 	})

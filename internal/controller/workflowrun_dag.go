@@ -112,11 +112,11 @@ func applyDAG(wfr *workflowv1alpha1.WorkflowRun, run engine.Run, steps []engine.
 	st.Progress = fmt.Sprintf("%d/%d", succeeded, len(st.DAGSteps))
 	st.Attempt, st.Attempts = 0, ""
 
-	cond := metav1.Condition{Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonRunning,
+	cond := metav1.Condition{Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionFalse, Reason: workflowv1alpha1.ReasonRunning,
 		ObservedGeneration: wfr.Generation}
 	switch st.Phase {
 	case workflowv1alpha1.PhaseSucceeded:
-		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonSucceeded
+		cond.Status, cond.Reason = metav1.ConditionTrue, workflowv1alpha1.ReasonSucceeded
 		cond.Message = fmt.Sprintf("all %d steps succeeded", len(st.DAGSteps))
 		if skipped := byPhase[workflowv1alpha1.StepSkipped]; len(skipped) > 0 {
 			cond.Message = fmt.Sprintf("%d of %d steps succeeded; skipped by their conditions: %s",

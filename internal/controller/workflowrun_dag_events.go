@@ -21,13 +21,13 @@ var stepEventOrder = []struct {
 	reason    string
 	eventType string
 }{
-	{workflowv1alpha1.StepRunning, ReasonStepStarted, corev1.EventTypeNormal},
-	{workflowv1alpha1.StepWaiting, ReasonStepWaiting, corev1.EventTypeNormal},
-	{workflowv1alpha1.StepRetrying, ReasonStepRetrying, corev1.EventTypeWarning},
-	{workflowv1alpha1.StepSucceeded, ReasonStepSucceeded, corev1.EventTypeNormal},
-	{workflowv1alpha1.StepFailed, ReasonStepFailed, corev1.EventTypeWarning},
-	{workflowv1alpha1.StepCancelled, ReasonStepCancelled, corev1.EventTypeNormal},
-	{workflowv1alpha1.StepSkipped, ReasonStepsSkipped, corev1.EventTypeNormal},
+	{workflowv1alpha1.StepRunning, workflowv1alpha1.ReasonStepStarted, corev1.EventTypeNormal},
+	{workflowv1alpha1.StepWaiting, workflowv1alpha1.ReasonStepWaiting, corev1.EventTypeNormal},
+	{workflowv1alpha1.StepRetrying, workflowv1alpha1.ReasonStepRetrying, corev1.EventTypeWarning},
+	{workflowv1alpha1.StepSucceeded, workflowv1alpha1.ReasonStepSucceeded, corev1.EventTypeNormal},
+	{workflowv1alpha1.StepFailed, workflowv1alpha1.ReasonStepFailed, corev1.EventTypeWarning},
+	{workflowv1alpha1.StepCancelled, workflowv1alpha1.ReasonStepCancelled, corev1.EventTypeNormal},
+	{workflowv1alpha1.StepSkipped, workflowv1alpha1.ReasonStepsSkipped, corev1.EventTypeNormal},
 }
 
 // stepEvents derives Events from the change of the steps between two looks

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
-	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -96,8 +95,8 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 			g.Expect(a.RunID).NotTo(BeEmpty())
 			g.Expect(a.Attempts).To(Equal("0/3"))
 			g.Expect(dagStepStatus(got, "b").RunID).To(BeEmpty())
-			fin := condition(got.Status.Conditions, controller.ConditionFinished)
-			g.Expect(fin.Reason).To(Equal(controller.ReasonRunning))
+			fin := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
+			g.Expect(fin.Reason).To(Equal(workflowv1alpha1.ReasonRunning))
 			g.Expect(fin.Message).To(Equal("0 of 4 steps succeeded; pending: a, b, c, d"))
 		}).Should(Succeed())
 
@@ -116,7 +115,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		got := getRun(ns, "diamond")()
 		Expect(dagStepStatus(got, "c").Attempts).To(Equal("1/3"))
 		Expect(dagStepStatus(got, "c").Error).To(Equal("card declined"))
-		Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(Equal(
+		Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished).Message).To(Equal(
 			"1 of 4 steps succeeded; running: b; retrying: c; pending: d"))
 
 		cc = claimManual(ns, tc, 1)[0]
@@ -143,24 +142,24 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		var res struct{ Steps map[string]json.RawMessage }
 		Expect(json.Unmarshal(got.Status.Result.Raw, &res)).To(Succeed())
 		Expect(res.Steps).To(HaveLen(4))
-		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		fin := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
 		Expect(fin.Status).To(Equal(metav1.ConditionTrue))
-		Expect(fin.Reason).To(Equal(controller.ReasonSucceeded))
+		Expect(fin.Reason).To(Equal(workflowv1alpha1.ReasonSucceeded))
 		Expect(fin.Message).To(Equal("all 4 steps succeeded"))
 
-		Eventually(func() []string { return eventNotes(ns, "diamond", controller.ReasonSucceeded) }).Should(Equal([]string{
+		Eventually(func() []string { return eventNotes(ns, "diamond", workflowv1alpha1.ReasonSucceeded) }).Should(Equal([]string{
 			"Succeeded: all 4 steps succeeded"}))
-		Expect(eventNotes(ns, "diamond", controller.ReasonStarted)).To(Equal([]string{
+		Expect(eventNotes(ns, "diamond", workflowv1alpha1.ReasonStarted)).To(Equal([]string{
 			"Started: the database runs its 4 steps, each as a run of the step's type, once the steps it depends on succeeded"}))
-		Expect(stepNotes(ns, "diamond", controller.ReasonStepRetrying)).To(Equal([]string{
+		Expect(stepNotes(ns, "diamond", workflowv1alpha1.ReasonStepRetrying)).To(Equal([]string{
 			"Step c (" + tc + ") attempt 1/3 failed, to be retried: card declined"}))
-		Expect(stepNotes(ns, "diamond", controller.ReasonStepSucceeded)).To(ConsistOf(
+		Expect(stepNotes(ns, "diamond", workflowv1alpha1.ReasonStepSucceeded)).To(ConsistOf(
 			"Step a ("+ta+") succeeded on attempt 1/3", "Step b ("+tb+") succeeded on attempt 1/3",
 			"Step c ("+tc+") succeeded on attempt 2/3", "Step d ("+td+") succeeded on attempt 1/3"))
-		Expect(stepNotes(ns, "diamond", controller.ReasonStepStarted)).To(ContainElements(
+		Expect(stepNotes(ns, "diamond", workflowv1alpha1.ReasonStepStarted)).To(ContainElements(
 			"Step a ("+ta+") started: attempt 1/3, run "+dagStepStatus(got, "a").RunID,
 			"Step b ("+tb+") started: attempt 1/3, run "+dagStepStatus(got, "b").RunID))
-		Expect(eventReasons(ns, "diamond")).NotTo(ContainElement(controller.ReasonWaiting))
+		Expect(eventReasons(ns, "diamond")).NotTo(ContainElement(workflowv1alpha1.ReasonWaiting))
 
 		out, err = kubectl("get", "wfr", "diamond", "-n", ns)
 		Expect(err).NotTo(HaveOccurred(), out)
@@ -192,10 +191,10 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		Expect(k8sClient.Create(ctx, newRun(ns, "late", dag, nil))).To(Succeed())
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "late")()
-			acc := condition(got.Status.Conditions, controller.ConditionAccepted)
+			acc := condition(got.Status.Conditions, workflowv1alpha1.ConditionAccepted)
 			g.Expect(acc).NotTo(BeNil())
 			g.Expect(acc.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(acc.Reason).To(Equal(controller.ReasonAwaitingRegistration))
+			g.Expect(acc.Reason).To(Equal(workflowv1alpha1.ReasonAwaitingRegistration))
 			g.Expect(acc.Message).To(Equal("workflow type " + dag + " is declared with steps by WorkflowRegistry " + ns +
 				"/dags, which is not registered yet; the run is recorded once it is"))
 		}).Should(Succeed())
@@ -207,7 +206,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		Expect(k8sClient.Patch(ctx, reg, patch)).To(Succeed())
 		Eventually(phase(ns, "late")).Should(Equal(workflowv1alpha1.PhaseRunning))
 		Eventually(stepPhases(ns, "late")).Should(Equal("a=Pending"))
-		Expect(condition(getRun(ns, "late")().Status.Conditions, controller.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
+		Expect(condition(getRun(ns, "late")().Status.Conditions, workflowv1alpha1.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
 	})
 
 	It("fails a DAG run at its deadline: its steps end or are skipped, the Event says why", func() {
@@ -221,7 +220,7 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		// expires first fails the run.
 		Eventually(stepPhases(ns, "slow")).Should(MatchRegexp(`^a=(Cancelled|Failed) b=Skipped$`))
 		Expect(getRun(ns, "slow")().Status.LastError).To(ContainSubstring("deadline exceeded"))
-		Eventually(func() []string { return eventNotes(ns, "slow", controller.ReasonFailed) }).Should(ConsistOf(
+		Eventually(func() []string { return eventNotes(ns, "slow", workflowv1alpha1.ReasonFailed) }).Should(ConsistOf(
 			MatchRegexp(`^Failed for good: (deadline exceeded at \S+Z while its steps ran|step "a" \(\S+\) failed: deadline exceeded)$`)))
 	})
 
@@ -272,9 +271,9 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		Expect(dagStepStatus(getRun(ns, "branch")(), "yes").Error).To(Equal("skipped: its condition (when) did not hold"))
 		complete(claimManual(ns, tn, 1)[0])
 		Eventually(phase(ns, "branch")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
-		fin := condition(getRun(ns, "branch")().Status.Conditions, controller.ConditionFinished)
+		fin := condition(getRun(ns, "branch")().Status.Conditions, workflowv1alpha1.ConditionFinished)
 		Expect(fin.Message).To(Equal("2 of 3 steps succeeded; skipped by their conditions: yes"))
-		Eventually(func() []string { return stepNotes(ns, "branch", controller.ReasonStepsSkipped) }).Should(Equal([]string{
+		Eventually(func() []string { return stepNotes(ns, "branch", workflowv1alpha1.ReasonStepsSkipped) }).Should(Equal([]string{
 			"Step yes (" + ty + ") was skipped: its condition (when) did not hold"}))
 	})
 
@@ -323,17 +322,17 @@ var _ = Describe("WorkflowRun of a type with steps", func() {
 		Expect(a.Error).To(Equal("out of stock"))
 		Expect(a.Attempts).To(Equal("1/3"))
 		Expect(dagStepStatus(got, "b").RunID).To(BeEmpty())
-		fin := condition(got.Status.Conditions, controller.ConditionFinished)
-		Expect(fin.Reason).To(Equal(controller.ReasonFailed))
+		fin := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
+		Expect(fin.Reason).To(Equal(workflowv1alpha1.ReasonFailed))
 		Expect(fin.Message).To(Equal("failed after 0 of 4 steps succeeded: " + failure))
 
-		Eventually(func() []string { return eventNotes(ns, "chain", controller.ReasonFailed) }).Should(Equal([]string{
+		Eventually(func() []string { return eventNotes(ns, "chain", workflowv1alpha1.ReasonFailed) }).Should(Equal([]string{
 			"Failed for good: " + failure}))
-		Expect(stepNotes(ns, "chain", controller.ReasonStepFailed)).To(Equal([]string{
+		Expect(stepNotes(ns, "chain", workflowv1alpha1.ReasonStepFailed)).To(Equal([]string{
 			"Step a (" + ta + ") failed for good on attempt 1/3: out of stock"}))
-		Expect(eventNotes(ns, "chain", controller.ReasonStepsSkipped)).To(Equal([]string{
+		Expect(eventNotes(ns, "chain", workflowv1alpha1.ReasonStepsSkipped)).To(Equal([]string{
 			"Skipped 2 step(s) that never started, the workflow having ended: b, c"}))
-		Expect(stepNotes(ns, "chain", controller.ReasonStepCancelled)).To(Equal([]string{
+		Expect(stepNotes(ns, "chain", workflowv1alpha1.ReasonStepCancelled)).To(Equal([]string{
 			"Step e (" + te + ") was cancelled"}))
 	})
 })

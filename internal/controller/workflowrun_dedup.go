@@ -42,9 +42,9 @@ func (r *runPass) trackFollower(wfr *workflowv1alpha1.WorkflowRun, run engine.Ru
 func acceptedMessage(run engine.Run, wfr *workflowv1alpha1.WorkflowRun) (reason, msg string) {
 	src := recordedFrom(run, wfr)
 	if src == "" {
-		return ReasonMirrored, "recorded in the inbox as run " + run.ID
+		return workflowv1alpha1.ReasonMirrored, "recorded in the inbox as run " + run.ID
 	}
-	return ReasonDeduplicated, fmt.Sprintf(
+	return workflowv1alpha1.ReasonDeduplicated, fmt.Sprintf(
 		"deduplicated onto run %s (created by WorkflowRun %s): both objects have spec.idempotencyKey %q, the same type and the same payload; this object shows that run and records none of its own",
 		run.ID, src, wfr.Spec.IdempotencyKey)
 }

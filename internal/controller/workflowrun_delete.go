@@ -44,7 +44,7 @@ func (r *runPass) finalize(ctx context.Context, wfr *workflowv1alpha1.WorkflowRu
 		if cancelled {
 			logf.FromContext(ctx).Info("Cancelled the unfinished run of a deleted WorkflowRun",
 				"workflowrun", client.ObjectKeyFromObject(wfr), "runID", runID)
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelledOnDelete, "Cancel",
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonCancelledOnDelete, "Cancel",
 				"Cancelled run %s because the WorkflowRun was deleted before it finished", runID)
 		}
 	}

@@ -137,7 +137,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			g.Expect(got.Status.StepsDone).To(BeEquivalentTo(2))
 			g.Expect(got.Status.LastStep).To(Equal("charge"))
 			g.Expect(got.Status.NextAttemptAt).To(BeNil())
-			fin := condition(got.Status.Conditions, controller.ConditionFinished)
+			fin := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
 			g.Expect(fin.Reason).To(Equal("Waiting"))
 			g.Expect(fin.Message).To(HavePrefix("waiting for signal approve at step approve until "))
 		}).Should(Succeed())
@@ -161,7 +161,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			g.Expect(got.Status.StepsDone).To(BeEquivalentTo(3))
 			g.Expect(got.Status.LastStep).To(Equal("approve"))
 			g.Expect(got.Status.SignalsSent).To(BeEquivalentTo(1))
-			sent := condition(got.Status.Conditions, controller.ConditionSignalsSent)
+			sent := condition(got.Status.Conditions, workflowv1alpha1.ConditionSignalsSent)
 			g.Expect(sent).NotTo(BeNil())
 			g.Expect(sent.Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
@@ -249,7 +249,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "deepsig")()
 			g.Expect(got.Status.SignalsSent).To(BeEquivalentTo(2))
-			c := condition(got.Status.Conditions, controller.ConditionSignalsSent)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionSignalsSent)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Message).To(ContainSubstring("spec.signals[0] (approve) was not sent"))
@@ -270,7 +270,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "done")()
 			g.Expect(got.Status.SignalsSent).To(BeEquivalentTo(1))
-			c := condition(got.Status.Conditions, controller.ConditionSignalsSent)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionSignalsSent)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Reason).To(Equal("RunFinished"))
@@ -302,7 +302,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "raced")()
 			g.Expect(got.Status.SignalsSent).To(BeEquivalentTo(1))
-			c := condition(got.Status.Conditions, controller.ConditionSignalsSent)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionSignalsSent)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
@@ -324,7 +324,7 @@ var _ = Describe("WorkflowRun durable execution", func() {
 			g.Expect(got.Status.WaitingFor.Step).To(Equal("nap"))
 			g.Expect(got.Status.WaitingFor.Signal).To(BeEmpty())
 			g.Expect(got.Status.WaitingFor.Until).NotTo(BeNil())
-			g.Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(HavePrefix("sleeping at step nap until "))
+			g.Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished).Message).To(HavePrefix("sleeping at step nap until "))
 		}).Should(Succeed())
 		// The Event is recorded asynchronously, after the status.
 		Eventually(func() []string { return eventNotes(ns, "nap", "Waiting") }).

@@ -124,40 +124,40 @@ func (r *runPass) emitEvents(wfr *workflowv1alpha1.WorkflowRun, evs []engine.Eve
 		_ = json.Unmarshal(ev.Data, &d)
 		switch ev.Type {
 		case engine.EventStarted:
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonStarted, "Start",
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonStarted, "Start",
 				"Started by worker %s, attempt %d", d.WorkerID, d.Attempt)
 		case engine.EventRetried:
 			switch d.Reason {
 			case "released":
-				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonReleased, "Retry",
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonReleased, "Retry",
 					"Worker %s handed the run back while shutting down; the attempt does not count", d.WorkerID)
 			case "lease_expired":
-				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonRetrying, "Retry",
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonRetrying, "Retry",
 					"Attempt %d lost its lease (worker %s stopped heartbeating); retrying now", d.Attempt, d.WorkerID)
 			default:
 				next := "soon"
 				if d.NextRunAt != nil {
 					next = "at " + d.NextRunAt.UTC().Format(time.RFC3339)
 				}
-				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonRetrying, "Retry",
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonRetrying, "Retry",
 					"Attempt %d failed: %s; next attempt %s", d.Attempt, truncate(d.Error, 512), next)
 			}
 		case engine.EventSucceeded:
 			if dagEnded(d) {
-				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonSucceeded, "Finish",
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonSucceeded, "Finish",
 					"Succeeded: all %d steps succeeded", d.Steps)
 				break
 			}
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonSucceeded, "Finish",
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonSucceeded, "Finish",
 				"Succeeded on attempt %d (worker %s)", d.Attempt, d.WorkerID)
 		case engine.EventFailed:
 			if d.Reason == "deadline_exceeded" {
-				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonFailed, "Finish",
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonFailed, "Finish",
 					"Failed for good: %s", deadlineMessage(d))
 				break
 			}
 			if dagEnded(d) {
-				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonFailed, "Finish",
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonFailed, "Finish",
 					"Failed for good: %s", truncate(d.Error, 512))
 				break
 			}
@@ -165,13 +165,13 @@ func (r *runPass) emitEvents(wfr *workflowv1alpha1.WorkflowRun, evs []engine.Eve
 			if d.Reason == "lease_expired" {
 				msg = "lease expired (worker " + d.WorkerID + " stopped heartbeating)"
 			}
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonFailed, "Finish",
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonFailed, "Finish",
 				"Failed for good on attempt %d: %s", d.Attempt, msg)
 		case engine.EventCancelled:
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonCancelled, "Cancel", "%s", capitalize(cancelDescription(d)))
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonCancelled, "Cancel", "%s", capitalize(cancelDescription(d)))
 		case engine.EventWaiting:
 			if d.Kind == waitKindDAG {
-				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonStarted, "Start",
+				r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonStarted, "Start",
 					"Started: the database runs its %d steps, each as a run of the step's type, once the steps it depends on succeeded", d.Steps)
 				break
 			}
@@ -180,7 +180,7 @@ func (r *runPass) emitEvents(wfr *workflowv1alpha1.WorkflowRun, evs []engine.Eve
 			if d.WaitKind == engine.StepKindChild && d.ChildID != "" {
 				msg = fmt.Sprintf("Waiting for child run %s of step %s", d.ChildID, d.Step)
 			}
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonWaiting, "Wait",
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonWaiting, "Wait",
 				"%s; the worker slot is free", msg)
 		case engine.EventWoken:
 			var msg string
@@ -196,13 +196,13 @@ func (r *runPass) emitEvents(wfr *workflowv1alpha1.WorkflowRun, evs []engine.Eve
 			default:
 				msg = "the wait at step " + d.Step + " ended (" + d.Reason + ")"
 			}
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonWoken, "Wake", "Woken: %s", msg)
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonWoken, "Wake", "Woken: %s", msg)
 		case engine.EventSignalReceived:
 			from := ""
 			if i := signalIndex(wfr, d.IdempotencyKey); i >= 0 {
 				from = fmt.Sprintf(" (spec.signals[%d])", i)
 			}
-			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonSignalReceived, "Signal",
+			r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonSignalReceived, "Signal",
 				"Received signal %s%s", d.Signal, from)
 		}
 	}

@@ -190,7 +190,7 @@ func (r *runPass) ensureMirrored(ctx context.Context, before, wfr *workflowv1alp
 	if errors.Is(err, engine.ErrInvalid) {
 		// The database refused the input (a payload string holding \u0000,
 		// say): retrying cannot help, the spec must change.
-		return "", nil, leftAlone, r.refuse(ctx, before, wfr, ReasonInvalidInput,
+		return "", nil, leftAlone, r.refuse(ctx, before, wfr, workflowv1alpha1.ReasonInvalidInput,
 			"the inbox refused the run: "+err.Error()+"; fix the spec (recreate the object) to record it")
 	}
 	if err != nil {
@@ -203,7 +203,7 @@ func (r *runPass) ensureMirrored(ctx context.Context, before, wfr *workflowv1alp
 			return "", nil, mirrored, fmt.Errorf("read run holding idempotency key: %w", err)
 		}
 		if !adoptable(run, wfr) {
-			return "", nil, leftAlone, r.refuse(ctx, before, wfr, ReasonIdempotencyConflict, conflictMessage(wfr))
+			return "", nil, leftAlone, r.refuse(ctx, before, wfr, workflowv1alpha1.ReasonIdempotencyConflict, conflictMessage(wfr))
 		}
 		known = &run
 	}
@@ -229,7 +229,7 @@ func (r *runPass) findByKey(ctx context.Context, before, wfr *workflowv1alpha1.W
 		return "", nil, mirrored, fmt.Errorf("read run %s: %w", id, err)
 	}
 	if !adoptable(run, wfr) {
-		return "", nil, leftAlone, r.refuse(ctx, before, wfr, ReasonIdempotencyConflict, conflictMessage(wfr))
+		return "", nil, leftAlone, r.refuse(ctx, before, wfr, workflowv1alpha1.ReasonIdempotencyConflict, conflictMessage(wfr))
 	}
 	wfr.Status.RunID = id
 	return id, &run, mirrored, nil
@@ -251,7 +251,7 @@ func conflictMessage(wfr *workflowv1alpha1.WorkflowRun) string {
 // for a change of its spec: nothing is retried.
 func (r *runPass) refuse(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, reason, msg string) error {
 	changed := setCondition(&wfr.Status.Conditions, metav1.Condition{
-		Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason,
+		Type: workflowv1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason,
 		Message: msg, ObservedGeneration: wfr.Generation,
 	})
 	if err := r.patchStatus(ctx, before, wfr); err != nil {
@@ -267,7 +267,7 @@ func (r *runPass) refuse(ctx context.Context, before, wfr *workflowv1alpha1.Work
 func (r *runPass) reportRunIDMismatch(ctx context.Context, wfr *workflowv1alpha1.WorkflowRun, id string) {
 	logf.FromContext(ctx).Info("status.runID names a run not mirrored from this WorkflowRun; ignoring it",
 		"workflowrun", client.ObjectKeyFromObject(wfr), "runID", id)
-	r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonRunIDMismatch, "Mirror",
+	r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonRunIDMismatch, "Mirror",
 		"status.runID %s does not name a run mirrored from this WorkflowRun; it was not used, the run is found again through the idempotency key",
 		truncate(id, 64))
 }

@@ -60,7 +60,7 @@ func (r *runPass) pendingRegistration(ctx context.Context, namespace, typ string
 // mirrored, and writes the status.
 func (r *runPass) awaitRegistration(ctx context.Context, before, wfr *workflowv1alpha1.WorkflowRun, reg *workflowv1alpha1.WorkflowRegistry) error {
 	setCondition(&wfr.Status.Conditions, metav1.Condition{
-		Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonAwaitingRegistration,
+		Type: workflowv1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: workflowv1alpha1.ReasonAwaitingRegistration,
 		Message: fmt.Sprintf("workflow type %s is declared with steps by WorkflowRegistry %s/%s, which is not registered yet; the run is recorded once it is",
 			wfr.Spec.Type, reg.Namespace, reg.Name),
 		ObservedGeneration: wfr.Generation,

@@ -37,10 +37,10 @@ func (r *runPass) retryOnSpec(ctx context.Context, wfr *workflowv1alpha1.Workflo
 	err = r.Inbox.RetryRun(ctx, engine.RetryParams{ID: run.ID, By: by})
 	switch {
 	case err == nil:
-		r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, ReasonRetried, "Retry",
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeNormal, workflowv1alpha1.ReasonRetried, "Retry",
 			"Retried from where it stopped (spec.retries %d): the run is pending again with fresh attempts", wfr.Spec.Retries)
 	case errors.Is(err, engine.ErrInvalid), errors.Is(err, engine.ErrNotFound):
-		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonRetryRefused, "Retry",
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonRetryRefused, "Retry",
 			"spec.retries %d was not carried out: %v", wfr.Spec.Retries, err)
 	default:
 		return run, err

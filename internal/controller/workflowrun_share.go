@@ -10,10 +10,6 @@ import (
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// ReasonTypeNotShared says spec.typeNamespace names a namespace that does not
-// share the run's type with the run's namespace; nothing is recorded.
-const ReasonTypeNotShared = workflowv1alpha1.ReasonTypeNotShared
-
 // typeNamespace is the namespace whose registry and workers run the
 // object's type: spec.typeNamespace, or the object's own.
 func typeNamespace(wfr *workflowv1alpha1.WorkflowRun) string {
@@ -40,7 +36,7 @@ func (r *runPass) refuseUnshared(ctx context.Context, before, wfr *workflowv1alp
 	if err == nil && slices.Contains(entry.SharedWith, wfr.Namespace) {
 		return false, nil
 	}
-	return true, r.refuse(ctx, before, wfr, ReasonTypeNotShared,
+	return true, r.refuse(ctx, before, wfr, workflowv1alpha1.ReasonTypeNotShared,
 		fmt.Sprintf("namespace %s does not share workflow type %s with namespace %s (a WorkflowRegistry there lists this namespace in the workflow's sharedWith); nothing was recorded",
 			owner, wfr.Spec.Type, wfr.Namespace))
 }

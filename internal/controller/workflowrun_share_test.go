@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
-	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
@@ -69,7 +68,7 @@ var _ = Describe("WorkflowRun of a type another namespace shares", func() {
 		EventuallyWithOffset(1, func(g Gomega) {
 			got := getRun(nsB, name)()
 			g.Expect(got).NotTo(BeNil())
-			c := condition(got.Status.Conditions, controller.ConditionAccepted)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionAccepted)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(got.Status.RunID).NotTo(BeEmpty())
@@ -84,16 +83,16 @@ var _ = Describe("WorkflowRun of a type another namespace shares", func() {
 		EventuallyWithOffset(1, func(g Gomega) {
 			got := getRun(nsB, name)()
 			g.Expect(got).NotTo(BeNil())
-			c := condition(got.Status.Conditions, controller.ConditionAccepted)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionAccepted)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(controller.ReasonTypeNotShared))
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonTypeNotShared))
 			msg = c.Message
 		}).Should(Succeed())
 		EventuallyWithOffset(1, func(g Gomega) {
 			var warnings []string
 			for _, e := range eventsFor(nsB, name) {
-				if e.Reason == controller.ReasonTypeNotShared {
+				if e.Reason == workflowv1alpha1.ReasonTypeNotShared {
 					g.Expect(e.Type).To(Equal(corev1.EventTypeWarning))
 					warnings = append(warnings, e.Note)
 				}
@@ -126,12 +125,12 @@ var _ = Describe("WorkflowRun of a type another namespace shares", func() {
 			for _, name := range []string{"before", "after"} {
 				got := getRun(nsB, name)()
 				g.Expect(got.Status.RunID).To(BeEmpty())
-				g.Expect(condition(got.Status.Conditions, controller.ConditionAccepted).Reason).To(Equal(controller.ReasonTypeNotShared))
+				g.Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionAccepted).Reason).To(Equal(workflowv1alpha1.ReasonTypeNotShared))
 			}
 			g.Expect(claimAs(nsA, "a-worker")).To(BeEmpty())
 			g.Expect(claimAs(nsB, "b-worker")).To(BeEmpty())
 		}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
-		Expect(eventNotes(nsB, "before", controller.ReasonTypeNotShared)).To(HaveLen(1), "refused once, not again on every look")
+		Expect(eventNotes(nsB, "before", workflowv1alpha1.ReasonTypeNotShared)).To(HaveLen(1), "refused once, not again on every look")
 	})
 
 	It("records a shared type's run as the producer's, runs it among the owner's workers and reports to the producer", func() {
@@ -159,10 +158,10 @@ var _ = Describe("WorkflowRun of a type another namespace shares", func() {
 		Eventually(phase(nsB, "shared")).Should(Equal(workflowv1alpha1.PhaseSucceeded))
 		got := getRun(nsB, "shared")()
 		Expect(string(got.Status.Result.Raw)).To(MatchJSON(`{"sent": true}`))
-		fin := condition(got.Status.Conditions, controller.ConditionFinished)
+		fin := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
 		Expect(fin).NotTo(BeNil())
 		Expect(fin.Reason).To(Equal("Succeeded"))
-		Expect(eventNotes(nsB, "shared", controller.ReasonTypeNotShared)).To(BeEmpty())
+		Expect(eventNotes(nsB, "shared", workflowv1alpha1.ReasonTypeNotShared)).To(BeEmpty())
 		out, err := kubectl("get", "wfr", "shared", "-n", nsB, "-o", "wide")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(MatchRegexp(`(?m)^shared\s+` + regexp.QuoteMeta(typ) + `\s+Succeeded\s.*\sa-worker\s+` +

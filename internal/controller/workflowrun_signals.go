@@ -77,11 +77,11 @@ func (r *runPass) sendSignals(ctx context.Context, wfr *workflowv1alpha1.Workflo
 				return nil, lerr
 			}
 			if !sent {
-				rejected = append(rejected, signalRejection{index: i, name: sig.Name, reason: ReasonRunFinished,
+				rejected = append(rejected, signalRejection{index: i, name: sig.Name, reason: workflowv1alpha1.ReasonRunFinished,
 					message: fmt.Sprintf("spec.signals[%d] (%s) was not sent: the run had already finished", i, sig.Name)})
 			}
 		case errors.Is(err, engine.ErrInvalid), errors.Is(err, engine.ErrNotFound):
-			rejected = append(rejected, signalRejection{index: i, name: sig.Name, reason: ReasonInvalid,
+			rejected = append(rejected, signalRejection{index: i, name: sig.Name, reason: workflowv1alpha1.ReasonInvalid,
 				message: fmt.Sprintf("spec.signals[%d] (%s) was not sent: %s", i, sig.Name, truncate(err.Error(), 512))})
 		default:
 			return nil, fmt.Errorf("send spec.signals[%d] (%s) to run %s: %w", i, sig.Name, runID, err)
@@ -93,12 +93,12 @@ func (r *runPass) sendSignals(ctx context.Context, wfr *workflowv1alpha1.Workflo
 	if len(rejected) > 0 {
 		last := rejected[len(rejected)-1]
 		setCondition(&wfr.Status.Conditions, metav1.Condition{
-			Type: ConditionSignalsSent, Status: metav1.ConditionFalse, Reason: last.reason,
+			Type: workflowv1alpha1.ConditionSignalsSent, Status: metav1.ConditionFalse, Reason: last.reason,
 			Message: last.message, ObservedGeneration: gen,
 		})
-	} else if c := meta.FindStatusCondition(wfr.Status.Conditions, ConditionSignalsSent); c == nil || c.Status == metav1.ConditionTrue {
+	} else if c := meta.FindStatusCondition(wfr.Status.Conditions, workflowv1alpha1.ConditionSignalsSent); c == nil || c.Status == metav1.ConditionTrue {
 		setCondition(&wfr.Status.Conditions, metav1.Condition{
-			Type: ConditionSignalsSent, Status: metav1.ConditionTrue, Reason: ReasonSent,
+			Type: workflowv1alpha1.ConditionSignalsSent, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonSent,
 			Message: fmt.Sprintf("all %d entries of spec.signals were sent to the run", len(signals)), ObservedGeneration: gen,
 		})
 	}
@@ -122,7 +122,7 @@ func (r *runPass) signalRecorded(ctx context.Context, runID, key string) (bool, 
 // emitSignalRejections reports the entries of spec.signals that were not sent.
 func (r *runPass) emitSignalRejections(wfr *workflowv1alpha1.WorkflowRun, rejected []signalRejection) {
 	for _, s := range rejected {
-		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, ReasonSignalRejected, "Signal", "%s", capitalize(s.message))
+		r.Recorder.Eventf(wfr, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonSignalRejected, "Signal", "%s", capitalize(s.message))
 	}
 }
 

@@ -94,16 +94,16 @@ func (r *runPass) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run,
 
 	reason, msg := acceptedMessage(run, wfr)
 	setCondition(&st.Conditions, metav1.Condition{
-		Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: reason,
+		Type: workflowv1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: reason,
 		Message: msg, ObservedGeneration: gen,
 	})
 	switch st.Phase {
 	case workflowv1alpha1.PhaseCancelled:
 		// How it was cancelled is said once, from its cancelled event
 		// (applyCancelled); later looks keep that message.
-		if c := meta.FindStatusCondition(st.Conditions, ConditionFinished); c == nil || c.Reason != string(workflowv1alpha1.PhaseCancelled) {
+		if c := meta.FindStatusCondition(st.Conditions, workflowv1alpha1.ConditionFinished); c == nil || c.Reason != string(workflowv1alpha1.PhaseCancelled) {
 			setCondition(&st.Conditions, metav1.Condition{
-				Type: ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
+				Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
 				Message: "cancelled", ObservedGeneration: gen,
 			})
 		}
@@ -113,17 +113,17 @@ func (r *runPass) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run,
 			msg += ": " + st.LastError
 		}
 		setCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
+			Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionTrue, Reason: string(st.Phase),
 			Message: msg, ObservedGeneration: gen,
 		})
 	case workflowv1alpha1.PhaseWaiting:
 		setCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonWaiting,
+			Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionFalse, Reason: workflowv1alpha1.ReasonWaiting,
 			Message: describeWait(wait), ObservedGeneration: gen,
 		})
 	case workflowv1alpha1.PhaseRunning:
 		setCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonRunning,
+			Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionFalse, Reason: workflowv1alpha1.ReasonRunning,
 			Message: fmt.Sprintf("attempt %d running on %s", run.Attempt, run.LeasedBy), ObservedGeneration: gen,
 		})
 	case workflowv1alpha1.PhaseRetrying:
@@ -132,13 +132,13 @@ func (r *runPass) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run,
 			next = "at " + st.NextAttemptAt.UTC().Format(time.RFC3339)
 		}
 		setCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonRetrying,
+			Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionFalse, Reason: workflowv1alpha1.ReasonRetrying,
 			Message:            fmt.Sprintf("attempt %d of %d failed: %s; next attempt %s", run.Attempt, run.MaxAttempts, st.LastError, next),
 			ObservedGeneration: gen,
 		})
 	default:
 		setCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionFinished, Status: metav1.ConditionFalse, Reason: ReasonPending,
+			Type: workflowv1alpha1.ConditionFinished, Status: metav1.ConditionFalse, Reason: workflowv1alpha1.ReasonPending,
 			Message: "waiting for a worker", ObservedGeneration: gen,
 		})
 	}
@@ -148,13 +148,13 @@ func (r *runPass) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run,
 			owner = "WorkflowRegistry " + blockedBy.OwnerNamespace + "/" + blockedBy.OwnerName
 		}
 		setCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionBlocked, Status: metav1.ConditionTrue, Reason: ReasonTypeDisabled,
+			Type: workflowv1alpha1.ConditionBlocked, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonTypeDisabled,
 			Message:            fmt.Sprintf("workflow type %s is disabled in %s; the run stays pending until it is enabled", run.Type, owner),
 			ObservedGeneration: gen,
 		})
-	} else if meta.FindStatusCondition(st.Conditions, ConditionBlocked) != nil {
+	} else if meta.FindStatusCondition(st.Conditions, workflowv1alpha1.ConditionBlocked) != nil {
 		setCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionBlocked, Status: metav1.ConditionFalse, Reason: ReasonTypeEnabled,
+			Type: workflowv1alpha1.ConditionBlocked, Status: metav1.ConditionFalse, Reason: workflowv1alpha1.ReasonTypeEnabled,
 			Message: "the run's type may be claimed", ObservedGeneration: gen,
 		})
 	}
@@ -163,10 +163,10 @@ func (r *runPass) applyStatus(wfr *workflowv1alpha1.WorkflowRun, run engine.Run,
 	if len(run.Result) > 0 && string(run.Result) != "null" {
 		if len(run.Result) <= MaxResultBytes {
 			st.Result = &apiextensionsv1.JSON{Raw: append([]byte(nil), run.Result...)}
-			meta.RemoveStatusCondition(&st.Conditions, ConditionResultTruncated)
+			meta.RemoveStatusCondition(&st.Conditions, workflowv1alpha1.ConditionResultTruncated)
 		} else {
 			setCondition(&st.Conditions, metav1.Condition{
-				Type: ConditionResultTruncated, Status: metav1.ConditionTrue, Reason: ReasonTooLarge,
+				Type: workflowv1alpha1.ConditionResultTruncated, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonTooLarge,
 				Message: fmt.Sprintf("the result is %d bytes, above the %d shown in status; read it from the inbox (run %s)",
 					len(run.Result), MaxResultBytes, run.ID),
 				ObservedGeneration: gen,

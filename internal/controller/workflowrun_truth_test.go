@@ -24,7 +24,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 	accepted := func(name string) func() *metav1.Condition {
 		return func() *metav1.Condition {
 			if got := getRun(ns, name)(); got != nil {
-				return condition(got.Status.Conditions, controller.ConditionAccepted)
+				return condition(got.Status.Conditions, workflowv1alpha1.ConditionAccepted)
 			}
 			return nil
 		}
@@ -39,7 +39,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		first := newRun(ns, "first", "nobody.dedup.v1", map[string]any{"order": 7})
 		first.Spec.IdempotencyKey = "order-7"
 		Expect(k8sClient.Create(ctx, first)).To(Succeed())
-		Eventually(accepted("first")).Should(HaveField("Reason", controller.ReasonMirrored))
+		Eventually(accepted("first")).Should(HaveField("Reason", workflowv1alpha1.ReasonMirrored))
 		runID := getRun(ns, "first")().Status.RunID
 
 		second := newRun(ns, "second", "nobody.dedup.v1", map[string]any{"order": 7})
@@ -49,7 +49,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 			c := accepted("second")()
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(c.Reason).To(Equal(controller.ReasonDeduplicated))
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonDeduplicated))
 			g.Expect(c.Message).To(ContainSubstring("deduplicated onto run " + runID + " (created by WorkflowRun " + ns + "/first)"))
 			g.Expect(getRun(ns, "second")().Status.RunID).To(Equal(runID))
 		}).Should(Succeed())
@@ -67,7 +67,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		third.Spec.IdempotencyKey = "order-7"
 		Expect(k8sClient.Create(ctx, third)).To(Succeed())
 		Eventually(phase(ns, "third"), 3*time.Second, 20*time.Millisecond).Should(Equal(workflowv1alpha1.PhaseSucceeded))
-		Expect(accepted("third")()).To(HaveField("Reason", controller.ReasonDeduplicated))
+		Expect(accepted("third")()).To(HaveField("Reason", workflowv1alpha1.ReasonDeduplicated))
 		Expect(string(getRun(ns, "third")().Status.Result.Raw)).To(MatchJSON(`{"by":"hand"}`))
 	})
 
@@ -76,10 +76,10 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "lonely")()
 			g.Expect(got).NotTo(BeNil())
-			c := condition(got.Status.Conditions, controller.ConditionUnserved)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionUnserved)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(c.Reason).To(Equal(controller.ReasonNoWorker))
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonNoWorker))
 			g.Expect(c.Message).To(HavePrefix("no WorkflowRegistry declares workflow type nobody.lonely.v1"))
 		}).Should(Succeed())
 
@@ -92,9 +92,9 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		}
 		Expect(k8sClient.Create(ctx, reg)).To(Succeed())
 		Eventually(func(g Gomega) {
-			c := condition(getRun(ns, "lonely")().Status.Conditions, controller.ConditionUnserved)
+			c := condition(getRun(ns, "lonely")().Status.Conditions, workflowv1alpha1.ConditionUnserved)
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(controller.ReasonRegistered))
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonRegistered))
 			g.Expect(c.Message).To(ContainSubstring("registered (runtime python) by WorkflowRegistry " + ns + "/lonely-reg"))
 		}).Should(Succeed())
 
@@ -110,9 +110,9 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		}
 		Expect(k8sClient.Update(ctx, reg)).To(Succeed())
 		Eventually(func(g Gomega) {
-			c := condition(getRun(ns, "lonely")().Status.Conditions, controller.ConditionUnserved)
+			c := condition(getRun(ns, "lonely")().Status.Conditions, workflowv1alpha1.ConditionUnserved)
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(controller.ReasonWorkerPool))
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonWorkerPool))
 			g.Expect(c.Message).To(Equal("worker pool py-workers (WorkflowRegistry " + ns + "/lonely-reg) serves workflow type nobody.lonely.v1"))
 		}).Should(Succeed())
 
@@ -120,7 +120,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		_, err := pool.Exec(ctx, "update workflow.workflow_run set status = 'cancelled' where type = 'nobody.lonely.v1'")
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func() *metav1.Condition {
-			return condition(getRun(ns, "lonely")().Status.Conditions, controller.ConditionUnserved)
+			return condition(getRun(ns, "lonely")().Status.Conditions, workflowv1alpha1.ConditionUnserved)
 		}).Should(BeNil())
 	})
 
@@ -146,7 +146,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 	}
 	unserved := func(name string) func() *metav1.Condition {
 		return func() *metav1.Condition {
-			return condition(getRun(ns, name)().Status.Conditions, controller.ConditionUnserved)
+			return condition(getRun(ns, name)().Status.Conditions, workflowv1alpha1.ConditionUnserved)
 		}
 	}
 
@@ -155,7 +155,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		strandedPool(ns, "stranded-reg", "no-such-deployment", "nobody.stranded.")
 		Eventually(unserved("stranded")).Should(And(
 			HaveField("Status", metav1.ConditionTrue),
-			HaveField("Reason", controller.ReasonWorkerPoolNotReady),
+			HaveField("Reason", workflowv1alpha1.ReasonWorkerPoolNotReady),
 			HaveField("Message", And(
 				HavePrefix("workflow type nobody.stranded.v1 is covered only by worker pool no-such-deployment (WorkflowRegistry "+ns+"/stranded-reg), which cannot be scaled"),
 				ContainSubstring("does not exist")))))
@@ -176,7 +176,7 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		Expect(k8sClient.Create(ctx, foreign)).To(Succeed())
 		strandedPool(other, "their-reg", "their-secret-deployment", "nobody.foreign.")
 		Eventually(unserved("foreign")).Should(And(
-			HaveField("Reason", controller.ReasonWorkerPoolNotReady),
+			HaveField("Reason", workflowv1alpha1.ReasonWorkerPoolNotReady),
 			HaveField("Message", And(
 				ContainSubstring("a worker pool of WorkflowRegistry "+other+"/their-reg"),
 				Not(ContainSubstring("their-secret-deployment")),
@@ -192,8 +192,8 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 			g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhaseRetrying))
 			g.Expect(got.Status.NextAttemptAt).NotTo(BeNil())
 			g.Expect(got.Status.NextAttemptAt.Time).To(BeTemporally("~", time.Now().Add(time.Hour), 10*time.Minute))
-			c := condition(got.Status.Conditions, controller.ConditionFinished)
-			g.Expect(c.Reason).To(Equal(controller.ReasonRetrying))
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished)
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonRetrying))
 			g.Expect(c.Message).To(HavePrefix("attempt 1 of 3 failed: planned failure on attempt 1; next attempt at " +
 				got.Status.NextAttemptAt.UTC().Format(time.RFC3339)))
 		}).Should(Succeed())
@@ -229,18 +229,18 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 			Eventually(func(g Gomega) {
 				got := getRun(ns, name)()
 				g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhaseCancelled))
-				g.Expect(condition(got.Status.Conditions, controller.ConditionFinished).Message).To(Equal(msg))
+				g.Expect(condition(got.Status.Conditions, workflowv1alpha1.ConditionFinished).Message).To(Equal(msg))
 			}).Should(Succeed(), name)
-			Eventually(func() []string { return eventNotes(ns, name, controller.ReasonCancelled) }).Should(
+			Eventually(func() []string { return eventNotes(ns, name, workflowv1alpha1.ReasonCancelled) }).Should(
 				ConsistOf(Equal(capitalizeFirst(msg))), name)
 		}
-		c := condition(getRun(ns, "by-spec")().Status.Conditions, controller.ConditionCancelRequested)
+		c := condition(getRun(ns, "by-spec")().Status.Conditions, workflowv1alpha1.ConditionCancelRequested)
 		Expect(c).NotTo(BeNil())
 		Expect(c.Status).To(Equal(metav1.ConditionTrue))
 
 		// The message stays once said, through later looks at the run.
 		Consistently(func() string {
-			return condition(getRun(ns, "by-sql")().Status.Conditions, controller.ConditionFinished).Message
+			return condition(getRun(ns, "by-sql")().Status.Conditions, workflowv1alpha1.ConditionFinished).Message
 		}, 6*time.Second, 500*time.Millisecond).Should(Equal(want["by-sql"]))
 	})
 
@@ -266,13 +266,13 @@ var _ = Describe("WorkflowRun statuses that tell the truth", func() {
 		Eventually(func(g Gomega) {
 			got := getRun(ns, "late")()
 			g.Expect(got.Status.Phase).To(Equal(workflowv1alpha1.PhaseSucceeded))
-			c := condition(got.Status.Conditions, controller.ConditionCancelRequested)
+			c := condition(got.Status.Conditions, workflowv1alpha1.ConditionCancelRequested)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(controller.ReasonRunFinished))
+			g.Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonRunFinished))
 			g.Expect(c.Message).To(Equal("nothing was cancelled: spec.cancel was set after the run had already succeeded"))
 		}).Should(Succeed())
-		Eventually(func() []string { return eventNotes(ns, "late", controller.ReasonCancelIgnored) }).Should(
+		Eventually(func() []string { return eventNotes(ns, "late", workflowv1alpha1.ReasonCancelIgnored) }).Should(
 			ConsistOf("Nothing was cancelled: spec.cancel was set after the run had already succeeded"))
 	})
 })

@@ -65,12 +65,12 @@ func (r *runPass) unserved(ctx context.Context, run engine.Run, entry *engine.Re
 					if own {
 						why = fmt.Sprintf("%s: %s", c.Reason, c.Message)
 					}
-					blocked = &service{unserved: true, reason: ReasonWorkerPoolNotReady, message: fmt.Sprintf(
+					blocked = &service{unserved: true, reason: workflowv1alpha1.ReasonWorkerPoolNotReady, message: fmt.Sprintf(
 						"workflow type %s is covered only by %s, which cannot be scaled (%s)", run.Type, name, why)}
 				}
 				continue
 			}
-			return &service{reason: ReasonWorkerPool, message: fmt.Sprintf("%s serves workflow type %s", name, run.Type)}, nil
+			return &service{reason: workflowv1alpha1.ReasonWorkerPool, message: fmt.Sprintf("%s serves workflow type %s", name, run.Type)}, nil
 		}
 	}
 	if blocked != nil {
@@ -81,11 +81,11 @@ func (r *runPass) unserved(ctx context.Context, run engine.Run, entry *engine.Re
 		if entry.OwnerName != "" {
 			owner = "WorkflowRegistry " + entry.OwnerNamespace + "/" + entry.OwnerName
 		}
-		return &service{reason: ReasonRegistered, message: fmt.Sprintf(
+		return &service{reason: workflowv1alpha1.ReasonRegistered, message: fmt.Sprintf(
 			"workflow type %s is registered (runtime %s) by %s; no worker pool covers it, so its workers run outside the operator's scaling",
 			run.Type, entry.Runtime, owner)}, nil
 	}
-	return &service{unserved: true, reason: ReasonNoWorker, message: fmt.Sprintf(
+	return &service{unserved: true, reason: workflowv1alpha1.ReasonNoWorker, message: fmt.Sprintf(
 		"no WorkflowRegistry declares workflow type %s and no worker pool's typePrefixes cover it; the run waits until a worker started outside the operator claims it (declare the type and a worker pool in a WorkflowRegistry)",
 		run.Type)}, nil
 }
@@ -105,7 +105,7 @@ func covers(pool workflowv1alpha1.WorkerPool, typ string) bool {
 func poolReady(reg *workflowv1alpha1.WorkflowRegistry, target string) *metav1.Condition {
 	for i := range reg.Status.Workers {
 		if reg.Status.Workers[i].Name == target {
-			return meta.FindStatusCondition(reg.Status.Workers[i].Conditions, ConditionReady)
+			return meta.FindStatusCondition(reg.Status.Workers[i].Conditions, workflowv1alpha1.ConditionReady)
 		}
 	}
 	return nil
@@ -117,7 +117,7 @@ func poolReady(reg *workflowv1alpha1.WorkflowRegistry, target string) *metav1.Co
 // does not know of, and an Event each would cost an API write per run.
 func applyUnserved(wfr *workflowv1alpha1.WorkflowRun, svc *service) {
 	if svc == nil {
-		meta.RemoveStatusCondition(&wfr.Status.Conditions, ConditionUnserved)
+		meta.RemoveStatusCondition(&wfr.Status.Conditions, workflowv1alpha1.ConditionUnserved)
 		return
 	}
 	status := metav1.ConditionFalse
@@ -125,7 +125,7 @@ func applyUnserved(wfr *workflowv1alpha1.WorkflowRun, svc *service) {
 		status = metav1.ConditionTrue
 	}
 	setCondition(&wfr.Status.Conditions, metav1.Condition{
-		Type: ConditionUnserved, Status: status, Reason: svc.reason, Message: svc.message,
+		Type: workflowv1alpha1.ConditionUnserved, Status: status, Reason: svc.reason, Message: svc.message,
 		ObservedGeneration: wfr.Generation,
 	})
 }

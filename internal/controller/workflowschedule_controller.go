@@ -135,7 +135,7 @@ func (r *schedulePass) reconcile(ctx context.Context, ws *workflowv1alpha1.Workf
 // mirror writes the schedule into the inbox and returns it as stored (nil
 // when there is none) and the Accepted condition.
 func (r *schedulePass) mirror(ctx context.Context, ws *workflowv1alpha1.WorkflowSchedule) (*engine.Schedule, metav1.Condition, error) {
-	cond := metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonMirrored,
+	cond := metav1.Condition{Type: workflowv1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: workflowv1alpha1.ReasonMirrored,
 		Message: "the schedule is in the inbox", ObservedGeneration: ws.Generation}
 	s, err := r.Inbox.PutSchedule(ctx, scheduleSpec(ws))
 	if err == nil {

@@ -26,10 +26,6 @@ import (
 // WorkflowSchedule was recorded for.
 const AnnotationScheduledAt = "workflow.simpleworkflow.dev/scheduled-at"
 
-// ReasonScheduled says a WorkflowSchedule made a WorkflowRun for a tick (an
-// Event).
-const ReasonScheduled = "Scheduled"
-
 // scheduleCatchUpRuns is how many of a schedule's latest runs each look
 // checks for a missing WorkflowRun.
 const scheduleCatchUpRuns = 50
@@ -178,13 +174,13 @@ func (r *schedulePass) makeRun(ctx context.Context, ws *workflowv1alpha1.Workflo
 		return nil
 	case apierrors.IsInvalid(err):
 		// Admission refused it; trying again cannot help.
-		r.Recorder.Eventf(ws, nil, corev1.EventTypeWarning, ReasonInvalidInput, "Schedule",
+		r.Recorder.Eventf(ws, nil, corev1.EventTypeWarning, workflowv1alpha1.ReasonInvalidInput, "Schedule",
 			"The WorkflowRun %s of run %s was refused: %s", wfr.Name, run.ID, truncate(err.Error(), maxEventNoteBytes/2))
 		return nil
 	case err != nil:
 		return fmt.Errorf("create WorkflowRun %s: %w", wfr.Name, err)
 	}
-	r.Recorder.Eventf(ws, wfr, corev1.EventTypeNormal, ReasonScheduled, "Schedule",
+	r.Recorder.Eventf(ws, wfr, corev1.EventTypeNormal, workflowv1alpha1.ReasonScheduled, "Schedule",
 		"Made WorkflowRun %s for the tick at %s (run %s)", wfr.Name, tick.UTC().Format(time.RFC3339), run.ID)
 	return nil
 }

@@ -75,7 +75,7 @@ var _ = Describe("WorkflowSchedule", func() {
 	accepted := func(name string) func() metav1.ConditionStatus {
 		return func() metav1.ConditionStatus {
 			if ws := getSchedule(name)(); ws != nil {
-				if c := condition(ws.Status.Conditions, controller.ConditionAccepted); c != nil && c.ObservedGeneration == ws.Generation {
+				if c := condition(ws.Status.Conditions, workflowv1alpha1.ConditionAccepted); c != nil && c.ObservedGeneration == ws.Generation {
 					return c.Status
 				}
 			}
@@ -256,7 +256,7 @@ var _ = Describe("WorkflowSchedule", func() {
 			ws.Spec.TimeZone = zone
 			create(ws)
 			Eventually(accepted(ws.Name)).Should(Equal(metav1.ConditionFalse))
-			c := condition(getSchedule(ws.Name)().Status.Conditions, controller.ConditionAccepted)
+			c := condition(getSchedule(ws.Name)().Status.Conditions, workflowv1alpha1.ConditionAccepted)
 			Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonInvalidSchedule))
 			Expect(c.Message).To(ContainSubstring(message))
 			_, err := eng.GetSchedule(ctx, ns, ws.Name)
@@ -329,7 +329,7 @@ var _ = Describe("WorkflowSchedule", func() {
 			g.Expect(st.ActiveCount).To(BeZero())
 			g.Expect(st.NextScheduleTime).NotTo(BeNil())
 		}).Should(Succeed())
-		Eventually(func() []string { return eventReasons(ns, ws.Name) }).Should(ContainElement(controller.ReasonScheduled))
+		Eventually(func() []string { return eventReasons(ns, ws.Name) }).Should(ContainElement(workflowv1alpha1.ReasonScheduled))
 
 		// The columns as kubectl prints them, once the object it reads has
 		// the status just checked (a later tick's status write may be in
@@ -514,7 +514,7 @@ var _ = Describe("WorkflowSchedule", func() {
 		Expect(s.LastOutcome).To(Equal(engine.FiringReplaced))
 		Eventually(phase(ns, runName(ws.Name, first))).Should(Equal(workflowv1alpha1.PhaseCancelled))
 		Eventually(func() string {
-			if c := condition(getRun(ns, runName(ws.Name, first))().Status.Conditions, controller.ConditionFinished); c != nil {
+			if c := condition(getRun(ns, runName(ws.Name, first))().Status.Conditions, workflowv1alpha1.ConditionFinished); c != nil {
 				return c.Message
 			}
 			return ""
