@@ -67,7 +67,7 @@ lint-go: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml says which checks 
 lint-python: ## The Python SDK's formatting (black, line length in sdk/python/pyproject.toml) and types (mypy --strict).
 	PY=$$(hack/python-deps.sh --dev) && cd sdk/python && \
 	{ command -v black >/dev/null || { echo "black is missing (Debian: apt-get install black)"; exit 1; }; } && \
-	black --check --quiet . && $$PY -m mypy --strict --no-error-summary simpleworkflow examples/example_worker.py
+	black --check --quiet . && $$PY -m mypy --strict --no-error-summary --cache-dir ../../.cache/mypy simpleworkflow examples/example_worker.py
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync them into the chart).

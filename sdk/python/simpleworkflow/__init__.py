@@ -5,8 +5,7 @@ and cancel them. Workers use :class:`Poller`: it claims runs by type prefix,
 runs the handler registered for each run's type with a :class:`Task`,
 heartbeats automatically, records results and errors (retried with backoff),
 and on shutdown hands unfinished runs back. The names, defaults and verbs are
-the Go SDK's (docs/sdk-parity.md); ``IntentPoller`` and ``RunContext`` are the
-former names of ``Poller`` and ``Task``, kept as aliases.
+the Go SDK's (docs/sdk-parity.md).
 
 Handlers execute durably with the verbs of :class:`Task`: ``step``
 (recorded once, replayed on later attempts), ``step_tx`` (a step whose body
@@ -45,7 +44,7 @@ from .client import (
     SignalResult,
     Wait,
 )
-from .durable import MAX_STEPS, RunContext, Task
+from .durable import MAX_STEPS, Task
 from .errors import (
     ChildFailed,
     InvalidInputError,
@@ -65,7 +64,6 @@ from .poller import (
     DEFAULT_POLL_INTERVAL_SECONDS,
     DEFAULT_REAP_INTERVAL_SECONDS,
     DEFAULT_SHUTDOWN_GRACE_SECONDS,
-    IntentPoller,
     Poller,
     PollerConfig,
 )
@@ -92,7 +90,6 @@ __all__ = [
     "Client",
     "CreateResult",
     "Event",
-    "IntentPoller",
     "InvalidInputError",
     "JournalStep",
     "LogLine",
@@ -104,7 +101,6 @@ __all__ = [
     "Poller",
     "PollerConfig",
     "Run",
-    "RunContext",
     "RunPage",
     "RunFinishedError",
     "SignalResult",

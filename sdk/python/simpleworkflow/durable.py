@@ -117,7 +117,7 @@ def _encode(name: str, value: Any) -> str:
 
 
 class Task:
-    """One attempt of a run, as a handler sees it (the Go SDK's Task; also exported as RunContext).
+    """One attempt of a run, as a handler sees it (the Go SDK's Task).
 
     ``id``, ``type``, ``payload`` (the run's JSON object, decoded: Go's
     Task.Decode), ``attempt``, ``max_attempts``, ``worker_id``,
@@ -767,7 +767,3 @@ class Task:
         if status == "nondeterministic":
             raise self._fail(message)
         raise PermanentError(f'{kind} "{step}": invalid input: {message}')
-
-
-#: The name the handler context had before it took the Go SDK's: the same class.
-RunContext = Task

@@ -584,9 +584,5 @@ class Poller:
                 self._tracing.end_attempt(t._span, OUTCOME_UNRECORDED, error)
 
 
-#: The name the poller had before it took the Go SDK's: the same class.
-IntentPoller = Poller
-
-
 def _message(error: BaseException) -> str:
     return str(error) or type(error).__name__

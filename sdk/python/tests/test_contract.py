@@ -336,7 +336,7 @@ class ParityTest(unittest.TestCase):
 
     def python_names(self):
         parity = load("parity.json")
-        self.assertEqual(set(parity), {"verbs", "only", "aliases"})
+        self.assertEqual(set(parity), {"verbs", "only"})
         names = [v["python"] for v in parity["verbs"]]
         names += [o["python"] for o in parity["only"] if "python" in o]
         return names
@@ -366,7 +366,7 @@ class ParityTest(unittest.TestCase):
         self.assertEqual(missing, [], "names of parity.json the Python SDK lacks")
 
     def test_the_parity_page_shows_the_file(self):
-        """docs/sdk-parity.md has a row for every verb, every one-sided name and every alias of parity.json."""
+        """docs/sdk-parity.md has a row for every verb and every one-sided name of parity.json."""
         with open(os.path.join(support.ROOT, "docs", "sdk-parity.md"), encoding="utf-8") as f:
             page = f.read()
         parity = load("parity.json")
@@ -375,7 +375,6 @@ class ParityTest(unittest.TestCase):
             go = f"`{o['go']}`" if "go" in o else ""
             py = f"`{o['python']}`" if "python" in o else ""
             rows.append(f"| {go} | {py} | {o['why']} |")
-        rows += [f"| `{a['python']}` | `{a['of']}` |" for a in parity["aliases"]]
         self.assertEqual(
             [r for r in rows if r not in page], [], "rows of parity.json missing from docs/sdk-parity.md"
         )
@@ -407,11 +406,10 @@ class ParityTest(unittest.TestCase):
             "public names of the package that simpleworkflow.__all__ leaves out, or names it lacks",
         )
         listed = set(self.python_names())
-        aliases = {a["python"] for a in load("parity.json")["aliases"]}
         missing = []
         for name in sorted(simpleworkflow.__all__):
             obj = getattr(simpleworkflow, name)
-            if name in aliases or name in listed:
+            if name in listed:
                 continue
             if inspect.isclass(obj) and (dataclasses.is_dataclass(obj) or issubclass(obj, BaseException)):
                 continue
@@ -419,29 +417,14 @@ class ParityTest(unittest.TestCase):
                 missing.append(name)
         self.assertEqual(missing, [], "functions and classes of the package that parity.json does not list")
 
-    def test_aliases_are_the_same_objects(self):
-        """An alias is another name of a listed verb, and every second name of one object is a listed alias."""
-        listed = set(self.python_names())
-        declared = {}
-        for a in load("parity.json")["aliases"]:
-            with self.subTest(alias=a["python"]):
-                self.assertIn(a["python"], simpleworkflow.__all__)
-                self.assertIn(a["of"], listed, "an alias of a name parity.json does not list")
-                self.assertIs(getattr(simpleworkflow, a["python"]), getattr(simpleworkflow, a["of"]))
-                declared[a["python"]] = a["of"]
+    def test_no_object_has_two_names(self):
+        """Every class and function of the package has one public name: no alias is kept."""
         by_object = defaultdict(list)
         for name in simpleworkflow.__all__:
             obj = getattr(simpleworkflow, name)
             if inspect.isclass(obj) or inspect.isfunction(obj):
                 by_object[id(obj)].append(name)
-        found = {}
-        for names in by_object.values():
-            canonical = [n for n in names if n not in declared]
-            self.assertEqual(
-                len(canonical), 1, f"{sorted(names)}: one object, more than one name not declared an alias"
-            )
-            found.update({n: canonical[0] for n in names if n in declared})
-        self.assertEqual(found, declared)
+        self.assertEqual([sorted(n) for n in by_object.values() if len(n) > 1], [])
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ from simpleworkflow import (  # noqa: E402
     NonDeterministicError,
     NotFoundError,
     PermanentError,
-    RunContext,
     RunFinishedError,
     StoppedError,
+    Task,
 )
 from tests import support  # noqa: E402
 from tests.support import InboxTest, wait_for  # noqa: E402
@@ -104,7 +104,7 @@ class StepTest(InboxTest):
             with psycopg.connect(self.url, autocommit=True) as conn:
                 # A second writer holding the same lease (say, a write retried
                 # after its answer was lost) records the step first.
-                twin = RunContext(
+                twin = Task(
                     run.id,
                     run.type,
                     run.payload,
@@ -122,7 +122,7 @@ class StepTest(InboxTest):
                     return {"by": "main"}
 
                 seen["main"] = run.step("pick", mine)
-                late = RunContext(
+                late = Task(
                     run.id,
                     run.type,
                     run.payload,
