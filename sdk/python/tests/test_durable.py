@@ -102,19 +102,23 @@ class StepTest(InboxTest):
 
         def handler(run):
             with psycopg.connect(self.url, autocommit=True) as conn:
+
+                def same_lease():
+                    return Task(
+                        run.id,
+                        run.type,
+                        run.payload,
+                        run.attempt,
+                        run.max_attempts,
+                        run.worker_id,
+                        lease_token=run.lease_token,
+                        journal=[],
+                        connect=lambda: conn,
+                    )
+
                 # A second writer holding the same lease (say, a write retried
                 # after its answer was lost) records the step first.
-                twin = Task(
-                    run.id,
-                    run.type,
-                    run.payload,
-                    run.attempt,
-                    run.max_attempts,
-                    run.worker_id,
-                    lease_token=run.lease_token,
-                    journal=[],
-                    connect=lambda: conn,
-                )
+                twin = same_lease()
                 seen = {}
 
                 def mine():
@@ -122,17 +126,7 @@ class StepTest(InboxTest):
                     return {"by": "main"}
 
                 seen["main"] = run.step("pick", mine)
-                late = Task(
-                    run.id,
-                    run.type,
-                    run.payload,
-                    run.attempt,
-                    run.max_attempts,
-                    run.worker_id,
-                    lease_token=run.lease_token,
-                    journal=[],
-                    connect=lambda: conn,
-                )
+                late = same_lease()
                 seen["late"] = late.step("pick", lambda: {"by": "late"})
             return seen
 

@@ -25,6 +25,19 @@ def tearDownModule():
     support.stop_server()
 
 
+def wait_listening(test):
+    """Waits until the test's worker listens and its first claim has been answered."""
+    wait_for(
+        lambda: test.sql(
+            "select count(*) filter (where query ilike 'listen%%') > 0"
+            " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
+            " from pg_stat_activity where datname = current_database()"
+        )[0][0],
+        timeout=10,
+        what="the worker to listen and poll once",
+    )
+
+
 class ClientTest(InboxTest):
     def test_create_is_idempotent_and_validated(self):
         first = self.client.create("content.thumbnail.v1", {"content_id": "c_123"}, idempotency_key="k1")
@@ -76,15 +89,7 @@ class ClientTest(InboxTest):
         poller.handle("outbox.ship.v1", lambda run: started.append(run.id))
         # The worker listens and its first claim has been answered: from now
         # on only a notification can wake it before a minute passes.
-        wait_for(
-            lambda: self.sql(
-                "select count(*) filter (where query ilike 'listen%%') > 0"
-                " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
-                " from pg_stat_activity where datname = current_database()"
-            )[0][0],
-            timeout=10,
-            what="the worker to listen and poll once",
-        )
+        wait_listening(self)
         with psycopg.connect(self.url) as conn:
             res = self.client.create("outbox.ship.v1", {"order": 1}, conn=conn)
             conn.execute("insert into public.shop_order values (1, %s)", (res.id,))
@@ -236,15 +241,7 @@ class ClientTest(InboxTest):
         started = []
         poller, _, _ = self.start_poller(type_prefixes=["follow."], worker_id="py-follow", poll_interval=60)
         poller.handle("follow.up.v1", lambda run: started.append(run.id))
-        wait_for(
-            lambda: self.sql(
-                "select count(*) filter (where query ilike 'listen%%') > 0"
-                " and count(*) filter (where query like '%%claim_runs%%' and state = 'idle') > 0"
-                " from pg_stat_activity where datname = current_database()"
-            )[0][0],
-            timeout=10,
-            what="the worker to listen and poll once",
-        )
+        wait_listening(self)
         key = "hashtext('workflow_run_created:' || %s), hashtext(%s)"
         with psycopg.connect(self.url, autocommit=True) as holder:
             holder.execute(f"select pg_advisory_lock({key})", ("follow.up.v1", "follow.up.v1"))
