@@ -24,10 +24,13 @@ const staleCacheLimit = 10 * time.Second
 // which has not seen the write yet waits for it instead of computing a
 // patch bound to be refused with a conflict. An entry lives until a look
 // finds another version, the object is deleted, or staleCacheLimit
-// passes. The zero value is ready to use.
+// passes (a write whose object is not looked at again, a finished run's
+// last, is swept once it is that old). The zero value is ready to use.
 type writtenObjects struct {
 	mu sync.Mutex
 	m  map[types.UID]writtenObject
+	// swept is when the last sweep of old entries ran.
+	swept time.Time
 }
 
 // writtenObject is the versions the last writes replaced (a look that adds
@@ -50,6 +53,14 @@ func (w *writtenObjects) remember(uid types.UID, replaced string, now time.Time)
 	defer w.mu.Unlock()
 	if w.m == nil {
 		w.m = map[types.UID]writtenObject{}
+	}
+	if now.Sub(w.swept) >= staleCacheLimit {
+		for k, e := range w.m {
+			if now.Sub(e.at) >= staleCacheLimit {
+				delete(w.m, k)
+			}
+		}
+		w.swept = now
 	}
 	e := w.m[uid]
 	if len(e.replaced) == maxReplacedVersions {

@@ -48,3 +48,20 @@ func TestWrittenObjectsWaitOnlyForTheVersionsAWriteReplaced(t *testing.T) {
 		t.Fatal("a forgotten object was stale")
 	}
 }
+
+func TestWrittenObjectsSweepWritesNotLookedAtAgain(t *testing.T) {
+	var w writtenObjects
+	t0 := time.Unix(1000, 0)
+	for i := range 100 {
+		w.remember(types.UID(string(rune('a'+i%26))+string(rune('a'+i/26))), "1", t0)
+	}
+	if len(w.m) != 100 {
+		t.Fatalf("%d entries, want 100", len(w.m))
+	}
+	// The next write after the limit sweeps the old ones (finished runs'
+	// last writes, never looked at again) and keeps its own.
+	w.remember("fresh", "7", t0.Add(staleCacheLimit))
+	if len(w.m) != 1 || !w.stale("fresh", "7", t0.Add(staleCacheLimit)) {
+		t.Fatalf("after the sweep %d entries (%v), want only the fresh write", len(w.m), w.m)
+	}
+}
