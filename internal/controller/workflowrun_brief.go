@@ -36,12 +36,18 @@ func briefRunning(wfr *workflowv1alpha1.WorkflowRun, run engine.Run) bool {
 // announcement and the requeue of a quiet start may each bring one), and
 // the first look after it writes whatever the run then is. An entry lives
 // until a status is written or the object is deleted (an attempt that parks
-// and goes on is held again after that write). The zero value is ready to
-// use.
+// and goes on is held again after that write), or, for an object that went
+// away unseen, until a sweep finds it a minute past its hold. The zero value
+// is ready to use.
 type heldAttempts struct {
 	mu sync.Mutex
 	m  map[types.UID]heldAttempt
+	// swept is when the last sweep of old entries ran.
+	swept time.Time
 }
+
+// heldSweepAfter is how long past its hold an entry is kept.
+const heldSweepAfter = time.Minute
 
 // heldAttempt is one object's held attempt and the end of its hold.
 type heldAttempt struct {
@@ -61,6 +67,14 @@ func (h *heldAttempts) hold(uid types.UID, attempt int, now time.Time, delay tim
 	}
 	if h.m == nil {
 		h.m = map[types.UID]heldAttempt{}
+	}
+	if now.Sub(h.swept) >= heldSweepAfter {
+		for k, e := range h.m {
+			if now.Sub(e.until) >= heldSweepAfter {
+				delete(h.m, k)
+			}
+		}
+		h.swept = now
 	}
 	h.m[uid] = heldAttempt{attempt: attempt, until: now.Add(delay)}
 	return delay, true

@@ -38,6 +38,21 @@ func TestHeldAttemptsHoldEveryLookWithinTheDelayOfTheFirst(t *testing.T) {
 	}
 }
 
+func TestHeldAttemptsSweepObjectsGoneUnseen(t *testing.T) {
+	var h heldAttempts
+	t0 := time.Unix(1000, 0)
+	const delay = 500 * time.Millisecond
+	h.hold("gone", 1, t0, delay)
+	h.hold("kept", 1, t0.Add(heldSweepAfter), delay)
+	h.hold("new", 1, t0.Add(2*heldSweepAfter), delay) // the next sweep
+	if _, ok := h.m["gone"]; ok {
+		t.Fatal("an entry a minute past its hold was kept")
+	}
+	if _, ok := h.m["kept"]; !ok {
+		t.Fatal("an entry within a minute of its hold was swept")
+	}
+}
+
 func TestBriefRunningOnlyForAPlainRunningAttempt(t *testing.T) {
 	leased := engine.Run{ID: "r", Status: engine.StatusLeased, Attempt: 1}
 	plain := func() *workflowv1alpha1.WorkflowRun { return &workflowv1alpha1.WorkflowRun{} }

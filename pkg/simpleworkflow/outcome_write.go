@@ -42,7 +42,7 @@ type outcome struct {
 // secondWriterAfter: a quick write (a plain burn-down's) is waited for, so
 // that what accumulates meanwhile goes in one batch, not two. Measured on
 // two cores (the changelog's 2026-11-26 notes, in
-// `git show 8b57702c7930f7d6da7823f9d3563f153fac9f9c:CHANGELOG.md`): with
+// `git show 87eb69e5b3e1f1e2cb6dc234035c7a3955a6513a:CHANGELOG.md`): with
 // two writers always on, 300 concurrent 10-step DAG chains were 1.4-1.6x
 // quicker but burn-downs of four pollers 15 % slower; waiting 25 ms, four
 // pollers were still 9 % slower; waiting 50 ms, they were as before. Two

@@ -53,7 +53,7 @@ func (s *session) recordStep(ctx context.Context, w engine.StepWrite) (engine.St
 // machine's other core idled. A second batch is written beside the first,
 // with whatever accumulated since the first began (measured on two cores:
 // the changelog's 2026-11-27 notes, in
-// `git show 8b57702c7930f7d6da7823f9d3563f153fac9f9c:CHANGELOG.md`). The
+// `git show 87eb69e5b3e1f1e2cb6dc234035c7a3955a6513a:CHANGELOG.md`). The
 // steps of one run are never in two batches at once: its handler waits for
 // each step's answer.
 const stepWriters = 2

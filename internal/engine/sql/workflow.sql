@@ -5497,12 +5497,12 @@ $$;
 -- to the default partition wait for that read, as long as the default
 -- partition is large (after an upgrade, the whole trail kept from before,
 -- until retention empties it). A span that has begun (or begins within a
--- minute) is attached with the trail locked against writes (SHARE ROW
--- EXCLUSIVE, which also makes two such calls go one after the other; waiting
+-- minute) is attached with the trail locked against writes (SHARE, waiting
 -- at most lock_timeout for the transactions writing to it to end; writers
 -- wait for the attach): a statement already writing a run of that span
 -- would have routed its events to the default partition and then fail its
--- narrowed constraint.
+-- narrowed constraint. Calls at once go one after the other: each first
+-- locks the trail alone in SHARE UPDATE EXCLUSIVE mode, before its checks.
 create or replace function workflow.create_history_partition(p_from timestamptz, p_to timestamptz) returns boolean
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
@@ -5514,21 +5514,13 @@ begin
         raise exception 'create_history_partition: the span must be finite and end after it starts, got [%, %)',
             p_from, p_to using errcode = '22023';
     end if;
-    -- Taken first, and in a mode that conflicts with itself, so that two
-    -- calls at once go one after the other: a call that had read the
-    -- default partition (the check below) while another attached held it
-    -- against that attach's lock on it (a deadlock, seen with the
-    -- manager's prepare_history_partitions beside a call by hand). A span
-    -- that has begun or begins within a minute keeps writers out as well
-    -- (share row exclusive): a statement already writing a run of it would
-    -- route its events to the default partition between the check and the
-    -- attach; a later span lets them write (share update exclusive, the
-    -- attach's own lock on the trail).
-    if p_from < clock_timestamp() + interval '1 minute' then
-        lock table workflow.workflow_event in share row exclusive mode;
-    else
-        lock table workflow.workflow_event in share update exclusive mode;
-    end if;
+    -- Taken first, on the trail alone, in the attach's own mode, which
+    -- conflicts with itself and not with writers: two calls at once go one
+    -- after the other, where a call that had read the default partition
+    -- (the check below) held it against the other's attach (a deadlock,
+    -- seen with the manager's prepare_history_partitions beside a call by
+    -- hand).
+    lock table only workflow.workflow_event in share update exclusive mode;
     v_name := 'workflow_event_p' || to_char(p_from at time zone 'UTC', 'YYYYMMDD"t"HH24MISS');
     v_lo := workflow.run_id_at(p_from);
     v_hi := workflow.run_id_at(p_to);
@@ -5536,6 +5528,12 @@ begin
        or exists (select 1 from workflow.history_partitions() p where p.from_time < p_to and p.to_time > p_from)
        or exists (select 1 from workflow.workflow_event_default d where d.workflow_id >= v_lo and d.workflow_id < v_hi) then
         return false;
+    end if;
+    -- A span that has begun (or begins within a minute) keeps writers out
+    -- until it is attached: a statement already writing a run of it would
+    -- route its events to the default partition meanwhile.
+    if p_from < clock_timestamp() + interval '1 minute' then
+        lock table workflow.workflow_event in share mode;
     end if;
     -- Written once and dropped whole: no vacuum for its inserts (autovacuum
     -- still analyzes it, and freezes it if it ever lives that long).
