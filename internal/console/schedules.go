@@ -190,7 +190,9 @@ func (s *Server) widen(ctx context.Context, r *http.Request, a access, namespace
 	if err != nil {
 		return a, err
 	}
-	wide := access{who: a.who, all: a.all || more.all, namespaces: make(map[string]bool, len(a.namespaces)+len(more.namespaces))}
+	wide := a
+	wide.all = a.all || more.all
+	wide.namespaces = make(map[string]bool, len(a.namespaces)+len(more.namespaces))
 	for ns := range a.namespaces {
 		wide.namespaces[ns] = true
 	}

@@ -68,14 +68,7 @@ func (h *heldAttempts) hold(uid types.UID, attempt int, now time.Time, delay tim
 	if h.m == nil {
 		h.m = map[types.UID]heldAttempt{}
 	}
-	if now.Sub(h.swept) >= heldSweepAfter {
-		for k, e := range h.m {
-			if now.Sub(e.until) >= heldSweepAfter {
-				delete(h.m, k)
-			}
-		}
-		h.swept = now
-	}
+	sweepOld(h.m, &h.swept, now, heldSweepAfter, func(e heldAttempt) time.Time { return e.until })
 	h.m[uid] = heldAttempt{attempt: attempt, until: now.Add(delay)}
 	return delay, true
 }

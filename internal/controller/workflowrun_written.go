@@ -54,14 +54,7 @@ func (w *writtenObjects) remember(uid types.UID, replaced string, now time.Time)
 	if w.m == nil {
 		w.m = map[types.UID]writtenObject{}
 	}
-	if now.Sub(w.swept) >= staleCacheLimit {
-		for k, e := range w.m {
-			if now.Sub(e.at) >= staleCacheLimit {
-				delete(w.m, k)
-			}
-		}
-		w.swept = now
-	}
+	sweepOld(w.m, &w.swept, now, staleCacheLimit, func(e writtenObject) time.Time { return e.at })
 	e := w.m[uid]
 	if len(e.replaced) == maxReplacedVersions {
 		e.replaced = e.replaced[1:]
