@@ -114,7 +114,7 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.written.stale(wfr.UID, wfr.ResourceVersion, time.Now()) {
+	if r.written.stale(wfr.UID, wfr.ResourceVersion, r.now()) {
 		// The cache has not shown this manager's own last write yet: a
 		// patch made from it would be refused with a conflict.
 		return ctrl.Result{RequeueAfter: staleCacheWait, Priority: ptr.To(inboxChangePriority)}, nil
@@ -140,7 +140,7 @@ func (r *runPass) reconcileRequest(ctx context.Context, req ctrl.Request) (ctrl.
 			}
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
-		r.written.remember(wfr.UID, replaced, time.Now())
+		r.written.remember(wfr.UID, replaced, r.now())
 	}
 	result, err := r.reconcile(ctx, &wfr)
 	if err != nil {
@@ -206,7 +206,7 @@ func (r *runPass) reconcile(ctx context.Context, wfr *workflowv1alpha1.WorkflowR
 	sofar.RunID = before.Status.RunID
 	if !signalsToSend && len(rejected) == 0 && briefRunning(before, run) &&
 		equality.Semantic.DeepEqual(before.Status, sofar) {
-		left, held := r.held.hold(wfr.UID, run.Attempt, time.Now(), cmp.Or(r.RunningStatusDelay, DefaultRunningStatusDelay))
+		left, held := r.held.hold(wfr.UID, run.Attempt, r.now(), cmp.Or(r.RunningStatusDelay, DefaultRunningStatusDelay))
 		if held {
 			if wfr.Status.RunID != before.Status.RunID {
 				r.recorded.remember(wfr.UID, run.ID)

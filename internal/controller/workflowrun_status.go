@@ -250,6 +250,6 @@ func (r *runPass) patchStatus(ctx context.Context, before, wfr *workflowv1alpha1
 	if err := r.Status().Patch(ctx, wfr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
-	r.written.remember(wfr.UID, replaced, time.Now())
+	r.written.remember(wfr.UID, replaced, r.now())
 	return nil
 }
