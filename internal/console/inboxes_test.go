@@ -346,6 +346,12 @@ func TestConsoleShowsTheOtherInboxesWhileOneIsDown(t *testing.T) {
 	paused := make(chan error, 1)
 	go func() { paused <- cluster.Pause(e.ctx, 25*time.Second) }()
 	eventually(t, 10*time.Second, "inbox c's server frozen", func() bool {
+		select {
+		case err := <-paused:
+			// pg.sh pause ended before the server was seen frozen: say why.
+			t.Fatalf("pausing inbox c's server ended early: %v", err)
+		default:
+		}
 		ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
 		defer cancel()
 		return owner.Ping(ctx) != nil
