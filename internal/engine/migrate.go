@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,8 +38,6 @@ const migrationLockKey int64 = 0x73776d6967726174 // "swmigrat"
 // naming the sessions that hold it.
 const migrationLockWait = time.Minute
 
-var schemaVersionLine = regexp.MustCompile(`(?m)^-- schema version: ([0-9]+)$`)
-
 // ErrLegacySchema is returned by Migrate for a database whose workflow
 // schema was built by the numbered migrations that came before the
 // one-file schema: it must be created anew.
@@ -50,17 +47,19 @@ var ErrLegacySchema = errors.New("the workflow schema was built by pre-release m
 // installable on an empty database and safe to run again on a current one.
 func Schema() string { return schemaSQL }
 
-// SchemaVersion is the version the schema file declares in its header.
+// SchemaVersion is the version of the embedded schema file: the version
+// its last migration brings a database to (1 before the first migration).
+// The file names it too, in its workflow.begin_schema call; Migrate fails
+// if the two differ.
 func SchemaVersion() (int, error) {
-	m := schemaVersionLine.FindStringSubmatch(schemaSQL)
-	if m == nil {
-		return 0, errors.New("schema file: no \"-- schema version: N\" line")
-	}
-	v, err := strconv.Atoi(m[1])
+	migrations, err := Migrations()
 	if err != nil {
-		return 0, fmt.Errorf("schema file: version: %w", err)
+		return 0, err
 	}
-	return v, nil
+	if len(migrations) == 0 {
+		return 1, nil
+	}
+	return migrations[len(migrations)-1].Version, nil
 }
 
 // Migration is what one release does to the tables of the release before
@@ -103,26 +102,19 @@ func Migrations() ([]Migration, error) {
 		out = append(out, Migration{Version: v, Name: name, SQL: string(text)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	current, err := SchemaVersion()
-	if err != nil {
-		return nil, err
-	}
 	for i, m := range out {
 		if m.Version != i+2 {
 			return nil, fmt.Errorf("migration %04d_%s: expected version %d (one migration per version from 2)", m.Version, m.Name, i+2)
 		}
 	}
-	if len(out) != current-1 {
-		return nil, fmt.Errorf("the schema file is version %d but migrations reach version %d", current, len(out)+1)
-	}
 	return out, nil
 }
 
-// InstalledSchemaVersion reads the schema version recorded in a migrated
-// database.
+// InstalledSchemaVersion asks a migrated database for its schema version
+// (workflow.schema_version(), which any role may call).
 func InstalledSchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	var v int
-	err := pool.QueryRow(ctx, "select coalesce(max(version), 0) from workflow.schema_version").Scan(&v)
+	err := pool.QueryRow(ctx, "select workflow.schema_version()").Scan(&v)
 	if err != nil {
 		return 0, fmt.Errorf("read the schema version: %w", err)
 	}
@@ -130,11 +122,16 @@ func InstalledSchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int, error
 }
 
 // Migrate brings the database's workflow schema to the schema file's
-// version, under a session advisory lock, in one transaction: an empty
-// database gets the file; an older one gets each missing release's
-// migration, then the file. A database already at (or past) this version is
-// left as it is, so an older binary starting during an upgrade changes
-// nothing. It returns the versions it recorded.
+// version in one transaction: an empty database gets the file; an older
+// one gets each missing release's migration, then the file. The
+// bookkeeping is the file's own (workflow.begin_schema and
+// workflow.finish_schema: the versions recorded, the checks, the routines
+// an earlier release had dropped), so psql does the same; Migrate adds the
+// locks that let several processes start at once: a session advisory lock
+// while no schema exists, the version table's lock once one does, each
+// wait bounded. A database already at (or past) this version is left as
+// it is, so an older binary starting during an upgrade changes nothing.
+// It returns the versions it recorded.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	target, err := SchemaVersion()
 	if err != nil {
@@ -150,9 +147,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	}
 	defer conn.Release()
 
-	var installed bool
-	if err := conn.QueryRow(ctx, "select to_regclass('workflow.schema_version') is not null").Scan(&installed); err != nil {
-		return nil, fmt.Errorf("migrate: look for the schema: %w", err)
+	installed, err := schemaInstalled(ctx, conn.Conn())
+	if err != nil {
+		return nil, err
 	}
 	if !installed {
 		if err := takeInstallLock(ctx, conn.Conn()); err != nil {
@@ -162,6 +159,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 			// A fresh context: the lock must be released even when ctx has ended.
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1)", migrationLockKey)
 		}()
+		// Another process may have installed it while this one waited.
+		if installed, err = schemaInstalled(ctx, conn.Conn()); err != nil {
+			return nil, err
+		}
 	}
 
 	var legacy bool
@@ -172,22 +173,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	if legacy {
 		return nil, fmt.Errorf("migrate: %w: create a new database, or drop schema workflow cascade (its runs are lost)", ErrLegacySchema)
 	}
-	if _, err := conn.Exec(ctx, `
-create schema if not exists workflow;
-create table if not exists workflow.schema_version (
-    version    integer     primary key,
-    applied_at timestamptz not null default now()
-)`); err != nil {
-		return nil, fmt.Errorf("migrate: create bookkeeping table: %w", err)
-	}
 	var current int
 	var done []int
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if err := lockSchemaVersion(ctx, tx); err != nil {
+		if err := lockSchemaVersion(ctx, tx, installed); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, "select coalesce(max(version), 0) from workflow.schema_version").Scan(&current); err != nil {
-			return fmt.Errorf("read the schema version: %w", err)
+		if installed {
+			if err := tx.QueryRow(ctx, "select coalesce(max(version), 0) from workflow.schema_version").Scan(&current); err != nil {
+				return fmt.Errorf("read the schema version: %w", err)
+			}
 		}
 		if current >= target {
 			return nil
@@ -205,15 +200,12 @@ create table if not exists workflow.schema_version (
 		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
 			return fmt.Errorf("apply the schema file (version %d): %w", target, err)
 		}
-		if current > 0 {
-			if err := dropStaleFunctions(ctx, tx); err != nil {
-				return err
-			}
+		var recorded int
+		if err := tx.QueryRow(ctx, "select workflow.schema_version()").Scan(&recorded); err != nil {
+			return fmt.Errorf("read the recorded version: %w", err)
 		}
-		for _, v := range done {
-			if _, err := tx.Exec(ctx, "insert into workflow.schema_version (version) values ($1)", v); err != nil {
-				return fmt.Errorf("record version %d: %w", v, err)
-			}
+		if recorded != target {
+			return fmt.Errorf("the schema file recorded version %d but its migrations reach version %d", recorded, target)
 		}
 		return nil
 	})
@@ -244,38 +236,12 @@ create table if not exists workflow.schema_version (
 	return done, nil
 }
 
-// dropStaleFunctions drops the routines of schema workflow that the file,
-// just run in tx, did not create or replace: functions of an earlier
-// release that the current one renamed, re-signed or no longer has. Every
-// function the file defines was written by this transaction; any other
-// routine of the schema is left from before (an extension's are left
-// alone). So a database upgrades from any earlier release, not only from
-// the one before, and a migration need not repeat a signature to drop it.
-// They go in one statement, so that one calling another is no obstacle.
-func dropStaleFunctions(ctx context.Context, tx pgx.Tx) error {
-	rows, err := tx.Query(ctx, `
-select p.oid::regprocedure::text
-from pg_catalog.pg_proc p
-where p.pronamespace = 'workflow'::regnamespace
-  and p.xmin <> (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text::xid
-  and not exists (select 1 from pg_catalog.pg_depend d
-                  where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
-order by 1`)
-	if err != nil {
-		return fmt.Errorf("list stale functions: %w", err)
+// schemaInstalled reports whether the database has a workflow schema (its
+// version table).
+func schemaInstalled(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var installed bool
+	if err := conn.QueryRow(ctx, "select to_regclass('workflow.schema_version') is not null").Scan(&installed); err != nil {
+		return false, fmt.Errorf("migrate: look for the schema: %w", err)
 	}
-	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("list stale functions: %w", err)
-	}
-	if len(stale) == 0 {
-		return nil
-	}
-	// The signatures are the catalog's own rendering (regprocedure), quoted
-	// where they must be; DROP ROUTINE takes functions, procedures and
-	// aggregates alike.
-	if _, err := tx.Exec(ctx, "drop routine "+strings.Join(stale, ", ")); err != nil {
-		return fmt.Errorf("drop the routines the schema file no longer defines (%s): %w", strings.Join(stale, ", "), err)
-	}
-	return nil
+	return installed, nil
 }

@@ -45,20 +45,23 @@ func takeInstallLock(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // lockSchemaVersion locks workflow.schema_version in tx for the upgrade,
-// waiting at most migrationLockWait. Only the schema's owner may take this
-// lock (SHARE ROW EXCLUSIVE needs UPDATE, DELETE or TRUNCATE on the table),
-// and a reader's ACCESS SHARE does not conflict with it.
-func lockSchemaVersion(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", migrationLockWait.Milliseconds())); err != nil {
-		return fmt.Errorf("bound the wait for the migration lock: %w", err)
-	}
-	_, err := tx.Exec(ctx, "lock table workflow.schema_version in share row exclusive mode")
-	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-			return fmt.Errorf("%w for over %s (workflow.schema_version)", ErrMigrationLocked, migrationLockWait)
+// waiting at most migrationLockWait, when the schema is installed (a first
+// install holds the advisory lock instead). Only the schema's owner may
+// take this lock (SHARE ROW EXCLUSIVE needs UPDATE, DELETE or TRUNCATE on
+// the table), and a reader's ACCESS SHARE does not conflict with it.
+func lockSchemaVersion(ctx context.Context, tx pgx.Tx, installed bool) error {
+	if installed {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", migrationLockWait.Milliseconds())); err != nil {
+			return fmt.Errorf("bound the wait for the migration lock: %w", err)
 		}
-		return fmt.Errorf("lock workflow.schema_version: %w", err)
+		_, err := tx.Exec(ctx, "lock table workflow.schema_version in share row exclusive mode")
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				return fmt.Errorf("%w for over %s (workflow.schema_version)", ErrMigrationLocked, migrationLockWait)
+			}
+			return fmt.Errorf("lock workflow.schema_version: %w", err)
+		}
 	}
 	// The upgrade's own statements (ALTER TABLE takes ACCESS EXCLUSIVE)
 	// wait a short while for a table another session reads: while one

@@ -190,7 +190,8 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 		"reap_expired_leases": true, "expire_deadlines": true, "append_run_logs": true,
 		// reader (and the helper it calls)
 		"queue_depth": true, "active_types": true, "type_depths": true, "inbox_version": true, "run_trail": true,
-		"run_logs": true, "run_log_attempts": true, "run_log_visible": true,
+		"schema_version": true,
+		"run_logs":       true, "run_log_attempts": true, "run_log_visible": true,
 		// producer
 		"cancel_run": true, "retry_run": true, "send_signal": true, "create_runs": true,
 		// triggers writing beside a producer's INSERT or UPDATE, or a DELETE

@@ -64,6 +64,12 @@ func (c *Client) Migrate(ctx context.Context) error {
 	return err
 }
 
+// SchemaVersion asks the database which version of the inbox schema it
+// holds (workflow.schema_version(), which any of the three roles may call).
+func (c *Client) SchemaVersion(ctx context.Context) (int, error) {
+	return engine.InstalledSchemaVersion(ctx, c.pool)
+}
+
 // CreateOptions are the optional settings of a new run.
 type CreateOptions struct {
 	// IdempotencyKey deduplicates: a second Create with the same key records

@@ -42,14 +42,8 @@ begin;
 -- Migrations and this script never run at the same time (the same lock as
 -- engine.Migrate takes on an installed schema, which no login but the
 -- schema's owner may take; the wait is bounded).
--- (A schema installed from the file alone, without engine.Migrate, has no
--- workflow.schema_version: nothing to wait for.)
 set local lock_timeout = '60s';
-do $$ begin
-    if to_regclass('workflow.schema_version') is not null then
-        lock table workflow.schema_version in share row exclusive mode;
-    end if;
-end $$;
+lock table workflow.schema_version in share row exclusive mode;
 set local lock_timeout = 0;
 
 do $$
@@ -157,6 +151,8 @@ grant execute on function workflow.queue_depth(text[], text, bigint, text) to wo
 grant execute on function workflow.type_depths() to workflow_reader;
 -- ... and when to look at it again.
 grant execute on function workflow.inbox_version() to workflow_reader;
+-- Every role may ask which version of the schema the database holds.
+grant execute on function workflow.schema_version() to workflow_worker, workflow_producer, workflow_reader;
 
 -- Schedules (workflow.sql section 8): producers keep their own SQL
 -- schedules (the functions refuse anyone else's, and every mirrored one);

@@ -1,6 +1,6 @@
 -- simple-workflow: the inbox and its state machine, in one file.
 --
--- schema version: 15
+-- Its version is the one it begins with (workflow.begin_schema, section 0).
 --
 -- Read this file top to bottom to know what happens to a run. It is the
 -- whole schema, in the order of a run's life: the tables and the rules they
@@ -8,15 +8,16 @@
 -- journal and waits, children and DAGs, the maintenance that finishes what
 -- nobody else will, reading for clients, schedules (cron in the database),
 -- how the hot calls are planned, and the roles. A fresh install runs this
--- file; an upgrade runs the release's migration
--- (internal/engine/sql/migrations) and then this file again. So every
--- statement here may run twice: tables and indexes are created "if not
--- exists" (a changed table is changed by the migration), functions "or
--- replace", triggers "or replace" (the one constraint trigger is dropped
--- and created), and section 9 gives the hot calls their planner settings
--- again after "or replace" cleared them. A test installs this file fresh,
--- and the previous release plus its migration, and compares the two
--- catalogs.
+-- file; an upgrade runs the release's migrations
+-- (internal/engine/sql/migrations) and then this file again, all in one
+-- transaction (engine.Migrate does; so does psql -v ON_ERROR_STOP=1
+-- --single-transaction with -f for each migration and then this file).
+-- So every statement here may run twice: tables and indexes are created
+-- "if not exists" (a changed table is changed by the migration), functions
+-- "or replace" with every setting they run with, triggers "or replace"
+-- (the one constraint trigger is dropped and created). A test installs
+-- this file fresh, and each earlier release plus its migrations, and
+-- compares the catalogs.
 --
 -- The database is the only judge: every rule below holds whoever writes,
 -- a Go or Python worker, the operator, or a producer using plain SQL (an
@@ -146,6 +147,117 @@
 
 
 create schema if not exists workflow;
+
+
+-- ===========================================================================
+-- 0. THE SCHEMA'S VERSION
+-- ===========================================================================
+
+-- Every client may ask the database which version it holds
+-- (workflow.schema_version()), and any client may install or upgrade it:
+-- the bookkeeping is here, not in an SDK. The file opens with
+-- begin_schema(N), its version, and closes with finish_schema(), in one
+-- transaction: a fresh install records N, each migration records its own
+-- version (sql/migrations/NNNN_*.sql ends by inserting NNNN), and the
+-- functions an earlier release had and this file no longer defines are
+-- dropped at the end.
+
+-- One row per version the database was installed or upgraded to.
+create table if not exists workflow.schema_version (
+    version    integer     primary key,
+    applied_at timestamptz not null default now()
+);
+
+-- schema_version returns the version of the workflow schema in this
+-- database: the newest row of workflow.schema_version (0 while a first
+-- install runs). Every role may ask.
+create or replace function workflow.schema_version() returns integer
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select coalesce(max(v.version), 0) from workflow.schema_version v
+$$;
+
+-- begin_schema opens an install or upgrade to version p_version: it locks
+-- the version table (as engine.Migrate and roles.sql do; only the owner
+-- may), and refuses a database newer than the file (an older release must
+-- not replace a newer one's functions), one older whose migrations have
+-- not run first, and a version table with a gap (a migration skipped). It
+-- leaves the version for finish_schema in a transaction-local setting, so
+-- a file run statement by statement outside one transaction fails there.
+create or replace function workflow.begin_schema(p_version integer) returns void
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+    v_installed integer;
+    v_first integer;
+    v_count integer;
+begin
+    lock table workflow.schema_version in share row exclusive mode;
+    select coalesce(max(v.version), 0), min(v.version), count(*)
+      into v_installed, v_first, v_count
+      from workflow.schema_version v;
+    if v_installed > p_version then
+        raise exception 'the workflow schema of this database is at version %, newer than this file (version %)',
+            v_installed, p_version
+            using errcode = 'object_not_in_prerequisite_state',
+                  hint = 'Install the schema file of that release or a newer one.';
+    end if;
+    if v_installed > 0 and v_installed < p_version then
+        raise exception 'the workflow schema of this database is at version %: run migrations % to % before this file, in the same transaction',
+            v_installed, v_installed + 1, p_version
+            using errcode = 'object_not_in_prerequisite_state',
+                  hint = 'The migrations are internal/engine/sql/migrations/NNNN_*.sql; engine.Migrate runs them.';
+    end if;
+    if v_count <> v_installed - v_first + 1 then
+        raise exception 'workflow.schema_version skips a version between % and %: a migration did not run',
+            v_first, v_installed
+            using errcode = 'object_not_in_prerequisite_state';
+    end if;
+    perform pg_catalog.set_config('workflow.schema_installing', p_version::text, true);
+end $$;
+
+-- finish_schema closes what begin_schema opened, as the file's last
+-- statement: it records the version of a fresh install and drops the
+-- routines of schema workflow that this transaction did not create or
+-- replace (an earlier release's function renamed, re-signed or gone; an
+-- extension's are left alone), in one statement, so that one calling
+-- another is no obstacle. Everything between begin_schema and here must
+-- have run in this one transaction (not in savepoints: a function replaced
+-- in one would look stale), which it checks before dropping anything.
+-- Returns the version.
+create or replace function workflow.finish_schema() returns integer
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+    v_version integer := nullif(pg_catalog.current_setting('workflow.schema_installing', true), '')::integer;
+    v_xid xid := (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text::xid;
+    v_stale text;
+begin
+    if v_version is null
+       or (select p.xmin from pg_catalog.pg_proc p
+           where p.oid = 'workflow.begin_schema(integer)'::pg_catalog.regprocedure) <> v_xid then
+        raise exception 'the schema file must run whole in one transaction, without savepoints'
+            using errcode = 'invalid_transaction_state',
+                  hint = 'psql -v ON_ERROR_STOP=1 --single-transaction -f workflow.sql (after the migrations, in the same run)';
+    end if;
+    insert into workflow.schema_version (version)
+    select v_version where not exists (select 1 from workflow.schema_version);
+    -- The signatures are the catalog's own rendering (regprocedure),
+    -- quoted where they must be; DROP ROUTINE takes functions, procedures
+    -- and aggregates alike.
+    select pg_catalog.string_agg(p.oid::pg_catalog.regprocedure::text, ', ' order by p.oid::pg_catalog.regprocedure::text)
+      into v_stale
+      from pg_catalog.pg_proc p
+     where p.pronamespace = 'workflow'::pg_catalog.regnamespace
+       and p.xmin <> v_xid
+       and not exists (select 1 from pg_catalog.pg_depend d
+                       where d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                         and d.objid = p.oid and d.deptype = 'e');
+    if v_stale is not null then
+        execute 'drop routine ' || v_stale;
+    end if;
+    perform pg_catalog.set_config('workflow.schema_installing', '', true);
+    return v_version;
+end $$;
+
+select workflow.begin_schema(16);
 
 
 -- ===========================================================================
@@ -1901,10 +2013,10 @@ end;
 -- pending or leased runs under literal type prefixes, by skipping from one type to the next along
 -- idx_workflow_run_depth (a loose index scan): its cost follows the number
 -- of types, not of runs. Reads only; no locks.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.active_types(p_namespace text, p_type_prefixes text[]) returns setof text
-language plpgsql stable security definer rows 10 set search_path = pg_catalog, pg_temp as $$
+language plpgsql stable security definer rows 10 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 begin
     return query
     with recursive bounds as (
@@ -2568,8 +2680,7 @@ end $$;
 -- Locks: what flow_admit locks, type by type in name order; the claimed
 -- runs, type by type, skipping locked rows (never waits on another claim);
 -- then their open wait entries.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.claim_runs(
     p_worker_id text,
     p_type_prefixes text[],
@@ -2595,7 +2706,8 @@ create or replace function workflow.claim_runs(
     parent_id uuid
 )
 language plpgsql security definer set search_path = pg_catalog, pg_temp
-set enable_hashjoin = off set enable_mergejoin = off as $$
+set enable_hashjoin = off set enable_mergejoin = off
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz;
@@ -2904,14 +3016,14 @@ return coalesce(p_status, '') = 'leased' and p_leased_by = p_worker_id and p_lea
 -- heartbeat of an attempt and every tenth are kept in the audit trail.
 -- Fires: what expire_deadlines fires.
 -- Locks: as expire_deadlines; then the held runs.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.heartbeat_runs(
     p_worker_id text, p_ids uuid[], p_tokens bigint[], -- the lease fence: who holds which attempts
     p_lease_ms bigint
 ) returns table (id uuid, status text, owned boolean, deadline_exceeded boolean)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
-set enable_nestloop = off as $$
+set enable_nestloop = off
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 declare
     v_now timestamptz := workflow.now();
     v_via text := workflow.set_marks();
@@ -2965,10 +3077,10 @@ end $$;
 -- The parents are looked up by primary key: as a join under enable_nestloop
 -- off, they were found by reading the whole table.
 -- Locks: the parents, FOR UPDATE, in id order.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.lock_parents(p_ids uuid[]) returns void
-language plpgsql set search_path = pg_catalog, pg_temp as $$
+language plpgsql set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 begin
     -- Every caller ends pending or leased runs; the condition is
     -- idx_workflow_run_child's predicate, so that it serves.
@@ -2999,14 +3111,14 @@ return workflow.stored_value_problem(p_result, 'result');
 -- runs it ends itself).
 -- Locks: the parents of the batch's runs in id order, then the runs, then
 -- the parked runs it lets go.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.complete_runs(
     p_worker_id text, p_ids uuid[], p_tokens bigint[], -- the lease fence: who holds which attempts
     p_results jsonb[]
 ) returns table (id uuid, status text, error text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
-set enable_nestloop = off as $$
+set enable_nestloop = off
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 #variable_conflict use_column
 declare
     v_via text := workflow.set_marks(p_frees_slots => true);
@@ -3108,14 +3220,14 @@ $$;
 -- good), workflow_source_run_changed; free_slots, as complete_runs.
 -- Locks: the parents of the batch's runs in id order, then the runs, then
 -- the parked runs it lets go.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.fail_runs(
     p_worker_id text, p_ids uuid[], p_tokens bigint[], -- the lease fence: who holds which attempts
     p_errors text[], p_retryable boolean[]
 ) returns table (id uuid, status text, run_at timestamptz)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
-set enable_nestloop = off as $$
+set enable_nestloop = off
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := workflow.now();
@@ -3178,11 +3290,11 @@ end $$;
 -- reason released.
 -- Fires: workflow_source_run_changed; free_slots, as complete_runs.
 -- Locks: the runs, then the parked runs it lets go.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.release_runs(p_worker_id text, p_ids uuid[], p_tokens bigint[]) returns table (id uuid)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
-set enable_nestloop = off as $$
+set enable_nestloop = off
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 declare
     v_now timestamptz := workflow.now();
     v_via text := workflow.set_marks(p_frees_slots => true);
@@ -3297,14 +3409,14 @@ end $$;
 -- Locks: share-locks the runs the writer holds, so a claim, park or cancel
 -- of the same run waits for the write (or skips the run), and a write can
 -- never land in an attempt the writer no longer holds.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.record_steps(
     p_worker_id text, p_ids uuid[], p_tokens bigint[], -- the lease fence: who holds which attempts
     p_names text[], p_positions integer[], p_outputs jsonb[]
 ) returns table (idx integer, status text, output jsonb, message text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
-set enable_nestloop = off as $$
+set enable_nestloop = off
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := workflow.now();
@@ -5683,15 +5795,15 @@ end $$;
 -- type from idx_workflow_run_depth alone: the numbers the autoscaler
 -- scales by. A type with flow limits counts only the runnable runs its
 -- limits let start now. Reads only.
--- A hot call: planned as section 9 says (run it again after replacing
--- this function alone).
+-- A hot call: planned as section 9 says.
 create or replace function workflow.queue_depth(
     p_type_prefixes text[],
     p_runtime text default null,
     p_cap bigint default null,
     p_namespace text default null
 ) returns table (runnable bigint, leased bigint)
-language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set jit = off as $$
 #variable_conflict use_column
 declare
     v_types text[];
@@ -7846,28 +7958,11 @@ from public;
 -- without sequential scans. And without JIT: a scan made costly that way
 -- (the one-row settings table has no other path) would cross
 -- jit_above_cost and compile the statement (60 ms) on every call. The three
--- settings are given here, to every such call at once (a function's own
--- settings, such as claim_runs' join methods, stand at the function);
--- TestGenericPlansNeverScanWholeTables keeps the rule.
-do $$
-declare
-    f regprocedure;
-begin
-    foreach f in array array[
-        'workflow.active_types(text, text[])',
-        'workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean)',
-        'workflow.heartbeat_runs(text, uuid[], bigint[], bigint)',
-        'workflow.lock_parents(uuid[])',
-        'workflow.complete_runs(text, uuid[], bigint[], jsonb[])',
-        'workflow.fail_runs(text, uuid[], bigint[], text[], boolean[])',
-        'workflow.release_runs(text, uuid[], bigint[])',
-        'workflow.record_steps(text, uuid[], bigint[], text[], integer[], jsonb[])',
-        'workflow.queue_depth(text[], text, bigint, text)'
-    ]::regprocedure[] loop
-        execute format('alter function %s set plan_cache_mode = force_generic_plan'
-                       ' set enable_seqscan = off set jit = off', f);
-    end loop;
-end $$;
+-- settings stand at each such function's definition, beside its own
+-- (such as claim_runs' join methods): active_types, claim_runs,
+-- heartbeat_runs, lock_parents, complete_runs, fail_runs, release_runs,
+-- record_steps and queue_depth; TestGenericPlansNeverScanWholeTables keeps
+-- the rule.
 
 
 -- ===========================================================================
@@ -7947,5 +8042,13 @@ revoke all on function
     workflow.append_run_logs(text, uuid[], bigint[], bigint[], uuid[], timestamptz[], text[], text[]),
     workflow.run_log_visible(uuid),
     workflow.run_logs(uuid, integer, bigint, integer),
-    workflow.run_log_attempts(uuid)
+    workflow.run_log_attempts(uuid),
+    workflow.schema_version(),
+    workflow.begin_schema(integer),
+    workflow.finish_schema()
 from public;
+
+
+-- The last statement: record the version and drop what the file no longer
+-- defines (section 0).
+select workflow.finish_schema();

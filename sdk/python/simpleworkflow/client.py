@@ -456,6 +456,8 @@ _LOGS = (
     "from workflow.run_logs(%s::uuid, %s::integer, %s::bigint, %s::integer)"
 )
 
+_SCHEMA_VERSION = "select workflow.schema_version()"
+
 _LOG_ATTEMPTS = "select attempt, lines, bytes, dropped, first_seq from workflow.run_log_attempts(%s::uuid)"
 
 #: The lines Client.logs returns when no limit is given, and the most it returns.
@@ -1008,6 +1010,13 @@ class Client:
         with self._connect() as conn:
             rows = self._rows(conn, _LOG_ATTEMPTS, (run_id,))
         return [AttemptLog(*r) for r in rows]
+
+    def schema_version(self) -> int:
+        """Return the version of the inbox schema the database holds (``workflow.schema_version()``, which any
+        of the three roles may call; Go: Client.SchemaVersion)."""
+        row = self._one(_SCHEMA_VERSION, ())
+        assert row is not None
+        return int(row[0])
 
     def _one(self, query: str, params: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
         with self._connect() as conn:

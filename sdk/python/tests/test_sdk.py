@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,15 @@ def wait_listening(test):
 
 
 class ClientTest(InboxTest):
+    def test_schema_version_is_the_one_the_file_installed(self):
+        with open(os.path.join(support.ROOT, "internal", "engine", "sql", "workflow.sql")) as f:
+            declared = re.search(r"^select workflow\.begin_schema\((\d+)\);$", f.read(), re.M)
+        assert declared is not None
+        self.assertEqual(self.client.schema_version(), int(declared.group(1)))
+        with psycopg.connect(self.url) as conn:
+            rows = conn.execute("select version from workflow.schema_version").fetchall()
+        self.assertEqual(rows, [(int(declared.group(1)),)])
+
     def test_create_is_idempotent_and_validated(self):
         first = self.client.create("content.thumbnail.v1", {"content_id": "c_123"}, idempotency_key="k1")
         again = self.client.create("content.thumbnail.v1", {"content_id": "other"}, idempotency_key="k1")

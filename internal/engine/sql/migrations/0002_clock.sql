@@ -6,3 +6,6 @@ alter table workflow.workflow_settings
     add constraint workflow_settings_clock_offset_forward check (clock_offset >= '0' and clock_offset <= '100 years');
 -- Its argument is now an age (p_retention interval), not an instant.
 drop function if exists workflow.delete_finished_runs(timestamptz, integer);
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (2);

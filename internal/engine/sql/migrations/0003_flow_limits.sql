@@ -38,3 +38,6 @@ drop function if exists workflow.create_run(text, jsonb, integer, timestamptz, t
                                   bigint, text, text, text, text);
 drop function if exists workflow.put_registry(text, text, boolean, text, text, text, jsonb);
 drop function if exists workflow.registry_entries(text, text, text);
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (3);

@@ -38,3 +38,6 @@ begin
 end
 $$;
 alter table workflow.workflow_event attach partition workflow.workflow_event_default default;
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (4);

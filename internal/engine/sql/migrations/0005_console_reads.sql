@@ -11,3 +11,6 @@
 -- from: version 4 at d0d0922cc5e549558dcc8afc1b10823dd75fee1c
 drop index if exists workflow.idx_workflow_run_child;
 drop function if exists workflow.flow_admit(text, integer, timestamptz);
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (5);

@@ -130,3 +130,6 @@ drop function if exists workflow.registry_entries(text, text, text);
 drop function if exists workflow.run_counts();
 drop function if exists workflow.oldest_runnable();
 drop function if exists workflow.finished_since(timestamptz);
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (6);

@@ -93,3 +93,6 @@ do $$ begin
         alter table workflow.workflow_schedule add column if not exists busy_at timestamptz;
     end if;
 end $$;
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (7);

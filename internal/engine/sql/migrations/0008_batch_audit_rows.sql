@@ -29,3 +29,6 @@ do $$ begin
                        and exists (select 1 from workflow.workflow_run r where r.id = any (run_ids))));
     end if;
 end $$;
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (8);

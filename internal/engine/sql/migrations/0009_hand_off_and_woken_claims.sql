@@ -9,3 +9,6 @@
 -- defines. Nothing is rebuilt.
 -- from: version 8 at 39655a08a4ce5aeb381abe39801f5a7077dfa993
 select 1;
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (9);

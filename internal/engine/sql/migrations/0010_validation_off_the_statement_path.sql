@@ -138,3 +138,6 @@ do $$ begin
                         and workflow.type_shared(type_namespace, type, namespace));
     end if;
 end $$;
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (10);

@@ -6,3 +6,6 @@
 -- replaces the trigger; nothing is rebuilt.
 -- from: version 10 at fa4c565ec985f9d7edd728603e0f1efda2a335ad
 select 1;
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (11);

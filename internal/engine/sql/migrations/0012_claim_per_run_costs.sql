@@ -7,3 +7,6 @@
 -- without arguments); nothing is rebuilt.
 -- from: version 11 at bf00aab850f3568f6f40d3abb9d43394c8fa2cd2
 select 1;
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (12);

@@ -4,3 +4,6 @@
 -- here, the file makes it again; nothing is rebuilt.
 -- from: version 12 at da9d2786f195a103000dd0868fbb04cceafa1218
 drop function if exists workflow.event_counts_after(bigint);
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (13);

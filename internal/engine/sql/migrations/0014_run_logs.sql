@@ -10,3 +10,6 @@ alter table workflow.workflow_settings
     drop constraint if exists workflow_settings_max_log_bytes_range,
     add constraint workflow_settings_max_log_lines_range check (max_log_lines between 0 and 100000),
     add constraint workflow_settings_max_log_bytes_range check (max_log_bytes between 0 and 16777216);
+
+-- Recorded here; the schema file, which runs next, checks it.
+insert into workflow.schema_version (version) values (14);
