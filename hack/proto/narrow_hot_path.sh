@@ -25,7 +25,7 @@ db_url() { echo "$url" | sed -E "s#/[^/?]+(\?|$)#/$1\1#"; }
 for v in wide narrow; do
   psql "$url" -qc "drop database if exists proto_$v" -c "create database proto_$v"
   u=$(db_url "proto_$v")
-  psql "$u" -q -v ON_ERROR_STOP=1 -f "$root/internal/engine/sql/workflow.sql" >/dev/null 2>&1
+  psql "$u" -q -v ON_ERROR_STOP=1 --single-transaction -f "$root/internal/engine/sql/workflow.sql" >/dev/null 2>&1
   psql "$u" -q -v ON_ERROR_STOP=1 -c "insert into workflow.workflow_run (type, payload)
     select 'proto.job.v1', jsonb_build_object('n', g)
     from generate_series(1, case when '$v' = 'narrow' then 2 * $runs else $runs end) g"

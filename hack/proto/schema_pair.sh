@@ -27,7 +27,7 @@ for v in before after; do
   u=$(db_url "pair_$v")
   f=$root/internal/engine/sql/workflow.sql
   [ "$v" = before ] && f=$before
-  psql "$u" -q -v ON_ERROR_STOP=1 -f "$f" >/dev/null 2>&1
+  psql "$u" -q -v ON_ERROR_STOP=1 --single-transaction -f "$f" >/dev/null 2>&1
   psql "$u" -q -v ON_ERROR_STOP=1 -c "insert into workflow.workflow_run (type, payload)
     select 'pair.job.v1', jsonb_build_object('n', g) from generate_series(1, $runs) g"
   psql "$u" -q -v ON_ERROR_STOP=1 -c "create procedure public.pair_cycle(p_limit integer) language plpgsql as \$\$
