@@ -75,8 +75,9 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync th
 	hack/sync-chart.sh
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
+generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods, and both SDKs' maps of the inbox's SQLSTATEs (testdata/contract/errors.json).
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+	$(GO) run ./hack/gen-errors
 
 .PHONY: check-generated
 check-generated: manifests generate ## Fail when committed generated files are stale.
@@ -84,6 +85,9 @@ check-generated: manifests generate ## Fail when committed generated files are s
 		echo "Generated files are stale; run 'make manifests generate' and commit:"; \
 		git status --porcelain -- config api charts; \
 		git --no-pager diff --stat -- config api charts; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- internal/engine/error_codes.go sdk/python/simpleworkflow/_error_codes.py)" ]; then \
+		echo "The SDKs' error maps are stale; run 'make generate' and commit:"; \
+		git --no-pager diff -- internal/engine/error_codes.go sdk/python/simpleworkflow/_error_codes.py; exit 1; fi
 
 .PHONY: test
 test: fmt-check vet lint check-generated envtest test-chart test-python container-engine browser prometheus ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).

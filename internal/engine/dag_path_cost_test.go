@@ -48,7 +48,7 @@ func TestDAGPathsOfUnboundedCostAreRefused(t *testing.T) {
 	}
 	_, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, dag) values ('cost.inline.v1',
 		'{"steps": [{"name": "a", "type": "costw.a.v1", "forEach": "$.payload.a[*] ? (@ == $.payload.b)"}]}')`)
-	if sqlState(err) != "22023" || !strings.Contains(err.Error(), "forEach is refused") {
+	if sqlState(err) != "SW001" || !strings.Contains(err.Error(), "forEach is refused") {
 		t.Fatalf("an inline definition with a quadratic forEach: %v", err)
 	}
 }

@@ -158,7 +158,7 @@ func TestDAGStepTypeNamespaceIsValidated(t *testing.T) {
 	}
 	_, err := b.pool.Exec(b.ctx, `insert into workflow.workflow_registry (namespace, workflow_name, runtime, definition)
 		values ('team-a', 'flow.num.v1', 'go', '{"steps": [{"name": "s", "type": "pay.refund.v1", "typeNamespace": 7}]}')`)
-	if sqlState(err) != "22023" {
+	if sqlState(err) != "SW001" {
 		t.Errorf("a numeric typeNamespace: %v", err)
 	}
 

@@ -55,14 +55,14 @@ func TestHandOffAndWokenClaimsStayInTheirNamespace(t *testing.T) {
 		t.Fatalf("team-b's hand-off from team-a's step: %+v, %v", got, err)
 	}
 	var pgErr *pgconn.PgError
-	if _, err := claimOf(wb, "team-a", engine.ClaimParams{After: []string{a[0].ID}}); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
-		t.Fatalf("team-b's hand-off in team-a: %v, want 42501", err)
+	if _, err := claimOf(wb, "team-a", engine.ClaimParams{After: []string{a[0].ID}}); !errors.As(err, &pgErr) || pgErr.Code != "SW002" {
+		t.Fatalf("team-b's hand-off in team-a: %v, want SW002", err)
 	}
 	const handOff = `select count(*) from workflow.claim_runs('w', '{ten.}', 'go', 10, 30000, null, 'team-b', %s)`
 	var n int
 	tooMany := fmt.Sprintf(handOff, `array(select gen_random_uuid() from generate_series(1, 10001))`)
-	if err := wb.pool.QueryRow(b.ctx, tooMany).Scan(&n); !errors.As(err, &pgErr) || pgErr.Code != "22023" {
-		t.Fatalf("10,001 ended runs: %d, %v, want 22023", n, err)
+	if err := wb.pool.QueryRow(b.ctx, tooMany).Scan(&n); !errors.As(err, &pgErr) || pgErr.Code != "SW001" {
+		t.Fatalf("10,001 ended runs: %d, %v, want SW001", n, err)
 	}
 	for _, after := range []string{
 		fmt.Sprintf(`array[array['%[1]s'::uuid, null], array[null, '%[1]s'::uuid]]`, a[0].ID),

@@ -171,7 +171,7 @@ func TestScheduleKeysAreReserved(t *testing.T) {
 	}
 	key := sqlKey(s.ID, s.NextTickAt)
 	_, err = attacker.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, idempotency_key) values ('sched.squat.v1', $1)`, key)
-	if sqlState(err) != "22023" || !strings.Contains(err.Error(), "reserved for the runs schedules record") {
+	if sqlState(err) != "SW001" || !strings.Contains(err.Error(), "reserved for the runs schedules record") {
 		t.Fatalf("a plain INSERT of a tick's key: %v", err)
 	}
 	_, err = attacker.eng.CreateRuns(b.ctx, []engine.CreateParams{{Type: "sched.squat.v1", IdempotencyKey: "schedule:" + s.ID + ":1999"}})

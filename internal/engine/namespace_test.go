@@ -175,7 +175,7 @@ func TestProducerNamespacesAreNamedOrRefused(t *testing.T) {
 	theirs := b.create(t, engine.CreateParams{Type: "ns.job.v1", Namespace: "team-b", IdempotencyKey: "order-42"})
 
 	_, err := both.pool.Exec(b.ctx, `insert into workflow.workflow_run (type) values ('ns.job.v1')`)
-	if sqlState(err) != "22023" || !strings.Contains(err.Error(), "name one") {
+	if sqlState(err) != "SW001" || !strings.Contains(err.Error(), "name one") {
 		t.Errorf("an INSERT without a namespace by a producer of two: %v", err)
 	}
 	var id string
@@ -192,7 +192,7 @@ func TestProducerNamespacesAreNamedOrRefused(t *testing.T) {
 	}
 
 	_, err = none.pool.Exec(b.ctx, seedInsert)
-	if sqlState(err) != "42501" || !strings.Contains(err.Error(), "bound to no namespace") {
+	if sqlState(err) != "SW002" || !strings.Contains(err.Error(), "bound to no namespace") {
 		t.Errorf("the seed insert by a producer bound to none: %v", err)
 	}
 	if got := none.visibleIDs(t, b, "select id::text from workflow.workflow_run"); len(got) != 0 {

@@ -154,6 +154,16 @@ func (l login) requireAllowed(t *testing.T, ctx context.Context, sql string, arg
 	return tag
 }
 
+// brokenRule returns the rule a database error says was broken: the
+// constraint of an SW001, "" for any other error.
+func brokenRule(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "SW001" {
+		return pgErr.ConstraintName
+	}
+	return ""
+}
+
 func sqlState(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -925,21 +925,21 @@ func TestScheduleWriters(t *testing.T) {
 		t.Errorf("created by %q, want %q", s.CreatedBy, alice.name)
 	}
 	// (the refusal does not name the other user)
-	if _, err := bob.eng.PutSchedule(b.ctx, mine); sqlState(err) != "42501" ||
+	if _, err := bob.eng.PutSchedule(b.ctx, mine); sqlState(err) != "SW002" ||
 		!strings.Contains(err.Error(), "another database user of namespace default created it") || strings.Contains(err.Error(), alice.name) {
 		t.Errorf("bob changes alice's schedule: %v", err)
 	}
-	if _, err := bob.eng.DeleteSchedule(b.ctx, "", "alices"); sqlState(err) != "42501" {
+	if _, err := bob.eng.DeleteSchedule(b.ctx, "", "alices"); sqlState(err) != "SW002" {
 		t.Errorf("bob deletes alice's schedule: %v", err)
 	}
 	mirrored := engine.ScheduleSpec{Namespace: "shop", UID: "u", Name: "nightly", Cron: "@daily", Type: "sched.alice.v1"}
-	if _, err := alice.eng.PutSchedule(b.ctx, mirrored); sqlState(err) != "42501" {
+	if _, err := alice.eng.PutSchedule(b.ctx, mirrored); sqlState(err) != "SW002" {
 		t.Errorf("a producer writes a mirrored schedule: %v", err)
 	}
 	if _, err := b.eng.PutSchedule(b.ctx, mirrored); err != nil {
 		t.Errorf("the owner writes a mirrored schedule: %v", err)
 	}
-	if _, err := alice.eng.DeleteSchedule(b.ctx, "shop", "nightly"); sqlState(err) != "42501" {
+	if _, err := alice.eng.DeleteSchedule(b.ctx, "shop", "nightly"); sqlState(err) != "SW002" {
 		t.Errorf("a producer deletes a mirrored schedule: %v", err)
 	}
 	if _, err := alice.eng.FireDueSchedules(b.ctx, 10); sqlState(err) != "42501" {

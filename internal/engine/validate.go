@@ -28,10 +28,16 @@ const (
 	DefaultPriority = 100
 )
 
+// typeRule is the sentence of the rule workflow_run_type_format, which the
+// database says itself (workflow.sql, the rules a caller can break);
+// ValidateType says it before the round trip.
+const typeRule = "type must be dot-separated lowercase segments of letters, digits and underscores " +
+	"ending in a version such as .v1 (for example content.thumbnail.v1), at most 253 characters"
+
 // ValidateType reports whether t is a well-formed versioned workflow type.
 func ValidateType(t string) error {
 	if len(t) > MaxTypeLength || !typePattern.MatchString(t) {
-		return fmt.Errorf("%w: type %q: %s", ErrInvalid, t, ConstraintMessage("workflow_run_type_format"))
+		return fmt.Errorf("%w: type %q: %s", ErrInvalid, t, typeRule)
 	}
 	return nil
 }

@@ -87,8 +87,8 @@ func TestWrittenOnceColumnsRefusePlainUpdates(t *testing.T) {
 	} {
 		_, err := b.pool.Exec(b.ctx, sql, id)
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "55000" {
-			t.Errorf("%s: %v, want the written-once refusal (55000)", sql, err)
+		if !errors.As(err, &pgErr) || pgErr.Code != "SW001" || !strings.Contains(pgErr.Message, "written once") {
+			t.Errorf("%s: %v, want the written-once refusal (SW001)", sql, err)
 		}
 	}
 	for run, key := range map[string]string{id: "kept-key", bystander: "other-key"} {
@@ -107,11 +107,9 @@ func TestWrittenOnceColumnsRefusePlainUpdates(t *testing.T) {
 	// not writable, but the owner's plain SQL meets the rule.
 	_, err := b.pool.Exec(b.ctx, "update workflow.workflow_run set priority = -1 where id = $1", id)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23514" || pgErr.ConstraintName != "workflow_run_priority_range" {
-		t.Fatalf("priority -1: %v, want workflow_run_priority_range", err)
-	}
-	if msg := engine.ConstraintMessage(pgErr.ConstraintName); msg == "" {
-		t.Fatalf("no message for %s", pgErr.ConstraintName)
+	if !errors.As(err, &pgErr) || pgErr.Code != "SW001" || pgErr.ConstraintName != "workflow_run_priority_range" ||
+		pgErr.Message != "priority must be between 0 and 1000000" {
+		t.Fatalf("priority -1: %v, want workflow_run_priority_range's sentence (SW001)", err)
 	}
 }
 
@@ -128,16 +126,16 @@ func TestHostileRunValuesStayWithTheirProducer(t *testing.T) {
 	// Each bad row, with the SQLSTATE that refuses it (a rule of the
 	// schema, never a missing privilege: the control below is taken).
 	for name, c := range map[string]struct{ row, code string }{
-		"a key of 513 characters":        {`('hostile.job.v1', '{}', '` + strings.Repeat("k", 513) + `', null, null, null, 100)`, "23514"},
-		"a dag: key naming team-b's run": {`('hostile.job.v1', '{}', 'dag:` + theirs + `:s', null, null, null, 100)`, "23514"},
+		"a key of 513 characters":        {`('hostile.job.v1', '{}', '` + strings.Repeat("k", 513) + `', null, null, null, 100)`, "SW001"},
+		"a dag: key naming team-b's run": {`('hostile.job.v1', '{}', 'dag:` + theirs + `:s', null, null, null, 100)`, "SW001"},
 		"a k8s: key of team-b":           {`('hostile.job.v1', '{}', 'k8s:team-b:b-key', null, null, null, 100)`, "42501"},
-		"a negative retry delay":         {`('hostile.job.v1', '{}', null, '-1 second', null, null, 100)`, "23514"},
-		"a payload 200 levels deep":      {`('hostile.job.v1', '` + nested(200) + `', null, null, null, null, 100)`, "22023"},
+		"a negative retry delay":         {`('hostile.job.v1', '{}', null, '-1 second', null, null, 100)`, "SW001"},
+		"a payload 200 levels deep":      {`('hostile.job.v1', '` + nested(200) + `', null, null, null, null, 100)`, "SW001"},
 		"a NUL in the payload":           {`('hostile.job.v1', '{"a": "\u0000"}', null, null, null, null, 100)`, "22P05"},
-		"a malformed traceparent":        {`('hostile.job.v1', '{}', null, null, '00-zz', null, 100)`, "23514"},
-		"a concurrency key of 256":       {`('hostile.job.v1', '{}', null, null, null, '` + strings.Repeat("c", 256) + `', 100)`, "23514"},
-		"a priority out of range":        {`('hostile.job.v1', '{}', null, null, null, null, 2000000)`, "23514"},
-		"a type that is no type":         {`('Hostile Job', '{}', null, null, null, null, 100)`, "23514"},
+		"a malformed traceparent":        {`('hostile.job.v1', '{}', null, null, '00-zz', null, 100)`, "SW001"},
+		"a concurrency key of 256":       {`('hostile.job.v1', '{}', null, null, null, '` + strings.Repeat("c", 256) + `', 100)`, "SW001"},
+		"a priority out of range":        {`('hostile.job.v1', '{}', null, null, null, null, 2000000)`, "SW001"},
+		"a type that is no type":         {`('Hostile Job', '{}', null, null, null, null, 100)`, "SW001"},
 	} {
 		_, err := producer.pool.Exec(b.ctx, `insert into workflow.workflow_run (type, payload, idempotency_key,
 			retry_base_delay, traceparent, concurrency_key, priority)

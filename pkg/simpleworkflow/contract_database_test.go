@@ -14,7 +14,8 @@ import (
 // database, so the contract tests above never meet the database's own rule.
 // Here each invalid case of the shared files goes to the schema's functions
 // directly, as a plain-SQL producer would send it: the database refuses it
-// with a constraint or argument error and records nothing. (Values with a
+// as invalid input (SW001, testdata/contract/errors.json) with a sentence
+// and records nothing. (Values with a
 // NUL byte are left out: Postgres text cannot carry one, so the server
 // refuses them before any rule is read.)
 func TestContractDatabaseRefusesAlone(t *testing.T) {
@@ -32,9 +33,9 @@ func TestContractDatabaseRefusesAlone(t *testing.T) {
 			t.Errorf("%s: the database took it (err %v)", what, err)
 			return
 		}
-		// 22: data exception (a function's own check); 23: a constraint.
-		if c := pgErr.Code[:2]; c != "22" && c != "23" {
-			t.Errorf("%s: refused with %s %s, want a data or constraint error", what, pgErr.Code, pgErr.Message)
+		// SW001: a rule or a function's own check, saying what is wrong.
+		if pgErr.Code != "SW001" || pgErr.Message == "" {
+			t.Errorf("%s: refused with %s %s, want SW001 with a sentence", what, pgErr.Code, pgErr.Message)
 		}
 	}
 	nothingFor := func(key, what string) {

@@ -197,19 +197,19 @@ begin
     if v_installed > p_version then
         raise exception 'the workflow schema of this database is at version %, newer than this file (version %)',
             v_installed, p_version
-            using errcode = 'object_not_in_prerequisite_state',
+            using errcode = 'SW007',
                   hint = 'Install the schema file of that release or a newer one.';
     end if;
     if v_installed > 0 and v_installed < p_version then
         raise exception 'the workflow schema of this database is at version %: run migrations % to % before this file, in the same transaction',
             v_installed, v_installed + 1, p_version
-            using errcode = 'object_not_in_prerequisite_state',
+            using errcode = 'SW007',
                   hint = 'The migrations are internal/engine/sql/migrations/NNNN_*.sql; engine.Migrate runs them.';
     end if;
     if v_count <> v_installed - v_first + 1 then
         raise exception 'workflow.schema_version skips a version between % and %: a migration did not run',
             v_first, v_installed
-            using errcode = 'object_not_in_prerequisite_state';
+            using errcode = 'SW007';
     end if;
     perform pg_catalog.set_config('workflow.schema_installing', p_version::text, true);
 end $$;
@@ -234,7 +234,7 @@ begin
        or (select p.xmin from pg_catalog.pg_proc p
            where p.oid = 'workflow.begin_schema(integer)'::pg_catalog.regprocedure) <> v_xid then
         raise exception 'the schema file must run whole in one transaction, without savepoints'
-            using errcode = 'invalid_transaction_state',
+            using errcode = 'SW007',
                   hint = 'psql -v ON_ERROR_STOP=1 --single-transaction -f workflow.sql (after the migrations, in the same run)';
     end if;
     insert into workflow.schema_version (version)
@@ -381,12 +381,27 @@ create or replace function workflow.namespaces_valid(p text[]) returns boolean
 language sql immutable parallel safe
 return (select coalesce(bool_and(coalesce(workflow.namespace_valid(n), false)), true) from unnest(p) n);
 
--- A namespace column: a domain, whose check runs only when the column is
+-- rule_broken raises a broken rule of the rules below as the project's
+-- own error: SQLSTATE SW001 (invalid input; the codes are listed in
+-- testdata/contract/errors.json, which both SDKs map to their typed
+-- errors), the rule's sentence as the message and its name as the
+-- constraint. A rule's check calls it only in its ELSE branch, when the
+-- rule is broken, so a value that keeps the rules costs nothing more.
+-- Anyone may call it (the check runs as the writer, and a function in an
+-- expression needs EXECUTE even where it is not reached); all it does is
+-- raise the error it is given.
+create or replace function workflow.rule_broken(p_rule text, p_message text) returns boolean
+language plpgsql volatile set search_path = pg_catalog, pg_temp as $$
+begin
+    raise exception '%', p_message using errcode = 'SW001', constraint = p_rule;
+end $$;
+
+-- A namespace column: a domain, whose check (namespace_name_format, among
+-- the rules at the end of this section) runs only when the column is
 -- written (a table CHECK would run on every update of the row).
 do $$ begin
     if to_regtype('workflow.namespace_name') is null then
-        create domain workflow.namespace_name as text
-            constraint namespace_name_format check (char_length(value) <= 63 and value ~ '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$');
+        create domain workflow.namespace_name as text;
     end if;
 end $$;
 
@@ -394,60 +409,46 @@ end $$;
 -- keeps a domain's check compiled for the session and runs it only for the
 -- columns a statement writes, where a table CHECK is read back from its
 -- stored text by every statement that inserts or updates a run and runs on
--- every row it writes, whatever columns changed (decision 0013). Each
--- domain's constraint keeps the name the table's CHECK had: errors name
--- the same rule. A value a function returns from one of these columns is
--- cast to its base type (PL/pgSQL's RETURN QUERY takes no domain for it).
+-- every row it writes, whatever columns changed (decision 0013). Their
+-- checks are among the rules a caller can break (the end of this section),
+-- each named as the table's CHECK was. A value a function returns from one
+-- of these columns is cast to its base type (PL/pgSQL's RETURN QUERY takes
+-- no domain for it).
 do $$ begin
     if to_regtype('workflow.run_type') is null then
-        create domain workflow.run_type as text
-            constraint workflow_run_type_format
-            check (char_length(value) <= 253 and value ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$');
+        create domain workflow.run_type as text;
     end if;
     if to_regtype('workflow.run_payload') is null then
-        create domain workflow.run_payload as jsonb
-            constraint workflow_run_payload_object check (jsonb_typeof(value) = 'object');
+        create domain workflow.run_payload as jsonb;
     end if;
     if to_regtype('workflow.run_priority') is null then
-        create domain workflow.run_priority as integer
-            constraint workflow_run_priority_range check (value >= 0 and value <= 1000000);
+        create domain workflow.run_priority as integer;
     end if;
     if to_regtype('workflow.run_idempotency_key') is null then
-        create domain workflow.run_idempotency_key as text
-            constraint workflow_run_idempotency_key_length check (char_length(value) >= 1 and char_length(value) <= 512);
+        create domain workflow.run_idempotency_key as text;
     end if;
     if to_regtype('workflow.run_concurrency_key') is null then
-        create domain workflow.run_concurrency_key as text
-            constraint workflow_run_concurrency_key_length check (char_length(value) >= 1 and char_length(value) <= 255);
+        create domain workflow.run_concurrency_key as text;
     end if;
     if to_regtype('workflow.run_result') is null then
-        create domain workflow.run_result as jsonb
-            constraint workflow_run_result_size check (octet_length(value::text) <= 1048576);
+        create domain workflow.run_result as jsonb;
     end if;
     if to_regtype('workflow.run_traceparent') is null then
-        create domain workflow.run_traceparent as text
-            constraint workflow_run_traceparent_format
-            check (octet_length(value) = 55 and value ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
-                   and substr(value, 4, 32) <> '00000000000000000000000000000000'
-                   and substr(value, 37, 16) <> '0000000000000000');
+        create domain workflow.run_traceparent as text;
     end if;
     -- A mirrored WorkflowRun's namespace, name and UID (one rule, three lengths).
     if to_regtype('workflow.run_source_namespace') is null then
-        create domain workflow.run_source_namespace as text
-            constraint workflow_run_source_bounded check (char_length(value) <= 63);
+        create domain workflow.run_source_namespace as text;
     end if;
     if to_regtype('workflow.run_source_name') is null then
-        create domain workflow.run_source_name as text
-            constraint workflow_run_source_bounded check (char_length(value) <= 253);
+        create domain workflow.run_source_name as text;
     end if;
     if to_regtype('workflow.run_source_uid') is null then
-        create domain workflow.run_source_uid as text
-            constraint workflow_run_source_bounded check (char_length(value) <= 128);
+        create domain workflow.run_source_uid as text;
     end if;
     -- run_at and deadline_at: a real time, never infinity.
     if to_regtype('workflow.run_time') is null then
-        create domain workflow.run_time as timestamptz
-            constraint workflow_run_times_finite check (isfinite(value));
+        create domain workflow.run_time as timestamptz;
     end if;
 end $$;
 
@@ -513,10 +514,10 @@ begin
         return v_ns[1];
     elsif cardinality(v_ns) = 0 then
         raise exception 'database user % is bound to no namespace as a producer; the schema''s owner binds it with workflow.grant_namespace(role, namespace, ''producer'')',
-            session_user using errcode = '42501';
+            session_user using errcode = 'SW002';
     end if;
     raise exception 'database user % produces for several namespaces (%); name one (a run''s namespace column, or the call''s namespace argument)',
-        session_user, array_to_string(v_ns, ', ') using errcode = '22023';
+        session_user, array_to_string(v_ns, ', ') using errcode = 'SW001';
 end $$;
 
 -- The namespace a producer's call records into: p_namespace when the login
@@ -530,11 +531,11 @@ begin
     end if;
     if not workflow.namespace_valid(p_namespace) then
         raise exception 'namespace %: a namespace is a DNS label of at most 63 characters (lowercase letters, digits and "-")',
-            quote_literal(left(p_namespace, 100)) using errcode = '22023';
+            quote_literal(left(p_namespace, 100)) using errcode = 'SW001';
     end if;
     if not workflow.acts_on(p_namespace, 'producer') then
         raise exception 'database user % may not record runs in namespace %', session_user, p_namespace
-            using errcode = '42501';
+            using errcode = 'SW002';
     end if;
     return p_namespace;
 end $$;
@@ -551,15 +552,15 @@ declare
     v_bound bigint;
 begin
     if not exists (select 1 from pg_catalog.pg_roles r where r.rolname = p_role) then
-        raise exception 'grant_namespace: role % does not exist', quote_ident(left(p_role, 100)) using errcode = '42704';
+        raise exception 'grant_namespace: role % does not exist', quote_ident(left(p_role, 100)) using errcode = 'SW001';
     end if;
     if not workflow.namespace_valid(p_namespace) then
         raise exception 'grant_namespace: namespace %: a namespace is a DNS label of at most 63 characters',
-            quote_literal(left(p_namespace, 100)) using errcode = '22023';
+            quote_literal(left(p_namespace, 100)) using errcode = 'SW001';
     end if;
     if p_as is null or p_as not in ('producer', 'worker', 'reader') then
         raise exception 'grant_namespace: "as" is producer, worker or reader, got %', quote_literal(left(p_as, 100))
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     insert into workflow.workflow_namespace_grant (role_name, namespace, capacity)
     values (p_role, p_namespace, p_as)
@@ -621,23 +622,7 @@ create table if not exists workflow.workflow_registry (
     rate_per_key boolean not null default false,    -- the rate is per concurrency key
     namespace workflow.namespace_name not null default 'default', -- the namespace whose type it is
     shared_with text[] not null default '{}',       -- namespaces whose runs may run it
-    constraint workflow_registry_pkey primary key (namespace, workflow_name),
-    constraint workflow_registry_name_format
-        check (char_length(workflow_name) <= 253 and workflow_name ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'),
-    constraint workflow_registry_runtime_or_steps check ((runtime is null) <> (definition is null)),
-    constraint workflow_registry_runtime_valid check (runtime in ('go', 'python')),
-    constraint workflow_registry_definition_size
-        check (definition is null or octet_length(definition::text) <= 262144),
-    constraint workflow_registry_flow_limits_valid
-        check (max_leased between 1 and 100000 and max_leased_per_key between 1 and 100000
-               and rate_limit between 1 and 1000000
-               and rate_period between interval '1 millisecond' and interval '1 day'),
-    constraint workflow_registry_rate_complete
-        check ((rate_limit is null) = (rate_period is null) and (rate_limit is not null or not rate_per_key)),
-    -- Workers lease runs of a runtime's types; a DAG's own run is never leased.
-    constraint workflow_registry_flow_limits_need_runtime
-        check (runtime is not null
-               or (max_leased is null and max_leased_per_key is null and rate_limit is null))
+    constraint workflow_registry_pkey primary key (namespace, workflow_name)
 ) with (autovacuum_analyze_threshold = 0, autovacuum_analyze_scale_factor = 0);
 comment on table workflow.workflow_registry is 'Which runtime executes a workflow type, and whether it may run at all.';
 comment on column workflow.workflow_registry.definition is
@@ -649,16 +634,6 @@ comment on column workflow.workflow_registry.max_leased_per_key is
 comment on column workflow.workflow_registry.rate_limit is
     'At most this many runs of the type (of one key, with rate_per_key) start in each window of rate_period; windows are aligned to the epoch.';
 create index if not exists idx_workflow_registry_owner on workflow.workflow_registry (owner_namespace, owner_name);
--- (Added here, not in the table's definition: an upgraded registry gets it
--- the same way as a new one.)
-do $$ begin
-    if not exists (select 1 from pg_catalog.pg_constraint
-                   where conrelid = 'workflow.workflow_registry'::regclass
-                     and conname = 'workflow_registry_shared_with_valid') then
-        alter table workflow.workflow_registry add constraint workflow_registry_shared_with_valid
-            check (cardinality(shared_with) <= 256 and workflow.namespaces_valid(shared_with));
-    end if;
-end $$;
 
 -- Whether namespace p_type_namespace's registry shares type p_type with
 -- namespace p_namespace (its entry lists it in shared_with): runs of
@@ -727,8 +702,6 @@ create table if not exists workflow.workflow_run (
     constraint workflow_run_attempt_range check (attempt >= 0 and attempt <= max_attempts),
     constraint workflow_run_lease_held
         check (status <> 'leased' or (leased_by is not null and lease_until is not null)),
-    constraint workflow_run_max_attempts_range check (max_attempts >= 1 and max_attempts <= 1000),
-    constraint workflow_run_status_valid check (status = any ('{pending,leased,succeeded,failed,cancelled}')),
     constraint workflow_run_wait_kind_valid check (wait_kind = any ('{sleep,signal,child,dag,limit}')),
     constraint workflow_run_wait_not_leased check (wait_kind is null or status <> 'leased'),
     constraint workflow_run_pending_has_attempt_left check (status <> 'pending' or attempt < max_attempts)
@@ -954,14 +927,9 @@ create table if not exists workflow.workflow_step (
     -- load without reading it.
     output_bytes integer generated always as (coalesce(octet_length(output::text), 0)) stored,
     constraint workflow_step_pkey primary key (run_id, name),
-    constraint workflow_step_error_length check (error is null or char_length(error) <= 8192),
     constraint workflow_step_finished check ((outcome is null) = (finished_at is null)),
     constraint workflow_step_kind_valid check (kind in ('step', 'sleep', 'signal', 'child')),
-    constraint workflow_step_name_format
-        check (char_length(name) between 1 and 128 and name ~ '^[A-Za-z0-9._:-]+$'),
-    constraint workflow_step_outcome_valid check (outcome is null or outcome in ('ok', 'error', 'timeout')),
-    constraint workflow_step_position_range check ("position" >= 0 and "position" <= 999),
-    constraint workflow_step_output_size check (output is null or octet_length(output::text) <= 1048576)
+    constraint workflow_step_outcome_valid check (outcome is null or outcome in ('ok', 'error', 'timeout'))
 );
 comment on table workflow.workflow_step is
     'The step journal: what each run already did, replayed by later attempts instead of redone.';
@@ -979,12 +947,7 @@ create table if not exists workflow.workflow_signal (
     created_at timestamptz not null default now(),
     consumed_at timestamptz,
     consumed_by text,                   -- the step that consumed it
-    constraint workflow_signal_pkey primary key (id),
-    constraint workflow_signal_idempotency_key_length
-        check (idempotency_key is null or (char_length(idempotency_key) >= 1 and char_length(idempotency_key) <= 512)),
-    constraint workflow_signal_name_format
-        check (char_length(name) between 1 and 128 and name ~ '^[A-Za-z0-9._:-]+$'),
-    constraint workflow_signal_payload_size check (payload is null or octet_length(payload::text) <= 262144)
+    constraint workflow_signal_pkey primary key (id)
 );
 comment on table workflow.workflow_signal is 'Signals sent to runs; each is delivered to at most one wait, oldest first.';
 create unique index if not exists idx_workflow_signal_key on workflow.workflow_signal (run_id, idempotency_key)
@@ -1076,7 +1039,7 @@ begin
         return new;
     end if;
     raise exception 'workflow run % is % and cannot become %', old.id, old.status, new.status
-        using errcode = '55000', hint = 'finished runs (succeeded, failed, cancelled) never change status';
+        using errcode = 'SW004', hint = 'finished runs (succeeded, failed, cancelled) never change status';
 end $$;
 create or replace trigger workflow_run_finished_is_final before update of status on workflow.workflow_run
     for each row when (old.status in ('succeeded', 'failed', 'cancelled') and new.status <> old.status)
@@ -1092,7 +1055,7 @@ begin
     end if;
     if old.deleted_at is not null and new.deleted_at is distinct from old.deleted_at then
         raise exception 'workflow run % was deleted at %; a soft delete is final', old.id, old.deleted_at
-            using errcode = '55000';
+            using errcode = 'SW004';
     end if;
     -- updated_at keeps the later time (a cancel that waited on a worker's
     -- write may carry an earlier workflow.now(); that is no error, and no rewrite).
@@ -1228,6 +1191,128 @@ create or replace trigger workflow_runs_deleted after delete on workflow.workflo
     referencing old table as old_runs for each statement execute function workflow.on_runs_deleted();
 
 
+-- THE RULES A CALLER CAN BREAK, AND WHAT EACH SAYS. Each is a check of
+-- a table or a domain whose failure raises SW001 with the sentence a user
+-- reads (rule_broken), so neither SDK keeps a list of constraint names. A
+-- row null in the rule's columns passes, as a CHECK's does. The rules that
+-- only the state machine's own writes could break (workflow_run's attempt
+-- and lease rules, a step's outcome, an event's type) are plain checks of
+-- their tables: a failure there is a defect, not a caller's mistake. Each
+-- rule is added here when missing, on a fresh install and after a
+-- migration that drops one to change it; the rules on columns written once
+-- are on_run_inserted's (section 2).
+do $$
+declare
+    r record;
+begin
+    for r in
+        select * from (values
+        ('domain', 'workflow.namespace_name', 'namespace_name_format',
+         $r$char_length(value) <= 63 and value ~ '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'$r$,
+         $m$a namespace must be a Kubernetes namespace name: at most 63 lowercase letters, digits and hyphens, beginning and ending with a letter or digit$m$),
+        ('domain', 'workflow.run_type', 'workflow_run_type_format',
+         $r$char_length(value) <= 253 and value ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'$r$,
+         $m$type must be dot-separated lowercase segments of letters, digits and underscores ending in a version such as .v1 (for example content.thumbnail.v1), at most 253 characters$m$),
+        ('domain', 'workflow.run_payload', 'workflow_run_payload_object',
+         $r$jsonb_typeof(value) = 'object'$r$,
+         $m$payload must be a JSON object$m$),
+        ('domain', 'workflow.run_priority', 'workflow_run_priority_range',
+         $r$value >= 0 and value <= 1000000$r$,
+         $m$priority must be between 0 and 1000000$m$),
+        ('domain', 'workflow.run_idempotency_key', 'workflow_run_idempotency_key_length',
+         $r$char_length(value) >= 1 and char_length(value) <= 512$r$,
+         $m$idempotency_key must be 1 to 512 characters$m$),
+        ('domain', 'workflow.run_concurrency_key', 'workflow_run_concurrency_key_length',
+         $r$char_length(value) >= 1 and char_length(value) <= 255$r$,
+         $m$concurrency_key must be 1 to 255 characters$m$),
+        ('domain', 'workflow.run_result', 'workflow_run_result_size',
+         $r$octet_length(value::text) <= 1048576$r$,
+         $m$a run's result must be at most 1 MiB of JSON$m$),
+        ('domain', 'workflow.run_traceparent', 'workflow_run_traceparent_format',
+         $r$octet_length(value) = 55 and value ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+           and substr(value, 4, 32) <> '00000000000000000000000000000000'
+           and substr(value, 37, 16) <> '0000000000000000'$r$,
+         $m$traceparent must be a W3C traceparent: 00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>, neither id all zeros$m$),
+        ('domain', 'workflow.run_source_namespace', 'workflow_run_source_bounded',
+         $r$char_length(value) <= 63$r$,
+         $m$a run's source is a Kubernetes object: namespace at most 63, name at most 253, uid at most 128 characters$m$),
+        ('domain', 'workflow.run_source_name', 'workflow_run_source_bounded',
+         $r$char_length(value) <= 253$r$,
+         $m$a run's source is a Kubernetes object: namespace at most 63, name at most 253, uid at most 128 characters$m$),
+        ('domain', 'workflow.run_source_uid', 'workflow_run_source_bounded',
+         $r$char_length(value) <= 128$r$,
+         $m$a run's source is a Kubernetes object: namespace at most 63, name at most 253, uid at most 128 characters$m$),
+        ('domain', 'workflow.run_time', 'workflow_run_times_finite',
+         $r$isfinite(value)$r$,
+         $m$run_at and deadline_at must be real times, not infinity$m$),
+        ('table', 'workflow.workflow_run', 'workflow_run_max_attempts_range',
+         $r$max_attempts >= 1 and max_attempts <= 1000$r$,
+         $m$max_attempts must be between 1 and 1000$m$),
+        ('table', 'workflow.workflow_run', 'workflow_run_status_valid',
+         $r$status = any ('{pending,leased,succeeded,failed,cancelled}')$r$,
+         $m$status must be one of pending, leased, succeeded, failed, cancelled$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_name_format',
+         $r$char_length(workflow_name) <= 253 and workflow_name ~ '^[a-z0-9_]+(\.[a-z0-9_]+)*\.v[0-9]+$'$r$,
+         $m$workflow name must be a versioned type such as content.thumbnail.v1$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_runtime_or_steps',
+         $r$(runtime is null) <> (definition is null)$r$,
+         $m$a registry entry has either a runtime or a definition (steps), not both and not neither$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_runtime_valid',
+         $r$runtime in ('go', 'python')$r$,
+         $m$runtime must be go or python$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_definition_size',
+         $r$definition is null or octet_length(definition::text) <= 262144$r$,
+         $m$a definition must be at most 256 KiB of JSON$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_flow_limits_valid',
+         $r$max_leased between 1 and 100000 and max_leased_per_key between 1 and 100000
+           and rate_limit between 1 and 1000000
+           and rate_period between interval '1 millisecond' and interval '1 day'$r$,
+         $m$flow limits: maxLeased and maxLeasedPerKey 1 to 100000, a rate 1 to 1000000 starts per 1ms to 24h$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_rate_complete',
+         $r$(rate_limit is null) = (rate_period is null) and (rate_limit is not null or not rate_per_key)$r$,
+         $m$a rate limit needs both a count and a period, and a rate per key needs a rate limit$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_flow_limits_need_runtime',
+         $r$runtime is not null
+           or (max_leased is null and max_leased_per_key is null and rate_limit is null)$r$,
+         $m$flow limits apply to types that workers run, not to a workflow with steps$m$),
+        ('table', 'workflow.workflow_registry', 'workflow_registry_shared_with_valid',
+         $r$cardinality(shared_with) <= 256 and workflow.namespaces_valid(shared_with)$r$,
+         $m$shared_with must list at most 256 namespace names$m$),
+        ('table', 'workflow.workflow_step', 'workflow_step_error_length',
+         $r$error is null or char_length(error) <= 8192$r$,
+         $m$step error must be at most 8192 characters$m$),
+        ('table', 'workflow.workflow_step', 'workflow_step_name_format',
+         $r$char_length(name) between 1 and 128 and name ~ '^[A-Za-z0-9._:-]+$'$r$,
+         $m$step name must be 1 to 128 characters of letters, digits and . _ : -$m$),
+        ('table', 'workflow.workflow_step', 'workflow_step_position_range',
+         $r$"position" >= 0 and "position" <= 999$r$,
+         $m$a run has at most 1000 steps (positions 0 to 999)$m$),
+        ('table', 'workflow.workflow_step', 'workflow_step_output_size',
+         $r$output is null or octet_length(output::text) <= 1048576$r$,
+         $m$step output must be at most 1 MiB of JSON$m$),
+        ('table', 'workflow.workflow_signal', 'workflow_signal_idempotency_key_length',
+         $r$idempotency_key is null or (char_length(idempotency_key) >= 1 and char_length(idempotency_key) <= 512)$r$,
+         $m$a signal's idempotency key must be 1 to 512 characters$m$),
+        ('table', 'workflow.workflow_signal', 'workflow_signal_name_format',
+         $r$char_length(name) between 1 and 128 and name ~ '^[A-Za-z0-9._:-]+$'$r$,
+         $m$signal name must be 1 to 128 characters of letters, digits and . _ : -$m$),
+        ('table', 'workflow.workflow_signal', 'workflow_signal_payload_size',
+         $r$payload is null or octet_length(payload::text) <= 262144$r$,
+         $m$signal payload must be at most 256 KiB of JSON$m$)
+        ) v(kind, target, name, rule, sentence)
+    loop
+        if not exists (select 1 from pg_catalog.pg_constraint c
+                       where c.conname = r.name
+                         and case r.kind when 'domain' then c.contypid = r.target::regtype
+                                         else c.conrelid = r.target::regclass end) then
+            execute format('alter %s %s add constraint %I check (case when (%s) is not false then true'
+                           ' else workflow.rule_broken(%L, %L) end)',
+                           r.kind, r.target, r.name, r.rule, r.name, r.sentence);
+        end if;
+    end loop;
+end $$;
+
+
 -- ===========================================================================
 -- 2. THE PRODUCER: RECORDING, CANCELLING, WAKING
 -- ===========================================================================
@@ -1315,8 +1400,15 @@ begin
     where not (r.parent_step_set and r.retry_policy_valid and r.dag_key and r.reserved_key)
     limit 1;
     if found then
-        raise exception 'new row for relation "workflow_run" violates check constraint "%"', v_big.rule
-            using errcode = '23514', constraint = v_big.rule, table = 'workflow_run', schema = 'workflow',
+        raise exception '%', case v_big.rule
+                when 'workflow_run_parent_step_set' then 'a child run names both its parent and the parent''s step'
+                when 'workflow_run_retry_policy_valid' then
+                    'retry delays must be positive and the maximum delay at least the base delay'
+                when 'workflow_run_dag_key' then
+                    'idempotency keys of the form dag:<run id>:<step> are reserved for that step of that DAG run'
+                else 'idempotency keys starting with k8s: or k8s-uid: are reserved for runs mirrored from a WorkflowRun of that namespace or UID'
+                end
+            using errcode = 'SW001', constraint = v_big.rule, table = 'workflow_run', schema = 'workflow',
                   detail = format('A %s run (idempotency key %s).', v_big.type,
                                   coalesce(quote_literal(left(v_big.idempotency_key, 100)), 'none'));
     end if;
@@ -1324,12 +1416,12 @@ begin
     from new_runs n where octet_length(n.payload::text) > v_limit limit 1;
     if found then
         raise exception 'payload of a % run is % bytes; the limit is % (workflow_settings.max_payload_bytes)',
-            v_big.type, v_big.bytes, v_limit using errcode = '22023';
+            v_big.type, v_big.bytes, v_limit using errcode = 'SW001';
     end if;
     select n.type into v_big from new_runs n where workflow.json_too_deep(n.payload) limit 1;
     if found then
         raise exception 'payload of a % run nests deeper than 64 levels (objects and arrays), the most a stored value may',
-            v_big.type using errcode = '22023';
+            v_big.type using errcode = 'SW001';
     end if;
     -- schedule: keys name a schedule's ticks: only fire_due_schedules, in
     -- the schema owner's session, records them, so that no other run is
@@ -1337,7 +1429,7 @@ begin
     if exists (select 1 from new_runs n where left(n.idempotency_key, 9) = 'schedule:')
        and not workflow.session_is_owner() then
         raise exception 'idempotency keys starting with schedule: are reserved for the runs schedules record'
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     select n.id, 'created',
@@ -1401,11 +1493,11 @@ begin
         loop
             if v_dag.inline and workflow.definition_problem(v_dag.def) is not null then
                 raise exception 'invalid definition of run %: %', v_dag.id, workflow.definition_problem(v_dag.def)
-                    using errcode = '22023';
+                    using errcode = 'SW001';
             end if;
             if v_dag.run_at > workflow.now() + interval '1 second' then
                 raise exception 'a run of %, a workflow with steps, starts at once: run_at is not supported for it', v_dag.type
-                    using errcode = '22023';
+                    using errcode = 'SW001';
             end if;
             if v_dag.parent_dag then
                 -- A step whose type has steps (possible only if the registry
@@ -1452,7 +1544,7 @@ begin
         return null;
     end if;
     raise exception 'a run''s parent_id, parent_step, idempotency_key, source_namespace, source_name, source_uid, retry_base_delay and retry_max_delay are written once, when it is recorded'
-        using errcode = '55000';
+        using errcode = 'SW001';
 end $$;
 create or replace trigger workflow_run_written_once
     before update of parent_id, parent_step, idempotency_key, source_namespace, source_name, source_uid,
@@ -1556,7 +1648,7 @@ begin
     if v_tns <> v_ns then
         if not workflow.namespace_valid(v_tns) then
             raise exception 'create_runs: type namespace %: a namespace is a DNS label of at most 63 characters',
-                quote_literal(left(v_tns, 100)) using errcode = '22023';
+                quote_literal(left(v_tns, 100)) using errcode = 'SW001';
         end if;
         select t.ord, t.type into v_bad
         from unnest(p_types) with ordinality t(type, ord)
@@ -1564,11 +1656,11 @@ begin
         order by t.ord limit 1;
         if found then
             raise exception 'create_runs: row %: namespace % does not share type % with namespace %',
-                v_bad.ord, v_tns, left(v_bad.type, 253), v_ns using errcode = '42501';
+                v_bad.ord, v_tns, left(v_bad.type, 253), v_ns using errcode = 'SW002';
         end if;
     end if;
     if n > c_max then
-        raise exception 'create_runs: at most % runs per call, got %', c_max, n using errcode = '22023';
+        raise exception 'create_runs: at most % runs per call, got %', c_max, n using errcode = 'SW001';
     end if;
     select a.name, a.len into v_bad
     from (values ('payloads', cardinality(p_payloads)), ('priorities', cardinality(p_priorities)),
@@ -1580,7 +1672,7 @@ begin
     where a.len is not null and a.len <> n
     limit 1;
     if found then
-        raise exception 'create_runs: % has % elements, types has %', v_bad.name, v_bad.len, n using errcode = '22023';
+        raise exception 'create_runs: % has % elements, types has %', v_bad.name, v_bad.len, n using errcode = 'SW001';
     end if;
 
     -- Types, keys and numbers, row by row (the first bad row is named).
@@ -1618,7 +1710,7 @@ begin
                     then format('deadline must be at least 1 ms, got %s ms', v_bad.deadline_ms)
                 else 'retry delays must be at least 1 ms, and the max delay at least the base delay'
             end
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
 
     -- Payloads: all at once, and row by row only to name a bad one.
@@ -1631,7 +1723,7 @@ begin
                 perform p_payloads[i]::jsonb;
             exception when others then
                 get stacked diagnostics v_text = message_text;
-                raise exception 'create_runs: row %: payload is not valid JSON: %', i, v_text using errcode = '22023';
+                raise exception 'create_runs: row %: payload is not valid JSON: %', i, v_text using errcode = 'SW001';
             end;
         end loop;
         raise;
@@ -1639,7 +1731,7 @@ begin
     select u.o into v_bad from unnest(v_payloads) with ordinality u(p, o)
     where jsonb_typeof(u.p) <> 'object' order by u.o limit 1;
     if found then
-        raise exception 'create_runs: row %: payload must be a JSON object', v_bad.o using errcode = '22023';
+        raise exception 'create_runs: row %: payload must be a JSON object', v_bad.o using errcode = 'SW001';
     end if;
 
     select array_agg(workflow.new_run_id()) into v_ids from generate_series(1, n);
@@ -1698,7 +1790,7 @@ begin
     order by i.ord limit 1;
     if found then
         raise exception 'create_runs: row %: the idempotency key is held by a run of another namespace', v_bad.ord
-            using errcode = '23505';
+            using errcode = 'SW006';
     end if;
     return query
     select i.ord::integer,
@@ -2740,29 +2832,29 @@ begin
     -- login other than the owner must be bound to it as a worker.
     if not v_owner and not workflow.acts_on(v_ns, 'worker') then
         raise exception 'claim_runs: database user % does not work for namespace %', session_user,
-            quote_literal(left(v_ns, 100)) using errcode = '42501';
+            quote_literal(left(v_ns, 100)) using errcode = 'SW002';
     end if;
     v_via := workflow.set_marks();
     if p_worker_id is null or p_worker_id = '' or char_length(p_worker_id) > 253 then
-        raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = '22023';
+        raise exception 'claim_runs: worker id must be 1 to 253 characters' using errcode = 'SW001';
     end if;
     if p_limit is null or p_limit < 1 or p_limit > 10000 then
-        raise exception 'claim_runs: limit must be between 1 and 10000, got %', p_limit using errcode = '22023';
+        raise exception 'claim_runs: limit must be between 1 and 10000, got %', p_limit using errcode = 'SW001';
     end if;
     if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
-        raise exception 'claim_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
+        raise exception 'claim_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = 'SW001';
     end if;
     -- '' and '%' would both mean "every type": say so with an empty list.
     if exists (select 1 from unnest(p_type_prefixes) p where p is null or p = '' or p = '%') then
         raise exception 'claim_runs: a type prefix must not be empty or "%%"; pass no prefixes to claim every type'
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     if cardinality(p_type_prefixes) > 0 then
         select array_agg(workflow.prefix_pattern(p)) into v_patterns from unnest(p_type_prefixes) p;
     end if;
     if cardinality(p_after) > 10000 then
         raise exception 'claim_runs: at most 10000 ended runs to hand off from, got %', cardinality(p_after)
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     -- One claimer per wake-up: a claim woken by a notification goes on
     -- only when no other woken claim of the same namespace, prefixes and
@@ -3033,7 +3125,7 @@ declare
                                else workflow.caller_namespaces('worker') end;
 begin
     if p_lease_ms is null or p_lease_ms < 1000 or p_lease_ms > 86400000 then
-        raise exception 'heartbeat_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = '22023';
+        raise exception 'heartbeat_runs: lease must be between 1000 ms and 24 h, got % ms', p_lease_ms using errcode = 'SW001';
     end if;
     perform 1 from workflow.expire_deadlines(p_ids, cardinality(p_ids));
     return query
@@ -3545,7 +3637,7 @@ begin
     <<marked>>
     begin
         if p_kind is null or p_kind not in ('sleep', 'signal', 'child') then
-            raise exception 'park_run: kind must be sleep, signal or child, got %', p_kind using errcode = '22023';
+            raise exception 'park_run: kind must be sleep, signal or child, got %', p_kind using errcode = 'SW001';
         end if;
         v_problem := coalesce(workflow.step_name_problem(p_step),
                               case when p_position is null or p_position not between 0 and 999
@@ -3682,16 +3774,16 @@ begin
         case when workflow.json_too_deep(p_payload)
              then 'signal payload nests deeper than 64 levels (objects and arrays), the most a stored value may' end);
     if v_problem is not null then
-        raise exception 'send_signal: %', v_problem using errcode = '22023';
+        raise exception 'send_signal: %', v_problem using errcode = 'SW001';
     end if;
     select * into v_run from workflow.workflow_run r
     where r.id = p_run_id and workflow.acts_on(r.namespace, 'producer') for update;
     if not found or v_run.deleted_at is not null then
-        raise exception 'send_signal: run % does not exist', p_run_id using errcode = 'P0002';
+        raise exception 'send_signal: run % does not exist', p_run_id using errcode = 'SW003';
     end if;
     if v_run.status not in ('pending', 'leased') then
         raise exception 'send_signal: run % is %; signals reach only unfinished runs', p_run_id, v_run.status
-            using errcode = '55000';
+            using errcode = 'SW004';
     end if;
 
     insert into workflow.workflow_signal (run_id, name, payload, idempotency_key)
@@ -3712,14 +3804,14 @@ begin
                                   where g.run_id = p_run_id and g.name = p_name and g.consumed_at is null
                                   limit 1001) w) > 1000 then
         raise exception 'send_signal: run % already has 1000 signals named % waiting to be consumed', p_run_id, p_name
-            using errcode = '54000';
+            using errcode = 'SW005';
     end if;
     if not (v_run.status = 'pending' and v_run.wait_kind = 'signal' and v_run.wait_signal = p_name)
        and (select count(*) from (select 1 from workflow.workflow_signal g
                                   where g.run_id = p_run_id and g.consumed_at is null
                                   limit 10001) w) > 10000 then
         raise exception 'send_signal: run % already has 10000 signals waiting to be consumed', p_run_id
-            using errcode = '54000';
+            using errcode = 'SW005';
     end if;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (p_run_id, 'signal_received', jsonb_strip_nulls(jsonb_build_object(
@@ -3803,24 +3895,24 @@ begin
        or v_lines <> coalesce(cardinality(p_line_levels), 0)
        or v_lines <> coalesce(cardinality(p_line_messages), 0) then
         raise exception 'append_run_logs: the attempts'' arrays must have one length, and the lines'' arrays one length'
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     if coalesce(cardinality(p_ids), 0) > 1000 or v_lines > 10000 then
         raise exception 'append_run_logs: at most 1000 attempts and 10000 lines a call, got % and %',
-            cardinality(p_ids), v_lines using errcode = '54000';
+            cardinality(p_ids), v_lines using errcode = 'SW005';
     end if;
     if exists (select 1 from unnest(p_ids) t(id) where t.id is null group by t.id)
        or exists (select 1 from unnest(p_ids) t(id) group by t.id having count(*) > 1) then
-        raise exception 'append_run_logs: each attempt once, by its run''s id' using errcode = '22023';
+        raise exception 'append_run_logs: each attempt once, by its run''s id' using errcode = 'SW001';
     end if;
     if exists (select 1 from unnest(p_line_runs, p_line_levels, p_line_messages) l(run_id, level, message)
                where l.run_id is null or not (l.run_id = any (p_ids)) or l.message is null
                   or l.level is null or l.level not in ('debug', 'info', 'warn', 'error')) then
         raise exception 'append_run_logs: every line needs a message, a level of debug, info, warn or error, and a run among p_ids'
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     if exists (select 1 from unnest(p_dropped) d(n) where d.n is null or d.n < 0) then
-        raise exception 'append_run_logs: p_dropped counts lines: zero or more' using errcode = '22023';
+        raise exception 'append_run_logs: p_dropped counts lines: zero or more' using errcode = 'SW001';
     end if;
 
     -- The attempts taken, with their limits, locked against a delete of
@@ -4551,11 +4643,11 @@ begin
     -- up the writers of other registries.
     if new.definition is not null and octet_length(new.definition::text) > 262144 then
         raise exception 'invalid definition of %: it is % bytes; a definition is at most 262144 (256 KiB)',
-            left(new.workflow_name, 253), octet_length(new.definition::text) using errcode = '22023';
+            left(new.workflow_name, 253), octet_length(new.definition::text) using errcode = 'SW001';
     end if;
     if workflow.json_too_deep(new.definition) then
         raise exception 'invalid definition of %: it nests deeper than 64 levels (objects and arrays)',
-            left(new.workflow_name, 253) using errcode = '22023';
+            left(new.workflow_name, 253) using errcode = 'SW001';
     end if;
     -- Definitions are checked against each other: one writer at a time
     -- (a lock only the schema's owner may take: see workflow_lock).
@@ -4586,7 +4678,7 @@ begin
         limit 1;
     end if;
     if v_problem is not null then
-        raise exception 'invalid definition of %: %', new.workflow_name, v_problem using errcode = '22023';
+        raise exception 'invalid definition of %: %', new.workflow_name, v_problem using errcode = 'SW001';
     end if;
     return new;
 end $$;
@@ -5624,7 +5716,7 @@ declare
 begin
     if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or not (p_from < p_to) then
         raise exception 'create_history_partition: the span must be finite and end after it starts, got [%, %)',
-            p_from, p_to using errcode = '22023';
+            p_from, p_to using errcode = 'SW001';
     end if;
     -- Taken first, on the trail alone, in the attach's own mode, which
     -- conflicts with itself and not with writers: two calls at once go one
@@ -5686,7 +5778,7 @@ declare
 begin
     if p_ahead is null or p_ahead < 0 or p_ahead > 100 then
         raise exception 'prepare_history_partitions: p_ahead must be between 0 and 100, got %', p_ahead
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     select st.history_partition into v_width from workflow.workflow_settings st;
     v_from := workflow.history_span_start(clock_timestamp(), v_width);
@@ -5733,11 +5825,11 @@ declare
 begin
     if p_retention is null or p_retention < interval '0' then
         raise exception 'drop_history_partitions: the retention must be zero or more, got %', p_retention
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     if current_setting('transaction_isolation') <> 'read committed' then
         raise exception 'drop_history_partitions: runs only in a READ COMMITTED transaction, not %',
-            current_setting('transaction_isolation') using errcode = '25001';
+            current_setting('transaction_isolation') using errcode = 'SW007';
     end if;
     for v_part in
         select p.* from workflow.history_partitions() p
@@ -5817,11 +5909,11 @@ declare
 begin
     if not workflow.acts_on(v_ns, 'read') and not workflow.acts_on(v_ns, 'worker') then
         raise exception 'queue_depth: database user % may not read namespace %', session_user,
-            quote_literal(left(v_ns, 100)) using errcode = '42501';
+            quote_literal(left(v_ns, 100)) using errcode = 'SW002';
     end if;
     if p_cap is not null and p_cap < 1 then
         raise exception 'queue_depth: the cap must be at least 1 (or null for an exact count), got %', p_cap
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     select array_agg(t) into v_types from workflow.active_types(v_ns, p_type_prefixes) t;
     if v_types is null then
@@ -5996,7 +6088,7 @@ declare
 begin
     if v_tns <> v_ns and not workflow.type_shared(v_tns, p_type, v_ns) then
         raise exception 'namespace % does not share type % with namespace %', left(v_tns, 100), left(p_type, 253),
-            left(v_ns, 100) using errcode = '42501';
+            left(v_ns, 100) using errcode = 'SW002';
     end if;
     insert into workflow.workflow_run (
         type, payload, priority, run_at, idempotency_key, max_attempts, retry_base_delay, retry_max_delay,
@@ -6023,7 +6115,7 @@ begin
     select r.id into v_id from workflow.workflow_run r
     where r.idempotency_key = p_idempotency_key and r.namespace = v_ns;
     if v_id is null then
-        raise exception 'the idempotency key is held by a run of another namespace' using errcode = '23505';
+        raise exception 'the idempotency key is held by a run of another namespace' using errcode = 'SW006';
     end if;
     return query select v_id, false;
 end $$;
@@ -6439,7 +6531,7 @@ declare
     v_leased boolean := p_status is null or p_status = 'leased';
 begin
     if p_status <> all ('{pending,leased,succeeded,failed,cancelled}') then
-        raise exception 'list_runs_newest: % is not a status', p_status using errcode = '22023';
+        raise exception 'list_runs_newest: % is not a status', p_status using errcode = 'SW001';
     end if;
     if v_direct then
         return query
@@ -7112,7 +7204,7 @@ begin
         end if;
         v_month := (v_month + interval '1 month')::date;
     end loop;
-    raise exception 'the cron expression has no tick within 10 years after %', p_after using errcode = '22023';
+    raise exception 'the cron expression has no tick within 10 years after %', p_after using errcode = 'SW001';
 end $$;
 
 -- cron_next is the first tick of a cron expression (cron_fields) in a time
@@ -7131,16 +7223,17 @@ create or replace function workflow.cron_next(p_expr text, p_zone text, p_after 
 language plpgsql stable parallel safe security definer set search_path = pg_catalog, pg_temp as $$
 declare
     v_spec workflow.cron_spec := workflow.cron_fields(p_expr);
+    v_zone_problem text := workflow.time_zone_problem(p_zone, false);
 begin
     if v_spec.problem is not null then
-        raise exception 'invalid cron expression %: %', left(p_expr, 100), v_spec.problem using errcode = '22023';
+        raise exception 'invalid cron expression %: %', left(p_expr, 100), v_spec.problem using errcode = 'SW001';
     end if;
-    if p_zone is null then
-        raise exception 'cron_next: time zone is missing' using errcode = '22023';
+    if v_zone_problem is not null then
+        raise exception 'cron_next: %', v_zone_problem using errcode = 'SW001';
     end if;
     if p_after is null or not isfinite(p_after) then
         raise exception 'cron_next: the time to start from must be a finite timestamp, got %', p_after
-            using errcode = '22023';
+            using errcode = 'SW001';
     end if;
     return workflow.cron_tick(v_spec, p_zone, p_after);
 end $$;
@@ -7318,7 +7411,7 @@ begin
         case when tg_op = 'INSERT' or new.payload is distinct from old.payload
              then workflow.schedule_payload_problem(new.payload) end);
     if v_problem is not null then
-        raise exception 'schedule %: %', new.name, v_problem using errcode = '22023';
+        raise exception 'schedule %: %', new.name, v_problem using errcode = 'SW001';
     end if;
     return new;
 end $$;
@@ -7379,7 +7472,7 @@ begin
     where sc.source_namespace is null and sc.name = p_name;
     if cardinality(v_found) > 1 then
         raise exception 'schedule %: namespaces % each have a SQL schedule of that name; act on it as a login of its namespace',
-            p_name, array_to_string(v_found, ', ') using errcode = '22023';
+            p_name, array_to_string(v_found, ', ') using errcode = 'SW001';
     end if;
     return coalesce(v_found[1], 'default');
 end $$;
@@ -7452,23 +7545,23 @@ declare
 begin
     if p_name is null or char_length(p_name) > 253 or p_name !~ '^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$' then
         raise exception 'schedule name %: a name is lowercase letters, digits, ''.'', ''_'' and ''-'', starting and ending with a letter or digit, at most 253 characters',
-            coalesce(quote_literal(left(p_name, 300)), 'null') using errcode = '22023';
+            coalesce(quote_literal(left(p_name, 300)), 'null') using errcode = 'SW001';
     end if;
     if p_source_namespace is not null then
         if char_length(p_source_namespace) > 63 or p_source_namespace !~ '^[a-z0-9]([a-z0-9-]*[a-z0-9])?$' then
             raise exception 'schedule %: source namespace % is not a Kubernetes namespace name', p_name,
-                quote_literal(left(p_source_namespace, 100)) using errcode = '22023';
+                quote_literal(left(p_source_namespace, 100)) using errcode = 'SW001';
         end if;
         if p_source_uid is null or char_length(p_source_uid) not between 1 and 128 then
             raise exception 'schedule %/%: a schedule mirrored from Kubernetes needs the object''s UID (1 to 128 characters)',
-                p_source_namespace, p_name using errcode = '22023';
+                p_source_namespace, p_name using errcode = 'SW001';
         end if;
         if not v_owner then
             raise exception 'schedule %/%: a schedule with a source namespace mirrors a Kubernetes WorkflowSchedule, and only the operator (the schema''s owner) writes it',
-                p_source_namespace, p_name using errcode = '42501';
+                p_source_namespace, p_name using errcode = 'SW002';
         end if;
     elsif p_source_uid is not null then
-        raise exception 'schedule %: a source UID is given without a source namespace', p_name using errcode = '22023';
+        raise exception 'schedule %: a source UID is given without a source namespace', p_name using errcode = 'SW001';
     end if;
     v_label := coalesce(p_source_namespace || '/', '') || p_name;
 
@@ -7507,7 +7600,7 @@ begin
             then format('concurrency key must be 1 to 255 characters, got %s', char_length(p_concurrency_key))
     end;
     if v_problem is not null then
-        raise exception 'schedule %: %', v_label, v_problem using errcode = '22023';
+        raise exception 'schedule %: %', v_label, v_problem using errcode = 'SW001';
     end if;
 
     -- A mirrored schedule's runs belong to its object's namespace; a
@@ -7522,7 +7615,7 @@ begin
         if found then
             if v_old.source_namespace is null and v_old.created_by <> session_user and not v_owner then
                 raise exception 'schedule %: another database user of namespace % created it; only that user or the schema''s owner may change it',
-                    v_label, v_ns using errcode = '42501';
+                    v_label, v_ns using errcode = 'SW002';
             end if;
             v_next := case when v_old.cron <> p_cron or v_old.time_zone <> p_time_zone
                                 or (v_old.suspend and not p_suspend)
@@ -7554,7 +7647,7 @@ begin
         if (select count(*) from (select 1 from workflow.workflow_schedule sc
                                   where sc.namespace = v_ns limit v_max) x) >= v_max then
             raise exception 'schedule %: namespace % has % schedules, the most workflow_settings.max_schedules_per_namespace allows',
-                v_label, v_ns, v_max using errcode = '54000';
+                v_label, v_ns, v_max using errcode = 'SW005';
         end if;
         insert into workflow.workflow_schedule as sc (
             name, source_namespace, source_uid, cron, time_zone, type, payload, priority, max_attempts, deadline,
@@ -7589,7 +7682,7 @@ declare
 begin
     if p_source_namespace is not null and not v_owner then
         raise exception 'schedule %/%: a schedule with a source namespace mirrors a Kubernetes WorkflowSchedule, and only the operator (the schema''s owner) deletes it',
-            left(p_source_namespace, 100), left(p_name, 300) using errcode = '42501';
+            left(p_source_namespace, 100), left(p_name, 300) using errcode = 'SW002';
     end if;
     select * into v_old from workflow.workflow_schedule sc
     where sc.namespace = workflow.schedule_namespace(p_name, p_source_namespace, v_owner)
@@ -7600,7 +7693,7 @@ begin
     end if;
     if v_old.source_namespace is null and v_old.created_by <> session_user and not v_owner then
         raise exception 'schedule %: another database user of namespace % created it; only that user or the schema''s owner may delete it',
-            p_name, v_old.namespace using errcode = '42501';
+            p_name, v_old.namespace using errcode = 'SW002';
     end if;
     delete from workflow.workflow_schedule sc where sc.id = v_old.id;
     return true;
@@ -7685,7 +7778,7 @@ declare
     v_state text;
 begin
     if p_limit is null or p_limit < 1 or p_limit > 10000 then
-        raise exception 'fire_due_schedules: the limit must be between 1 and 10000, got %', p_limit using errcode = '22023';
+        raise exception 'fire_due_schedules: the limit must be between 1 and 10000, got %', p_limit using errcode = 'SW001';
     end if;
     for s in
         select * from workflow.workflow_schedule sc
@@ -7705,7 +7798,7 @@ begin
         begin
             v_spec := workflow.cron_fields(s.cron);
             if v_spec.problem is not null then
-                raise exception 'invalid cron expression %: %', left(s.cron, 100), v_spec.problem using errcode = '22023';
+                raise exception 'invalid cron expression %: %', left(s.cron, 100), v_spec.problem using errcode = 'SW001';
             end if;
             -- The most recent due tick: walk (v_tick is due, v_next the
             -- tick after it), then bisect if more are due.

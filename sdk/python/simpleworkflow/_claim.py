@@ -27,7 +27,8 @@ import psycopg
 from ._heartbeat import heartbeat
 from ._outcomes import _FAIL_RUNS, _clean_text
 from ._writes import _Conn
-from .client import _primary_message
+from ._error_codes import ERRORS
+from .client import _DENIED_STATE, _primary_message
 from .durable import REASON_LEASE_LOST, Task
 from .errors import PermissionDeniedError
 
@@ -218,13 +219,6 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
             was_woken = woken
             rows = conn.execute(CLAIM_RUNS, claim_params(p, limit, None, woken)).fetchall()
             woken = False
-        except psycopg.errors.InsufficientPrivilege as e:
-            # SQLSTATE 42501: the login does not work for the namespace.
-            raise PermissionDeniedError(
-                f"worker {p.worker_id}, namespace {p.namespace}: {_primary_message(e)} (a worker's login needs "
-                f"the workflow_worker role and a binding to its namespace, which the schema's owner makes with "
-                f"workflow.grant_namespace(role, '{p.namespace}', 'worker'))"
-            ) from None
         except psycopg.OperationalError as e:
             log.error(json.dumps({"msg": "Claim failed; reconnecting", "error": str(e)}))
             conn.close()
@@ -233,6 +227,16 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
                 return
             conn = reconnected
             continue
+        except psycopg.Error as e:
+            # SW002 (or a missing grant, 42501): the login does not work for
+            # the namespace.
+            if not _denies_the_login(e):
+                raise
+            raise PermissionDeniedError(
+                f"worker {p.worker_id}, namespace {p.namespace}: {_primary_message(e)} (a worker's login needs "
+                f"the workflow_worker role and a binding to its namespace, which the schema's owner makes with "
+                f"workflow.grant_namespace(role, '{p.namespace}', 'worker'))"
+            ) from None
         start_claimed(p, conn, rows, pool)
         if len(rows) == limit:
             continue
@@ -244,6 +248,12 @@ def claim_loop(p: Poller, conn: psycopg.Connection[Any], pool: ThreadPoolExecuto
         else:
             woken = p._wake.wait(p.poll_interval)
         p._wake.clear()
+
+
+def _denies_the_login(e: psycopg.Error) -> bool:
+    """Whether the database refused the login itself: the inbox's own SW002, or a missing grant (42501)."""
+    state = getattr(e, "sqlstate", None) or ""
+    return ERRORS.get(state) is PermissionDeniedError or state == _DENIED_STATE
 
 
 #: The claim (Go: engine.ClaimRuns): the columns start_claimed reads, in its order.

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import psycopg
 
+from ._error_codes import ERRORS
 from .errors import InvalidInputError, NotFoundError, PermissionDeniedError, RunFinishedError
 
 #: The workflow type format, the same as the database constraint.
@@ -41,15 +42,20 @@ MAX_SIGNAL_PAYLOAD_BYTES = 262144
 #: How deep a stored value (payload, result, step output, signal payload) may
 #: nest objects and arrays; the database refuses deeper ones.
 MAX_JSON_DEPTH = 64
-#: SQLSTATEs with which the database refuses a value (invalid parameter,
-#: text or datetime, a limit reached, a check, invalid or untranslatable
-#: characters, a value nested past the server's stack): the caller's input,
-#: said as InvalidInputError (the Go SDK's ErrInvalid).
-_REFUSED_STATES = frozenset({"22023", "22P02", "22007", "22008", "54000", "23514", "22021", "22P05", "54001"})
-#: The SQLSTATE with which the database refuses the login itself
-#: (insufficient_privilege): a namespace it is not bound to, a type not
-#: shared with its namespace, a call its roles do not grant. Said as
-#: PermissionDeniedError.
+#: The standard SQLSTATEs with which the server itself refuses a value
+#: (invalid parameter, text or datetime, a limit reached, a check,
+#: invalid or untranslatable characters, a value nested past the server's
+#: stack), and the inbox's own codes said as InvalidInputError (class SW,
+#: testdata/contract/errors.json): the caller's input (the Go SDK's
+#: ErrInvalid).
+_REFUSED_STATES = frozenset(
+    {"22023", "22P02", "22007", "22008", "54000", "23514", "22021", "22P05", "54001"}
+    | {code for code, error in ERRORS.items() if error is InvalidInputError}
+)
+#: The SQLSTATE with which the server refuses the login itself
+#: (insufficient_privilege: a grant or row-level security). The inbox's
+#: own refusals (a namespace the login is not bound to, a type not shared
+#: with its namespace) are SW002, in ERRORS. Said as PermissionDeniedError.
 _DENIED_STATE = "42501"
 
 
@@ -615,7 +621,11 @@ def _denied(e: psycopg.Error) -> bool:
 
 
 def _translate(e: psycopg.Error) -> None:
-    """Raise the SDK's error for a database error it names (a refused value, a refused login); else return."""
+    """Raise the SDK's error for a database error it names (the inbox's own codes, by ERRORS; a value or
+    a login the server refuses); else return."""
+    error = ERRORS.get(getattr(e, "sqlstate", None) or "")
+    if error is not None:
+        raise error(_primary_message(e)) from None
     if _refused(e):
         raise InvalidInputError(_primary_message(e)) from None
     if _denied(e):
@@ -964,16 +974,7 @@ class Client:
                 with self._connect() as own:
                     row = own.execute(query, (run_id, name, raw, idempotency_key)).fetchone()
         except psycopg.Error as e:
-            state = getattr(e, "sqlstate", None)
-            message = _primary_message(e)
-            if state == "P0002":
-                raise NotFoundError(message) from None
-            if state == "55000":
-                raise RunFinishedError(message) from None
-            if state in _REFUSED_STATES:
-                raise InvalidInputError(message) from None
-            if state == _DENIED_STATE:
-                raise PermissionDeniedError(message) from None
+            _translate(e)
             raise
         assert row is not None
         return SignalResult(signal_id=row[0], duplicate=row[1], delivered=row[2])

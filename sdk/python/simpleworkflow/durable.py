@@ -511,8 +511,16 @@ class Task:
                         deadline_ms,
                     ),
                 )
-            except psycopg.errors.IntegrityError as e:
-                raise PermanentError(f'start child "{name}": invalid input: {e}') from None
+            except psycopg.Error as e:
+                # A value the database refuses (a rule, SW001) would be refused again.
+                if (
+                    isinstance(e, psycopg.errors.IntegrityError)
+                    or getattr(e, "sqlstate", None) in _REFUSED_STATES
+                ):
+                    raise PermanentError(
+                        f'start child "{name}": invalid input: {_primary_message(e)}'
+                    ) from None
+                raise
             status, child_id, outcome, output, error, message = row
             if status in ("started", "duplicate"):
                 span.set(ATTR_CHILD_ID, str(child_id))

@@ -16,15 +16,16 @@ class RunFinishedError(Exception):
 
 
 class PermissionDeniedError(Exception):
-    """The database login may not do this (SQLSTATE 42501, insufficient_privilege).
+    """The database login may not do this (SQLSTATE SW002, forbidden; or 42501, insufficient_privilege).
 
     Namespaces are the inbox's tenants: the schema's owner binds each login to
     the namespaces it acts on, as producer, worker or reader
     (``workflow.grant_namespace``). A poller whose login does not work for
     the namespace it serves, a run recorded in a namespace the login does not
     produce for, or of a type another namespace does not share with it, are
-    refused with this error (as is any call the login's roles do not grant).
-    The message is the database's.
+    refused by the inbox with SW002; a call the login's roles do not grant,
+    or a row that row-level security refuses, by Postgres with 42501. Both
+    raise this error. The message is the database's.
     """
 
 

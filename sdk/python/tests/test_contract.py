@@ -21,7 +21,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import simpleworkflow  # noqa: E402
 import simpleworkflow.client as sw_client  # noqa: E402
-from simpleworkflow import Client, InvalidInputError, Poller, Task  # noqa: E402
+import psycopg  # noqa: E402
+
+from simpleworkflow import (  # noqa: E402
+    Client,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    Poller,
+    RunFinishedError,
+    Task,
+)
+from simpleworkflow._error_codes import ERRORS  # noqa: E402
 from tests import support  # noqa: E402
 from tests.support import InboxTest, wait_for  # noqa: E402
 
@@ -37,6 +48,7 @@ FILES = {
     "defaults.json",
     "replay.json",
     "parity.json",
+    "errors.json",
 }
 
 
@@ -118,6 +130,46 @@ class ContractTest(InboxTest):
         with self.assertRaises(InvalidInputError, msg=what):
             call()
         self.assertEqual(self.runs(), before, f"{what}: something was recorded")
+
+    def test_errors(self):
+        """The inbox says its errors itself (class SW, errors.json): the SDK maps each code to the error the
+        table names, and a value the early checks would have refused reaches the caller as the rule's
+        sentence, the same the Go SDK returns."""
+        classes = {
+            "InvalidInputError": InvalidInputError,
+            "PermissionDeniedError": PermissionDeniedError,
+            "NotFoundError": NotFoundError,
+            "RunFinishedError": RunFinishedError,
+        }
+        table = load("errors.json")["codes"]
+        self.assertEqual(
+            dict(ERRORS), {c["code"]: classes[c["python"]] if c["python"] else None for c in table}
+        )
+        with self.database_alone():
+            with self.assertRaises(InvalidInputError) as refused:
+                self.client.create("Not a type", {})
+            self.assertTrue(
+                str(refused.exception).startswith("type must be dot-separated lowercase segments")
+            )
+            with self.assertRaises(InvalidInputError) as refused:
+                self.client.create("contract.errors.v1", {}, traceparent="00-zz")
+            self.assertIn("W3C traceparent", str(refused.exception))
+        # A plain statement meets the rule too: its SQLSTATE, its name, its sentence.
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            with self.assertRaises(psycopg.Error) as raw:
+                conn.execute(
+                    "insert into workflow.workflow_run (type, priority) values ('contract.errors.v1', -1)"
+                )
+        self.assertEqual(raw.exception.sqlstate, "SW001")
+        self.assertEqual(raw.exception.diag.constraint_name, "workflow_run_priority_range")
+        self.assertEqual(raw.exception.diag.message_primary, "priority must be between 0 and 1000000")
+        with self.assertRaises(NotFoundError):
+            self.client.signal("00000000-0000-0000-0000-000000000000", "go")
+        run = self.client.create("contract.errors.v1", {})
+        self.assertTrue(self.client.cancel(run.id))
+        with self.assertRaises(RunFinishedError):
+            self.client.signal(run.id, "go")
+        self.assertEqual(self.runs(), 1)
 
     def test_types(self):
         cases = load("types.json")
