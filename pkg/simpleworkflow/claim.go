@@ -35,44 +35,78 @@ func (s *session) wakes(payload string) bool {
 	return (ns == "" || ns == s.cfg.Namespace) && s.matches(typ)
 }
 
-// onNotify wakes the claim loop for a new run of a type this worker
-// claims (of its namespace: another namespace's inserts wake its own
-// workers only), and has the cancellation of a run this worker holds confirmed
-// (confirmLoop): any login may send that notification, so it cancels no
+// onNotify wakes the claimer for a new run of a type this worker claims
+// (of its namespace: another namespace's inserts wake its own workers
+// only), and has the cancellation of a run this worker holds confirmed
+// (confirmer): any login may send that notification, so it cancels no
 // handler by itself. Ids of runs this worker does not hold are ignored.
 func (s *session) onNotify(n engine.Notification) {
 	switch n.Channel {
 	case engine.ChannelRunCreated:
 		if s.wakes(n.Payload) {
-			signal(s.wake)
-			s.followUp.Reset(time.Duration(wakeFollowUp.Load()))
+			s.claimer.notified()
 		}
 	case engine.ChannelRunCancelled:
 		s.mu.Lock()
-		a := s.active[n.Payload]
-		if a != nil {
-			s.suspects[n.Payload] = struct{}{}
-		}
+		held := s.active[n.Payload] != nil
 		s.mu.Unlock()
-		if a != nil {
-			signal(s.confirm)
+		if held {
+			s.confirmer.suspect(n.Payload)
 		}
 	}
 }
 
-// wakeAt wakes the claim loop when a run this worker parked is due, so that
-// a sleep ends on time without waiting for the next poll.
-func (s *session) wakeAt(at time.Time) {
-	d := time.Until(at) + 20*time.Millisecond
-	time.AfterFunc(max(d, 0), func() { signal(s.wake) })
+// claimer claims runs into the session's free slots: at once when woken
+// (an insert notification, a reconnect, a reclaimed lease, a parked run
+// due), otherwise every PollInterval.
+type claimer struct {
+	loop
+	s    *session
+	wake chan struct{}
+	// followUp wakes the claimer once more engine.WakeFollowUp after the
+	// latest insert notification.
+	followUp *time.Timer
 }
 
-// claimLoop claims runs into the free slots until ctx ends: at once when
-// woken, otherwise every PollInterval.
-func (s *session) claimLoop(ctx context.Context) {
+func newClaimer(s *session) *claimer {
+	c := &claimer{s: s, wake: make(chan struct{}, 1)}
+	c.followUp = time.AfterFunc(time.Hour, c.wakeUp)
+	c.followUp.Stop()
+	return c
+}
+
+// wakeUp has the claimer claim at once.
+func (c *claimer) wakeUp() { signal(c.wake) }
+
+// notified wakes the claimer for an insert notification, and once more
+// shortly after (engine.WakeFollowUp).
+func (c *claimer) notified() {
+	c.wakeUp()
+	c.followUp.Reset(time.Duration(wakeFollowUp.Load()))
+}
+
+// wakeAt wakes the claimer when a run this worker parked is due, so that
+// a sleep ends on time without waiting for the next poll.
+func (c *claimer) wakeAt(at time.Time) {
+	d := time.Until(at) + 20*time.Millisecond
+	time.AfterFunc(max(d, 0), c.wakeUp)
+}
+
+// Start runs the claimer until Stop.
+func (c *claimer) Start(ctx context.Context) { c.start(ctx, c.run) }
+
+// Stop ends the claimer, waits for it (a claim under way is never cut off:
+// the runs it leased are started) and stops its follow-up wake-up.
+func (c *claimer) Stop() {
+	c.stop()
+	c.followUp.Stop()
+}
+
+func (c *claimer) run(ctx context.Context) {
+	s := c.s
 	timer := time.NewTimer(s.cfg.PollInterval)
 	defer timer.Stop()
-	// woken is set when the claim loop was woken by a notification (or a
+	// woken is set when the claimer was woken by a notification (or a
 	// timer of its own) rather than by its poll: that claim goes ahead only
 	// if no other woken claim of the same types is under way
 	// (engine.ClaimParams.Woken).
@@ -88,7 +122,7 @@ func (s *session) claimLoop(ctx context.Context) {
 		timer.Reset(d)
 		select {
 		case <-ctx.Done():
-		case <-s.wake:
+		case <-c.wake:
 			woken = true
 		case <-timer.C:
 		}
@@ -154,7 +188,7 @@ func (s *session) claimLoop(ctx context.Context) {
 }
 
 // wokenRetry is how long after a woken claim that claimed nothing the
-// claim loop claims again without being woken.
+// claimer claims again without being woken.
 const wokenRetry = 20 * time.Millisecond
 
 // claimParams asks for up to limit runs of this worker's types.

@@ -73,7 +73,7 @@ func (t *Task) Step(ctx context.Context, name string, fn func(ctx context.Contex
 	if out, err = checkStepOutput(name, out); err != nil {
 		return nil, err
 	}
-	res, err := r.s.recordStep(ctx, engine.StepWrite{LeaseRef: r.ref, Name: name, Position: pos, Output: out})
+	res, err := r.s.steps.record(ctx, engine.StepWrite{LeaseRef: r.ref, Name: name, Position: pos, Output: out})
 	if err != nil {
 		return nil, recordStepError(name, err)
 	}
@@ -237,7 +237,7 @@ func (t *Task) wait(ctx context.Context, step string, kind engine.StepKind, sign
 func (t *Task) park(ctx context.Context, r *replay, p engine.ParkParams) (engine.JournalEntry, error) {
 	if r.active != nil {
 		// A wait that parks ends the lease: what was logged goes first.
-		r.s.sendLogs(ctx, []*activeRun{r.active})
+		r.s.logs.send(ctx, []*activeRun{r.active})
 	}
 	res, err := r.s.eng.ParkRun(ctx, p)
 	if err != nil {

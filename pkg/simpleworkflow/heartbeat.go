@@ -2,15 +2,32 @@ package simpleworkflow
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// heartbeatLoop extends the leases of every active run, and cancels the
-// handlers of runs that were cancelled or whose lease was lost.
-func (s *session) heartbeatLoop(ctx context.Context) {
-	ticker := time.NewTicker(s.cfg.HeartbeatInterval)
+// heartbeater extends the leases of every run this worker holds, every
+// interval (PollerConfig.HeartbeatInterval); the answers cancel the
+// handlers of runs that were cancelled or whose lease was lost
+// (session.heartbeat).
+type heartbeater struct {
+	loop
+	interval time.Duration
+	// held returns the leases to extend.
+	held func() []engine.LeaseRef
+	beat func(ctx context.Context, refs []engine.LeaseRef, failed string)
+}
+
+// Start runs the heartbeater until Stop.
+func (h *heartbeater) Start(ctx context.Context) { h.start(ctx, h.run) }
+
+// Stop ends the heartbeater and waits for it.
+func (h *heartbeater) Stop() { h.stop() }
+
+func (h *heartbeater) run(ctx context.Context) {
+	ticker := time.NewTicker(h.interval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -18,22 +35,16 @@ func (s *session) heartbeatLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		s.mu.Lock()
-		refs := make([]engine.LeaseRef, 0, len(s.active))
-		for _, a := range s.active {
-			refs = append(refs, a.ref)
-		}
-		s.mu.Unlock()
-		s.heartbeat(ctx, refs, "Heartbeat failed")
+		h.beat(ctx, h.held(), "Heartbeat failed")
 	}
 }
 
-// confirmGap is the least time between two calls of confirmLoop: however
-// many cancellation notifications arrive, confirming them costs at most one
+// confirmGap is the least time between two confirmations: however many
+// cancellation notifications arrive, confirming them costs at most one
 // heartbeat call in flight and ten a second.
 const confirmGap = 100 * time.Millisecond
 
-// confirmLoop confirms the cancellation notifications of the runs this
+// confirmer confirms the cancellation notifications of the runs this
 // worker holds before their handlers are stopped. A notification is only a
 // hint: any database login may send one (pg_notify), for any run id. So
 // the notified runs get an immediate heartbeat, the same call, allowed to
@@ -41,13 +52,44 @@ const confirmGap = 100 * time.Millisecond
 // run was cancelled or that this attempt no longer holds the lease, stops a
 // handler. Notifications that arrive while a confirmation is in flight are
 // gathered into the next one.
-func (s *session) confirmLoop(ctx context.Context) {
+type confirmer struct {
+	loop
+	// held returns the leases of the named runs whose handlers still run.
+	held func(ids []string) []engine.LeaseRef
+	beat func(ctx context.Context, refs []engine.LeaseRef, failed string)
+
+	mu sync.Mutex
+	// suspects are the runs named by a notification, until confirmed.
+	suspects  map[string]struct{}
+	requested chan struct{}
+}
+
+func newConfirmer(held func(ids []string) []engine.LeaseRef,
+	beat func(ctx context.Context, refs []engine.LeaseRef, failed string)) *confirmer {
+	return &confirmer{held: held, beat: beat, suspects: map[string]struct{}{}, requested: make(chan struct{}, 1)}
+}
+
+// suspect asks for the run's cancellation to be confirmed.
+func (c *confirmer) suspect(id string) {
+	c.mu.Lock()
+	c.suspects[id] = struct{}{}
+	c.mu.Unlock()
+	signal(c.requested)
+}
+
+// Start runs the confirmer until Stop.
+func (c *confirmer) Start(ctx context.Context) { c.start(ctx, c.run) }
+
+// Stop ends the confirmer and waits for it.
+func (c *confirmer) Stop() { c.stop() }
+
+func (c *confirmer) run(ctx context.Context) {
 	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.confirm:
+		case <-c.requested:
 		}
 		if wait := confirmGap - time.Since(last); wait > 0 {
 			select {
@@ -56,21 +98,45 @@ func (s *session) confirmLoop(ctx context.Context) {
 			case <-time.After(wait):
 			}
 		}
-		s.mu.Lock()
-		refs := make([]engine.LeaseRef, 0, len(s.suspects))
-		for id := range s.suspects {
-			if a := s.active[id]; a != nil && !a.done {
-				refs = append(refs, a.ref)
-			}
+		c.mu.Lock()
+		ids := make([]string, 0, len(c.suspects))
+		for id := range c.suspects {
+			ids = append(ids, id)
 		}
-		clear(s.suspects)
-		s.mu.Unlock()
+		clear(c.suspects)
+		c.mu.Unlock()
+		refs := c.held(ids)
 		if len(refs) == 0 {
 			continue
 		}
 		last = time.Now()
-		s.heartbeat(ctx, refs, "Confirming a cancellation failed; the next heartbeat checks again")
+		c.beat(ctx, refs, "Confirming a cancellation failed; the next heartbeat checks again")
 	}
+}
+
+// leases returns the leases of every run this worker holds.
+func (s *session) leases() []engine.LeaseRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refs := make([]engine.LeaseRef, 0, len(s.active))
+	for _, a := range s.active {
+		refs = append(refs, a.ref)
+	}
+	return refs
+}
+
+// runningLeases returns the leases of the named runs whose handlers still
+// run on this worker.
+func (s *session) runningLeases(ids []string) []engine.LeaseRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refs := make([]engine.LeaseRef, 0, len(ids))
+	for _, id := range ids {
+		if a := s.active[id]; a != nil && !a.done {
+			refs = append(refs, a.ref)
+		}
+	}
+	return refs
 }
 
 // heartbeat extends the leases of refs, and cancels the handlers of those

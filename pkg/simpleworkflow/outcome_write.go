@@ -55,29 +55,58 @@ const outcomeWriters = 2
 // another is written beside it.
 const secondWriterAfter = 50 * time.Millisecond
 
-// completeLoop writes outcomes in batches: whatever accumulated while the
-// batches before were being written goes in the next one, written beside
-// them when they are slow (see outcomeWriters).
-func (s *session) completeLoop(ctx context.Context, stop chan struct{}) {
+// completer writes the outcomes the handlers queue, in batches: whatever
+// accumulated while the batches before were being written goes in the next
+// one, written beside them when they are slow (see outcomeWriters). Its
+// stop is not its context's end: the outcomes queued until then are
+// written first, under the session's background context.
+type completer struct {
+	s        *session
+	outcomes chan outcome
+	stopping chan struct{}
+	done     chan struct{}
+}
+
+func newCompleter(s *session, capacity int) *completer {
+	return &completer{s: s, outcomes: make(chan outcome, capacity), stopping: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Start runs the completer until Stop.
+func (c *completer) Start(ctx context.Context) {
+	go func() {
+		defer close(c.done)
+		c.run(ctx)
+	}()
+}
+
+// Stop writes what is queued and the batches being written, then ends the
+// completer.
+func (c *completer) Stop() {
+	close(c.stopping)
+	<-c.done
+}
+
+func (c *completer) run(ctx context.Context) {
 	const maxBatch = 1000
+	s := c.s
 	ended := make(chan int, outcomeWriters)
 	writing := map[int]time.Time{} // when each batch being written began
 	next := 0
 	for {
 		var batch []outcome
 		select {
-		case o := <-s.outcomes:
+		case o := <-c.outcomes:
 			batch = append(batch, o)
 		case id := <-ended:
 			delete(writing, id)
 			continue
-		case <-stop:
+		case <-c.stopping:
 			for len(writing) > 0 {
 				delete(writing, <-ended)
 			}
 			for {
 				select {
-				case o := <-s.outcomes:
+				case o := <-c.outcomes:
 					batch = append(batch, o)
 					continue
 				default:
@@ -115,7 +144,7 @@ func (s *session) completeLoop(ctx context.Context, stop chan struct{}) {
 	drain:
 		for len(batch) < maxBatch {
 			select {
-			case o := <-s.outcomes:
+			case o := <-c.outcomes:
 				batch = append(batch, o)
 			default:
 				break drain
@@ -150,7 +179,7 @@ func (s *session) flush(ctx context.Context, batch []outcome) {
 			logged = append(logged, o.run)
 		}
 	}
-	s.sendLogs(ctx, logged)
+	s.logs.send(ctx, logged)
 	var (
 		completions []engine.Completion
 		failures    []engine.Failure

@@ -112,10 +112,10 @@ type activeRun struct {
 // session is the state of one Run call. It owns the handler slots: a run
 // takes one when it is claimed (start) and gives it back once its outcome
 // is written (freeSlots), so that the runs a worker holds leased never
-// exceed its concurrency. Its loops, each in its own file, claim runs
-// (claim.go), heartbeat their leases and confirm cancellation notifications
-// (heartbeat.go), reap expired leases
-// (reap.go), write steps (step_writer.go) and write outcomes
+// exceed its concurrency. Its loops are types of their own, each with its
+// own start and stop (loop.go): the claimer (claim.go), the heartbeater
+// and the confirmer (heartbeat.go), the reaper (reap.go), the step writer
+// (step_writer.go), the log sender (run_log.go) and the completer
 // (outcome_write.go).
 type session struct {
 	eng      *engine.Engine
@@ -135,32 +135,24 @@ type session struct {
 	superseded map[*activeRun]bool
 	// running counts claimed runs whose outcome is not written yet.
 	running int
-	// suspects are the active runs named by a cancellation notification,
-	// until confirmLoop asks the database about them.
-	suspects map[string]struct{}
 
 	// gate orders hand-offs (which start runs from the outcome writers)
 	// before shutdown: once stopping is set under its write lock, no run
-	// is started but by the claim loop, which has ended.
+	// is started but by the claimer, which has ended.
 	gate     sync.RWMutex
 	stopping bool
 
-	wake chan struct{}
-	// confirm wakes confirmLoop.
-	confirm chan struct{}
-	// followUp wakes the claim loop once more engine.WakeFollowUp after the
-	// latest insert notification.
-	followUp  *time.Timer
+	// freed wakes the claimer when slots were given back.
 	freed     chan struct{}
-	outcomes  chan outcome
 	handlerWG sync.WaitGroup
 
-	steps     chan stepRequest
-	stepsDone chan struct{}
-
-	// logSend orders the sends of run logs, so that an attempt's lines
-	// reach the database in the order they were logged.
-	logSend sync.Mutex
+	claimer     *claimer
+	heartbeater *heartbeater
+	confirmer   *confirmer
+	reaper      *reaper
+	steps       *stepWriter
+	logs        *logSender
+	completer   *completer
 }
 
 func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
@@ -183,16 +175,16 @@ func newSession(p *Poller, handlers map[string]HandlerFunc) *session {
 		prefixes:   prefixes,
 		active:     map[string]*activeRun{},
 		superseded: map[*activeRun]bool{},
-		suspects:   map[string]struct{}{},
-		wake:       make(chan struct{}, 1),
-		confirm:    make(chan struct{}, 1),
 		freed:      make(chan struct{}, 1),
-		outcomes:   make(chan outcome, p.cfg.Concurrency),
-		steps:      make(chan stepRequest, p.cfg.Concurrency),
-		stepsDone:  make(chan struct{}),
 	}
-	s.followUp = time.AfterFunc(time.Hour, func() { signal(s.wake) })
-	s.followUp.Stop()
+	s.claimer = newClaimer(s)
+	s.heartbeater = &heartbeater{interval: s.cfg.HeartbeatInterval, held: s.leases, beat: s.heartbeat}
+	s.confirmer = newConfirmer(s.runningLeases, s.heartbeat)
+	s.reaper = &reaper{eng: s.eng, interval: s.cfg.ReapInterval, log: s.log, reclaimed: s.claimer.wakeUp}
+	s.steps = newStepWriter(s.eng, s.cfg.WorkerID, s.cfg.Concurrency)
+	s.logs = &logSender{eng: s.eng, workerID: s.cfg.WorkerID, log: s.log, interval: s.cfg.LogFlushInterval,
+		running: s.runningRuns}
+	s.completer = newCompleter(s, s.cfg.Concurrency)
 	return s
 }
 
@@ -204,50 +196,52 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// run starts the background loops, claims runs until ctx ends, then shuts
-// down.
+// run starts the loops, claims runs until ctx ends, then shuts down.
 func (s *session) run(ctx context.Context) error {
 	// Background work (listening, heartbeats, writing outcomes) outlives ctx
 	// until the shutdown is complete.
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var bgWG sync.WaitGroup
+	var listening sync.WaitGroup
 	defer func() {
 		stopBackground()
-		bgWG.Wait()
-		s.followUp.Stop()
+		listening.Wait()
 	}()
 
-	bgWG.Go(func() {
+	listening.Go(func() {
 		_ = s.eng.Listen(bg, engine.ListenConfig{
 			Channels:  []string{engine.ChannelRunCreated, engine.ChannelRunCancelled},
 			OnNotify:  s.onNotify,
-			OnConnect: func() { signal(s.wake) },
+			OnConnect: s.claimer.wakeUp,
 			Logger:    s.log,
 		})
 	})
-	bgWG.Go(func() { s.heartbeatLoop(bg) })
-	bgWG.Go(func() { s.confirmLoop(bg) })
-	bgWG.Go(func() { s.stepLoop(bg) })
-	bgWG.Go(func() { s.logLoop(bg) })
+	background := []interface {
+		Start(context.Context)
+		Stop()
+	}{s.heartbeater, s.confirmer, s.steps, s.logs}
 	if s.cfg.ReapInterval > 0 {
-		bgWG.Go(func() { s.reapLoop(bg) })
+		background = append(background, s.reaper)
 	}
-	stopCompleter := make(chan struct{})
-	completerDone := make(chan struct{})
-	go func() {
-		defer close(completerDone)
-		s.completeLoop(bg, stopCompleter)
+	for _, l := range background {
+		l.Start(bg)
+	}
+	defer func() {
+		for _, l := range background {
+			l.Stop()
+		}
 	}()
+	s.completer.Start(bg)
 
 	s.log.Info("Worker started", "type_prefixes", s.cfg.TypePrefixes, "runtime", s.cfg.Runtime,
 		"concurrency", s.cfg.Concurrency, "lease_duration", s.cfg.LeaseDuration)
-	s.claimLoop(ctx)
+	s.claimer.Start(ctx)
+	<-ctx.Done()
+	s.claimer.Stop()
 	s.gate.Lock()
 	s.stopping = true
 	s.gate.Unlock()
 	s.shutdown(bg)
-	close(stopCompleter)
-	<-completerDone
+	s.completer.Stop()
 	s.log.Info("Worker stopped")
 	return nil
 }
@@ -328,7 +322,7 @@ func (s *session) execute(ctx context.Context, a *activeRun, task *Task) {
 	s.mu.Lock()
 	a.done = true
 	if !a.handedBack {
-		s.outcomes <- o
+		s.completer.outcomes <- o
 	}
 	s.mu.Unlock()
 }

@@ -2,12 +2,31 @@ package simpleworkflow
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-// reapLoop returns runs whose lease expired to the queue.
-func (s *session) reapLoop(ctx context.Context) {
-	ticker := time.NewTicker(s.cfg.ReapInterval)
+// reaper returns runs whose lease expired to the queue, and fails runs
+// past their deadline, every interval (PollerConfig.ReapInterval).
+type reaper struct {
+	loop
+	eng      *engine.Engine
+	interval time.Duration
+	log      *slog.Logger
+	// reclaimed is called when runs went back to the queue.
+	reclaimed func()
+}
+
+// Start runs the reaper until Stop.
+func (r *reaper) Start(ctx context.Context) { r.start(ctx, r.run) }
+
+// Stop ends the reaper and waits for it.
+func (r *reaper) Stop() { r.stop() }
+
+func (r *reaper) run(ctx context.Context) {
+	ticker := time.NewTicker(r.interval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -15,29 +34,29 @@ func (s *session) reapLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		res, err := s.eng.ReapExpiredLeases(ctx, 500)
+		res, err := r.eng.ReapExpiredLeases(ctx, 500)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Error("Reaping expired leases failed", "error", err)
+				r.log.Error("Reaping expired leases failed", "error", err)
 			}
 			continue
 		}
-		for _, r := range res {
-			s.log.Info("Lease expired; run reclaimed", "run_id", r.ID, "status", r.Status)
+		for _, x := range res {
+			r.log.Info("Lease expired; run reclaimed", "run_id", x.ID, "status", x.Status)
 		}
 		if len(res) > 0 {
-			signal(s.wake)
+			r.reclaimed()
 		}
-		expired, err := s.eng.ExpireDeadlines(ctx, 500)
+		expired, err := r.eng.ExpireDeadlines(ctx, 500)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Error("Expiring deadlines failed", "error", err)
+				r.log.Error("Expiring deadlines failed", "error", err)
 			}
 			continue
 		}
 		if len(expired) > 0 {
 			// One line a batch: a flood of overdue runs is not a flood of logs.
-			s.log.Info("Runs failed: deadline exceeded", "runs", len(expired), "run_ids", firstIDs(expired, 10))
+			r.log.Info("Runs failed: deadline exceeded", "runs", len(expired), "run_ids", firstIDs(expired, 10))
 		}
 	}
 }

@@ -175,7 +175,7 @@ func (r *replay) markParked(wakeAt *time.Time) {
 	r.mu.Unlock()
 	r.cancel(ErrParked)
 	if wakeAt != nil {
-		r.s.wakeAt(*wakeAt)
+		r.s.claimer.wakeAt(*wakeAt)
 	}
 }
 

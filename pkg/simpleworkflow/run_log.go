@@ -25,7 +25,7 @@ const (
 )
 
 // runLog holds the lines an attempt's handler logged until the worker
-// sends them (logLoop, and before the attempt's outcome is written).
+// sends them (logSender, every interval and before the attempt's outcome is written).
 type runLog struct {
 	mu      sync.Mutex
 	lines   []engine.LogLine
@@ -256,9 +256,28 @@ func (s *session) newRunLogger(l *runLog, id, typ string, attempt int, replaying
 	return slog.New(&runLogHandler{log: l, level: s.cfg.RunLogLevel, replaying: replaying, next: next})
 }
 
-// logLoop sends what the handlers logged every LogFlushInterval.
-func (s *session) logLoop(ctx context.Context) {
-	ticker := time.NewTicker(s.cfg.LogFlushInterval)
+// logSender sends what the handlers logged, every interval
+// (PollerConfig.LogFlushInterval) and before each outcome is written.
+type logSender struct {
+	loop
+	eng      *engine.Engine
+	workerID string
+	log      *slog.Logger
+	interval time.Duration
+	// running returns the runs whose handlers still run.
+	running func() []*activeRun
+	// mu makes sends one at a time (see send).
+	mu sync.Mutex
+}
+
+// Start runs the log sender until Stop.
+func (l *logSender) Start(ctx context.Context) { l.start(ctx, l.run) }
+
+// Stop ends the log sender and waits for it.
+func (l *logSender) Stop() { l.stop() }
+
+func (l *logSender) run(ctx context.Context) {
+	ticker := time.NewTicker(l.interval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -266,26 +285,30 @@ func (s *session) logLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		s.mu.Lock()
-		runs := make([]*activeRun, 0, len(s.active))
-		for _, a := range s.active {
-			if !a.done {
-				runs = append(runs, a)
-			}
-		}
-		s.mu.Unlock()
-		s.sendLogs(ctx, runs)
+		l.send(ctx, l.running())
 	}
 }
 
-// sendLogs sends what the runs' handlers logged, in calls within the
+// runningRuns returns the runs whose handlers still run.
+func (s *session) runningRuns() []*activeRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	runs := make([]*activeRun, 0, len(s.active))
+	for _, a := range s.active {
+		if !a.done {
+			runs = append(runs, a)
+		}
+	}
+	return runs
+}
+
+// send sends what the runs' handlers logged, in calls within the
 // database's bounds, at most maxBufferedLogLines of each run a call of
-// sendLogs (a handler that logs faster than they are sent holds up no
-// other run). Sends are one at a time: one called for runs with a send
-// under way waits for it, so an outcome written after sendLogs comes after
-// every line its handler logged. A run whose lease is gone keeps nothing
-// more.
-func (s *session) sendLogs(ctx context.Context, runs []*activeRun) {
+// send (a handler that logs faster than they are sent holds up no other
+// run). Sends are one at a time: one called for runs with a send under way
+// waits for it, so an outcome written after send comes after every line
+// its handler logged. A run whose lease is gone keeps nothing more.
+func (l *logSender) send(ctx context.Context, runs []*activeRun) {
 	due := false
 	for _, a := range runs {
 		if a.log.pending() {
@@ -296,8 +319,8 @@ func (s *session) sendLogs(ctx context.Context, runs []*activeRun) {
 	if !due {
 		return // most runs log nothing: no call, no wait
 	}
-	s.logSend.Lock()
-	defer s.logSend.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	type taken struct {
 		run     *activeRun
 		lines   int
@@ -310,9 +333,9 @@ func (s *session) sendLogs(ctx context.Context, runs []*activeRun) {
 		if len(batch) == 0 {
 			return
 		}
-		lost, err := s.eng.AppendRunLogs(ctx, s.cfg.WorkerID, batch)
+		lost, err := l.eng.AppendRunLogs(ctx, l.workerID, batch)
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn("Sending run logs failed; their lines count as dropped", "error", err, "runs", len(batch))
+			l.log.Warn("Sending run logs failed; their lines count as dropped", "error", err, "runs", len(batch))
 		}
 		gone := make(map[string]bool, len(lost))
 		for _, id := range lost {

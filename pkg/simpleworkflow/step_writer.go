@@ -22,21 +22,42 @@ type stepReply struct {
 	err error
 }
 
-// recordStep hands a completed step to the session's writer and waits for
-// the database's answer. Steps of concurrent handlers share one round trip.
-func (s *session) recordStep(ctx context.Context, w engine.StepWrite) (engine.StepWriteResult, error) {
-	req := stepRequest{write: w, reply: make(chan stepReply, 1)}
+// stepWriter journals the steps of the worker's handlers in batches: the
+// steps of concurrent handlers share one round trip.
+type stepWriter struct {
+	loop
+	eng      *engine.Engine
+	workerID string
+	requests chan stepRequest
+	// closed is closed once the writer takes no more steps.
+	closed chan struct{}
+}
+
+func newStepWriter(eng *engine.Engine, workerID string, capacity int) *stepWriter {
+	return &stepWriter{eng: eng, workerID: workerID, requests: make(chan stepRequest, capacity), closed: make(chan struct{})}
+}
+
+// Start runs the step writer until Stop.
+func (w *stepWriter) Start(ctx context.Context) { w.start(ctx, w.run) }
+
+// Stop ends the step writer and waits for the batches being written.
+func (w *stepWriter) Stop() { w.stop() }
+
+// record hands a completed step to the writer and waits for the
+// database's answer.
+func (w *stepWriter) record(ctx context.Context, write engine.StepWrite) (engine.StepWriteResult, error) {
+	req := stepRequest{write: write, reply: make(chan stepReply, 1)}
 	select {
-	case s.steps <- req:
+	case w.requests <- req:
 	case <-ctx.Done():
 		return engine.StepWriteResult{}, context.Cause(ctx)
-	case <-s.stepsDone:
+	case <-w.closed:
 		return engine.StepWriteResult{}, ErrShuttingDown
 	}
 	select {
 	case rep := <-req.reply:
 		return rep.res, rep.err
-	case <-s.stepsDone:
+	case <-w.closed:
 		select {
 		case rep := <-req.reply:
 			return rep.res, rep.err
@@ -58,12 +79,12 @@ func (s *session) recordStep(ctx context.Context, w engine.StepWrite) (engine.St
 // each step's answer.
 const stepWriters = 2
 
-// stepLoop writes steps in batches: whatever accumulated while the batches
+// run writes steps in batches: whatever accumulated while the batches
 // before were being written goes in the next one, up to stepWriters
 // batches at once. It returns when ctx ends, after the batches being
 // written have their answers.
-func (s *session) stepLoop(ctx context.Context) {
-	defer close(s.stepsDone)
+func (w *stepWriter) run(ctx context.Context) {
+	defer close(w.closed)
 	writers := make(chan struct{}, stepWriters)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -72,7 +93,7 @@ func (s *session) stepLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-s.steps:
+		case r := <-w.requests:
 			batch = append(batch, r)
 		}
 		// A free writer first, then what accumulated while waiting for it.
@@ -84,7 +105,7 @@ func (s *session) stepLoop(ctx context.Context) {
 	drain:
 		for len(batch) < maxStepBatch {
 			select {
-			case r := <-s.steps:
+			case r := <-w.requests:
 				batch = append(batch, r)
 			default:
 				break drain
@@ -92,25 +113,25 @@ func (s *session) stepLoop(ctx context.Context) {
 		}
 		wg.Go(func() {
 			defer func() { <-writers }()
-			s.writeSteps(ctx, batch)
+			w.write(ctx, batch)
 		})
 	}
 }
 
-// writeSteps records one batch of steps and answers each handler.
-func (s *session) writeSteps(ctx context.Context, batch []stepRequest) {
+// write records one batch of steps and answers each handler.
+func (w *stepWriter) write(ctx context.Context, batch []stepRequest) {
 	writes := make([]engine.StepWrite, len(batch))
 	for i, r := range batch {
 		writes[i] = r.write
 	}
 	res, err := withRetry(ctx, func(ctx context.Context) ([]engine.StepWriteResult, error) {
-		return s.eng.RecordSteps(ctx, s.cfg.WorkerID, writes)
+		return w.eng.RecordSteps(ctx, w.workerID, writes)
 	})
 	if err != nil && errors.Is(err, ErrInvalid) && len(batch) > 1 {
 		// A value the database cannot take (a NUL escape, invalid
 		// UTF-8) refuses the whole batch: each step is written alone,
 		// so only its own handler hears of it.
-		s.recordOneByOne(ctx, batch)
+		w.oneByOne(ctx, batch)
 		return
 	}
 	for i, r := range batch {
@@ -122,11 +143,11 @@ func (s *session) writeSteps(ctx context.Context, batch []stepRequest) {
 	}
 }
 
-// recordOneByOne writes each step of a refused batch in its own call.
-func (s *session) recordOneByOne(ctx context.Context, batch []stepRequest) {
+// oneByOne writes each step of a refused batch in its own call.
+func (w *stepWriter) oneByOne(ctx context.Context, batch []stepRequest) {
 	for _, r := range batch {
 		res, err := withRetry(ctx, func(ctx context.Context) ([]engine.StepWriteResult, error) {
-			return s.eng.RecordSteps(ctx, s.cfg.WorkerID, []engine.StepWrite{r.write})
+			return w.eng.RecordSteps(ctx, w.workerID, []engine.StepWrite{r.write})
 		})
 		if err != nil {
 			r.reply <- stepReply{err: err}
