@@ -225,3 +225,47 @@ var _ = Describe("Worker autoscaler", func() {
 		Expect(reaction).To(BeNumerically("<", 1500*time.Millisecond))
 	})
 })
+
+// Two teams, each in its own namespace, each with a registry named "team":
+// only the namespace tells them apart, and nothing of one binds the other.
+var _ = Describe("Worker autoscaler across namespaces", func() {
+	var nsA, nsB, sfx string
+	BeforeEach(func() {
+		sfx = randomSuffix()
+		nsA, nsB = newNamespace(), newNamespace()
+	})
+
+	It("scales each namespace's pool of the same prefix on that namespace's runs only", func() {
+		prefix := "own" + sfx + "."
+		typ := prefix + "invoice.send.v1"
+		evaluate := func() {
+			Expect(ownScaler(nsA).Evaluate(ctx)).To(Succeed())
+			Expect(ownScaler(nsB).Evaluate(ctx)).To(Succeed())
+		}
+		newDeployment(nsA, "worker", 0)
+		newDeployment(nsB, "worker", 0)
+		ownCreate(nsA, "team", ownPoolSpec("worker", prefix))
+		ownCreate(nsB, "team", ownPoolSpec("worker", prefix))
+
+		// Team A's burst, team B's trickle, of the same type name.
+		ownBurst(nsA, typ, 25)
+		ownBurst(nsB, typ, 5)
+		evaluate()
+		Expect(replicasOf(nsA, "worker")()).To(BeEquivalentTo(3))
+		Expect(replicasOf(nsB, "worker")()).To(BeEquivalentTo(1), "B's 5 runs, not A's 25 too")
+		for ns, runnable := range map[string]int{nsA: 25, nsB: 5} {
+			st := ownPoolOf(ns, "team")
+			Expect(st.Runnable).To(BeEquivalentTo(runnable), ns)
+			c := condition(st.Conditions, workflowv1alpha1.ConditionReady)
+			Expect(c).NotTo(BeNil())
+			Expect(c.Reason).To(Equal(workflowv1alpha1.ReasonScaling), "the same prefix in another namespace is no conflict")
+		}
+
+		// Another burst of A's leaves B's workers where they are.
+		ownBurst(nsA, typ, 40)
+		evaluate()
+		Expect(replicasOf(nsA, "worker")()).To(BeEquivalentTo(7))
+		Expect(replicasOf(nsB, "worker")()).To(BeEquivalentTo(1))
+		Expect(ownPoolOf(nsB, "team").Runnable).To(BeEquivalentTo(5))
+	})
+})

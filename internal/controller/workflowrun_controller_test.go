@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -8,7 +9,11 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
 	"github.com/simple-workflow/simple-workflow/internal/controller"
@@ -300,5 +305,65 @@ var _ = Describe("WorkflowRun controller", func() {
 		var n int
 		Expect(pool.QueryRow(ctx, "select count(*) from workflow.workflow_run where source_namespace = $1", ns).Scan(&n)).To(Succeed())
 		Expect(n).To(Equal(10))
+	})
+
+	// The finalizer was patched without optimistic
+	// locking, so a finalizer another party added or removed meanwhile was
+	// undone by the merge patch (which writes the whole list). The patch now
+	// carries the resourceVersion; a conflict requeues, without an error.
+	It("adds and removes its finalizer with optimistic locking, requeueing on a conflict", func() {
+		const other = "example.com/other"
+		// raceOnce changes the object behind the reconciler's back just
+		// before its first patch.
+		raceOnce := func(change func(*workflowv1alpha1.WorkflowRun)) interceptor.Funcs {
+			raced := false
+			return interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if !raced {
+					raced = true
+					var cur workflowv1alpha1.WorkflowRun
+					Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), &cur)).To(Succeed())
+					change(&cur)
+					Expect(c.Update(ctx, &cur)).To(Succeed())
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			}}
+		}
+
+		// Adding: another party adds its finalizer meanwhile.
+		fresh := newRun(ns, "fresh", manualType(), nil)
+		fresh.UID = types.UID("uid-" + randomSuffix())
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(fresh).
+			WithStatusSubresource(&workflowv1alpha1.WorkflowRun{}).
+			WithInterceptorFuncs(raceOnce(func(w *workflowv1alpha1.WorkflowRun) { controllerutil.AddFinalizer(w, other) })).Build()
+		r := &controller.WorkflowRunReconciler{Client: c, Inbox: eng, Recorder: discardRecorder{}}
+		res, err := r.Reconcile(ctx, reconcileRequest(ns, "fresh"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a conflict is looked at again")
+		var got workflowv1alpha1.WorkflowRun
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(fresh), &got)).To(Succeed())
+		Expect(got.Finalizers).To(Equal([]string{other}))
+		_, err = r.Reconcile(ctx, reconcileRequest(ns, "fresh"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(fresh), &got)).To(Succeed())
+		Expect(got.Finalizers).To(ConsistOf(other, controller.Finalizer))
+
+		// Removing: another party removes its finalizer meanwhile.
+		gone := newRun(ns, "gone", manualType(), nil)
+		gone.UID = types.UID("uid-" + randomSuffix())
+		gone.Finalizers = []string{controller.Finalizer, other}
+		now := metav1.Now()
+		gone.DeletionTimestamp = &now
+		c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(gone).
+			WithStatusSubresource(&workflowv1alpha1.WorkflowRun{}).
+			WithInterceptorFuncs(raceOnce(func(w *workflowv1alpha1.WorkflowRun) { controllerutil.RemoveFinalizer(w, other) })).Build()
+		r = &controller.WorkflowRunReconciler{Client: c, Inbox: eng, Recorder: discardRecorder{}}
+		res, err = r.Reconcile(ctx, reconcileRequest(ns, "gone"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a conflict is looked at again")
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(gone), &got)).To(Succeed())
+		Expect(got.Finalizers).To(Equal([]string{controller.Finalizer}))
+		_, err = r.Reconcile(ctx, reconcileRequest(ns, "gone"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(gone), &got))).To(BeTrue())
 	})
 })

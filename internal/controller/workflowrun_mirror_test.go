@@ -1,27 +1,24 @@
 package controller_test
 
 import (
-	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	workflowv1alpha1 "github.com/simple-workflow/simple-workflow/api/v1alpha1"
-
 	"github.com/simple-workflow/simple-workflow/internal/controller"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
 )
 
-var _ = Describe("WorkflowRun hardening", func() {
+// What the mirror records in the inbox for a WorkflowRun, and which run it
+// acts on: the input the database refuses, a key held by another run, a
+// status.runID that does not name the object's own run, a run retention
+// removed.
+var _ = Describe("WorkflowRun mirror into the inbox", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
 
@@ -194,63 +191,22 @@ var _ = Describe("WorkflowRun hardening", func() {
 		Expect(n).To(BeZero())
 	})
 
-	// The finalizer was patched without optimistic
-	// locking, so a finalizer another party added or removed meanwhile was
-	// undone by the merge patch (which writes the whole list). The patch now
-	// carries the resourceVersion; a conflict requeues, without an error.
-	It("adds and removes its finalizer with optimistic locking, requeueing on a conflict", func() {
-		const other = "example.com/other"
-		// raceOnce changes the object behind the reconciler's back just
-		// before its first patch.
-		raceOnce := func(change func(*workflowv1alpha1.WorkflowRun)) interceptor.Funcs {
-			raced := false
-			return interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				if !raced {
-					raced = true
-					var cur workflowv1alpha1.WorkflowRun
-					Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), &cur)).To(Succeed())
-					change(&cur)
-					Expect(c.Update(ctx, &cur)).To(Succeed())
-				}
-				return c.Patch(ctx, obj, patch, opts...)
-			}}
-		}
-
-		// Adding: another party adds its finalizer meanwhile.
-		fresh := newRun(ns, "fresh", manualType(), nil)
-		fresh.UID = types.UID("uid-" + randomSuffix())
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(fresh).
-			WithStatusSubresource(&workflowv1alpha1.WorkflowRun{}).
-			WithInterceptorFuncs(raceOnce(func(w *workflowv1alpha1.WorkflowRun) { controllerutil.AddFinalizer(w, other) })).Build()
-		r := &controller.WorkflowRunReconciler{Client: c, Inbox: eng, Recorder: discardRecorder{}}
-		res, err := r.Reconcile(ctx, reconcileRequest(ns, "fresh"))
+	It("gives the run spec.deadline and reports the run that exceeds it", func() {
+		typ := manualType()
+		wfr := newRun(ns, "late", typ, nil)
+		wfr.Spec.Deadline = &metav1.Duration{Duration: 2 * time.Second}
+		Expect(k8sClient.Create(ctx, wfr)).To(Succeed())
+		runID := runIDOf(ns, "late")
+		run, err := eng.GetRun(ctx, runID)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a conflict is looked at again")
-		var got workflowv1alpha1.WorkflowRun
-		Expect(c.Get(ctx, client.ObjectKeyFromObject(fresh), &got)).To(Succeed())
-		Expect(got.Finalizers).To(Equal([]string{other}))
-		_, err = r.Reconcile(ctx, reconcileRequest(ns, "fresh"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(c.Get(ctx, client.ObjectKeyFromObject(fresh), &got)).To(Succeed())
-		Expect(got.Finalizers).To(ConsistOf(other, controller.Finalizer))
-
-		// Removing: another party removes its finalizer meanwhile.
-		gone := newRun(ns, "gone", manualType(), nil)
-		gone.UID = types.UID("uid-" + randomSuffix())
-		gone.Finalizers = []string{controller.Finalizer, other}
-		now := metav1.Now()
-		gone.DeletionTimestamp = &now
-		c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(gone).
-			WithStatusSubresource(&workflowv1alpha1.WorkflowRun{}).
-			WithInterceptorFuncs(raceOnce(func(w *workflowv1alpha1.WorkflowRun) { controllerutil.RemoveFinalizer(w, other) })).Build()
-		r = &controller.WorkflowRunReconciler{Client: c, Inbox: eng, Recorder: discardRecorder{}}
-		res, err = r.Reconcile(ctx, reconcileRequest(ns, "gone"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a conflict is looked at again")
-		Expect(c.Get(ctx, client.ObjectKeyFromObject(gone), &got)).To(Succeed())
-		Expect(got.Finalizers).To(Equal([]string{controller.Finalizer}))
-		_, err = r.Reconcile(ctx, reconcileRequest(ns, "gone"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(gone), &got))).To(BeTrue())
+		Expect(run.DeadlineAt).NotTo(BeNil())
+		Expect(*run.DeadlineAt).To(BeTemporally("~", run.CreatedAt.Add(2*time.Second), 10*time.Millisecond))
+		Eventually(func() *metav1.Time { return getRun(ns, "late")().Status.DeadlineAt }).ShouldNot(BeNil())
+		Eventually(phase(ns, "late"), 15*time.Second).Should(Equal(workflowv1alpha1.PhaseFailed))
+		got := getRun(ns, "late")()
+		Expect(got.Status.LastError).To(Equal("deadline exceeded"))
+		Eventually(func() []string { return eventReasons(ns, "late") }).Should(Equal([]string{"Failed"}))
+		Expect(eventNotes(ns, "late", "Failed")).To(ConsistOf(
+			MatchRegexp(`^Failed for good: deadline exceeded at \S+Z while waiting for a worker$`)))
 	})
 })
