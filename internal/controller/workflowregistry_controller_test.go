@@ -93,7 +93,7 @@ var _ = Describe("WorkflowRegistry controller", func() {
 		Eventually(entry(name)).ShouldNot(BeNil())
 		// Names are owned per namespace: the conflict is between two
 		// registries of one namespace (the ownership specs below
-		// has the same name in two namespaces, which is none).
+		// have the same name in two namespaces, which is none).
 		other := ns
 		second := &workflowv1alpha1.WorkflowRegistry{
 			ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "second"},
