@@ -2,12 +2,15 @@ package console_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/simple-workflow/simple-workflow/internal/console"
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -339,9 +342,10 @@ from generate_series(0, 399) i`, id); err != nil {
 	}
 
 	// 'infinity' is no time a run can start at: refused by the database.
-	if _, err := e.owner.Exec(e.ctx, `insert into workflow.workflow_run (type, run_at) values ('batch.job.v1', 'infinity')`); err == nil ||
-		!strings.Contains(err.Error(), "workflow_run_times_finite") {
-		t.Fatalf("run_at infinity: %v", err)
+	_, err := e.owner.Exec(e.ctx, `insert into workflow.workflow_run (type, run_at) values ('batch.job.v1', 'infinity')`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.ConstraintName != "workflow_run_times_finite" {
+		t.Fatalf("run_at infinity: %v, want the rule workflow_run_times_finite", err)
 	}
 }
 
