@@ -2175,6 +2175,288 @@ comment on function workflow.active_types(text, text[]) is
 --     when its slot was freed (skip locked). It also ends rate windows of
 --     idle keys.
 
+-- flow_pass is one pass of flow_admit over a limited type g of
+-- p_namespace: it locks up to p_room runnable runs of the type in claim
+-- order (skip locked), past the runs earlier passes admitted (p_admitted,
+-- with their keys p_adm_keys), and decides which of them start: ids, tids
+-- and keys of those admitted (ids and keys left empty when every candidate
+-- fits), how many it read (fetched), the keys now full and until when, and
+-- what it took of each key with the key's rate window row (took_keys,
+-- took_n, took_tids). p_leased_keys and p_leased_n are the type's leased
+-- runs per key, read whole when p_leased_whole (fewer than p_whole);
+-- p_window is the rate's current window.
+-- Its statement is planned with hash joins (the claim turns them off), for
+-- the keys' counts, whatever the type.
+-- Fires: nothing. Locks: the candidate runs (skip locked).
+create or replace function workflow.flow_pass(
+    p_namespace text,
+    g workflow.workflow_registry,
+    p_now timestamptz,
+    p_window timestamptz,
+    p_room integer,
+    p_whole integer,
+    p_leased_whole boolean,
+    p_leased_keys text[],
+    p_leased_n integer[],
+    p_admitted uuid[],
+    p_adm_keys text[],
+    out ids uuid[],
+    out tids tid[],
+    out keys text[],
+    out fetched integer,
+    out full_keys text[],
+    out full_until timestamptz[],
+    out took_keys text[],
+    out took_n integer[],
+    out took_tids tid[])
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set enable_bitmapscan = off
+set enable_seqscan = off
+set jit = off
+set enable_hashjoin = on
+set enable_nestloop = off
+as $$
+begin
+    -- One statement per pass, after the type's flow lock was taken, so
+    -- it sees every claim of the type that committed before. The
+    -- candidates: runnable runs of the type in claim order, locked
+    -- (skip locked), past what earlier passes took. For each of their
+    -- keys: how many runs are leased and how many started in the
+    -- current window (read whole when the type has few leased runs and
+    -- few window rows, else probed key by key), and what earlier passes
+    -- took. A key's room is its free slots or its window's starts left,
+    -- whichever is fewer, less what this claim took already; a
+    -- candidate is admitted when it is among the first `room` of its
+    -- key. A key is full when its candidates reach its room; its
+    -- held-back runs wait for the window's end when the rate binds,
+    -- else for a slot.
+    with cand as materialized (
+        select r.id, r.ctid as tid, r.concurrency_key as key, r.priority, r.created_at
+        from workflow.workflow_run r
+        where r.type_namespace = p_namespace and r.type collate "C" = g.workflow_name
+          and coalesce(r.status, '') = 'pending'
+          and r.deleted_at is null
+          and r.wait_kind is distinct from 'limit'
+          and r.run_at <= p_now
+          and (r.deadline_at is null or r.deadline_at > p_now)
+          and r.id not in (select a from unnest(p_admitted) a) -- hashed, not a scan of the array
+        order by r.priority, r.created_at
+        limit p_room
+        for update of r skip locked
+    ),
+    windows as materialized (
+        select w.concurrency_key as key, w.ctid as tid,
+               case when w.window_start = p_window then w.starts else 0 end as started
+        from workflow.workflow_flow_window w
+        where g.rate_per_key and w.namespace = p_namespace and w.type = g.workflow_name and w.concurrency_key <> ''
+        limit p_whole
+    ),
+    keys as materialized (
+        -- Each candidate key once: its candidates in this pass, its
+        -- counts, its window row, and its room.
+        select k.key, k.n, k.tid,
+               least(coalesce(g.max_leased_per_key - k.leased, 2147483647),
+                     case when g.rate_per_key then g.rate_limit - k.started else 2147483647 end)
+                 - k.mine as room,
+               g.rate_per_key and g.rate_limit - k.started
+                 < coalesce(g.max_leased_per_key - k.leased, 2147483647) as by_rate
+        from (
+            select k.key, k.n,
+                   case when g.max_leased_per_key is null then 0
+                        when p_leased_whole then k.leased
+                        else (select count(*) from workflow.workflow_run r
+                              where r.type_namespace = p_namespace and r.type collate "C" = g.workflow_name and r.concurrency_key = k.key
+                                and r.status = 'leased' and r.deleted_at is null) end as leased,
+                   coalesce(w.started, p.started, 0) as started,
+                   coalesce(w.tid, p.tid) as tid,
+                   k.mine
+            from (
+                -- The candidates' keys, with what the leased runs read
+                -- above and earlier passes took of each, in one grouping.
+                select u.key, sum(u.n) as n, sum(u.leased) as leased, sum(u.mine) as mine
+                from (select c.key, 1 as n, 0 as leased, 0 as mine from cand c where c.key is not null
+                      union all
+                      select l.key, 0, l.n, 0 from unnest(p_leased_keys, p_leased_n) l(key, n)
+                      union all
+                      select a.key, 0, 0, 1 from unnest(p_adm_keys) a(key) where a.key is not null) u
+                group by u.key
+                having sum(u.n) > 0) k
+            left join windows w on w.key = k.key
+            left join lateral (
+                select x.ctid as tid, case when x.window_start = p_window then x.starts else 0 end as started
+                from workflow.workflow_flow_window x
+                where g.rate_per_key and (select count(*) from windows) >= p_whole
+                  and x.namespace = p_namespace and x.type = g.workflow_name and x.concurrency_key = k.key
+                limit 1) p on true
+        ) k
+    ),
+    summary as materialized (
+        -- Over the candidate keys at once: whether every key has room
+        -- for all its candidates (the common case, decided without
+        -- ranking the candidates); the keys now full, and until when
+        -- (the window's end when the rate binds); what this pass took
+        -- of each key (its first `room` candidates) with its window row.
+        select coalesce(bool_and(k.n <= k.room), true) as all_fit,
+               array_agg(k.key) filter (where k.n >= k.room) as full_keys,
+               array_agg(case when k.by_rate then p_window + g.rate_period else workflow.far_future() end)
+                   filter (where k.n >= k.room) as full_until,
+               coalesce(array_agg(k.key) filter (where g.rate_per_key and k.room > 0), '{}') as took_keys,
+               coalesce(array_agg(least(k.n, k.room)::integer) filter (where g.rate_per_key and k.room > 0), '{}') as took_n,
+               coalesce(array_agg(k.tid) filter (where g.rate_per_key and k.room > 0), '{}') as took_tids
+        from keys k
+    ),
+    ranked as materialized (
+        -- Only when some key has not: a candidate is admitted when it
+        -- is among the first `room` of its key.
+        select c.id, c.tid, c.key, c.nth, k.room
+        from (select c.*, row_number() over (partition by c.key order by c.priority, c.created_at) as nth
+              from cand c) c
+        left join keys k on k.key = c.key
+    )
+    -- (The arrays come from one tuple store each, in the same order;
+    -- the claim orders what it leases. When every candidate fits, the
+    -- loop ends with this pass: the ids and keys that later passes and
+    -- the parking would read are left empty.)
+    select case when s.all_fit then '{}'
+                else (select coalesce(array_agg(r.id), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
+           case when s.all_fit then (select coalesce(array_agg(c.tid), '{}') from cand c)
+                else (select coalesce(array_agg(r.tid), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
+           case when s.all_fit then '{}'
+                else (select coalesce(array_agg(r.key), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
+           (select count(*) from cand),
+           s.full_keys, s.full_until, s.took_keys, s.took_n, s.took_tids
+    into ids, tids, keys, fetched, full_keys, full_until, took_keys, took_n, took_tids
+    from summary s;
+end $$;
+
+-- flow_park_full parks on 'limit' the other runnable runs of the keys a
+-- pass of flow_admit found full (p_full, each until p_full_until: a
+-- window's end when the rate binds, far_future() for a slot), at most
+-- 10,000, past the runs admitted (p_admitted, with their keys p_adm_keys).
+-- A key full by its cap (p_max_leased_per_key) is counted again first, in
+-- this statement's snapshot: a run of it that ended since the claim
+-- counted frees a slot whose trigger saw nothing parked yet, and the key
+-- is then left runnable. Returns how many it parked.
+-- Fires: workflow_source_run_changed (a mirrored run parked).
+-- Locks: the runs it parks (skip locked).
+create or replace function workflow.flow_park_full(
+    p_namespace text,
+    p_type text,
+    p_max_leased_per_key integer,
+    p_now timestamptz,
+    p_full text[],
+    p_full_until timestamptz[],
+    p_admitted uuid[],
+    p_adm_keys text[]
+) returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set enable_bitmapscan = off
+set enable_seqscan = off
+set jit = off
+set enable_hashjoin = off
+set enable_nestloop = on
+as $$
+declare
+    v_parked bigint;
+begin
+    with parked as (
+        update workflow.workflow_run r
+        set wait_kind = 'limit', run_at = p.until, updated_at = p_now
+        from (select x.id, f.until
+              from unnest(p_full, p_full_until) f(key, until)
+              cross join lateral (
+                  select f.until <> workflow.far_future() -- full by its rate: no end frees it
+                         or (select count(*) from workflow.workflow_run r
+                             where r.type_namespace = p_namespace and r.type collate "C" = p_type and r.concurrency_key = f.key
+                               and r.status = 'leased' and r.deleted_at is null)
+                            + (select count(*) from unnest(p_adm_keys) a where a = f.key)
+                            >= p_max_leased_per_key as still_full) s
+              cross join lateral (
+                  select x.id from workflow.workflow_run x
+                  where x.type_namespace = p_namespace and x.type collate "C" = p_type and x.concurrency_key = f.key
+                    and x.status = 'pending' and x.deleted_at is null
+                    and x.wait_kind is null and x.run_at <= p_now
+                    and x.id not in (select a from unnest(p_admitted) a)
+                    and s.still_full
+                  for update skip locked) x
+              limit 10000) p
+        where r.id = p.id
+        returning 1)
+    select count(*) into v_parked from parked;
+    return v_parked;
+end $$;
+
+-- flow_count_starts counts what flow_admit started against the rate
+-- windows of limited type g of p_namespace (the current window
+-- p_window): per key, p_n runs of each key of p_keys, whose window row
+-- flow_pass read at p_tids (null for a key new to the type); per type,
+-- p_admitted runs. p_passes is how many passes took runs (more than one
+-- may have taken runs of one key).
+-- Fires: nothing. Locks: the window rows it writes.
+create or replace function workflow.flow_count_starts(
+    p_namespace text,
+    g workflow.workflow_registry,
+    p_window timestamptz,
+    p_keys text[],
+    p_n integer[],
+    p_tids tid[],
+    p_passes integer,
+    p_admitted integer
+) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set enable_bitmapscan = off
+set enable_seqscan = off
+set jit = off
+set enable_hashjoin = off
+set enable_nestloop = on
+as $$
+declare
+    v_moved bigint;
+begin
+    if g.rate_per_key and cardinality(p_keys) > 0 then
+        if p_passes > 1 then
+            -- Several passes took runs of one key: one entry per key.
+            select array_agg(t.key), array_agg(t.n), array_agg(t.tid)
+            into p_keys, p_n, p_tids
+            from (select t.key, sum(t.n)::integer as n, (array_agg(t.tid) filter (where t.tid is not null))[1] as tid
+                  from unnest(p_keys, p_n, p_tids) t(key, n, tid)
+                  group by t.key) t;
+        end if;
+        -- Keys with a row: moved to this window at the row's address, read
+        -- above under the flow lock (an update, HOT in the table's free
+        -- space, not an upsert's lock and write).
+        update workflow.workflow_flow_window w
+        set starts = case when w.window_start = p_window then w.starts else 0 end + t.n,
+            window_start = p_window
+        from unnest(p_keys, p_n, p_tids) t(key, n, tid)
+        -- (The row's identity checked, not looked up: "is true" keeps the
+        -- key off the index, so the row is read at its address.)
+        where w.ctid = t.tid and ((w.namespace, w.type, w.concurrency_key) = (p_namespace, g.workflow_name, t.key)) is true;
+        get diagnostics v_moved = row_count;
+        if v_moved < cardinality(p_keys) then
+            -- Keys new to the type get a row, as does a key whose ended
+            -- window flow_recheck deleted meanwhile (the update above
+            -- skipped it, after waiting for the delete if it was still
+            -- in progress).
+            insert into workflow.workflow_flow_window (namespace, type, concurrency_key, window_start, starts)
+            select p_namespace, g.workflow_name, t.key, p_window, t.n
+            from unnest(p_keys, p_n) t(key, n)
+            where not exists (select 1 from workflow.workflow_flow_window w
+                              where w.namespace = p_namespace and w.type = g.workflow_name and w.concurrency_key = t.key)
+            on conflict do nothing;
+        end if;
+    end if;
+    if g.rate_limit is not null and not g.rate_per_key and p_admitted > 0 then
+        update workflow.workflow_flow_window w
+        set starts = case when w.window_start = p_window then w.starts else 0 end + p_admitted,
+            window_start = p_window
+        where w.namespace = p_namespace and w.type = g.workflow_name and w.concurrency_key = '';
+    end if;
+end $$;
+
 -- flow_admit picks which runnable runs of one limited type (of namespace
 -- p_namespace: limits are per namespace and type) this claim may
 -- lease (at most p_limit), and returns their addresses (ctid), locked by
@@ -2185,6 +2467,9 @@ comment on function workflow.active_types(text, text[]) is
 -- (try only), the type's own rate window row (a rate per type), candidate
 -- runs (skip locked), runs of full keys (skip locked), then the window
 -- rows of the keys it started runs of.
+-- Its steps: the type's room (here), then up to three passes (flow_pass),
+-- each followed by the parking of the keys it filled (flow_park_full),
+-- then the starts counted against the rate windows (flow_count_starts).
 create or replace function workflow.flow_admit(p_namespace text, p_type text, p_limit integer, p_now timestamptz)
 returns tid[]
 language plpgsql
@@ -2198,9 +2483,8 @@ set search_path = pg_catalog, pg_temp
 set enable_bitmapscan = off
 set enable_seqscan = off
 set jit = off
--- Joins by nested loop, as in the claim; each pass by key turns hash joins
--- on (and nested loops off) for its deciding statement alone (the
--- function's settings end with it).
+-- Joins by nested loop, as in the claim; each pass (flow_pass) joins by
+-- hash for its deciding statement alone.
 set enable_hashjoin = off
 set enable_nestloop = on
 as $$
@@ -2208,17 +2492,13 @@ declare
     -- A type's leased runs, or its rate window rows, are read whole when
     -- fewer than this; from this many on, each candidate key is probed.
     c_whole constant integer := 2000;
-    g record;
+    g workflow.workflow_registry;
+    p record;
     v_room integer := p_limit;
     v_period double precision;
     v_window timestamptz;
     v_starts integer;
     v_by_key boolean;
-    v_ids uuid[];
-    v_tids tid[];
-    v_keys text[];
-    v_full text[];
-    v_full_until timestamptz[];
     v_admitted uuid[] := '{}';
     v_adm_tids tid[] := '{}';
     v_adm_keys text[] := '{}';
@@ -2228,13 +2508,10 @@ declare
     v_took_tids tid[] := '{}';
     v_pass integer;
     v_took_passes integer := 0;
-    v_moved bigint;
     v_leased_read integer;
     v_leased_whole boolean := false;
     v_leased_keys text[];
     v_leased_n integer[];
-    v_parked bigint;
-    v_fetched integer;
 begin
     select * into g from workflow.workflow_registry r where r.namespace = p_namespace and r.workflow_name = p_type;
     if not found then
@@ -2308,208 +2585,35 @@ begin
         return '{}';
     end if;
 
-    -- Hash joins for the keys' counts below (the claim turns them off),
-    -- with or without limits per key: the pass's plan is cached for the
-    -- session under the settings of its first call, whatever the type.
-    perform set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true);
     -- Candidates in claim order, pass by pass (one pass without limits per
     -- key: every candidate fits). When a pass held runs of full keys back
     -- (and parked their keys' other runs), up to two more passes read past
     -- them, so that the claim is not left short.
     for v_pass in 1 .. case when v_by_key then 3 else 1 end loop
-        -- One statement per pass, after the type's flow lock was taken, so
-        -- it sees every claim of the type that committed before. The
-        -- candidates: runnable runs of the type in claim order, locked
-        -- (skip locked), past what earlier passes took. For each of their
-        -- keys: how many runs are leased and how many started in the
-        -- current window (read whole when the type has few leased runs and
-        -- few window rows, else probed key by key), and what earlier passes
-        -- took. A key's room is its free slots or its window's starts left,
-        -- whichever is fewer, less what this claim took already; a
-        -- candidate is admitted when it is among the first `room` of its
-        -- key. A key is full when its candidates reach its room; its
-        -- held-back runs wait for the window's end when the rate binds,
-        -- else for a slot.
-        with cand as materialized (
-            select r.id, r.ctid as tid, r.concurrency_key as key, r.priority, r.created_at
-            from workflow.workflow_run r
-            where r.type_namespace = p_namespace and r.type collate "C" = p_type
-              and coalesce(r.status, '') = 'pending'
-              and r.deleted_at is null
-              and r.wait_kind is distinct from 'limit'
-              and r.run_at <= p_now
-              and (r.deadline_at is null or r.deadline_at > p_now)
-              and r.id not in (select a from unnest(v_admitted) a) -- hashed, not a scan of the array
-            order by r.priority, r.created_at
-            limit v_room - cardinality(v_adm_tids)
-            for update of r skip locked
-        ),
-        windows as materialized (
-            select w.concurrency_key as key, w.ctid as tid,
-                   case when w.window_start = v_window then w.starts else 0 end as started
-            from workflow.workflow_flow_window w
-            where g.rate_per_key and w.namespace = p_namespace and w.type = p_type and w.concurrency_key <> ''
-            limit c_whole
-        ),
-        keys as materialized (
-            -- Each candidate key once: its candidates in this pass, its
-            -- counts, its window row, and its room.
-            select k.key, k.n, k.tid,
-                   least(coalesce(g.max_leased_per_key - k.leased, 2147483647),
-                         case when g.rate_per_key then g.rate_limit - k.started else 2147483647 end)
-                     - k.mine as room,
-                   g.rate_per_key and g.rate_limit - k.started
-                     < coalesce(g.max_leased_per_key - k.leased, 2147483647) as by_rate
-            from (
-                select k.key, k.n,
-                       case when g.max_leased_per_key is null then 0
-                            when v_leased_whole then k.leased
-                            else (select count(*) from workflow.workflow_run r
-                                  where r.type_namespace = p_namespace and r.type collate "C" = p_type and r.concurrency_key = k.key
-                                    and r.status = 'leased' and r.deleted_at is null) end as leased,
-                       coalesce(w.started, p.started, 0) as started,
-                       coalesce(w.tid, p.tid) as tid,
-                       k.mine
-                from (
-                    -- The candidates' keys, with what the leased runs read
-                    -- above and earlier passes took of each, in one grouping.
-                    select u.key, sum(u.n) as n, sum(u.leased) as leased, sum(u.mine) as mine
-                    from (select c.key, 1 as n, 0 as leased, 0 as mine from cand c where c.key is not null
-                          union all
-                          select l.key, 0, l.n, 0 from unnest(v_leased_keys, v_leased_n) l(key, n)
-                          union all
-                          select a.key, 0, 0, 1 from unnest(v_adm_keys) a(key) where a.key is not null) u
-                    group by u.key
-                    having sum(u.n) > 0) k
-                left join windows w on w.key = k.key
-                left join lateral (
-                    select x.ctid as tid, case when x.window_start = v_window then x.starts else 0 end as started
-                    from workflow.workflow_flow_window x
-                    where g.rate_per_key and (select count(*) from windows) >= c_whole
-                      and x.namespace = p_namespace and x.type = p_type and x.concurrency_key = k.key
-                    limit 1) p on true
-            ) k
-        ),
-        summary as materialized (
-            -- Over the candidate keys at once: whether every key has room
-            -- for all its candidates (the common case, decided without
-            -- ranking the candidates); the keys now full, and until when
-            -- (the window's end when the rate binds); what this pass took
-            -- of each key (its first `room` candidates) with its window row.
-            select coalesce(bool_and(k.n <= k.room), true) as all_fit,
-                   array_agg(k.key) filter (where k.n >= k.room) as full_keys,
-                   array_agg(case when k.by_rate then v_window + g.rate_period else workflow.far_future() end)
-                       filter (where k.n >= k.room) as full_until,
-                   coalesce(array_agg(k.key) filter (where g.rate_per_key and k.room > 0), '{}') as took_keys,
-                   coalesce(array_agg(least(k.n, k.room)::integer) filter (where g.rate_per_key and k.room > 0), '{}') as took_n,
-                   coalesce(array_agg(k.tid) filter (where g.rate_per_key and k.room > 0), '{}') as took_tids
-            from keys k
-        ),
-        ranked as materialized (
-            -- Only when some key has not: a candidate is admitted when it
-            -- is among the first `room` of its key.
-            select c.id, c.tid, c.key, c.nth, k.room
-            from (select c.*, row_number() over (partition by c.key order by c.priority, c.created_at) as nth
-                  from cand c) c
-            left join keys k on k.key = c.key
-        )
-        -- (The arrays come from one tuple store each, in the same order;
-        -- the claim orders what it leases. When every candidate fits, the
-        -- loop ends with this pass: the ids and keys that later passes and
-        -- the parking would read are left empty.)
-        select case when s.all_fit then '{}'
-                    else (select coalesce(array_agg(r.id), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
-               case when s.all_fit then (select coalesce(array_agg(c.tid), '{}') from cand c)
-                    else (select coalesce(array_agg(r.tid), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
-               case when s.all_fit then '{}'
-                    else (select coalesce(array_agg(r.key), '{}') from ranked r where r.key is null or r.nth <= r.room) end,
-               (select count(*) from cand),
-               s.full_keys, s.full_until, v_took_keys || s.took_keys, v_took_n || s.took_n, v_took_tids || s.took_tids
-        into v_ids, v_tids, v_keys, v_fetched, v_full, v_full_until, v_took_keys, v_took_n, v_took_tids
-        from summary s;
-        exit when v_fetched = 0;
-        if cardinality(v_tids) > 0 then
+        p := workflow.flow_pass(p_namespace, g, p_now, v_window, v_room - cardinality(v_adm_tids), c_whole,
+                                v_leased_whole, v_leased_keys, v_leased_n, v_admitted, v_adm_keys);
+        v_took_keys := v_took_keys || p.took_keys;
+        v_took_n := v_took_n || p.took_n;
+        v_took_tids := v_took_tids || p.took_tids;
+        exit when p.fetched = 0;
+        if cardinality(p.tids) > 0 then
             v_took_passes := v_took_passes + 1;
         end if;
-        v_adm_tids := v_adm_tids || v_tids;
+        v_adm_tids := v_adm_tids || p.tids;
         -- Done when this pass held nothing back (a key it filled parks its
         -- other runs at the next claim that meets them), or the room is
         -- used up.
-        exit when cardinality(v_tids) = v_fetched or cardinality(v_adm_tids) >= v_room;
-        v_admitted := v_admitted || v_ids;
-        v_adm_keys := v_adm_keys || v_keys;
+        exit when cardinality(p.tids) = p.fetched or cardinality(v_adm_tids) >= v_room;
+        v_admitted := v_admitted || p.ids;
+        v_adm_keys := v_adm_keys || p.keys;
         -- Keys now full (this pass took their last room): their other
-        -- runnable runs wait, parked on 'limit' (at most 10,000 per pass;
-        -- a later claim parks the rest). A key full by its cap is counted
-        -- again first, in this statement's snapshot: a run of it that
-        -- ended since the claim counted frees a slot whose trigger saw
-        -- nothing parked yet, and the key is then left runnable.
-        perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
-        with parked as (
-            update workflow.workflow_run r
-            set wait_kind = 'limit', run_at = p.until, updated_at = p_now
-            from (select x.id, f.until
-                  from unnest(v_full, v_full_until) f(key, until)
-                  cross join lateral (
-                      select f.until <> workflow.far_future() -- full by its rate: no end frees it
-                             or (select count(*) from workflow.workflow_run r
-                                 where r.type_namespace = p_namespace and r.type collate "C" = p_type and r.concurrency_key = f.key
-                                   and r.status = 'leased' and r.deleted_at is null)
-                                + (select count(*) from unnest(v_adm_keys) a where a = f.key)
-                                >= g.max_leased_per_key as still_full) s
-                  cross join lateral (
-                      select x.id from workflow.workflow_run x
-                      where x.type_namespace = p_namespace and x.type collate "C" = p_type and x.concurrency_key = f.key
-                        and x.status = 'pending' and x.deleted_at is null
-                        and x.wait_kind is null and x.run_at <= p_now
-                        and x.id not in (select a from unnest(v_admitted) a)
-                        and s.still_full
-                      for update skip locked) x
-                  limit 10000) p
-            where r.id = p.id
-            returning 1)
-        select count(*) into v_parked from parked;
-        perform set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true);
+        -- runnable runs wait, parked on 'limit'.
+        perform workflow.flow_park_full(p_namespace, p_type, g.max_leased_per_key, p_now, p.full_keys, p.full_until,
+                                        v_admitted, v_adm_keys);
     end loop;
-    perform set_config('enable_hashjoin', 'off', true), set_config('enable_nestloop', 'on', true);
-    if v_by_key and g.rate_per_key and cardinality(v_took_keys) > 0 then
-        if v_took_passes > 1 then
-            -- Several passes took runs of one key: one entry per key.
-            select array_agg(t.key), array_agg(t.n), array_agg(t.tid)
-            into v_took_keys, v_took_n, v_took_tids
-            from (select t.key, sum(t.n)::integer as n, (array_agg(t.tid) filter (where t.tid is not null))[1] as tid
-                  from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
-                  group by t.key) t;
-        end if;
-        -- Keys with a row: moved to this window at the row's address, read
-        -- above under the flow lock (an update, HOT in the table's free
-        -- space, not an upsert's lock and write).
-        update workflow.workflow_flow_window w
-        set starts = case when w.window_start = v_window then w.starts else 0 end + t.n,
-            window_start = v_window
-        from unnest(v_took_keys, v_took_n, v_took_tids) t(key, n, tid)
-        -- (The row's identity checked, not looked up: "is true" keeps the
-        -- key off the index, so the row is read at its address.)
-        where w.ctid = t.tid and ((w.namespace, w.type, w.concurrency_key) = (p_namespace, p_type, t.key)) is true;
-        get diagnostics v_moved = row_count;
-        if v_moved < cardinality(v_took_keys) then
-            -- Keys new to the type get a row, as does a key whose ended
-            -- window flow_recheck deleted meanwhile (the update above
-            -- skipped it, after waiting for the delete if it was still
-            -- in progress).
-            insert into workflow.workflow_flow_window (namespace, type, concurrency_key, window_start, starts)
-            select p_namespace, p_type, t.key, v_window, t.n
-            from unnest(v_took_keys, v_took_n) t(key, n)
-            where not exists (select 1 from workflow.workflow_flow_window w
-                              where w.namespace = p_namespace and w.type = p_type and w.concurrency_key = t.key)
-            on conflict do nothing;
-        end if;
-    end if;
-    if g.rate_limit is not null and not g.rate_per_key and cardinality(v_adm_tids) > 0 then
-        update workflow.workflow_flow_window w
-        set starts = case when w.window_start = v_window then w.starts else 0 end + cardinality(v_adm_tids),
-            window_start = v_window
-        where w.namespace = p_namespace and w.type = p_type and w.concurrency_key = '';
+    if g.rate_limit is not null then
+        perform workflow.flow_count_starts(p_namespace, g, v_window, v_took_keys, v_took_n, v_took_tids,
+                                           v_took_passes, cardinality(v_adm_tids));
     end if;
     return v_adm_tids;
 end $$;
@@ -4965,6 +5069,250 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     limit 1
 $$;
 
+-- dag_final_started ends a DAG run p_run whose final step (p_final) has
+-- started, once that step ended: failed when a step before it or the final
+-- step itself failed (the first failure's reason), succeeded otherwise,
+-- with the other steps' results. It returns whether the final step has
+-- started: the DAG's other steps are then done with, and nothing more
+-- starts.
+-- Fires: what dag_end and dag_succeed fire. Locks: nothing more.
+create or replace function workflow.dag_final_started(p_run workflow.workflow_run, p_final jsonb) returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set jit = off
+set enable_seqscan = off
+set enable_nestloop = on
+as $$
+declare
+    v_run workflow.workflow_run := p_run;
+    v_final jsonb := p_final;
+    v_fin record;
+    v_results jsonb;
+    v_ok integer;
+begin
+    select c.id, c.type, c.status, c.last_error, c.payload->'outcome' as outcome into v_fin
+    from workflow.workflow_run c
+    where c.parent_id = v_run.id and c.parent_step = v_final->>'name';
+    if found then
+        if v_fin.status in ('succeeded', 'failed', 'cancelled') then
+            if v_fin.outcome->>'status' is distinct from 'succeeded' then
+                perform workflow.dag_end(v_run, 'failed', null,
+                    coalesce(v_fin.outcome->>'error', 'a step failed'),
+                    jsonb_strip_nulls(jsonb_build_object('reason', coalesce(v_fin.outcome->>'reason', 'step_failed'),
+                        'step', v_fin.outcome->>'step', 'final_step', v_final->>'name',
+                        'final_step_status', v_fin.status)));
+            elsif v_fin.status <> 'succeeded' then
+                perform workflow.dag_end(v_run, 'failed', null,
+                    format('final step "%s" (%s) %s: %s', v_final->>'name', v_fin.type,
+                           case v_fin.status when 'failed' then 'failed' else 'was cancelled' end,
+                           left(coalesce(v_fin.last_error, v_fin.status), 4000)),
+                    jsonb_build_object('reason', 'step_failed', 'step', v_final->>'name',
+                                       'step_run_id', v_fin.id, 'step_status', v_fin.status));
+            else
+                select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
+                into v_results, v_ok
+                from workflow.dag_step_states(v_run) st
+                where st.status = 'succeeded';
+                perform workflow.dag_succeed(v_run, v_results, v_ok);
+            end if;
+        end if;
+        return true;
+    end if;
+    return false;
+end $$;
+
+-- dag_step_failed fails DAG run p_run when one of its steps failed or was
+-- cancelled (fanned out, when one of its elements did; the first to end
+-- decides the reason), and says whether it did.
+-- Fires: what dag_fail fires. Locks: nothing more.
+create or replace function workflow.dag_step_failed(p_run workflow.workflow_run) returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set jit = off
+set enable_seqscan = off
+set enable_nestloop = on
+as $$
+declare
+    v_run workflow.workflow_run := p_run;
+    v_bad record;
+begin
+    -- A step that failed (or, fanned out, an element that failed it). A
+    -- DAG that fanned out nothing reads its steps' runs directly.
+    if v_run.dag_fanout is null then
+        select c.id, c.parent_step as name, null::text as element, c.type, c.status, c.last_error into v_bad
+        from workflow.child_runs(v_run.id) c
+        where c.status in ('failed', 'cancelled')
+        order by c.finished_at, c.parent_step
+        limit 1;
+    else
+        select st.run_id as id, st.name, st.element, st.type, st.status, st.last_error into v_bad
+        from workflow.dag_step_states(v_run) st
+        where st.status in ('failed', 'cancelled')
+        order by st.finished_at, st.name
+        limit 1;
+    end if;
+    if found then
+        perform workflow.dag_fail(v_run,
+            format('step "%s"%s (%s) %s: %s', v_bad.name,
+                   case when v_bad.element is not null then ' element ' || substring(v_bad.element from '\[([0-9]+)\]$') else '' end,
+                   v_bad.type, case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
+                   left(coalesce(v_bad.last_error, v_bad.status), 4000)),
+            jsonb_strip_nulls(jsonb_build_object('reason', 'step_failed', 'step', v_bad.name, 'element', v_bad.element,
+                                                 'step_run_id', v_bad.id, 'step_status', v_bad.status)));
+        return true;
+    end if;
+
+    return false;
+end $$;
+
+-- dag_fan_out starts the runs of one fanned-out step (p_fan: its name,
+-- type, payload, attempts, delays, forEach path, type namespace and input)
+-- of DAG run p_run: one run per element of the list the path selects,
+-- named <step>[<index>], each with the step's payload plus "item" and
+-- "index", and records the step's width in dag_fanout. It returns the run
+-- as updated, or null when it failed the run instead: a path that cannot
+-- be evaluated or selects no list, more than 1000 elements (for the step,
+-- or for the workflow's fan-outs in all), elements carrying more than 16
+-- payloads' limit (p_limit) together, or an element's payload over the
+-- limit or nested too deep.
+-- Fires: workflow_run_inserted (the runs), or what dag_fail fires.
+-- Locks: nothing more.
+create or replace function workflow.dag_fan_out(p_run workflow.workflow_run, p_fan record, p_limit bigint)
+returns workflow.workflow_run
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set jit = off
+set enable_seqscan = off
+set enable_nestloop = on
+as $$
+declare
+    v_run workflow.workflow_run := p_run;
+    v_fan record := p_fan;
+    v_limit bigint := p_limit;
+    v_list jsonb;
+    v_error text;
+    v_bad record;
+begin
+    select p.value, p.error into v_list, v_error
+    from workflow.dag_path_value(v_fan.input, v_fan.expr, false) p;
+    if v_error is not null or v_list is null or jsonb_typeof(v_list) <> 'array'
+       or jsonb_array_length(v_list) > 1000 then
+        perform workflow.dag_fail(v_run,
+            case when v_error is not null
+                 then format('forEach of step "%s" could not be evaluated: %s', v_fan.name, v_error)
+                 when v_list is not null and jsonb_typeof(v_list) = 'array'
+                 then format('forEach of step "%s" selected %s elements; a step fans out to at most 1000',
+                             v_fan.name, jsonb_array_length(v_list))
+                 else format('forEach of step "%s" (%s) selected %s, not a list', v_fan.name, left(v_fan.expr, 200),
+                             coalesce(jsonb_typeof(v_list), 'nothing')) end,
+            jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+        return null;
+    end if;
+    -- A workflow fans out to at most 1000 runs in all, whatever
+    -- its number of steps: one small insert never becomes tens
+    -- of thousands of runs.
+    if v_run.dag_fanout is not null
+       and (select sum(x.n::integer) from jsonb_each_text(v_run.dag_fanout) x(k, n)) + jsonb_array_length(v_list) > 1000 then
+        perform workflow.dag_fail(v_run,
+            format('step "%s" would bring the workflow''s fanned-out runs to %s; a workflow fans out to at most 1000 runs in all',
+                   v_fan.name,
+                   (select sum(x.n::integer) from jsonb_each_text(v_run.dag_fanout) x(k, n)) + jsonb_array_length(v_list)),
+            jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+        return null;
+    end if;
+    -- The elements together, of this step and of the workflow's
+    -- other fanned-out steps, are at most 16 times a payload's
+    -- limit: a fan-out never multiplies one producer's payload a
+    -- thousand times over.
+    if jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text)
+       + (case when v_run.dag_fanout is null then 0
+               else coalesce((select sum(octet_length(c.payload::text)) from workflow.child_runs(v_run.id) c
+                              where c.parent_step ~ '\[[0-9]+\]$'), 0) end) > 16 * v_limit then
+        perform workflow.dag_fail(v_run,
+            format('the %s elements of step "%s" would carry %s bytes of payload in all%s; a workflow''s fan-outs carry at most %s (16 payloads)',
+                   jsonb_array_length(v_list), v_fan.name,
+                   jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text),
+                   case when v_run.dag_fanout is not null then ', beside its other fanned-out runs' else '' end,
+                   16 * v_limit),
+            jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
+        return null;
+    end if;
+    select e.i - 1 as idx, octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) as bytes
+    into v_bad
+    from jsonb_array_elements(v_list) with ordinality e(item, i)
+    where octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) > v_limit
+       or workflow.json_too_deep(v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))
+    limit 1;
+    if found then
+        perform workflow.dag_fail(v_run,
+            format('the payload of element %s of step "%s" would be %s bytes or nest deeper than 64 levels; the limit is %s bytes',
+                   v_bad.idx, v_fan.name, v_bad.bytes, v_limit),
+            jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
+        return null;
+    end if;
+    insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
+                                       retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
+                                       traceparent, namespace, type_namespace)
+    select v_fan.type, v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1), v_run.priority,
+           'dag:' || v_run.id::text || ':' || v_fan.name || '[' || (e.i - 1) || ']', v_fan.max_attempts,
+           v_fan.base_delay, v_fan.max_delay, v_run.id, v_fan.name || '[' || (e.i - 1) || ']', v_run.deadline_at,
+           v_run.traceparent, v_run.namespace, v_fan.tns
+    from jsonb_array_elements(v_list) with ordinality e(item, i)
+    order by e.i
+    on conflict do nothing;
+    update workflow.workflow_run r
+    set dag_fanout = coalesce(r.dag_fanout, '{}') || jsonb_build_object(v_fan.name, jsonb_array_length(v_list)),
+        updated_at = workflow.now()
+    where r.id = v_run.id
+    returning * into v_run;
+    return v_run;
+end $$;
+
+-- dag_all_done ends DAG run p_run when every step but the final one
+-- succeeded or was skipped (p_ok of them succeeded, with p_results): it
+-- succeeds with the results, or, with a final step (p_final), the final
+-- step starts (dag_finally) unless the results are over a result's limits
+-- or its type is no longer shared, which fail the run. Returns whether it
+-- ended or moved the run.
+-- Fires: what dag_succeed, dag_fail, dag_finally and dag_end fire.
+-- Locks: nothing more.
+create or replace function workflow.dag_all_done(p_run workflow.workflow_run, p_results jsonb, p_ok integer,
+                                                 p_final jsonb) returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set jit = off
+set enable_seqscan = off
+set enable_nestloop = on
+as $$
+declare
+    v_run workflow.workflow_run := p_run;
+    v_results jsonb := p_results;
+    v_ok integer := p_ok;
+    v_final jsonb := p_final;
+    v_total integer;
+begin
+    v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
+    if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) <> v_total then
+        return false;
+    end if;
+    if v_final is null then
+        perform workflow.dag_succeed(v_run, v_results, v_total);
+    elsif octet_length(jsonb_build_object('steps', v_results)::text) > 1048576
+          or workflow.json_too_deep(jsonb_build_object('steps', v_results)) then
+        -- The results cannot be the workflow's: it fails, and its final
+        -- step is told so.
+        perform workflow.dag_fail(v_run,
+            'the steps'' results together are over 1048576 bytes or nest deeper than 64 levels, the most a result may',
+            jsonb_build_object('reason', 'result_too_large'));
+    elsif not workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), null) then
+        -- (its share was revoked since dag_unshared_step looked)
+        perform workflow.dag_end(v_run, 'failed', null,
+            format('step "%s" runs a type that is not shared with namespace %s', v_final->>'name', v_run.namespace),
+            jsonb_build_object('reason', 'type_not_shared', 'step', v_final->>'name'));
+    end if;
+    return true;
+end $$;
+
 -- dag_advance moves a DAG run on after one of its steps changed: a failed
 -- or cancelled step fails the run; all steps succeeded ends it with their
 -- results ({"steps": {name: result}}, within a result's limits); otherwise
@@ -4973,6 +5321,10 @@ $$;
 -- step starts with the outcome in its input (dag_finally, dag_fail), and
 -- the run ends when it does: succeeded when the other steps and the final
 -- step succeeded, failed otherwise (the first failure's reason).
+-- Its steps: the final step's end (dag_final_started), a type no longer
+-- shared, a failed step (dag_step_failed), the fan-outs (dag_fan_out) and
+-- conditions of the ready steps, the end when all are done (dag_all_done),
+-- then the ready steps started.
 -- Fires: workflow_run_inserted (the steps), or what dag_end fires.
 -- Locks: the DAG run (the callers that end steps locked it first).
 create or replace function workflow.dag_advance(p_run uuid) returns void
@@ -4991,16 +5343,13 @@ declare
     v_run workflow.workflow_run;
     v_limit bigint := (select st.max_payload_bytes from workflow.workflow_settings st);
     v_bad record;
-    v_fin record;
     v_final jsonb;
     v_results jsonb;
-    v_total integer;
     v_ok integer;
     v_cond record;
     v_holds boolean;
     v_skipped_any boolean;
     v_fan record;
-    v_list jsonb;
     v_error text;
     v_held text[] := '{}';
 begin
@@ -5014,32 +5363,7 @@ begin
 
         -- The final step started: the run ends when it does.
         if v_final is not null then
-            select c.id, c.type, c.status, c.last_error, c.payload->'outcome' as outcome into v_fin
-            from workflow.workflow_run c
-            where c.parent_id = p_run and c.parent_step = v_final->>'name';
-            if found then
-                if v_fin.status in ('succeeded', 'failed', 'cancelled') then
-                    if v_fin.outcome->>'status' is distinct from 'succeeded' then
-                        perform workflow.dag_end(v_run, 'failed', null,
-                            coalesce(v_fin.outcome->>'error', 'a step failed'),
-                            jsonb_strip_nulls(jsonb_build_object('reason', coalesce(v_fin.outcome->>'reason', 'step_failed'),
-                                'step', v_fin.outcome->>'step', 'final_step', v_final->>'name',
-                                'final_step_status', v_fin.status)));
-                    elsif v_fin.status <> 'succeeded' then
-                        perform workflow.dag_end(v_run, 'failed', null,
-                            format('final step "%s" (%s) %s: %s', v_final->>'name', v_fin.type,
-                                   case v_fin.status when 'failed' then 'failed' else 'was cancelled' end,
-                                   left(coalesce(v_fin.last_error, v_fin.status), 4000)),
-                            jsonb_build_object('reason', 'step_failed', 'step', v_final->>'name',
-                                               'step_run_id', v_fin.id, 'step_status', v_fin.status));
-                    else
-                        select coalesce(jsonb_object_agg(st.name, coalesce(st.result, 'null'::jsonb)), '{}'::jsonb), count(*)
-                        into v_results, v_ok
-                        from workflow.dag_step_states(v_run) st
-                        where st.status = 'succeeded';
-                        perform workflow.dag_succeed(v_run, v_results, v_ok);
-                    end if;
-                end if;
+            if workflow.dag_final_started(v_run, v_final) then
                 exit marked;
             end if;
         end if;
@@ -5055,29 +5379,8 @@ begin
             exit marked;
         end if;
 
-        -- A step that failed (or, fanned out, an element that failed it). A
-        -- DAG that fanned out nothing reads its steps' runs directly.
-        if v_run.dag_fanout is null then
-            select c.id, c.parent_step as name, null::text as element, c.type, c.status, c.last_error into v_bad
-            from workflow.child_runs(p_run) c
-            where c.status in ('failed', 'cancelled')
-            order by c.finished_at, c.parent_step
-            limit 1;
-        else
-            select st.run_id as id, st.name, st.element, st.type, st.status, st.last_error into v_bad
-            from workflow.dag_step_states(v_run) st
-            where st.status in ('failed', 'cancelled')
-            order by st.finished_at, st.name
-            limit 1;
-        end if;
-        if found then
-            perform workflow.dag_fail(v_run,
-                format('step "%s"%s (%s) %s: %s', v_bad.name,
-                       case when v_bad.element is not null then ' element ' || substring(v_bad.element from '\[([0-9]+)\]$') else '' end,
-                       v_bad.type, case v_bad.status when 'failed' then 'failed' else 'was cancelled' end,
-                       left(coalesce(v_bad.last_error, v_bad.status), 4000)),
-                jsonb_strip_nulls(jsonb_build_object('reason', 'step_failed', 'step', v_bad.name, 'element', v_bad.element,
-                                                     'step_run_id', v_bad.id, 'step_status', v_bad.status)));
+        -- A step that failed (or, fanned out, an element that failed it).
+        if workflow.dag_step_failed(v_run) then
             exit marked;
         end if;
 
@@ -5113,79 +5416,11 @@ begin
                 where r.def ? 'forEach'
                   and (not r.def ? 'when' or r.name = any (v_held)) -- a condition is decided first (below)
             loop
-                select p.value, p.error into v_list, v_error
-                from workflow.dag_path_value(v_fan.input, v_fan.expr, false) p;
-                if v_error is not null or v_list is null or jsonb_typeof(v_list) <> 'array'
-                   or jsonb_array_length(v_list) > 1000 then
-                    perform workflow.dag_fail(v_run,
-                        case when v_error is not null
-                             then format('forEach of step "%s" could not be evaluated: %s', v_fan.name, v_error)
-                             when v_list is not null and jsonb_typeof(v_list) = 'array'
-                             then format('forEach of step "%s" selected %s elements; a step fans out to at most 1000',
-                                         v_fan.name, jsonb_array_length(v_list))
-                             else format('forEach of step "%s" (%s) selected %s, not a list', v_fan.name, left(v_fan.expr, 200),
-                                         coalesce(jsonb_typeof(v_list), 'nothing')) end,
-                        jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
+                v_run := workflow.dag_fan_out(v_run, v_fan, v_limit);
+                if v_run is null then
                     exit marked;
                 end if;
-                -- A workflow fans out to at most 1000 runs in all, whatever
-                -- its number of steps: one small insert never becomes tens
-                -- of thousands of runs.
-                if v_run.dag_fanout is not null
-                   and (select sum(x.n::integer) from jsonb_each_text(v_run.dag_fanout) x(k, n)) + jsonb_array_length(v_list) > 1000 then
-                    perform workflow.dag_fail(v_run,
-                        format('step "%s" would bring the workflow''s fanned-out runs to %s; a workflow fans out to at most 1000 runs in all',
-                               v_fan.name,
-                               (select sum(x.n::integer) from jsonb_each_text(v_run.dag_fanout) x(k, n)) + jsonb_array_length(v_list)),
-                        jsonb_build_object('reason', 'for_each_invalid', 'step', v_fan.name));
-                    exit marked;
-                end if;
-                -- The elements together, of this step and of the workflow's
-                -- other fanned-out steps, are at most 16 times a payload's
-                -- limit: a fan-out never multiplies one producer's payload a
-                -- thousand times over.
-                if jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text)
-                   + (case when v_run.dag_fanout is null then 0
-                           else coalesce((select sum(octet_length(c.payload::text)) from workflow.child_runs(p_run) c
-                                          where c.parent_step ~ '\[[0-9]+\]$'), 0) end) > 16 * v_limit then
-                    perform workflow.dag_fail(v_run,
-                        format('the %s elements of step "%s" would carry %s bytes of payload in all%s; a workflow''s fan-outs carry at most %s (16 payloads)',
-                               jsonb_array_length(v_list), v_fan.name,
-                               jsonb_array_length(v_list) * octet_length(v_fan.payload::text) + octet_length(v_list::text),
-                               case when v_run.dag_fanout is not null then ', beside its other fanned-out runs' else '' end,
-                               16 * v_limit),
-                        jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
-                    exit marked;
-                end if;
-                select e.i - 1 as idx, octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) as bytes
-                into v_bad
-                from jsonb_array_elements(v_list) with ordinality e(item, i)
-                where octet_length((v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))::text) > v_limit
-                   or workflow.json_too_deep(v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1))
-                limit 1;
-                if found then
-                    perform workflow.dag_fail(v_run,
-                        format('the payload of element %s of step "%s" would be %s bytes or nest deeper than 64 levels; the limit is %s bytes',
-                               v_bad.idx, v_fan.name, v_bad.bytes, v_limit),
-                        jsonb_build_object('reason', 'payload_too_large', 'step', v_fan.name));
-                    exit marked;
-                end if;
-                insert into workflow.workflow_run (type, payload, priority, idempotency_key, max_attempts,
-                                                   retry_base_delay, retry_max_delay, parent_id, parent_step, deadline_at,
-                                                   traceparent, namespace, type_namespace)
-                select v_fan.type, v_fan.payload || jsonb_build_object('item', e.item, 'index', e.i - 1), v_run.priority,
-                       'dag:' || p_run::text || ':' || v_fan.name || '[' || (e.i - 1) || ']', v_fan.max_attempts,
-                       v_fan.base_delay, v_fan.max_delay, p_run, v_fan.name || '[' || (e.i - 1) || ']', v_run.deadline_at,
-                       v_run.traceparent, v_run.namespace, v_fan.tns
-                from jsonb_array_elements(v_list) with ordinality e(item, i)
-                order by e.i
-                on conflict do nothing;
-                update workflow.workflow_run r
-                set dag_fanout = coalesce(r.dag_fanout, '{}') || jsonb_build_object(v_fan.name, jsonb_array_length(v_list)),
-                    updated_at = workflow.now()
-                where r.id = p_run
-                returning * into v_run;
-                if jsonb_array_length(v_list) = 0 then
+                if (v_run.dag_fanout->>v_fan.name)::integer = 0 then
                     v_skipped_any := true; -- done at once, with []: what depends on it may be ready
                 end if;
             end loop;
@@ -5224,23 +5459,7 @@ begin
             exit when not v_skipped_any;
         end loop;
 
-        v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
-        if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) = v_total then
-            if v_final is null then
-                perform workflow.dag_succeed(v_run, v_results, v_total);
-            elsif octet_length(jsonb_build_object('steps', v_results)::text) > 1048576
-                  or workflow.json_too_deep(jsonb_build_object('steps', v_results)) then
-                -- The results cannot be the workflow's: it fails, and its final
-                -- step is told so.
-                perform workflow.dag_fail(v_run,
-                    'the steps'' results together are over 1048576 bytes or nest deeper than 64 levels, the most a result may',
-                    jsonb_build_object('reason', 'result_too_large'));
-            elsif not workflow.dag_finally(v_run, jsonb_build_object('status', 'succeeded'), null) then
-                -- (its share was revoked since dag_unshared_step looked)
-                perform workflow.dag_end(v_run, 'failed', null,
-                    format('step "%s" runs a type that is not shared with namespace %s', v_final->>'name', v_run.namespace),
-                    jsonb_build_object('reason', 'type_not_shared', 'step', v_final->>'name'));
-            end if;
+        if workflow.dag_all_done(v_run, v_results, v_ok, v_final) then
             exit marked;
         end if;
 
@@ -8085,6 +8304,10 @@ revoke all on function
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
                          text[], text[], text, text),
     workflow.dag_advance(uuid),
+    workflow.dag_final_started(workflow.workflow_run, jsonb),
+    workflow.dag_step_failed(workflow.workflow_run),
+    workflow.dag_fan_out(workflow.workflow_run, record, bigint),
+    workflow.dag_all_done(workflow.workflow_run, jsonb, integer, jsonb),
     workflow.dags_advance(uuid[]),
     workflow.children_finished(uuid[]),
     workflow.dag_unshared_step(workflow.workflow_run),
@@ -8099,6 +8322,10 @@ revoke all on function
     workflow.expire_deadlines(uuid[], integer),
     workflow.fail_runs(text, uuid[], bigint[], text[], boolean[]),
     workflow.flow_admit(text, text, integer, timestamptz),
+    workflow.flow_pass(text, workflow.workflow_registry, timestamptz, timestamptz, integer, integer, boolean, text[],
+                       integer[], uuid[], text[]),
+    workflow.flow_park_full(text, text, integer, timestamptz, text[], timestamptz[], uuid[], text[]),
+    workflow.flow_count_starts(text, workflow.workflow_registry, timestamptz, text[], integer[], tid[], integer, integer),
     workflow.flow_recheck(integer),
     workflow.free_slots(text[], text[], text[]),
     workflow.heartbeat_runs(text, uuid[], bigint[], bigint),
