@@ -841,9 +841,8 @@ create table if not exists workflow.workflow_event_default partition of workflow
 create index if not exists idx_workflow_event_id on workflow.workflow_event using brin (id);
 -- The batch rows naming a run (run_trail, deletes, dropping a partition).
 -- Its pending list (fastupdate) is kept small: every search reads the
--- whole list (a run's trail took 137 ms behind a full list of 4 MB, 4 ms
--- behind a flushed one); the inserting claim or completion flushes it
--- when full.
+-- whole list (decision 0008); the inserting claim or completion flushes
+-- it when full.
 create index if not exists idx_workflow_event_runs on workflow.workflow_event using gin (run_ids)
     with (gin_pending_list_limit = 128) where run_ids is not null;
 
@@ -888,8 +887,8 @@ comment on column workflow.workflow_event.db_user is
 -- new_lease_token is the token of run p_id in a claim whose secret is
 -- p_seed: the first 64 bits of the SHA-256 of the two. The claim draws its
 -- secret once per statement (a UUID's 122 random bits from the server's
--- strong random source, which costs 2.5 µs a draw here, more than the
--- rest of a token), inside the statement, so that it is never stored,
+-- strong random source, which costs more than the rest of a token:
+-- decision 0017), inside the statement, so that it is never stored,
 -- returned, nor written into a plan as a constant (as a PL/pgSQL
 -- variable's value would be): a token cannot be told from the run id, the
 -- fence or other tokens.
@@ -1075,7 +1074,9 @@ create or replace trigger workflow_run_history_rewritten
 -- gives both back with restore_marks before it returns, once: a call
 -- nested in another function's keeps the outer function's mark on. The
 -- two touch no table and name pg_catalog's functions in full, so they need
--- no SET clause: with one, a pair of calls took 14 µs instead of 8.
+-- no SET clause, which would make each call cost nearly twice as much
+-- (decision 0008); nor can the marks be a SET clause of the functions
+-- themselves (decision 0006).
 -- It also turns workflow.ends_children off, whoever set it: only
 -- complete_runs and fail_runs turn it on, after set_marks, for their own
 -- statement (which moves its runs' parents on itself); a session that set
@@ -2689,7 +2690,7 @@ declare
     v_n integer;
 begin
     -- Most batches have no type with a cap per key: one probe of the
-    -- registry (5 us) spares the rest (0.2 ms for 500 keyed runs).
+    -- registry spares the rest (decision 0008).
     if not exists (select 1 from workflow.workflow_registry g
                    where g.workflow_name = any (p_types) and g.max_leased_per_key is not null) then
         return 0;
@@ -2787,7 +2788,7 @@ end $$;
 -- priority first, then oldest. claim_runs' hand-off.
 -- Locks: the runs returned, FOR UPDATE, skipping locked ones.
 -- PL/pgSQL, so that a session plans its query once (an SQL function's is
--- planned at every call: 1-3 ms a hand-off); planned without bitmap scans:
+-- planned at every call; decision 0008); planned without bitmap scans:
 -- the candidates are read by primary key, never by ANDing the claim
 -- index's entries of the whole namespace (a generic plan did, on a table
 -- whose statistics were young).
@@ -5333,8 +5334,8 @@ set search_path = pg_catalog, pg_temp
 set jit = off
 -- The callers that end steps run with generic plans and nested loops off,
 -- which this function would inherit: its reads of a DAG's steps by parent
--- were then planned as scans of every run (0.15-0.35 ms each, two per
--- call, in a table of 800 runs). Index scans and nested loops here.
+-- were then planned as scans of every run (decision 0008). Index scans and
+-- nested loops here.
 set enable_seqscan = off
 set enable_nestloop = on
 as $$
@@ -8258,18 +8259,16 @@ from public;
 
 -- The calls workers and the autoscaler make many times a second plan once
 -- per session and never by scanning a whole table. Left to choose, the
--- server planned their statements anew on every call (0.24 ms for
--- lock_parents' one statement, even for an empty array; a one-run
--- completion took 1.1 ms instead of 0.5, a completion of 500 runs 16-19 ms
--- instead of 13-14), so they force generic plans. A session keeps those
+-- server planned their statements anew on every call, even lock_parents'
+-- for an empty array, so they force generic plans. A session keeps those
 -- plans until the table's statistics change, and plans made while
 -- workflow_run was small or never analyzed (a fresh install whose workers
 -- connected before the first runs) read every run by a sequential scan on
--- each call until the next autoanalyze (claims of a dozen runs took 20-50
--- ms instead of 1-2 in the first minute of a steady load), so they plan
--- without sequential scans. And without JIT: a scan made costly that way
+-- each call until the next autoanalyze, so they plan without sequential
+-- scans. And without JIT: a scan made costly that way
 -- (the one-row settings table has no other path) would cross
--- jit_above_cost and compile the statement (60 ms) on every call. The three
+-- jit_above_cost and compile the statement on every call (the figures of
+-- all three are in decision 0008). The three
 -- settings stand at each such function's definition, beside its own
 -- (such as claim_runs' join methods): active_types, claim_runs,
 -- heartbeat_runs, lock_parents, complete_runs, fail_runs, release_runs,
