@@ -110,12 +110,21 @@ func Migrations() ([]Migration, error) {
 	return out, nil
 }
 
-// InstalledSchemaVersion asks a migrated database for its schema version
-// (workflow.schema_version(), which any role may call).
+// InstalledSchemaVersion asks a database for its schema version
+// (workflow.schema_version(), which any role may call); a database of a
+// release before 16, which has no such function, is read from its version
+// table.
 func InstalledSchemaVersion(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var asks bool
+	if err := pool.QueryRow(ctx, "select to_regprocedure('workflow.schema_version()') is not null").Scan(&asks); err != nil {
+		return 0, fmt.Errorf("read the schema version: %w", err)
+	}
+	query := "select workflow.schema_version()"
+	if !asks {
+		query = "select coalesce(max(version), 0) from workflow.schema_version"
+	}
 	var v int
-	err := pool.QueryRow(ctx, "select workflow.schema_version()").Scan(&v)
-	if err != nil {
+	if err := pool.QueryRow(ctx, query).Scan(&v); err != nil {
 		return 0, fmt.Errorf("read the schema version: %w", err)
 	}
 	return v, nil

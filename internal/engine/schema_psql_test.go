@@ -86,6 +86,16 @@ func TestPsqlInstallsUpgradesAndAsksTheVersion(t *testing.T) {
 		}
 		b := setup(t)
 		installRelease(t, b, first.Version-1, from[2])
+		// A release before the version function is read from its table.
+		if v, err := engine.InstalledSchemaVersion(b.ctx, b.pool); err != nil || v != first.Version-1 {
+			t.Fatalf("InstalledSchemaVersion of release %d: %d, %v", first.Version-1, v, err)
+		}
+		// The next migration alone over it: refused, as its first statement checks.
+		if out, err := psql(t, b.url, "--single-transaction", "-f",
+			schemaPath(t, fmt.Sprintf("migrations/%04d_%s.sql", migrations[len(migrations)-1].Version, migrations[len(migrations)-1].Name))); err == nil ||
+			!strings.Contains(out, fmt.Sprintf("upgrades version %d", target-1)) {
+			t.Fatalf("the last migration over release %d: %v\n%s", first.Version-1, err, out)
+		}
 		args := []string{"--single-transaction"}
 		for _, m := range migrations[len(migrations)-2:] {
 			args = append(args, "-f", schemaPath(t, fmt.Sprintf("migrations/%04d_%s.sql", m.Version, m.Name)))
@@ -160,6 +170,12 @@ func TestSchemaFileRefusesWhatWouldBreakTheDatabase(t *testing.T) {
 			setup: []string{fmt.Sprintf("insert into workflow.schema_version values (%d)", target+1)},
 			args:  []string{"--single-transaction"},
 			want:  fmt.Sprintf("is at version %d, newer than this file (version %d)", target+1, target),
+		},
+		{
+			name:  "a schema with no recorded version",
+			setup: []string{"delete from workflow.schema_version"},
+			args:  []string{"--single-transaction"},
+			want:  "has no recorded version",
 		},
 		{
 			name:  "a migration skipped",

@@ -205,6 +205,9 @@ func (s *session) run(ctx context.Context) error {
 	defer func() {
 		stopBackground()
 		listening.Wait()
+		// The listener may have re-armed the follow-up wake-up after the
+		// claimer stopped: nothing is woken once Run returns.
+		s.claimer.followUp.Stop()
 	}()
 
 	listening.Go(func() {

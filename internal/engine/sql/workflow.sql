@@ -206,6 +206,11 @@ begin
             using errcode = 'SW007',
                   hint = 'The migrations are internal/engine/sql/migrations/NNNN_*.sql; engine.Migrate runs them.';
     end if;
+    if v_count = 0 and pg_catalog.to_regclass('workflow.workflow_run') is not null then
+        raise exception 'the workflow schema of this database has no recorded version (installed by an earlier release''s file alone)'
+            using errcode = 'SW007',
+                  hint = 'Record the version it was installed at (insert into workflow.schema_version (version) values (N)), then run migrations N+1 onwards and this file in one transaction.';
+    end if;
     if v_count <> v_installed - v_first + 1 then
         raise exception 'workflow.schema_version skips a version between % and %: a migration did not run',
             v_first, v_installed
@@ -5293,7 +5298,7 @@ declare
     v_total integer;
 begin
     v_total := jsonb_array_length(v_run.dag->'steps') - case when v_final is null then 0 else 1 end;
-    if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) <> v_total then
+    if v_ok + cardinality(coalesce(v_run.dag_skipped, '{}')) is distinct from v_total then
         return false;
     end if;
     if v_final is null then

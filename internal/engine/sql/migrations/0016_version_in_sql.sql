@@ -6,10 +6,23 @@
 -- calls' planner settings stand at each function's definition instead of
 -- being set again after the file. The rules a caller can break raise the
 -- project's own SQLSTATE (SW001) with their sentence: each is dropped here
--- and the file adds it again in that form, which validates it once more
--- (a scan of workflow_run, workflow_registry, workflow_step and
--- workflow_signal under the upgrade's lock; no index is rebuilt).
+-- and the file adds it again in that form, which validates it once more:
+-- workflow_run is read once for each of its twelve domain rules and its
+-- two table rules (a result's size reads every result as text), and
+-- workflow_registry, workflow_step and workflow_signal once per rule, all
+-- under the upgrade's ACCESS EXCLUSIVE lock, which workers wait behind
+-- until the upgrade commits: on a large inbox, upgrade in a quiet window.
+-- No index is rebuilt.
 -- from: version 15 at 5b209598f17de6f936b5b160aafaa40363a1622b
+
+-- Only over version 15: an earlier database runs the migrations before
+-- this one first.
+do $$ begin
+    if (select max(v.version) from workflow.schema_version v) is distinct from 15 then
+        raise exception 'migration 0016 upgrades version 15; this database is at version %',
+            (select max(v.version) from workflow.schema_version v) using errcode = 'SW007';
+    end if;
+end $$;
 
 alter domain workflow.namespace_name drop constraint if exists namespace_name_format;
 alter domain workflow.run_type drop constraint if exists workflow_run_type_format;
