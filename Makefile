@@ -9,12 +9,14 @@ GO ?= go
 # Pinned tool versions. The control plane is built from these Go modules
 # (hack/tools/*), never downloaded as release binaries.
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
+SQLC_VERSION ?= v1.31.1
 KUBERNETES_VERSION ?= v1.37.2
 ETCD_VERSION ?= v3.7.3
 HELM_VERSION ?= v3.22.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+SQLC ?= $(LOCALBIN)/sqlc-$(SQLC_VERSION)
 ENVTEST_DIR ?= $(LOCALBIN)/k8s/$(KUBERNETES_VERSION)
 KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
 ETCD ?= $(ENVTEST_DIR)/etcd
@@ -75,9 +77,10 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role (and sync th
 	hack/sync-chart.sh
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods, and both SDKs' maps of the inbox's SQLSTATEs (testdata/contract/errors.json).
+generate: $(CONTROLLER_GEN) $(SQLC) ## Generate the deepcopy methods, both SDKs' maps of the inbox's SQLSTATEs (testdata/contract/errors.json) and the typed queries (sqlc.yaml).
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 	$(GO) run ./hack/gen-errors
+	hack/gen-queries.sh $(SQLC)
 
 .PHONY: check-generated
 check-generated: manifests generate ## Fail when committed generated files are stale.
@@ -88,6 +91,10 @@ check-generated: manifests generate ## Fail when committed generated files are s
 	@if [ -n "$$(git status --porcelain -- internal/engine/error_codes.go sdk/python/simpleworkflow/_error_codes.py)" ]; then \
 		echo "The SDKs' error maps are stale; run 'make generate' and commit:"; \
 		git --no-pager diff -- internal/engine/error_codes.go sdk/python/simpleworkflow/_error_codes.py; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- internal/engine/queries)" ]; then \
+		echo "The typed queries are stale; run 'make generate' and commit:"; \
+		git status --porcelain -- internal/engine/queries; \
+		git --no-pager diff -- internal/engine/queries; exit 1; fi
 
 .PHONY: test
 test: fmt-check vet lint check-generated envtest test-chart test-python container-engine browser prometheus ## Run every test (real Postgres, real kube-apiserver, e2e, the images under podman).
@@ -255,6 +262,10 @@ $(LOCALBIN):
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(LOCALBIN)/golangci-lint $(GOLANGCI_LINT)
+
+$(SQLC): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) CGO_ENABLED=1 $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+	mv $(LOCALBIN)/sqlc $(SQLC)
 
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // LockHolder is a session of another login holding a lock on the audit
@@ -42,29 +40,14 @@ func (h LockHolder) String() string {
 // exclusive lock: who to ask, or whose session to end, when a drop of
 // history partitions keeps coming back busy.
 func (e *Engine) MaintenanceBlockers(ctx context.Context) ([]LockHolder, error) {
-	rows, err := e.pool.Query(ctx, `
-select a.pid, coalesce(a.usename, ''), coalesce(a.application_name, ''), coalesce(a.state, ''), a.xact_start,
-       min(l.relation::regclass::text)
-from pg_catalog.pg_locks l
-join pg_catalog.pg_stat_activity a on a.pid = l.pid
-where l.granted and l.pid <> pg_backend_pid() and l.locktype = 'relation'
-  and l.database = (select oid from pg_catalog.pg_database where datname = current_database())
-  and (l.relation in ('workflow.workflow_event'::regclass, 'workflow.workflow_run'::regclass,
-                      'workflow.schema_version'::regclass)
-       or l.relation in (select i.inhrelid from pg_catalog.pg_inherits i
-                         where i.inhparent = 'workflow.workflow_event'::regclass))
-group by a.pid, a.usename, a.application_name, a.state, a.xact_start
-order by a.xact_start nulls last, a.pid`)
+	rows, err := e.q.MaintenanceBlockers(ctx)
 	if err != nil {
 		return nil, translate("list the sessions holding maintenance back", err)
 	}
-	holders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LockHolder, error) {
-		var h LockHolder
-		err := r.Scan(&h.PID, &h.User, &h.Application, &h.State, &h.TransactionStart, &h.Relation)
-		return h, err
-	})
-	if err != nil {
-		return nil, translate("list the sessions holding maintenance back", err)
+	holders := make([]LockHolder, len(rows))
+	for i, row := range rows {
+		holders[i] = LockHolder{PID: deref(row.Pid), User: row.Usename, Application: row.ApplicationName,
+			State: row.State, TransactionStart: row.XactStart, Relation: row.Relation}
 	}
 	return holders, nil
 }

@@ -6,14 +6,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // MaxCreateMany is the most runs one CreateRuns call records (the limit of
 // workflow.create_runs).
 const MaxCreateMany = 10000
-
-const qRunCreateMany = "RunCreateMany"
 
 // CreateRuns records a batch of runs in one round trip (workflow.create_runs).
 // Each run's idempotency key works as in CreateRun: a key already taken, or
@@ -37,8 +35,8 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 	}
 	n := len(ps)
 	var (
-		types       = make([]string, n)
-		payloads    = make([]string, n)
+		types       = make([]*string, n)
+		payloads    = make([]*string, n)
 		priorities  = make([]*int32, n)
 		runAts      = make([]*time.Time, n)
 		keys        = make([]*string, n)
@@ -61,11 +59,12 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		if p.Source != nil || p.DeadlineAt != nil {
 			return nil, fmt.Errorf("create runs: row %d: %w: a batch takes no source and no deadline instant", i+1, ErrInvalid)
 		}
-		types[i] = p.Type
-		payloads[i] = "{}"
+		types[i] = &ps[i].Type
+		payload := "{}"
 		if s := strings.TrimSpace(string(p.Payload)); s != "" {
-			payloads[i] = s
+			payload = s
 		}
+		payloads[i] = &payload
 		if p.Priority != nil {
 			v := int32(*p.Priority)
 			if int(v) != *p.Priority {
@@ -91,14 +90,12 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 	priorities, runAts, keys = noneSet(priorities), noneSet(runAts), noneSet(keys)
 	maxAttempts, deadlineMS, baseMS, maxMS = noneSet(maxAttempts), noneSet(deadlineMS), noneSet(baseMS), noneSet(maxMS)
 	traces, flowKeys = noneSet(traces), noneSet(flowKeys)
-	var ids []string
-	var created []bool
-	err := db.QueryRow(ctx, e.q[qRunCreateMany], pgx.NamedArgs{
-		"types": types, "payloads": payloads, "priorities": priorities, "run_ats": runAts,
-		"idempotency_keys": keys, "max_attempts": maxAttempts, "deadline_ms": deadlineMS,
-		"retry_base_ms": baseMS, "retry_max_ms": maxMS, "traceparents": traces,
-		"concurrency_keys": flowKeys, "namespace": nullIfEmpty(ns), "type_namespace": nullIfEmpty(typeNS),
-	}).Scan(&ids, &created)
+	row, err := queries.New(db).RunCreateMany(ctx, queries.RunCreateManyParams{
+		Types: types, Payloads: payloads, Priorities: priorities, RunAts: runAts, IdempotencyKeys: keys,
+		MaxAttempts: maxAttempts, DeadlineMs: deadlineMS, RetryBaseMs: baseMS, RetryMaxMs: maxMS,
+		Traceparents: traces, ConcurrencyKeys: flowKeys, Namespace: nullIfEmpty(ns), TypeNamespace: nullIfEmpty(typeNS),
+	})
+	ids, created := row.Ids, row.Created
 	if err != nil {
 		return nil, translate("create runs", err)
 	}

@@ -3,10 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // MaxDAGSteps bounds the steps of one DAG workflow.
@@ -97,20 +94,19 @@ type DAGStep struct {
 // DAGSteps returns the steps of a DAG run with the state of each, in the
 // order of its definition; none when the run is not a DAG run.
 func (e *Engine) DAGSteps(ctx context.Context, runID string) ([]DAGStep, error) {
-	rows, err := e.pool.Query(ctx, e.q[qDAGSteps], pgx.NamedArgs{"id": runID})
+	rows, err := e.q.DAGSteps(ctx, runID)
 	if err != nil {
 		return nil, translate("steps of run "+runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DAGStep, error) {
-		var s DAGStep
-		var id, status, lastErr, wait *string
-		err := row.Scan(&s.Name, &s.Type, &s.DependsOn, &id, &status, &s.Attempt, &s.MaxAttempts,
-			&s.StartedAt, &s.FinishedAt, &lastErr, &wait, &s.WorkflowStatus, &s.Final, &s.Elements, &s.ElementsDone)
-		s.RunID, s.Status, s.Error, s.WaitKind = deref(id), deref(status), deref(lastErr), deref(wait)
-		return s, err
-	})
-	if err != nil {
-		return nil, translate(fmt.Sprintf("steps of run %s", runID), err)
+	out := make([]DAGStep, len(rows))
+	for i, row := range rows {
+		out[i] = DAGStep{
+			Name: deref(row.Name), Type: deref(row.Type), DependsOn: row.DependsOn, RunID: deref(row.RunID),
+			Status: deref(row.Status), Attempt: int(deref(row.Attempt)), MaxAttempts: int(deref(row.MaxAttempts)),
+			StartedAt: row.StartedAt, FinishedAt: row.FinishedAt, Error: deref(row.LastError),
+			WaitKind: deref(row.WaitKind), WorkflowStatus: deref(row.WorkflowStatus), Final: deref(row.Final),
+			Elements: intPtr(row.Elements), ElementsDone: intPtr(row.ElementsDone),
+		}
 	}
 	return out, nil
 }

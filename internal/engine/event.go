@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // EventType is the kind of a transition in the audit trail.
@@ -46,20 +46,14 @@ func (e *Engine) ListEvents(ctx context.Context, runID string) ([]Event, error) 
 // ListEventsAfter returns the events of a run whose id is above afterID,
 // oldest first.
 func (e *Engine) ListEventsAfter(ctx context.Context, runID string, afterID int64) ([]Event, error) {
-	rows, err := e.pool.Query(ctx, e.q[qEventListAfter], pgx.NamedArgs{"workflow_id": runID, "after_id": afterID})
+	rows, err := e.q.EventListAfter(ctx, queries.EventListAfterParams{WorkflowID: runID, AfterID: afterID})
 	if err != nil {
 		return nil, translate("list events of run "+runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
-		var ev Event
-		var t string
-		var data []byte
-		err := row.Scan(&ev.ID, &ev.RunID, &t, &data, &ev.CreatedAt)
-		ev.Type, ev.Data = EventType(t), data
-		return ev, err
-	})
-	if err != nil {
-		return nil, translate("list events of run "+runID, err)
+	out := make([]Event, len(rows))
+	for i, row := range rows {
+		out[i] = Event{ID: deref(row.ID), RunID: deref(row.WorkflowID), Type: EventType(deref(row.EventType)),
+			Data: row.Data, CreatedAt: deref(row.CreatedAt)}
 	}
 	return out, nil
 }
@@ -76,35 +70,25 @@ type EventCount struct {
 // CountEventsAfter counts the events above afterID by type, and returns the
 // highest event id seen (afterID when there are none).
 func (e *Engine) CountEventsAfter(ctx context.Context, afterID int64) ([]EventCount, int64, error) {
-	rows, err := e.pool.Query(ctx, e.q[qEventCountsAfter], pgx.NamedArgs{"after_id": afterID})
+	rows, err := e.q.EventCountsAfter(ctx, afterID)
 	if err != nil {
 		return nil, afterID, translate("count events", err)
 	}
-	defer rows.Close()
 	maxID := afterID
-	var out []EventCount
-	for rows.Next() {
-		var c EventCount
-		var t string
-		var m int64
-		if err := rows.Scan(&t, &c.Count, &c.LeaseExpiries, &m); err != nil {
-			return nil, afterID, translate("count events", err)
-		}
-		c.Type = EventType(t)
-		out = append(out, c)
-		maxID = max(maxID, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, afterID, translate("count events", err)
+	out := make([]EventCount, len(rows))
+	for i, row := range rows {
+		out[i] = EventCount{Type: EventType(deref(row.EventType)), Count: deref(row.Events),
+			LeaseExpiries: deref(row.LeaseExpiries)}
+		maxID = max(maxID, deref(row.LastID))
 	}
 	return out, maxID, nil
 }
 
 // LatestEventID returns the id of the newest audit event, 0 when there is none.
 func (e *Engine) LatestEventID(ctx context.Context) (int64, error) {
-	var id int64
-	if err := e.pool.QueryRow(ctx, e.q[qEventLatestID]).Scan(&id); err != nil {
+	id, err := e.q.EventLatestID(ctx)
+	if err != nil {
 		return 0, translate("latest event id", err)
 	}
-	return id, nil
+	return deref(id), nil
 }

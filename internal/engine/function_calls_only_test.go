@@ -29,7 +29,7 @@ var (
 // the database from a client: the engine the SDK and the manager use, the
 // Go SDK, the console and the controllers. migrate.go installs the schema
 // and is the one file allowed its DDL and its bookkeeping reads.
-var clientSQLSources = []string{".", "queries", "../console", "../controller", "../../pkg/simpleworkflow"}
+var clientSQLSources = []string{".", "queries", "queries/nullable_arrays", "../console", "../controller", "../../pkg/simpleworkflow"}
 
 // The clients call the schema's functions only: every workflow.<name> in
 // the SQL they send is a call, and none of it writes a table. The rules

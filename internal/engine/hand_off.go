@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // CompleteRunsHandOff records the results of runs a worker holds, as
@@ -32,10 +34,16 @@ func (e *Engine) CompleteRunsHandOff(ctx context.Context, workerID string, cs []
 	}
 	// A batch outside a transaction runs in one implicit transaction.
 	b := &pgx.Batch{}
-	b.Queue(e.q[qRunComplete], completeArgs(workerID, cs))
-	b.Queue(e.q[qRunClaim], claimArgs(p))
+	complete, claim := completeArgs(workerID, cs), claimArgs(p)
+	queue := queries.New(batchQueuer{b})
+	if _, err := queue.RunComplete(ctx, complete); queued(err) != nil {
+		return nil, nil, fmt.Errorf("complete runs and hand off: %w", err)
+	}
+	if _, err := queue.RunClaim(ctx, claim); queued(err) != nil {
+		return nil, nil, fmt.Errorf("complete runs and hand off: %w", err)
+	}
 	res := e.pool.SendBatch(ctx, b)
-	done, claimed, err := readHandOff(res)
+	done, claimed, err := readHandOff(ctx, queries.New(batchReader{res}), complete, claim)
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -46,22 +54,15 @@ func (e *Engine) CompleteRunsHandOff(ctx context.Context, workerID string, cs []
 }
 
 // readHandOff reads the two results of a hand-off batch.
-func readHandOff(res pgx.BatchResults) ([]Completed, []ClaimedRun, error) {
-	rows, err := res.Query()
-	if err != nil {
-		return nil, nil, err
-	}
-	done, err := collectCompleted(rows)
+func readHandOff(ctx context.Context, read *queries.Queries, complete queries.RunCompleteParams,
+	claim queries.RunClaimParams) ([]Completed, []ClaimedRun, error) {
+	done, err := read.RunComplete(ctx, complete)
 	if err != nil {
 		return nil, nil, fmt.Errorf("completions: %w", err)
 	}
-	rows, err = res.Query()
-	if err != nil {
-		return nil, nil, err
-	}
-	claimed, err := collectClaimed(rows)
+	claimed, err := read.RunClaim(ctx, claim)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hand-off claim: %w", err)
 	}
-	return done, claimed, nil
+	return completedRuns(done), claimedRuns(claimed), nil
 }

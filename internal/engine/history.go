@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // HistoryPartition is one time partition of the audit trail: the trails of
@@ -24,11 +22,11 @@ type HistoryPartition struct {
 // the span in progress and the ahead spans after it, and returns how many it
 // made.
 func (e *Engine) PrepareHistoryPartitions(ctx context.Context, ahead int) (int, error) {
-	var n int
-	if err := e.pool.QueryRow(ctx, e.q[qHistoryPrepare], pgx.NamedArgs{"ahead": ahead}).Scan(&n); err != nil {
+	n, err := e.q.HistoryPrepare(ctx, int32(ahead))
+	if err != nil {
 		return 0, translate("prepare history partitions", err)
 	}
-	return n, nil
+	return int(deref(n)), nil
 }
 
 // DropHistoryPartitions drops the partitions of the audit trail whose runs
@@ -40,11 +38,11 @@ func (e *Engine) PrepareHistoryPartitions(ctx context.Context, ahead int) (int, 
 // call tries again.
 func (e *Engine) DropHistoryPartitions(ctx context.Context, retention time.Duration, limit int) (dropped int, busy bool, err error) {
 	for dropped < limit {
-		var n int
-		if err := e.pool.QueryRow(ctx, e.q[qHistoryDrop],
-			pgx.NamedArgs{"retention": retention.Milliseconds()}).Scan(&n); err != nil {
+		got, err := e.q.HistoryDrop(ctx, retention.Milliseconds())
+		if err != nil {
 			return dropped, false, translate("drop history partitions", err)
 		}
+		n := int(deref(got))
 		if n < 0 {
 			return dropped, true, nil
 		}
@@ -59,17 +57,14 @@ func (e *Engine) DropHistoryPartitions(ctx context.Context, retention time.Durat
 // HistoryPartitions lists the time partitions of the audit trail, oldest
 // first.
 func (e *Engine) HistoryPartitions(ctx context.Context) ([]HistoryPartition, error) {
-	rows, err := e.pool.Query(ctx, e.q[qHistoryList])
+	rows, err := e.q.HistoryList(ctx)
 	if err != nil {
 		return nil, translate("list history partitions", err)
 	}
-	parts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HistoryPartition, error) {
-		var p HistoryPartition
-		err := row.Scan(&p.Name, &p.From, &p.To, &p.RunsLeft, &p.Bytes)
-		return p, err
-	})
-	if err != nil {
-		return nil, translate("list history partitions", err)
+	parts := make([]HistoryPartition, len(rows))
+	for i, row := range rows {
+		parts[i] = HistoryPartition{Name: deref(row.PartitionName), From: deref(row.FromTime), To: deref(row.ToTime),
+			RunsLeft: deref(row.RunsLeft), Bytes: deref(row.Bytes)}
 	}
 	return parts, nil
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // StepKind is what a journal entry records.
@@ -102,12 +102,6 @@ type StepWriteResult struct {
 	Message string
 }
 
-// Rower runs one statement and returns its rows: satisfied by pgx.Tx,
-// *pgx.Conn and *pgxpool.Pool.
-type Rower interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // RecordSteps journals a batch of completed steps (see workflow.record_steps):
 // the first writer of a step wins, a duplicate gets the stored output back, a
 // writer without the lease writes nothing. Results are in request order; a
@@ -120,7 +114,7 @@ func (e *Engine) RecordSteps(ctx context.Context, workerID string, ws []StepWrit
 // the journal entries commit or roll back with the caller's own writes, and
 // the runs stay share-locked until then, so no claim, reap or cancel of them
 // can come between the fence check and the commit.
-func (e *Engine) RecordStepsIn(ctx context.Context, db Rower, workerID string, ws []StepWrite) ([]StepWriteResult, error) {
+func (e *Engine) RecordStepsIn(ctx context.Context, db Querier, workerID string, ws []StepWrite) ([]StepWriteResult, error) {
 	if len(ws) == 0 {
 		return nil, nil
 	}
@@ -128,45 +122,29 @@ func (e *Engine) RecordStepsIn(ctx context.Context, db Rower, workerID string, w
 	tokens := make([]int64, len(ws))
 	names := make([]string, len(ws))
 	positions := make([]int32, len(ws))
-	outputs := make([]*string, len(ws))
+	outputs := make([][]byte, len(ws))
 	for i, w := range ws {
 		ids[i], tokens[i], names[i] = w.ID, w.Token, w.Name
 		positions[i] = int32(min(max(w.Position, -1), MaxSteps))
 		if len(w.Output) > 0 {
-			s := string(w.Output)
-			outputs[i] = &s
+			outputs[i] = w.Output
 		}
 	}
-	rows, err := db.Query(ctx, e.q[qStepRecord], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "tokens": tokens, "names": names,
-		"positions": positions, "outputs": outputs,
+	rows, err := queries.New(db).StepRecord(ctx, queries.StepRecordParams{
+		WorkerID: workerID, Ids: ids, Tokens: tokens, Names: names, Positions: positions, Outputs: outputs,
 	})
 	if err != nil {
 		return nil, translate("record steps", err)
 	}
 	out := make([]StepWriteResult, len(ws))
 	seen := 0
-	for rows.Next() {
-		var (
-			idx     int32
-			r       StepWriteResult
-			output  []byte
-			message *string
-		)
-		if err := rows.Scan(&idx, &r.Status, &output, &message); err != nil {
-			rows.Close()
-			return nil, translate("record steps", err)
-		}
+	for _, row := range rows {
+		idx := deref(row.Idx)
 		if idx < 1 || int(idx) > len(ws) {
-			rows.Close()
 			return nil, fmt.Errorf("record steps: answer for request %d of %d", idx, len(ws))
 		}
-		r.Output, r.Message = output, deref(message)
-		out[idx-1] = r
+		out[idx-1] = StepWriteResult{Status: deref(row.Status), Output: row.Output, Message: deref(row.Message)}
 		seen++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, translate("record steps", err)
 	}
 	if seen != len(ws) {
 		return nil, fmt.Errorf("record steps: %d answers for %d requests", seen, len(ws))
@@ -206,25 +184,20 @@ type ParkResult struct {
 // ParkRun reaches a wait (see workflow.park_run): resolved at once when it can
 // be, otherwise the run is parked and its lease given up.
 func (e *Engine) ParkRun(ctx context.Context, p ParkParams) (ParkResult, error) {
-	args := pgx.NamedArgs{
-		"worker_id": p.WorkerID, "id": p.ID, "token": p.Token, "kind": string(p.Kind),
-		"step": p.Step, "position": int32(min(max(p.Position, -1), MaxSteps)),
-		"wake_at": p.WakeAt, "delay_ms": nil, "signal": nullIfEmpty(p.Signal),
+	arg := queries.StepParkParams{
+		WorkerID: p.WorkerID, ID: p.ID, Token: p.Token, Kind: string(p.Kind), Step: p.Step,
+		Position: int32(min(max(p.Position, -1), MaxSteps)), WakeAt: p.WakeAt, Signal: nullIfEmpty(p.Signal),
 	}
 	if p.Delay != nil {
-		args["delay_ms"] = max(p.Delay.Milliseconds(), 0)
+		ms := max(p.Delay.Milliseconds(), 0)
+		arg.DelayMs = &ms
 	}
-	var (
-		r                     ParkResult
-		outcome, errText, msg *string
-		output                []byte
-	)
-	err := e.pool.QueryRow(ctx, e.q[qStepPark], args).Scan(&r.Status, &outcome, &output, &errText, &r.WakeAt, &msg)
+	row, err := e.q.StepPark(ctx, arg)
 	if err != nil {
 		return ParkResult{}, translate("park run "+p.ID, err)
 	}
-	r.Outcome, r.Output, r.Error, r.Message = StepOutcome(deref(outcome)), output, deref(errText), deref(msg)
-	return r, nil
+	return ParkResult{Status: deref(row.Status), Outcome: StepOutcome(deref(row.Outcome)), Output: row.Output,
+		Error: deref(row.Error), WakeAt: row.WakeAt, Message: deref(row.Message)}, nil
 }
 
 // ChildParams describes a child run started by step Step of a held run.
@@ -260,31 +233,20 @@ func (e *Engine) StartChild(ctx context.Context, p ChildParams) (ChildResult, er
 	if err := ValidateType(p.Type); err != nil {
 		return ChildResult{}, fmt.Errorf("start child: %w", err)
 	}
-	var payload *string
+	var payload []byte
 	if len(p.Payload) > 0 {
-		s := string(p.Payload)
-		payload = &s
+		payload = p.Payload
 	}
-	args := pgx.NamedArgs{
-		"worker_id": p.WorkerID, "id": p.ID, "token": p.Token, "step": p.Step,
-		"position": int32(min(max(p.Position, -1), MaxSteps)), "type": p.Type, "payload": payload,
-		"priority": p.Priority, "max_attempts": nil, "deadline_ms": millisOrNil(p.Deadline),
-	}
-	if p.MaxAttempts > 0 {
-		args["max_attempts"] = p.MaxAttempts
-	}
-	var (
-		r                     ChildResult
-		childID               *string
-		outcome, errText, msg *string
-		output                []byte
-	)
-	err := e.pool.QueryRow(ctx, e.q[qStepStartChild], args).Scan(&r.Status, &childID, &outcome, &output, &errText, &msg)
+	row, err := e.q.StepStartChild(ctx, queries.StepStartChildParams{
+		WorkerID: p.WorkerID, ID: p.ID, Token: p.Token, Step: p.Step,
+		Position: int32(min(max(p.Position, -1), MaxSteps)), Type: p.Type, Payload: payload,
+		Priority: int32Ptr(p.Priority), MaxAttempts: int32OrNil(p.MaxAttempts), DeadlineMs: millisOrNil(p.Deadline),
+	})
 	if err != nil {
 		return ChildResult{}, translate("start child "+p.Step+" of run "+p.ID, err)
 	}
-	r.ChildID, r.Outcome, r.Output, r.Error, r.Message = deref(childID), StepOutcome(deref(outcome)), output, deref(errText), deref(msg)
-	return r, nil
+	return ChildResult{Status: deref(row.Status), ChildID: deref(row.ChildID), Outcome: StepOutcome(deref(row.Outcome)),
+		Output: row.Output, Error: deref(row.Error), Message: deref(row.Message)}, nil
 }
 
 // Step is one row of a run's journal.
@@ -304,24 +266,16 @@ type Step struct {
 
 // ListSteps returns a run's journal in position order.
 func (e *Engine) ListSteps(ctx context.Context, runID string) ([]Step, error) {
-	rows, err := e.pool.Query(ctx, e.q[qStepList], pgx.NamedArgs{"run_id": runID})
+	rows, err := e.q.StepList(ctx, runID)
 	if err != nil {
 		return nil, translate("list steps of run "+runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Step, error) {
-		var (
-			s                         Step
-			kind                      string
-			outcome, errText, childID *string
-			output                    []byte
-		)
-		err := row.Scan(&s.Name, &s.Position, &kind, &outcome, &output, &errText, &s.Attempt, &childID,
-			&s.WakeAt, &s.StartedAt, &s.FinishedAt)
-		s.Kind, s.Outcome, s.Output, s.Error, s.ChildID = StepKind(kind), StepOutcome(deref(outcome)), output, deref(errText), deref(childID)
-		return s, err
-	})
-	if err != nil {
-		return nil, translate("list steps of run "+runID, err)
+	out := make([]Step, len(rows))
+	for i, row := range rows {
+		out[i] = Step{Name: deref(row.Name), Position: int(deref(row.Position)), Kind: StepKind(deref(row.Kind)),
+			Outcome: StepOutcome(deref(row.Outcome)), Output: row.Output, Error: deref(row.Error),
+			Attempt: int(deref(row.Attempt)), ChildID: deref(row.ChildID), WakeAt: row.WakeAt,
+			StartedAt: deref(row.StartedAt), FinishedAt: row.FinishedAt}
 	}
 	return out, nil
 }
@@ -361,20 +315,19 @@ func (e *Engine) SendSignal(ctx context.Context, p SignalParams) (SignalResult, 
 // SendSignalIn is SendSignal through db, for instance inside a caller's
 // transaction: the signal and the wake-up of its run commit with it.
 func (e *Engine) SendSignalIn(ctx context.Context, db Querier, p SignalParams) (SignalResult, error) {
-	var payload *string
+	var payload []byte
 	if len(p.Payload) > 0 {
-		s := string(p.Payload)
-		payload = &s
+		payload = p.Payload
 	}
-	var r SignalResult
-	err := db.QueryRow(ctx, e.q[qSignalSend], pgx.NamedArgs{
-		"run_id": p.RunID, "name": p.Name, "payload": payload, "idempotency_key": nullIfEmpty(p.IdempotencyKey),
-		"by": nullIfEmpty(eventLabel(p.By)),
-	}).Scan(&r.SignalID, &r.Duplicate, &r.Delivered)
+	row, err := queries.New(db).SignalSend(ctx, queries.SignalSendParams{
+		RunID: p.RunID, Name: p.Name, Payload: payload, IdempotencyKey: nullIfEmpty(p.IdempotencyKey),
+		By: nullIfEmpty(eventLabel(p.By)),
+	})
 	if err != nil {
 		return SignalResult{}, translate("send signal "+p.Name+" to run "+p.RunID, err)
 	}
-	return r, nil
+	return SignalResult{SignalID: deref(row.SignalID), Duplicate: deref(row.Duplicate),
+		Delivered: deref(row.Delivered)}, nil
 }
 
 // Signal is one signal sent to a run.
@@ -391,22 +344,15 @@ type Signal struct {
 
 // ListSignals returns the signals sent to a run, oldest first.
 func (e *Engine) ListSignals(ctx context.Context, runID string) ([]Signal, error) {
-	rows, err := e.pool.Query(ctx, e.q[qSignalList], pgx.NamedArgs{"run_id": runID})
+	rows, err := e.q.SignalList(ctx, runID)
 	if err != nil {
 		return nil, translate("list signals of run "+runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Signal, error) {
-		var (
-			s       Signal
-			key, by *string
-			payload []byte
-		)
-		err := row.Scan(&s.ID, &s.Name, &payload, &key, &s.CreatedAt, &s.ConsumedAt, &by)
-		s.Payload, s.IdempotencyKey, s.ConsumedBy = payload, deref(key), deref(by)
-		return s, err
-	})
-	if err != nil {
-		return nil, translate("list signals of run "+runID, err)
+	out := make([]Signal, len(rows))
+	for i, row := range rows {
+		out[i] = Signal{ID: deref(row.ID), Name: deref(row.Name), Payload: row.Payload,
+			IdempotencyKey: deref(row.IdempotencyKey), CreatedAt: deref(row.CreatedAt), ConsumedAt: row.ConsumedAt,
+			ConsumedBy: deref(row.ConsumedBy)}
 	}
 	return out, nil
 }
@@ -423,22 +369,14 @@ type ChildRun struct {
 
 // ListChildren returns up to limit child runs of a run, oldest first.
 func (e *Engine) ListChildren(ctx context.Context, parentID string, limit int) ([]ChildRun, error) {
-	rows, err := e.pool.Query(ctx, e.q[qRunChildren], pgx.NamedArgs{"parent_id": parentID, "limit": limit})
+	rows, err := e.q.RunChildren(ctx, queries.RunChildrenParams{ParentID: parentID, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, translate("list children of run "+parentID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChildRun, error) {
-		var (
-			c       ChildRun
-			status  string
-			lastErr *string
-		)
-		err := row.Scan(&c.ID, &c.Step, &c.Type, &status, &c.Attempt, &lastErr)
-		c.Status, c.LastError = Status(status), deref(lastErr)
-		return c, err
-	})
-	if err != nil {
-		return nil, translate("list children of run "+parentID, err)
+	out := make([]ChildRun, len(rows))
+	for i, row := range rows {
+		out[i] = ChildRun{ID: deref(row.ID), Step: deref(row.ParentStep), Type: deref(row.Type),
+			Status: Status(deref(row.Status)), Attempt: int(deref(row.Attempt)), LastError: deref(row.LastError)}
 	}
 	return out, nil
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // ClaimParams asks for up to Limit runnable runs.
@@ -84,51 +84,44 @@ func (c ClaimedRun) Ref() LeaseRef {
 // ClaimRuns leases runnable runs in priority, then age order (see
 // workflow.claim_runs).
 func (e *Engine) ClaimRuns(ctx context.Context, p ClaimParams) ([]ClaimedRun, error) {
-	rows, err := e.pool.Query(ctx, e.q[qRunClaim], claimArgs(p))
+	rows, err := e.q.RunClaim(ctx, claimArgs(p))
 	if err != nil {
 		return nil, translate("claim runs", err)
 	}
-	out, err := collectClaimed(rows)
-	if err != nil {
-		return nil, translate("claim runs", err)
-	}
-	return out, nil
+	return claimedRuns(rows), nil
 }
 
 // claimArgs are the arguments of the RunClaim query.
-func claimArgs(p ClaimParams) pgx.NamedArgs {
+func claimArgs(p ClaimParams) queries.RunClaimParams {
 	prefixes := p.TypePrefixes
 	if prefixes == nil {
 		prefixes = []string{}
 	}
-	return pgx.NamedArgs{
-		"worker_id":     p.WorkerID,
-		"type_prefixes": prefixes,
-		"runtime":       nullIfEmpty(p.Runtime),
-		"limit":         p.Limit,
-		"lease_ms":      p.LeaseDuration.Milliseconds(),
-		"types":         nilIfEmpty(p.Types),
-		"namespace":     nullIfEmpty(p.Namespace),
-		"after":         nilIfEmpty(p.After),
-		"woken":         p.Woken,
+	return queries.RunClaimParams{
+		WorkerID:     p.WorkerID,
+		TypePrefixes: prefixes,
+		Runtime:      nullIfEmpty(p.Runtime),
+		MaxRows:      int32(p.Limit),
+		LeaseMs:      p.LeaseDuration.Milliseconds(),
+		Types:        nilIfEmpty(p.Types),
+		Namespace:    nullIfEmpty(p.Namespace),
+		After:        nilIfEmpty(p.After),
+		Woken:        p.Woken,
 	}
 }
 
-// collectClaimed reads the rows of a RunClaim query. A journal that cannot
-// be decoded fails its own run (DecodeError), not the claim.
-func collectClaimed(rows pgx.Rows) ([]ClaimedRun, error) {
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRun, error) {
-		var c ClaimedRun
-		var payload, journal []byte
-		var traceParent, parentID *string
-		err := row.Scan(&c.ID, &c.Type, &payload, &c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.CreatedAt,
-			&c.LeaseToken, &c.DeadlineAt, &journal, &traceParent, &parentID)
-		if err != nil {
-			return c, err
+// claimedRuns reads the rows of a RunClaim query. A journal that cannot be
+// decoded fails its own run (DecodeError), not the claim.
+func claimedRuns(rows []queries.RunClaimRow) []ClaimedRun {
+	out := make([]ClaimedRun, len(rows))
+	for i, row := range rows {
+		c := ClaimedRun{
+			ID: deref(row.ID), Type: deref(row.Type), Payload: row.Payload, Attempt: int(deref(row.Attempt)),
+			MaxAttempts: int(deref(row.MaxAttempts)), LeaseUntil: deref(row.LeaseUntil),
+			CreatedAt: deref(row.CreatedAt), LeaseToken: deref(row.LeaseToken), DeadlineAt: row.DeadlineAt,
+			TraceParent: deref(row.Traceparent), ParentID: deref(row.ParentID),
 		}
-		c.TraceParent = deref(traceParent)
-		c.ParentID = deref(parentID)
-		c.Payload = payload
+		journal := row.Journal
 		var tooLarge string
 		if len(journal) > 0 && journal[0] == '"' && json.Unmarshal(journal, &tooLarge) == nil {
 			// The database's word that the journal is too large to load.
@@ -139,8 +132,9 @@ func collectClaimed(rows pgx.Rows) ([]ClaimedRun, error) {
 				c.DecodeError = fmt.Errorf("the journal of run %s cannot be decoded: %w", c.ID, err)
 			}
 		}
-		return c, nil
-	})
+		out[i] = c
+	}
+	return out
 }
 
 // LeaseRef names one attempt of a run held by a worker: the lease token
@@ -181,21 +175,16 @@ func (e *Engine) HeartbeatRuns(ctx context.Context, workerID string, refs []Leas
 		return nil, nil
 	}
 	ids, tokens := splitRefs(refs)
-	rows, err := e.pool.Query(ctx, e.q[qRunHeartbeat], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "tokens": tokens, "lease_ms": lease.Milliseconds(),
+	rows, err := e.q.RunHeartbeat(ctx, queries.RunHeartbeatParams{
+		WorkerID: workerID, Ids: ids, Tokens: tokens, LeaseMs: lease.Milliseconds(),
 	})
 	if err != nil {
 		return nil, translate("heartbeat runs", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeartbeatResult, error) {
-		var h HeartbeatResult
-		var status string
-		err := row.Scan(&h.ID, &status, &h.Owned, &h.DeadlineExceeded)
-		h.Status = Status(status)
-		return h, err
-	})
-	if err != nil {
-		return nil, translate("heartbeat runs", err)
+	out := make([]HeartbeatResult, len(rows))
+	for i, row := range rows {
+		out[i] = HeartbeatResult{ID: deref(row.ID), Status: Status(deref(row.Status)), Owned: deref(row.Owned),
+			DeadlineExceeded: deref(row.DeadlineExceeded)}
 	}
 	return out, nil
 }
@@ -223,42 +212,34 @@ func (e *Engine) CompleteRuns(ctx context.Context, workerID string, cs []Complet
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	rows, err := e.pool.Query(ctx, e.q[qRunComplete], completeArgs(workerID, cs))
+	rows, err := e.q.RunComplete(ctx, completeArgs(workerID, cs))
 	if err != nil {
 		return nil, translate("complete runs", err)
 	}
-	done, err := collectCompleted(rows)
-	if err != nil {
-		return nil, translate("complete runs", err)
-	}
-	return done, nil
+	return completedRuns(rows), nil
 }
 
 // completeArgs are the arguments of the RunComplete query.
-func completeArgs(workerID string, cs []Completion) pgx.NamedArgs {
+func completeArgs(workerID string, cs []Completion) queries.RunCompleteParams {
 	ids := make([]string, len(cs))
 	tokens := make([]int64, len(cs))
-	results := make([]*string, len(cs))
+	results := make([][]byte, len(cs))
 	for i, c := range cs {
 		ids[i], tokens[i] = c.ID, c.Token
 		if len(c.Result) > 0 {
-			s := string(c.Result)
-			results[i] = &s
+			results[i] = c.Result
 		}
 	}
-	return pgx.NamedArgs{"worker_id": workerID, "ids": ids, "tokens": tokens, "results": results}
+	return queries.RunCompleteParams{WorkerID: workerID, Ids: ids, Tokens: tokens, Results: results}
 }
 
-// collectCompleted reads the rows of a RunComplete query.
-func collectCompleted(rows pgx.Rows) ([]Completed, error) {
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Completed, error) {
-		var c Completed
-		var status string
-		var msg *string
-		err := row.Scan(&c.ID, &status, &msg)
-		c.Status, c.Error = Status(status), deref(msg)
-		return c, err
-	})
+// completedRuns reads the rows of a RunComplete query.
+func completedRuns(rows []queries.RunCompleteRow) []Completed {
+	out := make([]Completed, len(rows))
+	for i, row := range rows {
+		out[i] = Completed{ID: deref(row.ID), Status: Status(deref(row.Status)), Error: deref(row.Error)}
+	}
+	return out
 }
 
 // Failure is a failed attempt.
@@ -291,21 +272,15 @@ func (e *Engine) FailRuns(ctx context.Context, workerID string, fs []Failure) ([
 	for i, f := range fs {
 		ids[i], tokens[i], errs[i], retryable[i] = f.ID, f.Token, f.Error, f.Retryable
 	}
-	rows, err := e.pool.Query(ctx, e.q[qRunFail], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "tokens": tokens, "errors": errs, "retryable": retryable,
+	rows, err := e.q.RunFail(ctx, queries.RunFailParams{
+		WorkerID: workerID, Ids: ids, Tokens: tokens, Errors: errs, Retryable: retryable,
 	})
 	if err != nil {
 		return nil, translate("fail runs", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FailResult, error) {
-		var f FailResult
-		var status string
-		err := row.Scan(&f.ID, &status, &f.RunAt)
-		f.Status = Status(status)
-		return f, err
-	})
-	if err != nil {
-		return nil, translate("fail runs", err)
+	out := make([]FailResult, len(rows))
+	for i, row := range rows {
+		out[i] = FailResult{ID: deref(row.ID), Status: Status(deref(row.Status)), RunAt: deref(row.RunAt)}
 	}
 	return out, nil
 }
@@ -317,15 +292,13 @@ func (e *Engine) ReleaseRuns(ctx context.Context, workerID string, refs []LeaseR
 		return nil, nil
 	}
 	ids, tokens := splitRefs(refs)
-	rows, err := e.pool.Query(ctx, e.q[qRunRelease], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "tokens": tokens,
-	})
+	rows, err := e.q.RunRelease(ctx, queries.RunReleaseParams{WorkerID: workerID, Ids: ids, Tokens: tokens})
 	if err != nil {
 		return nil, translate("release runs", err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, translate("release runs", err)
+	done := make([]string, len(rows))
+	for i, id := range rows {
+		done[i] = deref(id)
 	}
 	return done, nil
 }
@@ -340,19 +313,13 @@ type ReapResult struct {
 // ReapExpiredLeases returns up to limit runs whose lease expired to pending,
 // or fails them when out of attempts. Safe to call from many processes.
 func (e *Engine) ReapExpiredLeases(ctx context.Context, limit int) ([]ReapResult, error) {
-	rows, err := e.pool.Query(ctx, e.q[qRunReapExpired], pgx.NamedArgs{"limit": limit})
+	rows, err := e.q.RunReapExpired(ctx, int32(limit))
 	if err != nil {
 		return nil, translate("reap expired leases", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReapResult, error) {
-		var r ReapResult
-		var status string
-		err := row.Scan(&r.ID, &status)
-		r.Status = Status(status)
-		return r, err
-	})
-	if err != nil {
-		return nil, translate("reap expired leases", err)
+	out := make([]ReapResult, len(rows))
+	for i, row := range rows {
+		out[i] = ReapResult{ID: deref(row.ID), Status: Status(deref(row.Status))}
 	}
 	return out, nil
 }
@@ -361,17 +328,13 @@ func (e *Engine) ReapExpiredLeases(ctx context.Context, limit int) ([]ReapResult
 // (pending, parked or leased) with "deadline exceeded", and returns their
 // ids. Safe to call from many processes.
 func (e *Engine) ExpireDeadlines(ctx context.Context, limit int) ([]string, error) {
-	rows, err := e.pool.Query(ctx, e.q[qRunExpireDeadlines], pgx.NamedArgs{"limit": limit})
+	rows, err := e.q.RunExpireDeadlines(ctx, int32(limit))
 	if err != nil {
 		return nil, translate("expire deadlines", err)
 	}
-	ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-		var id, prev string
-		err := row.Scan(&id, &prev)
-		return id, err
-	})
-	if err != nil {
-		return nil, translate("expire deadlines", err)
+	ids := make([]string, len(rows))
+	for i, row := range rows {
+		ids[i] = deref(row.ID)
 	}
 	return ids, nil
 }
@@ -380,11 +343,11 @@ func (e *Engine) ExpireDeadlines(ctx context.Context, limit int) ([]string, erro
 // finished more than retention ago by the database's clock, and returns how
 // many it deleted.
 func (e *Engine) DeleteFinishedRuns(ctx context.Context, retention time.Duration, limit int) (int64, error) {
-	var n int64
-	err := e.pool.QueryRow(ctx, e.q[qRunDeleteFinished],
-		pgx.NamedArgs{"retention": retention.Milliseconds(), "limit": limit}).Scan(&n)
+	n, err := e.q.RunDeleteFinished(ctx, queries.RunDeleteFinishedParams{
+		RetentionMs: retention.Milliseconds(), MaxRows: int32(limit),
+	})
 	if err != nil {
 		return 0, translate("delete finished runs", err)
 	}
-	return n, nil
+	return deref(n), nil
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // DefaultNamespace is the namespace of runs, registry entries and workers
@@ -43,8 +43,8 @@ func ValidateNamespace(ns string) error {
 // AsWorker or AsReader (workflow.grant_namespace): the role's logins act on
 // that namespace's runs in that capacity. Only the schema's owner may.
 func (e *Engine) GrantNamespace(ctx context.Context, role, namespace, as string) error {
-	args := pgx.NamedArgs{"role": role, "namespace": namespace, "as": as}
-	if _, err := e.pool.Exec(ctx, e.q[qNamespaceGrant], args); err != nil {
+	err := e.q.NamespaceGrant(ctx, queries.NamespaceGrantParams{Role: role, Namespace: namespace, GrantAs: as})
+	if err != nil {
 		return translate(fmt.Sprintf("bind role %s to namespace %s as %s", role, namespace, as), err)
 	}
 	return nil
@@ -53,10 +53,9 @@ func (e *Engine) GrantNamespace(ctx context.Context, role, namespace, as string)
 // RevokeNamespace undoes GrantNamespace and reports whether there was such
 // a binding (workflow.revoke_namespace).
 func (e *Engine) RevokeNamespace(ctx context.Context, role, namespace, as string) (bool, error) {
-	var done bool
-	args := pgx.NamedArgs{"role": role, "namespace": namespace, "as": as}
-	if err := e.pool.QueryRow(ctx, e.q[qNamespaceRevoke], args).Scan(&done); err != nil {
+	done, err := e.q.NamespaceRevoke(ctx, queries.NamespaceRevokeParams{Role: role, Namespace: namespace, GrantAs: as})
+	if err != nil {
 		return false, translate(fmt.Sprintf("unbind role %s from namespace %s as %s", role, namespace, as), err)
 	}
-	return done, nil
+	return deref(done), nil
 }

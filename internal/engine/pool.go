@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // PoolQuery describes one worker pool for QueueDepths.
@@ -58,23 +58,18 @@ func (e *Engine) QueueDepths(ctx context.Context, pools []PoolQuery) ([]QueueDep
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := e.pool.Query(ctx, e.q[qPoolQueueDepth], pgx.NamedArgs{
-		"pool_ids": ids, "prefixes": prefixes, "runtimes": runtimes, "caps": caps, "namespaces": namespaces,
+	rows, err := e.q.PoolQueueDepth(ctx, queries.PoolQueueDepthParams{
+		PoolIds: ids, Prefixes: prefixes, Runtimes: runtimes, Caps: caps, Namespaces: namespaces,
 	})
 	if err != nil {
 		return nil, translate("measure queue depth", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var i int32
-		var d QueueDepth
-		if err := rows.Scan(&i, &d.Runnable, &d.Leased); err != nil {
-			return nil, translate("measure queue depth", err)
-		}
-		if int(i) < 0 || int(i) >= len(out) {
+	for _, row := range rows {
+		i := int(deref(row.Pool))
+		if i < 0 || i >= len(out) {
 			return nil, fmt.Errorf("measure queue depth: pool index %d out of range", i)
 		}
-		out[i] = d
+		out[i] = QueueDepth{Runnable: deref(row.Runnable), Leased: deref(row.Leased)}
 	}
-	return out, translate("measure queue depth", rows.Err())
+	return out, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // Runtimes a workflow type can be registered for.
@@ -69,57 +71,57 @@ func (e *Engine) UpsertRegistryEntry(ctx context.Context, r RegistryEntry) error
 			return fmt.Errorf("register workflow %s: encode definition: %w", r.WorkflowName, err)
 		}
 	}
-	var name *string // null: another object owns the name
-	err := e.pool.QueryRow(ctx, e.q[qRegistryUpsert], pgx.NamedArgs{
-		"workflow_name": r.WorkflowName, "runtime": nullIfEmpty(r.Runtime), "is_enabled": r.Enabled,
-		"description": r.Description, "owner_namespace": nullIfEmpty(r.OwnerNamespace),
-		"owner_name": nullIfEmpty(r.OwnerName), "definition": def,
-		"max_leased": r.Flow.MaxLeased, "max_leased_per_key": r.Flow.MaxLeasedPerKey,
-		"rate_limit": r.Flow.RateLimit, "rate_period_ms": ratePeriodMs(r.Flow), "rate_per_key": r.Flow.RatePerKey,
-		"shared_with": r.SharedWith,
-	}).Scan(&name)
+	name, err := e.q.RegistryUpsert(ctx, queries.RegistryUpsertParams{
+		WorkflowName: r.WorkflowName, Runtime: nullIfEmpty(r.Runtime), IsEnabled: r.Enabled,
+		Description: r.Description, OwnerNamespace: nullIfEmpty(r.OwnerNamespace),
+		OwnerName: nullIfEmpty(r.OwnerName), Definition: def, MaxLeased: r.Flow.MaxLeased,
+		MaxLeasedPerKey: r.Flow.MaxLeasedPerKey, RateLimit: r.Flow.RateLimit, RatePeriodMs: ratePeriodMs(r.Flow),
+		RatePerKey: r.Flow.RatePerKey, SharedWith: r.SharedWith,
+	}) // name: null when another object owns the name
 	if err == nil && name == nil {
 		return fmt.Errorf("register workflow %s: %w", r.WorkflowName, ErrOwnedElsewhere)
 	}
 	return translate("register workflow "+r.WorkflowName, err)
 }
 
-func scanRegistryEntry(row pgx.Row) (RegistryEntry, error) {
-	var r RegistryEntry
-	var ns, owner, runtime *string
-	var def []byte
-	var periodMs *int64
-	var namespace string
-	err := row.Scan(&r.WorkflowName, &runtime, &r.Enabled, &r.Description, &ns, &owner, &r.CreatedAt, &r.UpdatedAt, &def,
-		&r.Flow.MaxLeased, &r.Flow.MaxLeasedPerKey, &r.Flow.RateLimit, &periodMs, &r.Flow.RatePerKey, &namespace,
-		&r.SharedWith)
+// registryEntry is an entry as RegistryGet and RegistryListByOwner read it.
+func registryEntry(row queries.RegistryGetRow) (RegistryEntry, error) {
+	r := RegistryEntry{
+		WorkflowName: deref(row.WorkflowName), Runtime: deref(row.Runtime), Enabled: deref(row.IsEnabled),
+		Description: deref(row.Description), OwnerNamespace: deref(row.OwnerNamespace),
+		OwnerName: deref(row.OwnerName), CreatedAt: deref(row.CreatedAt), UpdatedAt: deref(row.UpdatedAt),
+		SharedWith: row.SharedWith,
+	}
+	r.Flow.MaxLeased, r.Flow.MaxLeasedPerKey, r.Flow.RateLimit = row.MaxLeased, row.MaxLeasedPerKey, row.RateLimit
+	r.Flow.RatePerKey = deref(row.RatePerKey)
 	if len(r.SharedWith) == 0 {
 		r.SharedWith = nil
 	}
-	r.OwnerNamespace, r.OwnerName, r.Runtime = deref(ns), deref(owner), deref(runtime)
-	if periodMs != nil {
-		r.Flow.RatePeriod = time.Duration(*periodMs) * time.Millisecond
+	if row.RatePeriodMs != nil {
+		r.Flow.RatePeriod = time.Duration(*row.RatePeriodMs) * time.Millisecond
 	}
-	if err == nil && def != nil {
+	if row.Definition != nil {
 		r.Definition = new(DAGDefinition)
-		if err := json.Unmarshal(def, r.Definition); err != nil {
+		if err := json.Unmarshal(row.Definition, r.Definition); err != nil {
 			return r, fmt.Errorf("decode definition of %s: %w", r.WorkflowName, err)
 		}
 	}
-	return r, err
+	return r, nil
 }
 
 // ListRegistryEntriesByOwner returns the entries declared by one owner.
 func (e *Engine) ListRegistryEntriesByOwner(ctx context.Context, ownerNamespace, ownerName string) ([]RegistryEntry, error) {
-	rows, err := e.pool.Query(ctx, e.q[qRegistryListByOwner], pgx.NamedArgs{
-		"owner_namespace": ownerNamespace, "owner_name": ownerName,
+	rows, err := e.q.RegistryListByOwner(ctx, queries.RegistryListByOwnerParams{
+		OwnerNamespace: ownerNamespace, OwnerName: ownerName,
 	})
 	if err != nil {
 		return nil, translate("list registry entries", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RegistryEntry, error) { return scanRegistryEntry(row) })
-	if err != nil {
-		return nil, translate("list registry entries", err)
+	out := make([]RegistryEntry, len(rows))
+	for i, row := range rows {
+		if out[i], err = registryEntry(queries.RegistryGetRow(row)); err != nil {
+			return nil, fmt.Errorf("list registry entries: %w", err)
+		}
 	}
 	return out, nil
 }
@@ -130,14 +132,16 @@ func (e *Engine) GetRegistryEntry(ctx context.Context, namespace, name string) (
 	if namespace == "" {
 		namespace = DefaultNamespace
 	}
-	r, err := scanRegistryEntry(e.pool.QueryRow(ctx, e.q[qRegistryGet], pgx.NamedArgs{
-		"workflow_name": name, "namespace": namespace,
-	}))
+	row, err := e.q.RegistryGet(ctx, queries.RegistryGetParams{WorkflowName: name, Namespace: namespace})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RegistryEntry{}, fmt.Errorf("registry entry %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
 		return RegistryEntry{}, translate("registry entry "+name, err)
+	}
+	r, err := registryEntry(row)
+	if err != nil {
+		return RegistryEntry{}, fmt.Errorf("registry entry %s: %w", name, err)
 	}
 	return r, nil
 }
@@ -145,12 +149,11 @@ func (e *Engine) GetRegistryEntry(ctx context.Context, namespace, name string) (
 // DeleteRegistryEntry removes an entry if it belongs to the given owner, and
 // reports whether it did.
 func (e *Engine) DeleteRegistryEntry(ctx context.Context, name, ownerNamespace, ownerName string) (bool, error) {
-	var deleted bool
-	err := e.pool.QueryRow(ctx, e.q[qRegistryDelete], pgx.NamedArgs{
-		"workflow_name": name, "owner_namespace": nullIfEmpty(ownerNamespace), "owner_name": nullIfEmpty(ownerName),
-	}).Scan(&deleted)
+	deleted, err := e.q.RegistryDelete(ctx, queries.RegistryDeleteParams{
+		WorkflowName: name, OwnerNamespace: nullIfEmpty(ownerNamespace), OwnerName: nullIfEmpty(ownerName),
+	})
 	if err != nil {
 		return false, translate("unregister workflow "+name, err)
 	}
-	return deleted, nil
+	return deref(deleted), nil
 }

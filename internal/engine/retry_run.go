@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // RetryParams asks for another go of a failed or cancelled run.
@@ -34,13 +34,12 @@ func (e *Engine) RetryRun(ctx context.Context, p RetryParams) error {
 		a := int32(p.Attempts)
 		attempts = &a
 	}
-	var status string
-	var message *string
-	err := e.pool.QueryRow(ctx, e.q[qRunRetry], pgx.NamedArgs{"id": p.ID, "attempts": attempts, "by": eventLabel(p.By)}).Scan(&status, &message)
+	row, err := e.q.RunRetry(ctx, queries.RunRetryParams{ID: p.ID, Attempts: attempts, By: eventLabel(p.By)})
 	if err != nil {
 		return translate("retry run "+p.ID, err)
 	}
-	switch status {
+	message := row.Message
+	switch deref(row.Status) {
 	case "retried":
 		return nil
 	case "not_found":

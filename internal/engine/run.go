@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // Status is the state of a run in the inbox.
@@ -143,32 +145,15 @@ type CreateResult struct {
 	Created bool
 }
 
-func nullIfEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func millisOrNil(d time.Duration) *int64 {
-	if d <= 0 {
-		return nil
-	}
-	ms := d.Milliseconds()
-	return &ms
-}
-
 // CreateRun records an intent. With an idempotency key, a second call with the
 // same key records nothing and returns the first run's id with Created false.
 func (e *Engine) CreateRun(ctx context.Context, p CreateParams) (CreateResult, error) {
 	return e.CreateRunIn(ctx, e.pool, p)
 }
 
-// Querier runs one statement and returns its row: satisfied by pgx.Tx,
-// *pgx.Conn and *pgxpool.Pool.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier runs statements: satisfied by pgx.Tx, *pgx.Conn and
+// *pgxpool.Pool.
+type Querier = queries.DBTX
 
 // CreateRunIn is CreateRun through db: inside a caller's transaction the
 // run (its event and its workers' wake-up) commits or rolls back with the
@@ -181,89 +166,59 @@ func (e *Engine) CreateRunIn(ctx context.Context, db Querier, p CreateParams) (C
 	if len(strings.TrimSpace(string(payload))) == 0 {
 		payload = json.RawMessage("{}")
 	}
-	args := pgx.NamedArgs{
-		"type":            p.Type,
-		"payload":         string(payload),
-		"priority":        p.Priority,
-		"run_at":          p.RunAt,
-		"idempotency_key": nullIfEmpty(p.IdempotencyKey),
-		"max_attempts":    nil,
-		"retry_base_ms":   nil,
-		"retry_max_ms":    nil,
-		"deadline_at":     p.DeadlineAt,
-		"deadline_ms":     millisOrNil(p.Deadline),
-		"traceparent":     nullIfEmpty(p.TraceParent),
-		"concurrency_key": nullIfEmpty(p.ConcurrencyKey),
-		"namespace":       nullIfEmpty(p.Namespace),
-		"type_namespace":  nullIfEmpty(p.TypeNamespace),
-	}
-	if p.MaxAttempts > 0 {
-		args["max_attempts"] = p.MaxAttempts
+	arg := queries.RunInsertParams{
+		Type:           p.Type,
+		Payload:        payload,
+		Priority:       int32Ptr(p.Priority),
+		RunAt:          p.RunAt,
+		IdempotencyKey: nullIfEmpty(p.IdempotencyKey),
+		MaxAttempts:    int32OrNil(p.MaxAttempts),
+		DeadlineAt:     p.DeadlineAt,
+		DeadlineMs:     millisOrNil(p.Deadline),
+		Traceparent:    nullIfEmpty(p.TraceParent),
+		ConcurrencyKey: nullIfEmpty(p.ConcurrencyKey),
+		Namespace:      nullIfEmpty(p.Namespace),
+		TypeNamespace:  nullIfEmpty(p.TypeNamespace),
 	}
 	if p.RetryPolicy != nil {
-		args["retry_base_ms"] = millisOrNil(p.RetryPolicy.BaseDelay)
-		args["retry_max_ms"] = millisOrNil(p.RetryPolicy.MaxDelay)
+		arg.RetryBaseMs = millisOrNil(p.RetryPolicy.BaseDelay)
+		arg.RetryMaxMs = millisOrNil(p.RetryPolicy.MaxDelay)
 	}
 	if p.Source != nil {
-		args["source_namespace"] = nullIfEmpty(p.Source.Namespace)
-		args["source_name"] = nullIfEmpty(p.Source.Name)
-		args["source_uid"] = nullIfEmpty(p.Source.UID)
-	} else {
-		args["source_namespace"], args["source_name"], args["source_uid"] = nil, nil, nil
+		arg.SourceNamespace = nullIfEmpty(p.Source.Namespace)
+		arg.SourceName = nullIfEmpty(p.Source.Name)
+		arg.SourceUid = nullIfEmpty(p.Source.UID)
 	}
-
 	// One row: the new run, or the one that already holds the key.
-	var res CreateResult
-	if err := db.QueryRow(ctx, e.q[qRunInsert], args).Scan(&res.ID, &res.Created); err != nil {
+	row, err := queries.New(db).RunInsert(ctx, arg)
+	if err != nil {
 		return CreateResult{}, translate("create run", err)
 	}
-	return res, nil
+	return CreateResult{ID: deref(row.ID), Created: deref(row.Created)}, nil
 }
 
-// scanRun reads a row of workflow.run_view, whose columns RunGet and RunList
-// select in the view's order.
-func scanRun(row pgx.Row) (Run, error) {
-	var (
-		r                           Run
-		status                      string
-		idem, leasedBy, lastError   *string
-		baseMS, maxMS               *int64
-		srcNS, srcName, srcUID      *string
-		payload, result             []byte
-		token                       *int64
-		parentID, parentStep        *string
-		waitKind, waitStep, waitSig *string
-		traceParent, flowKey        *string
-	)
-	err := row.Scan(&r.ID, &r.Type, &payload, &status, &r.Priority, &r.RunAt, &idem, &r.Attempt,
-		&r.MaxAttempts, &leasedBy, &r.LeaseUntil, &lastError, &result, &baseMS, &maxMS,
-		&srcNS, &srcName, &srcUID, &r.StartedAt, &r.FinishedAt, &r.CreatedAt, &r.UpdatedAt, &r.DeletedAt,
-		&token, &parentID, &parentStep, &r.DeadlineAt, &waitKind, &waitStep, &waitSig, &traceParent, &flowKey,
-		&r.Namespace, &r.TypeNamespace)
-	if err != nil {
-		return Run{}, err
+// runFromRow is a run as RunGet and RunList read it (the columns of
+// workflow.run_view).
+func runFromRow(row queries.RunGetRow) Run {
+	r := Run{
+		ID: deref(row.ID), Type: deref(row.Type), Payload: row.Payload, Status: Status(deref(row.Status)),
+		Priority: int(deref(row.Priority)), RunAt: deref(row.RunAt), Attempt: int(deref(row.Attempt)),
+		MaxAttempts: int(deref(row.MaxAttempts)), LeaseUntil: row.LeaseUntil, Result: row.Result,
+		StartedAt: row.StartedAt, FinishedAt: row.FinishedAt, CreatedAt: deref(row.CreatedAt),
+		UpdatedAt: deref(row.UpdatedAt), DeletedAt: row.DeletedAt, LeaseToken: deref(row.LeaseToken),
+		ParentID: deref(row.ParentID), ParentStep: deref(row.ParentStep), DeadlineAt: row.DeadlineAt,
+		TraceParent: deref(row.Traceparent), ConcurrencyKey: deref(row.ConcurrencyKey),
+		Namespace: deref(row.Namespace), TypeNamespace: deref(row.TypeNamespace),
+		IdempotencyKey: deref(row.IdempotencyKey), LeasedBy: deref(row.LeasedBy), LastError: deref(row.LastError),
 	}
-	r.TraceParent = deref(traceParent)
-	r.ConcurrencyKey = deref(flowKey)
-	if token != nil {
-		r.LeaseToken = *token
-	}
-	r.ParentID, r.ParentStep = deref(parentID), deref(parentStep)
-	if waitKind != nil {
-		r.Wait = &Wait{Kind: StepKind(*waitKind), Step: deref(waitStep), Signal: deref(waitSig)}
+	if row.WaitKind != nil {
+		r.Wait = &Wait{Kind: StepKind(*row.WaitKind), Step: deref(row.WaitStep), Signal: deref(row.WaitSignal)}
 		if r.RunAt.Before(FarFuture) {
 			until := r.RunAt
 			r.Wait.Until = &until
 		}
 	}
-	r.Status = Status(status)
-	r.Payload = payload
-	if result != nil {
-		r.Result = result
-	}
-	r.IdempotencyKey = deref(idem)
-	r.LeasedBy = deref(leasedBy)
-	r.LastError = deref(lastError)
+	baseMS, maxMS := row.RetryBaseMs, row.RetryMaxMs
 	if baseMS != nil || maxMS != nil {
 		r.RetryPolicy = &RetryPolicy{}
 		if baseMS != nil {
@@ -273,29 +228,22 @@ func scanRun(row pgx.Row) (Run, error) {
 			r.RetryPolicy.MaxDelay = time.Duration(*maxMS) * time.Millisecond
 		}
 	}
-	if srcUID != nil || srcName != nil {
-		r.Source = &Source{Namespace: deref(srcNS), Name: deref(srcName), UID: deref(srcUID)}
+	if row.SourceUid != nil || row.SourceName != nil {
+		r.Source = &Source{Namespace: deref(row.SourceNamespace), Name: deref(row.SourceName), UID: deref(row.SourceUid)}
 	}
-	return r, nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+	return r
 }
 
 // GetRun returns the run with the given id, or an error wrapping ErrNotFound.
 func (e *Engine) GetRun(ctx context.Context, id string) (Run, error) {
-	r, err := scanRun(e.pool.QueryRow(ctx, e.q[qRunGet], pgx.NamedArgs{"id": id}))
+	row, err := e.q.RunGet(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, fmt.Errorf("get run %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return Run{}, translate("get run "+id, err)
 	}
-	return r, nil
+	return runFromRow(row), nil
 }
 
 // ListParams filters and pages ListRuns.
@@ -332,27 +280,21 @@ func (e *Engine) ListRuns(ctx context.Context, p ListParams) (ListPage, error) {
 	for _, s := range p.Statuses {
 		statuses = append(statuses, string(s))
 	}
-	args := pgx.NamedArgs{
-		"type_prefix":      nullIfEmpty(p.TypePrefix),
-		"statuses":         statuses,
-		"after_created_at": nil,
-		"after_id":         nil,
-		"limit":            limit + 1,
-	}
+	arg := queries.RunListParams{TypePrefix: nullIfEmpty(p.TypePrefix), Statuses: statuses, MaxRows: int32(limit + 1)}
 	if p.Cursor != "" {
 		at, id, err := DecodeCursor(p.Cursor)
 		if err != nil {
 			return ListPage{}, fmt.Errorf("list runs: %w", err)
 		}
-		args["after_created_at"], args["after_id"] = at, id
+		arg.AfterCreatedAt, arg.AfterID = &at, &id
 	}
-	rows, err := e.pool.Query(ctx, e.q[qRunList], args)
+	rows, err := e.q.RunList(ctx, arg)
 	if err != nil {
 		return ListPage{}, translate("list runs", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
-	if err != nil {
-		return ListPage{}, translate("list runs", err)
+	runs := make([]Run, len(rows))
+	for i, row := range rows {
+		runs[i] = runFromRow(queries.RunGetRow(row))
 	}
 	page := ListPage{Runs: runs}
 	if len(runs) > limit {
@@ -378,11 +320,11 @@ const MaxCancelledByBytes = 256
 // ("by"): a label such as "WorkflowRun team-a/order-1 (spec.cancel)", cut to
 // MaxCancelledByBytes. The event's reason is "requested".
 func (e *Engine) CancelRunAs(ctx context.Context, id, by string) (bool, error) {
-	var ok bool
-	if err := e.pool.QueryRow(ctx, e.q[qRunCancel], pgx.NamedArgs{"id": id, "by": eventLabel(by)}).Scan(&ok); err != nil {
+	ok, err := e.q.RunCancel(ctx, queries.RunCancelParams{ID: id, By: eventLabel(by)})
+	if err != nil {
 		return false, translate("cancel run "+id, err)
 	}
-	return ok, nil
+	return deref(ok), nil
 }
 
 // eventLabel is a "who asked" label as an event records it: no NUL, valid
@@ -398,13 +340,12 @@ func eventLabel(by string) string {
 // FindRunByIdempotencyKey returns the id of the run holding key, or an error
 // wrapping ErrNotFound.
 func (e *Engine) FindRunByIdempotencyKey(ctx context.Context, key string) (string, error) {
-	var id string
-	err := e.pool.QueryRow(ctx, e.q[qRunIDByIdempotencyKey], pgx.NamedArgs{"idempotency_key": key}).Scan(&id)
+	id, err := e.q.RunIDByIdempotencyKey(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("run with idempotency key %q: %w", key, ErrNotFound)
 	}
 	if err != nil {
 		return "", translate("find run by idempotency key", err)
 	}
-	return id, nil
+	return deref(id), nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // LogLevel is a run log line's level.
@@ -68,25 +68,19 @@ func (e *Engine) AppendRunLogs(ctx context.Context, workerID string, logs []Atte
 			messages = append(messages, line.Message)
 		}
 	}
-	rows, err := e.pool.Query(ctx, e.q[qLogAppend], pgx.NamedArgs{
-		"worker_id": workerID, "ids": ids, "tokens": tokens, "dropped": dropped,
-		"line_runs": lineRuns, "line_ats": ats, "line_levels": levels, "line_messages": messages,
+	rows, err := e.q.LogAppend(ctx, queries.LogAppendParams{
+		WorkerID: workerID, Ids: ids, Tokens: tokens, Dropped: dropped,
+		LineRuns: lineRuns, LineAts: ats, LineLevels: levels, LineMessages: messages,
 	})
 	if err != nil {
 		return nil, translate("append run logs", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var kept bool
-		if err := rows.Scan(&id, &kept); err != nil {
-			return nil, translate("append run logs", err)
-		}
-		if !kept {
-			lost = append(lost, id)
+	for _, row := range rows {
+		if !deref(row.Kept) {
+			lost = append(lost, deref(row.ID))
 		}
 	}
-	return lost, translate("append run logs", rows.Err())
+	return lost, nil
 }
 
 // RunLogLine is a kept line of a run's log.
@@ -100,19 +94,18 @@ type RunLogLine struct {
 // line (afterAttempt, afterSeq), in order; (0, 0) reads from the first.
 // None when the run is missing or the caller may not read it.
 func (e *Engine) RunLogs(ctx context.Context, runID string, afterAttempt int, afterSeq int64, limit int) ([]RunLogLine, error) {
-	rows, err := e.pool.Query(ctx, e.q[qLogList], pgx.NamedArgs{"id": runID, "after_attempt": afterAttempt,
-		"after_seq": afterSeq, "limit": limit})
+	rows, err := e.q.LogList(ctx, queries.LogListParams{
+		ID: runID, AfterAttempt: int32(afterAttempt), AfterSeq: afterSeq, MaxRows: int32(limit),
+	})
 	if err != nil {
 		return nil, translate("read the log of run "+runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunLogLine, error) {
-		var l RunLogLine
-		var level string
-		err := row.Scan(&l.Attempt, &l.Seq, &l.At, &level, &l.Message)
-		l.Level = LogLevel(level)
-		return l, err
-	})
-	return out, translate("read the log of run "+runID, err)
+	out := make([]RunLogLine, len(rows))
+	for i, row := range rows {
+		out[i] = RunLogLine{Attempt: int(deref(row.Attempt)), Seq: deref(row.Seq), LogLine: LogLine{
+			At: deref(row.LoggedAt), Level: LogLevel(deref(row.Level)), Message: deref(row.Message)}}
+	}
+	return out, nil
 }
 
 // AttemptLogSummary says what the log of one attempt holds.
@@ -131,14 +124,14 @@ type AttemptLogSummary struct {
 // RunLogAttempts returns, per attempt of a run that logged, what its log
 // holds, in attempt order.
 func (e *Engine) RunLogAttempts(ctx context.Context, runID string) ([]AttemptLogSummary, error) {
-	rows, err := e.pool.Query(ctx, e.q[qLogAttempts], pgx.NamedArgs{"id": runID})
+	rows, err := e.q.LogAttempts(ctx, runID)
 	if err != nil {
 		return nil, translate("read the log of run "+runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AttemptLogSummary, error) {
-		var a AttemptLogSummary
-		err := row.Scan(&a.Attempt, &a.Lines, &a.Bytes, &a.Dropped, &a.FirstSeq)
-		return a, err
-	})
-	return out, translate("read the log of run "+runID, err)
+	out := make([]AttemptLogSummary, len(rows))
+	for i, row := range rows {
+		out[i] = AttemptLogSummary{Attempt: int(deref(row.Attempt)), Lines: int(deref(row.Lines)),
+			Bytes: deref(row.Bytes), Dropped: deref(row.Dropped), FirstSeq: deref(row.FirstSeq)}
+	}
+	return out, nil
 }

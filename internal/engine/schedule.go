@@ -3,13 +3,12 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // ConcurrencyPolicy says what a schedule's tick does while a run the
@@ -142,27 +141,6 @@ type ScheduleFilter struct {
 	Namespaces []string
 }
 
-// The schedule functions' calls.
-const (
-	qSchedulePut = `select id::text from workflow.put_schedule(
-		p_name => @name, p_cron => @cron, p_type => @type, p_payload => @payload, p_time_zone => @time_zone,
-		p_priority => @priority, p_max_attempts => @max_attempts,
-		p_deadline => @deadline_us::bigint * interval '1 microsecond',
-		p_concurrency_policy => @concurrency_policy, p_starting_deadline_seconds => @starting_deadline_seconds,
-		p_suspend => @suspend, p_source_namespace => @namespace, p_source_uid => @uid,
-		p_retry_base_delay => @retry_base_ms::bigint * interval '1 millisecond',
-		p_retry_max_delay => @retry_max_ms::bigint * interval '1 millisecond',
-		p_concurrency_key => @concurrency_key)`
-	qScheduleDelete = `select workflow.delete_schedule(@name, @namespace)`
-	qScheduleFire   = `select schedule_id::text, tick, run_id::text, outcome from workflow.fire_due_schedules(@limit)`
-	qScheduleList   = `select id::text, name, source_namespace, source_uid, cron, time_zone, type, payload, priority,
-		max_attempts, (extract(epoch from deadline) * 1000000)::bigint, concurrency_policy, starting_deadline_seconds,
-		suspend, next_tick_at, last_tick_at, last_outcome, last_error, last_fired_run::text, unfinished_runs,
-		created_by, created_at, updated_at, (extract(epoch from retry_base_delay) * 1000)::bigint,
-		(extract(epoch from retry_max_delay) * 1000)::bigint, concurrency_key
-		from workflow.list_schedules(@namespace, @name, @namespaces)`
-)
-
 // validText refuses text the database cannot store (NUL, invalid UTF-8),
 // naming the field.
 func validText(field, s string) error {
@@ -231,19 +209,18 @@ func (e *Engine) PutSchedule(ctx context.Context, spec ScheduleSpec) (Schedule, 
 		us := spec.Deadline.Microseconds()
 		deadline = &us
 	}
-	var starting *int64
+	var starting *int32
 	if spec.StartingDeadline != nil {
-		s := int64(*spec.StartingDeadline / time.Second)
+		s := int32(min(*spec.StartingDeadline/time.Second, 1<<31-1))
 		starting = &s
 	}
-	var id string
-	err := e.pool.QueryRow(ctx, qSchedulePut, pgx.NamedArgs{
-		"name": spec.Name, "cron": spec.Cron, "type": spec.Type, "payload": string(payload), "time_zone": zone,
-		"priority": priority, "max_attempts": attempts, "deadline_us": deadline,
-		"concurrency_policy": string(policy), "starting_deadline_seconds": starting, "suspend": spec.Suspend,
-		"namespace": nullIfEmpty(spec.Namespace), "uid": nullIfEmpty(spec.UID),
-		"retry_base_ms": retryBase, "retry_max_ms": retryMax, "concurrency_key": nullIfEmpty(spec.ConcurrencyKey),
-	}).Scan(&id)
+	_, err := e.q.SchedulePut(ctx, queries.SchedulePutParams{
+		Name: spec.Name, Cron: spec.Cron, Type: spec.Type, Payload: payload, TimeZone: zone,
+		Priority: int32(priority), MaxAttempts: int32(attempts), DeadlineUs: deadline,
+		ConcurrencyPolicy: string(policy), StartingDeadlineSeconds: starting, Suspend: spec.Suspend,
+		Namespace: nullIfEmpty(spec.Namespace), Uid: nullIfEmpty(spec.UID),
+		RetryBaseMs: retryBase, RetryMaxMs: retryMax, ConcurrencyKey: nullIfEmpty(spec.ConcurrencyKey),
+	})
 	if err != nil {
 		return Schedule{}, translate(op, err)
 	}
@@ -266,14 +243,11 @@ func (e *Engine) GetSchedule(ctx context.Context, namespace, name string) (Sched
 // DeleteSchedule deletes the schedule of a namespace ("" for one made
 // directly) and name, and reports whether there was one. Its runs stay.
 func (e *Engine) DeleteSchedule(ctx context.Context, namespace, name string) (bool, error) {
-	var deleted bool
-	err := e.pool.QueryRow(ctx, qScheduleDelete, pgx.NamedArgs{
-		"name": name, "namespace": nullIfEmpty(namespace),
-	}).Scan(&deleted)
+	deleted, err := e.q.ScheduleDelete(ctx, queries.ScheduleDeleteParams{Name: name, Namespace: nullIfEmpty(namespace)})
 	if err != nil {
 		return false, translate("delete schedule "+name, err)
 	}
-	return deleted, nil
+	return deref(deleted), nil
 }
 
 // FireDueSchedules fires up to limit due schedules (1 to 10000) and returns
@@ -281,20 +255,14 @@ func (e *Engine) DeleteSchedule(ctx context.Context, namespace, name string) (bo
 // whoever calls this and however many call it at once; a caller that fails
 // before committing leaves its ticks due for the next call.
 func (e *Engine) FireDueSchedules(ctx context.Context, limit int) ([]ScheduleFiring, error) {
-	rows, err := e.pool.Query(ctx, qScheduleFire, pgx.NamedArgs{"limit": limit})
+	rows, err := e.q.ScheduleFire(ctx, int32(limit))
 	if err != nil {
 		return nil, translate("fire due schedules", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ScheduleFiring, error) {
-		var f ScheduleFiring
-		var run *string
-		var outcome string
-		err := row.Scan(&f.ScheduleID, &f.Tick, &run, &outcome)
-		f.RunID, f.Outcome = deref(run), FiringOutcome(outcome)
-		return f, err
-	})
-	if err != nil {
-		return nil, translate("fire due schedules", err)
+	out := make([]ScheduleFiring, len(rows))
+	for i, row := range rows {
+		out[i] = ScheduleFiring{ScheduleID: deref(row.ScheduleID), Tick: deref(row.Tick), RunID: deref(row.RunID),
+			Outcome: FiringOutcome(deref(row.Outcome))}
 	}
 	return out, nil
 }
@@ -313,53 +281,47 @@ func (e *Engine) ListSchedules(ctx context.Context, f ScheduleFilter) ([]Schedul
 	case f.Namespace != "":
 		ns = &f.Namespace
 	}
-	rows, err := e.pool.Query(ctx, qScheduleList, pgx.NamedArgs{
-		"namespace": ns, "name": nullIfEmpty(f.Name), "namespaces": f.Namespaces,
+	rows, err := e.q.ScheduleList(ctx, queries.ScheduleListParams{
+		Namespace: ns, Name: nullIfEmpty(f.Name), Namespaces: f.Namespaces,
 	})
 	if err != nil {
 		return nil, translate("list schedules", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Schedule, error) { return scanSchedule(row) })
-	if err != nil {
-		return nil, translate("list schedules", err)
+	out := make([]Schedule, len(rows))
+	for i, row := range rows {
+		out[i] = scheduleFromRow(row)
 	}
 	return out, nil
 }
 
-func scanSchedule(row pgx.Row) (Schedule, error) {
+// scheduleFromRow is a schedule as ScheduleList reads it.
+func scheduleFromRow(row queries.ScheduleListRow) Schedule {
 	var s Schedule
-	var ns, uid, outcome, lastErr, lastRun, flowKey *string
-	var deadlineUS, starting, retryBase, retryMax *int64
-	var policy string
-	err := row.Scan(&s.ID, &s.Name, &ns, &uid, &s.Cron, &s.TimeZone, &s.Type, &s.Payload, &s.Priority,
-		&s.MaxAttempts, &deadlineUS, &policy, &starting, &s.Suspend, &s.NextTickAt, &s.LastTickAt, &outcome,
-		&lastErr, &lastRun, &s.UnfinishedRuns, &s.CreatedBy, &s.CreatedAt, &s.UpdatedAt, &retryBase, &retryMax, &flowKey)
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s, err
-		}
-		return s, fmt.Errorf("read schedule: %w", err)
+	s.ID, s.Name, s.Namespace, s.UID = deref(row.ID), deref(row.Name), deref(row.SourceNamespace), deref(row.SourceUid)
+	s.Cron, s.TimeZone, s.Type, s.Payload = deref(row.Cron), deref(row.TimeZone), deref(row.Type), row.Payload
+	s.Priority, s.MaxAttempts, s.Suspend = intPtr(row.Priority), int(deref(row.MaxAttempts)), deref(row.Suspend)
+	s.NextTickAt, s.LastTickAt, s.LastOutcome = deref(row.NextTickAt), row.LastTickAt, FiringOutcome(deref(row.LastOutcome))
+	s.LastError, s.LastFiredRun, s.UnfinishedRuns = deref(row.LastError), deref(row.LastFiredRun), deref(row.UnfinishedRuns)
+	s.CreatedBy, s.CreatedAt, s.UpdatedAt = deref(row.CreatedBy), deref(row.CreatedAt), deref(row.UpdatedAt)
+	s.ConcurrencyPolicy = ConcurrencyPolicy(deref(row.ConcurrencyPolicy))
+	s.ConcurrencyKey = deref(row.ConcurrencyKey)
+	if row.DeadlineUs != nil {
+		s.Deadline = time.Duration(*row.DeadlineUs) * time.Microsecond
 	}
-	s.Namespace, s.UID, s.LastOutcome, s.LastError, s.LastFiredRun = deref(ns), deref(uid), FiringOutcome(deref(outcome)), deref(lastErr), deref(lastRun)
-	s.ConcurrencyPolicy = ConcurrencyPolicy(policy)
-	if deadlineUS != nil {
-		s.Deadline = time.Duration(*deadlineUS) * time.Microsecond
-	}
-	if starting != nil {
-		d := time.Duration(*starting) * time.Second
+	if row.StartingDeadlineSeconds != nil {
+		d := time.Duration(*row.StartingDeadlineSeconds) * time.Second
 		s.StartingDeadline = &d
 	}
-	if retryBase != nil || retryMax != nil {
+	if row.RetryBaseMs != nil || row.RetryMaxMs != nil {
 		s.RetryPolicy = &RetryPolicy{}
-		if retryBase != nil {
-			s.RetryPolicy.BaseDelay = time.Duration(*retryBase) * time.Millisecond
+		if row.RetryBaseMs != nil {
+			s.RetryPolicy.BaseDelay = time.Duration(*row.RetryBaseMs) * time.Millisecond
 		}
-		if retryMax != nil {
-			s.RetryPolicy.MaxDelay = time.Duration(*retryMax) * time.Millisecond
+		if row.RetryMaxMs != nil {
+			s.RetryPolicy.MaxDelay = time.Duration(*row.RetryMaxMs) * time.Millisecond
 		}
 	}
-	s.ConcurrencyKey = deref(flowKey)
-	return s, nil
+	return s
 }
 
 // ScheduleRun is one of a schedule's runs, as ScheduleLatestRuns lists
@@ -385,18 +347,16 @@ func (e *Engine) ScheduleLatestRuns(ctx context.Context, namespace, name string,
 			return nil, fmt.Errorf("schedule runs: %w", err)
 		}
 	}
-	rows, err := e.pool.Query(ctx, `select id::text, status, created_at, finished_at, idempotency_key
-		from workflow.schedule_latest_runs($1::text, $2::text, $3::integer)`, nullIfEmpty(namespace), name, limit)
-	if err != nil {
-		return nil, translate("schedule runs", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ScheduleRun, error) {
-		var r ScheduleRun
-		err := row.Scan(&r.ID, &r.Status, &r.CreatedAt, &r.FinishedAt, &r.IdempotencyKey)
-		return r, err
+	rows, err := e.q.ScheduleLatestRuns(ctx, queries.ScheduleLatestRunsParams{
+		Namespace: nullIfEmpty(namespace), Name: name, MaxRows: int32(limit),
 	})
 	if err != nil {
 		return nil, translate("schedule runs", err)
+	}
+	out := make([]ScheduleRun, len(rows))
+	for i, row := range rows {
+		out[i] = ScheduleRun{ID: deref(row.ID), Status: Status(deref(row.Status)), CreatedAt: deref(row.CreatedAt),
+			FinishedAt: row.FinishedAt, IdempotencyKey: deref(row.IdempotencyKey)}
 	}
 	return out, nil
 }

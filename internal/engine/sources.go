@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // MirroredRun names the Kubernetes object a run was mirrored from.
@@ -19,17 +17,14 @@ func (e *Engine) SourcesOf(ctx context.Context, ids []string) ([]MirroredRun, er
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := e.pool.Query(ctx, `select id, source_namespace, source_name, source_uid from workflow.run_sources($1)`, ids)
+	rows, err := e.q.RunSources(ctx, ids)
 	if err != nil {
 		return nil, translate("look up the objects of changed runs", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MirroredRun, error) {
-		var m MirroredRun
-		err := r.Scan(&m.ID, &m.Source.Namespace, &m.Source.Name, &m.Source.UID)
-		return m, err
-	})
-	if err != nil {
-		return nil, translate("look up the objects of changed runs", err)
+	out := make([]MirroredRun, len(rows))
+	for i, row := range rows {
+		out[i] = MirroredRun{ID: deref(row.ID), Source: Source{Namespace: deref(row.SourceNamespace),
+			Name: deref(row.SourceName), UID: deref(row.SourceUid)}}
 	}
 	return out, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/simple-workflow/simple-workflow/internal/engine/queries"
 )
 
 // PrefixCount is a number of runs of one namespace, first type segment
@@ -26,35 +26,31 @@ type PrefixAge struct {
 
 // RunsByPrefix counts runs by first type segment and status.
 func (e *Engine) RunsByPrefix(ctx context.Context) ([]PrefixCount, error) {
-	rows, err := e.pool.Query(ctx, e.q[qStatsRunsByPrefix])
+	rows, err := e.q.StatsRunsByPrefix(ctx)
 	if err != nil {
 		return nil, translate("count runs", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PrefixCount, error) {
-		var c PrefixCount
-		var s string
-		err := row.Scan(&c.Prefix, &s, &c.Count, &c.Namespace)
-		c.Status = Status(s)
-		return c, err
-	})
-	return out, translate("count runs", err)
+	out := make([]PrefixCount, len(rows))
+	for i, row := range rows {
+		out[i] = PrefixCount{Prefix: deref(row.Segment), Status: Status(deref(row.Status)), Count: deref(row.Runs),
+			Namespace: deref(row.Namespace)}
+	}
+	return out, nil
 }
 
 // OldestRunnableAge returns, per namespace and first type segment, how
 // long the oldest runnable pending run has waited.
 func (e *Engine) OldestRunnableAge(ctx context.Context) ([]PrefixAge, error) {
-	rows, err := e.pool.Query(ctx, e.q[qStatsOldestRunnable])
+	rows, err := e.q.StatsOldestRunnable(ctx)
 	if err != nil {
 		return nil, translate("oldest runnable run", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PrefixAge, error) {
-		var a PrefixAge
-		var secs float64
-		err := row.Scan(&a.Prefix, &secs, &a.Namespace)
-		a.Age = time.Duration(secs * float64(time.Second))
-		return a, err
-	})
-	return out, translate("oldest runnable run", err)
+	out := make([]PrefixAge, len(rows))
+	for i, row := range rows {
+		out[i] = PrefixAge{Prefix: deref(row.Segment), Namespace: deref(row.Namespace),
+			Age: time.Duration(deref(row.AgeSeconds) * float64(time.Second))}
+	}
+	return out, nil
 }
 
 // FinishedRun is the duration of a run that finished.
@@ -73,36 +69,25 @@ type FinishedRun struct {
 // that those finishing after the step are not skipped until the clock is
 // back where it was. lookback is at least the time since the last read.
 func (e *Engine) RunsFinishedSince(ctx context.Context, since time.Time, lookback time.Duration) ([]FinishedRun, time.Time, error) {
-	rows, err := e.pool.Query(ctx, e.q[qStatsFinishedSince], pgx.NamedArgs{"since": since,
-		"lookback_ms": lookback.Milliseconds()})
+	rows, err := e.q.StatsFinishedSince(ctx, queries.StatsFinishedSinceParams{
+		Since: since, LookbackMs: lookback.Milliseconds(),
+	})
 	if err != nil {
 		return nil, since, translate("finished runs", err)
 	}
-	defer rows.Close()
 	var out []FinishedRun
 	next := since
-	for rows.Next() {
-		var (
-			prefix, status, namespace *string
-			secs                      *float64
-			finished                  *time.Time
-			now                       time.Time
-		)
-		if err := rows.Scan(&prefix, &status, &secs, &finished, &namespace, &now); err != nil {
-			return nil, since, translate("finished runs", err)
-		}
-		if now.Before(next) {
+	for _, row := range rows {
+		if now := deref(row.Now); now.Before(next) {
 			next = now
 		}
-		if finished == nil {
+		if row.FinishedAt == nil {
 			continue // none finished
 		}
-		out = append(out, FinishedRun{Prefix: *prefix, Status: Status(*status), Namespace: *namespace,
-			Duration: time.Duration(*secs * float64(time.Second)), FinishedAt: *finished})
-		next = *finished
-	}
-	if err := rows.Err(); err != nil {
-		return nil, since, translate("finished runs", err)
+		out = append(out, FinishedRun{Prefix: deref(row.Segment), Status: Status(deref(row.Status)),
+			Namespace: deref(row.Namespace), Duration: time.Duration(deref(row.Seconds) * float64(time.Second)),
+			FinishedAt: *row.FinishedAt})
+		next = *row.FinishedAt
 	}
 	return out, next, nil
 }

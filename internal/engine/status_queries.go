@@ -2,12 +2,7 @@ package engine
 
 import (
 	"context"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// qRunStepSummary is in queries/status.sql.
-const qRunStepSummary = "RunStepSummary"
 
 // StepSummary is what a run's status shows of its journal and children.
 type StepSummary struct {
@@ -23,14 +18,10 @@ type StepSummary struct {
 // SummarizeSteps reads a run's StepSummary without loading any output. An
 // unknown run has an empty summary.
 func (e *Engine) SummarizeSteps(ctx context.Context, runID string) (StepSummary, error) {
-	var (
-		s    StepSummary
-		last *string
-	)
-	err := e.pool.QueryRow(ctx, e.q[qRunStepSummary], pgx.NamedArgs{"run_id": runID}).Scan(&s.StepsDone, &last, &s.Children)
+	row, err := e.q.RunStepSummary(ctx, runID)
 	if err != nil {
 		return StepSummary{}, translate("summarize steps of run "+runID, err)
 	}
-	s.LastStep = deref(last)
-	return s, nil
+	return StepSummary{StepsDone: int(deref(row.StepsDone)), LastStep: deref(row.LastStep),
+		Children: int(deref(row.Children))}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simple-workflow/simple-workflow/internal/engine"
@@ -134,6 +135,8 @@ func (c *Client) Create(ctx context.Context, workflowType string, payload any, o
 // DB is what CreateIn writes through: a pgx.Tx, a *pgx.Conn or a
 // *pgxpool.Pool.
 type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 

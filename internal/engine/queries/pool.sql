@@ -1,4 +1,4 @@
--- name: PoolQueueDepth
+-- name: PoolQueueDepth :many
 -- Runnable and leased runs of every worker pool in one query, by
 -- workflow.queue_depth (the definition a KEDA scaler or a dashboard uses
 -- too). A pool is given as one row per (pool, prefix), with the pool's cap

@@ -1,0 +1,60 @@
+package engine
+
+import "time"
+
+// The typed queries (package queries) pass SQL's null as a nil pointer; these
+// convert between that and the engine's zero values.
+
+// deref is *p, or T's zero value when p is nil (SQL's null).
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// nullIfEmpty is nil (SQL's null) for "", else a pointer to s.
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// millisOrNil is d in whole milliseconds, or nil (SQL's null) when d is not
+// positive.
+func millisOrNil(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
+}
+
+// int32OrNil is n as an int32, or nil (SQL's null) when n is not positive.
+func int32OrNil(n int) *int32 {
+	if n <= 0 {
+		return nil
+	}
+	v := int32(min(n, 1<<31-1))
+	return &v
+}
+
+// int32Ptr is *p as an int32 (callers validate the range), or nil.
+func int32Ptr(p *int) *int32 {
+	if p == nil {
+		return nil
+	}
+	v := int32(*p)
+	return &v
+}
+
+// intPtr is *p as an int, or nil.
+func intPtr(p *int32) *int {
+	if p == nil {
+		return nil
+	}
+	v := int(*p)
+	return &v
+}
