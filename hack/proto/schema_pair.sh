@@ -7,14 +7,15 @@
 #
 # URL names a server (its database is only used to create the two others:
 # pair_before and pair_after, dropped first). Each gets its schema file and
-# RUNS pending runs (default 480,000). Then PAIRS (default 5) times, for 1
-# and 4 clients, each burns down 40,000 runs in claims of 500 through
+# RUNS pending runs (default 480,000). Then PAIRS (default 6) times, for 1
+# and 4 clients, each burns down 40,000 runs in claims of CLAIM (default
+# 500; 10 weighs what a claim costs whatever its size) through
 # claim_runs and complete_runs (a claim and its completion are two
 # transactions, as a worker makes them), the two databases alternately
 # (which goes first alternates too).
 # Prints runs/s per schema and client count, and the ratio after/before.
 set -euo pipefail
-url=$1 commit=$2 pairs=${3:-6} runs=${4:-480000}
+url=$1 commit=$2 pairs=${3:-6} runs=${4:-480000} claim=${CLAIM:-500}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pgbench=$(ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -V | tail -1)
@@ -46,7 +47,7 @@ for v in before after; do
 done
 rm -f "$before"
 script=$(mktemp)
-echo "call public.pair_cycle(500);" > "$script"
+echo "call public.pair_cycle($claim);" > "$script"
 for p in $(seq "$pairs"); do
   for c in 1 4; do
     line="pair $p clients $c:"
@@ -54,10 +55,10 @@ for p in $(seq "$pairs"); do
     order="before after"
     [ $((p % 2)) = 0 ] && order="after before"
     for v in $order; do
-      out=$("$pgbench" -n -c "$c" -j "$c" -t $((80 / c)) -f "$script" "$(db_url "pair_$v")" 2>&1)
+      out=$("$pgbench" -n -c "$c" -j "$c" -t $((40000 / claim / c)) -f "$script" "$(db_url "pair_$v")" 2>&1)
       tps=$(echo "$out" | sed -nE 's/^tps = ([0-9.]+) .*/\1/p')
       [ -n "$tps" ] || { echo "$out" >&2; exit 1; }
-      rate[$v]=$(echo "$tps * 500" | bc)
+      rate[$v]=$(echo "$tps * $claim" | bc)
     done
     echo "$line before ${rate[before]} after ${rate[after]} runs/s, ratio $(echo "scale=2; ${rate[after]} / ${rate[before]}" | bc)"
   done

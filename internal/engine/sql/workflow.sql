@@ -262,7 +262,7 @@ begin
     return v_version;
 end $$;
 
-select workflow.begin_schema(16);
+select workflow.begin_schema(17);
 
 
 -- ===========================================================================
@@ -2851,6 +2851,218 @@ begin
     ) x);
 end $$;
 
+-- claim_bucket is the turn of a claim woken by a notification: it goes on
+-- only when no other woken claim of the same namespace p_ns, prefixes
+-- p_prefixes and types p_types is under way (that one takes what there
+-- is). It returns the claim's bucket (a hash of its prefixes and types,
+-- 0 to 255) with the bucket's row of workflow_claimer locked until the
+-- claim commits, or null when another claim holds it.
+-- Locks: that row, FOR UPDATE, skipping it when locked (or inserts it:
+-- the new row is held as the lock holds it).
+create or replace function workflow.claim_bucket(p_ns text, p_prefixes text[], p_types text[])
+returns smallint
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+    v_bucket smallint := pg_catalog.hashtext(coalesce(array_to_string(p_prefixes, ','), '') || '|'
+                             || coalesce((select string_agg(t, ',' order by t) from unnest(p_types) t), ''))
+                         & 255;
+begin
+    perform 1 from workflow.workflow_claimer w
+    where w.namespace = p_ns and w.bucket = v_bucket
+    for update skip locked;
+    if not found then
+        insert into workflow.workflow_claimer (namespace, bucket) values (p_ns, v_bucket)
+        on conflict do nothing;
+        if not found then
+            return null;
+        end if;
+    end if;
+    return v_bucket;
+end $$;
+
+-- claim_pick locks the runnable runs of the types p_types of namespace
+-- p_ns (null: every type, except those the registry disables, gives to
+-- another runtime than p_runtime, or limits, p_limited), at most p_limit,
+-- best priority first, then oldest, and returns their addresses: the part
+-- of a claim that no flow limit governs (claim_runs leases them with what
+-- flow_admit let start).
+-- Locks: the runs returned, type by type, FOR UPDATE, skipping locked ones
+-- (never waits on another claim).
+-- Planned under claim_runs' settings, its one caller.
+create or replace function workflow.claim_pick(
+    p_ns text, p_types text[], p_limited text[], p_runtime text, p_limit integer, p_now timestamptz
+) returns tid[]
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+    return (
+    select coalesce(array_agg(c.ctid), '{}')
+    from (
+      select c.ctid
+      from (
+        select r.ctid, r.priority, r.created_at
+        from unnest(p_types) t(type)
+        cross join lateral (
+            select r.ctid, r.priority, r.created_at
+            from workflow.workflow_run r
+            where r.type_namespace = p_ns and r.type collate "C" = t.type
+              and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
+              and r.deleted_at is null
+              and r.wait_kind is distinct from 'limit'
+              and r.run_at <= p_now
+              and (r.deadline_at is null or r.deadline_at > p_now)
+            order by r.priority, r.created_at
+            limit p_limit
+            for update of r skip locked
+        ) r
+        union all
+        select a.ctid, a.priority, a.created_at
+        from (
+            select r.ctid, r.priority, r.created_at
+            from workflow.workflow_run r
+            where p_types is null
+              and r.type_namespace = p_ns
+              and r.status = 'pending'
+              and r.deleted_at is null
+              and r.wait_kind is distinct from 'limit'
+              and r.run_at <= p_now
+              and (r.deadline_at is null or r.deadline_at > p_now)
+              and not exists (
+                  select 1 from workflow.workflow_registry g
+                  where g.namespace = p_ns and g.workflow_name = r.type
+                    and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)
+                         or g.workflow_name = any (p_limited)))
+            order by r.priority, r.created_at
+            limit p_limit
+            for update of r skip locked
+        ) a
+      ) c
+      order by c.priority, c.created_at
+      limit p_limit
+    ) c);
+end $$;
+
+-- claim_lease leases the pending runs at the addresses p_runs (locked by
+-- the claim that calls it) to worker p_worker until p_now plus p_lease_ms,
+-- each with a new lease token, and returns them as claim_runs does, best
+-- priority first, then oldest: a parked run whose timer is due has its wait
+-- entry resolved (a sleep 'ok', any other wait 'timeout') and a 'woken'
+-- event before 'started'; a claim of several records one 'started' batch
+-- row per namespace and history span (p_span); a journal whose outputs
+-- exceed p_journal_cap comes back as a JSON string saying so.
+-- Fires: workflow_source_run_changed (mirrored runs).
+-- Locks: the runs' open wait entries.
+-- Planned under claim_runs' settings, its one caller.
+create or replace function workflow.claim_lease(
+    p_worker text, p_runs tid[], p_lease_ms bigint, p_now timestamptz, p_journal_cap bigint, p_span interval
+) returns table (
+    id uuid, type text, payload jsonb, attempt integer, max_attempts integer, lease_until timestamptz,
+    created_at timestamptz, lease_token bigint, deadline_at timestamptz, journal jsonb, traceparent text,
+    parent_id uuid
+)
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+begin
+    return query
+    with secret as materialized (
+        -- The secret this claim's tokens come from (see new_lease_token):
+        -- drawn once, here.
+        select uuid_send(gen_random_uuid()) as seed
+    ), candidates as (
+        -- The runs locked for this claim, at the addresses they were
+        -- locked at.
+        select r.id, r.wait_kind, r.wait_step
+        from workflow.workflow_run r
+        where r.ctid = any (p_runs)
+          and coalesce(r.status, '') = 'pending'
+    ), claimed as (
+        update workflow.workflow_run r
+        set status      = 'leased',
+            attempt     = r.attempt + 1,
+            leased_by   = p_worker,
+            lease_until = p_now + p_lease_ms * interval '1 millisecond',
+            lease_token = workflow.lease_fence(c.token),
+            heartbeat_count = 0,
+            wait_kind   = null,
+            wait_step   = null,
+            wait_signal = null,
+            started_at  = coalesce(r.started_at, p_now),
+            updated_at  = p_now
+        -- (offset 0: each token is computed once, not once for the fence
+        -- and again for the returned value.)
+        from (select c.*, workflow.new_lease_token(k.seed, c.id) as token
+              from candidates c cross join secret k offset 0) c
+        where r.id = c.id
+        returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
+                  r.created_at, r.priority, c.token as lease_token, r.deadline_at, c.wait_kind, c.wait_step,
+                  r.traceparent, r.namespace, r.parent_id
+    ), timers as (
+        -- The timer resolves the wait it ends: a sleep is done, any other wait
+        -- timed out.
+        update workflow.workflow_step s
+        set outcome     = case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end,
+            finished_at = p_now
+        from claimed c
+        where c.wait_kind is not null
+          and s.run_id = c.id and s.name = c.wait_step and s.finished_at is null
+        returning s.run_id
+    ), span as materialized (
+        -- The history span of the claim's oldest run, once: a run inside
+        -- is placed by two comparisons of its id, any other by its
+        -- creation time (reading the time from an id cost a tenth of a
+        -- claim's server time a run).
+        select b.start, b.lo, b.hi
+        from (select x.id from claimed x order by x.id limit 1) x
+        cross join lateral workflow.history_span_bounds(x.id, p_span) b
+    ), events as (
+        -- A run that waited (woken, then started, so that its events are
+        -- emitted and numbered in order) and the run of a claim of one:
+        -- rows of their own. 'started' is the lease: who holds it, for
+        -- which attempt, until when. The other runs of a claim of several:
+        -- one batch row per namespace and history span (see
+        -- workflow_event.run_ids), whose runs share the worker and the
+        -- lease's end. (One INSERT for both: one table to open.)
+        insert into workflow.workflow_event (workflow_id, event_type, data, run_ids, attempts)
+        select c.id, e.event_type, e.data, null, null
+        from claimed c
+        cross join lateral (values
+            ('woken', jsonb_build_object('reason', case when c.wait_kind = 'sleep' then 'timer' else 'timeout' end,
+                                         'step', c.wait_step, 'wait_kind', c.wait_kind)),
+            ('started', jsonb_build_object('worker_id', p_worker, 'attempt', c.attempt,
+                                           'lease_until', c.lease_until))) e(event_type, data)
+        where (c.wait_kind is not null or (select count(*) from claimed) = 1)
+          and (e.event_type <> 'woken' or c.wait_kind is not null)
+        union all
+        select (array_agg(c.id order by c.id))[1], 'started',
+               jsonb_build_object('worker_id', p_worker, 'lease_until', min(c.lease_until)),
+               array_agg(c.id order by c.id), array_agg(c.attempt order by c.id)
+        from claimed c
+        cross join span b
+        where c.wait_kind is null and (select count(*) from claimed) > 1
+        group by c.namespace, case when c.id >= b.lo and c.id < b.hi then b.start
+                                   else workflow.history_span_start(workflow.run_id_time(c.id), p_span) end
+    )
+    select c.id, c.type::text, c.payload::jsonb, c.attempt, c.max_attempts, c.lease_until, c.created_at,
+           c.lease_token, c.deadline_at::timestamptz,
+           -- A journal too large to load is handed over as a JSON string
+           -- saying so (the client fails that run alone), never aggregated:
+           -- an aggregate over jsonb's limit would fail the whole claim.
+           case when (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id) > p_journal_cap
+                then to_jsonb(format('the journal holds %s bytes of step outputs; a claim loads at most %s (workflow_settings.max_journal_bytes), so the run cannot be replayed',
+                                     (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id),
+                                     p_journal_cap))
+                else (select jsonb_agg(jsonb_build_object(
+                       'name', s.name, 'position', s.position, 'kind', s.kind,
+                       'outcome', case when s.name = c.wait_step and s.finished_at is null
+                                       then case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end
+                                       else s.outcome end,
+                       'output', s.output, 'error', s.error, 'child_id', s.child_id)
+                   order by s.position)
+            from workflow.workflow_step s where s.run_id = c.id) end,
+           c.traceparent::text, c.parent_id
+    from claimed c
+    order by c.priority, c.created_at;
+end $$;
+
 -- claim_runs leases up to p_limit runnable runs of a worker's types (its
 -- prefixes, or the exact p_types) in the namespace it serves (p_namespace,
 -- 'default' when null; refused unless the login works for it), skipping types disabled in the registry
@@ -2966,28 +3178,14 @@ begin
         raise exception 'claim_runs: at most 10000 ended runs to hand off from, got %', cardinality(p_after)
             using errcode = 'SW001';
     end if;
-    -- One claimer per wake-up: a claim woken by a notification goes on
-    -- only when no other woken claim of the same namespace, prefixes and
-    -- types is under way (the one under way takes what there is, and
-    -- wakes the others again below if it filled its limit): their
-    -- bucket's row of workflow_claimer is held until the claim commits.
+    -- One claimer per wake-up (claim_bucket); the one under way wakes the
+    -- others again below if it filled its limit.
     if p_woken then
         v_fresh := pg_catalog.pg_current_xact_id_if_assigned() is null;
-        v_bucket := pg_catalog.hashtext(coalesce(array_to_string(p_type_prefixes, ','), '') || '|'
-                                        || coalesce((select string_agg(t, ',' order by t) from unnest(p_types) t), ''))
-                    & 255;
-        perform 1 from workflow.workflow_claimer w
-        where w.namespace = v_ns and w.bucket = v_bucket
-        for update skip locked;
-        if not found then
-            -- Held by another woken claim, or not made yet (the insert
-            -- holds the new row as the lock does).
-            insert into workflow.workflow_claimer (namespace, bucket) values (v_ns, v_bucket)
-            on conflict do nothing;
-            if not found then
-                perform workflow.restore_marks(v_via);
-                return;
-            end if;
+        v_bucket := workflow.claim_bucket(v_ns, p_type_prefixes, p_types);
+        if v_bucket is null then
+            perform workflow.restore_marks(v_via);
+            return;
         end if;
     end if;
     if p_after is not null then
@@ -3024,153 +3222,17 @@ begin
                 v_types := array(select t from unnest(v_types) t where t <> all (v_limited));
             end if;
         end if;
+        -- The other types fill the rest of the claim.
+        if cardinality(v_admitted) < p_limit and (v_types is null or cardinality(v_types) > 0) then
+            v_admitted := v_admitted || workflow.claim_pick(v_ns, v_types, v_limited, p_runtime,
+                                                            p_limit - cardinality(v_admitted), v_now);
+        end if;
     end if;
 
-    return query
-    with secret as materialized (
-        -- The secret this claim's tokens come from (see new_lease_token):
-        -- drawn once, here.
-        select uuid_send(gen_random_uuid()) as seed
-    ), candidates as (
-        -- What flow_admit let start is leased whole; the other types fill
-        -- the rest of the claim, best priority first, then oldest.
-        select c.id, c.wait_kind, c.wait_step
-        from (
-          select c.id, c.wait_kind, c.wait_step, c.priority, c.created_at
-          from (
-            select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
-            from unnest(v_types) t(type)
-            cross join lateral (
-                select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
-                from workflow.workflow_run r
-                where r.type_namespace = v_ns and r.type collate "C" = t.type
-                  and coalesce(r.status, '') = 'pending' -- idx_workflow_run_claim_type's predicate
-                  and r.deleted_at is null
-                  and r.wait_kind is distinct from 'limit'
-                  and r.run_at <= v_now
-                  and (r.deadline_at is null or r.deadline_at > v_now)
-                order by r.priority, r.created_at
-                limit p_limit - cardinality(v_admitted)
-                for update of r skip locked
-            ) r
-            union all
-            select a.id, a.wait_kind, a.wait_step, a.priority, a.created_at
-            from (
-                select r.id, r.wait_kind, r.wait_step, r.priority, r.created_at
-                from workflow.workflow_run r
-                where v_types is null
-                  and r.type_namespace = v_ns
-                  and r.status = 'pending'
-                  and r.deleted_at is null
-                  and r.wait_kind is distinct from 'limit'
-                  and r.run_at <= v_now
-                  and (r.deadline_at is null or r.deadline_at > v_now)
-                  and not exists (
-                      select 1 from workflow.workflow_registry g
-                      where g.namespace = v_ns and g.workflow_name = r.type
-                        and (not g.is_enabled or (p_runtime is not null and g.runtime <> p_runtime)
-                             or g.workflow_name = any (v_limited)))
-                order by r.priority, r.created_at
-                limit p_limit - cardinality(v_admitted)
-                for update of r skip locked
-            ) a
-          ) c
-          order by c.priority, c.created_at
-          limit p_limit - cardinality(v_admitted)
-        ) c
-        union all
-        -- Runs flow_admit let start, at the addresses it locked them at.
-        select r.id, r.wait_kind, r.wait_step
-        from workflow.workflow_run r
-        where r.ctid = any (v_admitted)
-          and coalesce(r.status, '') = 'pending'
-    ), claimed as (
-        update workflow.workflow_run r
-        set status      = 'leased',
-            attempt     = r.attempt + 1,
-            leased_by   = p_worker_id,
-            lease_until = v_now + p_lease_ms * interval '1 millisecond',
-            lease_token = workflow.lease_fence(c.token),
-            heartbeat_count = 0,
-            wait_kind   = null,
-            wait_step   = null,
-            wait_signal = null,
-            started_at  = coalesce(r.started_at, v_now),
-            updated_at  = v_now
-        -- (offset 0: each token is computed once, not once for the fence
-        -- and again for the returned value.)
-        from (select c.*, workflow.new_lease_token(k.seed, c.id) as token
-              from candidates c cross join secret k offset 0) c
-        where r.id = c.id
-        returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_until,
-                  r.created_at, r.priority, c.token as lease_token, r.deadline_at, c.wait_kind, c.wait_step,
-                  r.traceparent, r.namespace, r.parent_id
-    ), timers as (
-        -- The timer resolves the wait it ends: a sleep is done, any other wait
-        -- timed out.
-        update workflow.workflow_step s
-        set outcome     = case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end,
-            finished_at = v_now
-        from claimed c
-        where c.wait_kind is not null
-          and s.run_id = c.id and s.name = c.wait_step and s.finished_at is null
-        returning s.run_id
-    ), span as materialized (
-        -- The history span of the claim's oldest run, once: a run inside
-        -- is placed by two comparisons of its id, any other by its
-        -- creation time (reading the time from an id cost a tenth of a
-        -- claim's server time a run).
-        select b.start, b.lo, b.hi
-        from (select x.id from claimed x order by x.id limit 1) x
-        cross join lateral workflow.history_span_bounds(x.id, v_span) b
-    ), events as (
-        -- A run that waited (woken, then started, so that its events are
-        -- emitted and numbered in order) and the run of a claim of one:
-        -- rows of their own. 'started' is the lease: who holds it, for
-        -- which attempt, until when. The other runs of a claim of several:
-        -- one batch row per namespace and history span (see
-        -- workflow_event.run_ids), whose runs share the worker and the
-        -- lease's end. (One INSERT for both: one table to open.)
-        insert into workflow.workflow_event (workflow_id, event_type, data, run_ids, attempts)
-        select c.id, e.event_type, e.data, null, null
-        from claimed c
-        cross join lateral (values
-            ('woken', jsonb_build_object('reason', case when c.wait_kind = 'sleep' then 'timer' else 'timeout' end,
-                                         'step', c.wait_step, 'wait_kind', c.wait_kind)),
-            ('started', jsonb_build_object('worker_id', p_worker_id, 'attempt', c.attempt,
-                                           'lease_until', c.lease_until))) e(event_type, data)
-        where (c.wait_kind is not null or (select count(*) from claimed) = 1)
-          and (e.event_type <> 'woken' or c.wait_kind is not null)
-        union all
-        select (array_agg(c.id order by c.id))[1], 'started',
-               jsonb_build_object('worker_id', p_worker_id, 'lease_until', min(c.lease_until)),
-               array_agg(c.id order by c.id), array_agg(c.attempt order by c.id)
-        from claimed c
-        cross join span b
-        where c.wait_kind is null and (select count(*) from claimed) > 1
-        group by c.namespace, case when c.id >= b.lo and c.id < b.hi then b.start
-                                   else workflow.history_span_start(workflow.run_id_time(c.id), v_span) end
-    )
-    select c.id, c.type::text, c.payload::jsonb, c.attempt, c.max_attempts, c.lease_until, c.created_at,
-           c.lease_token, c.deadline_at::timestamptz,
-           -- A journal too large to load is handed over as a JSON string
-           -- saying so (the client fails that run alone), never aggregated:
-           -- an aggregate over jsonb's limit would fail the whole claim.
-           case when (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id) > v_journal_cap
-                then to_jsonb(format('the journal holds %s bytes of step outputs; a claim loads at most %s (workflow_settings.max_journal_bytes), so the run cannot be replayed',
-                                     (select sum(s.output_bytes) from workflow.workflow_step s where s.run_id = c.id),
-                                     v_journal_cap))
-                else (select jsonb_agg(jsonb_build_object(
-                       'name', s.name, 'position', s.position, 'kind', s.kind,
-                       'outcome', case when s.name = c.wait_step and s.finished_at is null
-                                       then case when c.wait_kind = 'sleep' then 'ok' else 'timeout' end
-                                       else s.outcome end,
-                       'output', s.output, 'error', s.error, 'child_id', s.child_id)
-                   order by s.position)
-            from workflow.workflow_step s where s.run_id = c.id) end,
-           c.traceparent::text, c.parent_id
-    from claimed c
-    order by c.priority, c.created_at;
+    if cardinality(v_admitted) > 0 then
+        return query
+        select * from workflow.claim_lease(p_worker_id, v_admitted, p_lease_ms, v_now, v_journal_cap, v_span);
+    end if;
     get diagnostics v_claimed = row_count;
     -- A full woken claim may have left runs behind: the workers of its
     -- bucket that it made skip (above) are woken again. (Only a woken
@@ -8304,6 +8366,9 @@ revoke all on function
     workflow.created_attempts(uuid),
     workflow.claim_runs(text, text[], text, integer, bigint, text[], text, uuid[], boolean),
     workflow.hand_off_candidates(text, text, uuid[], text[], text[], text[], text, integer, timestamptz),
+    workflow.claim_bucket(text, text[], text[]),
+    workflow.claim_pick(text, text[], text[], text, integer, timestamptz),
+    workflow.claim_lease(text, tid[], bigint, timestamptz, bigint, interval),
     workflow.complete_runs(text, uuid[], bigint[], jsonb[]),
     workflow.create_runs(text[], text[], integer[], timestamptz[], text[], integer[], bigint[], bigint[], bigint[],
                          text[], text[], text, text),
