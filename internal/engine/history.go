@@ -22,7 +22,7 @@ type HistoryPartition struct {
 // the span in progress and the ahead spans after it, and returns how many it
 // made.
 func (e *Engine) PrepareHistoryPartitions(ctx context.Context, ahead int) (int, error) {
-	n, err := e.q.HistoryPrepare(ctx, int32(ahead))
+	n, err := e.q.HistoryPrepare(ctx, clamp32(ahead))
 	if err != nil {
 		return 0, translate("prepare history partitions", err)
 	}

@@ -369,7 +369,7 @@ type ChildRun struct {
 
 // ListChildren returns up to limit child runs of a run, oldest first.
 func (e *Engine) ListChildren(ctx context.Context, parentID string, limit int) ([]ChildRun, error) {
-	rows, err := e.q.RunChildren(ctx, queries.RunChildrenParams{ParentID: parentID, MaxRows: int32(limit)})
+	rows, err := e.q.RunChildren(ctx, queries.RunChildrenParams{ParentID: parentID, MaxRows: clamp32(limit)})
 	if err != nil {
 		return nil, translate("list children of run "+parentID, err)
 	}

@@ -101,7 +101,7 @@ func claimArgs(p ClaimParams) queries.RunClaimParams {
 		WorkerID:     p.WorkerID,
 		TypePrefixes: prefixes,
 		Runtime:      nullIfEmpty(p.Runtime),
-		MaxRows:      int32(p.Limit),
+		MaxRows:      clamp32(p.Limit),
 		LeaseMs:      p.LeaseDuration.Milliseconds(),
 		Types:        nilIfEmpty(p.Types),
 		Namespace:    nullIfEmpty(p.Namespace),
@@ -313,7 +313,7 @@ type ReapResult struct {
 // ReapExpiredLeases returns up to limit runs whose lease expired to pending,
 // or fails them when out of attempts. Safe to call from many processes.
 func (e *Engine) ReapExpiredLeases(ctx context.Context, limit int) ([]ReapResult, error) {
-	rows, err := e.q.RunReapExpired(ctx, int32(limit))
+	rows, err := e.q.RunReapExpired(ctx, clamp32(limit))
 	if err != nil {
 		return nil, translate("reap expired leases", err)
 	}
@@ -328,7 +328,7 @@ func (e *Engine) ReapExpiredLeases(ctx context.Context, limit int) ([]ReapResult
 // (pending, parked or leased) with "deadline exceeded", and returns their
 // ids. Safe to call from many processes.
 func (e *Engine) ExpireDeadlines(ctx context.Context, limit int) ([]string, error) {
-	rows, err := e.q.RunExpireDeadlines(ctx, int32(limit))
+	rows, err := e.q.RunExpireDeadlines(ctx, clamp32(limit))
 	if err != nil {
 		return nil, translate("expire deadlines", err)
 	}
@@ -344,7 +344,7 @@ func (e *Engine) ExpireDeadlines(ctx context.Context, limit int) ([]string, erro
 // many it deleted.
 func (e *Engine) DeleteFinishedRuns(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	n, err := e.q.RunDeleteFinished(ctx, queries.RunDeleteFinishedParams{
-		RetentionMs: retention.Milliseconds(), MaxRows: int32(limit),
+		RetentionMs: retention.Milliseconds(), MaxRows: clamp32(limit),
 	})
 	if err != nil {
 		return 0, translate("delete finished runs", err)

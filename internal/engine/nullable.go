@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // The typed queries (package queries) pass SQL's null as a nil pointer; these
 // convert between that and the engine's zero values.
@@ -37,16 +40,23 @@ func int32OrNil(n int) *int32 {
 	if n <= 0 {
 		return nil
 	}
-	v := int32(min(n, 1<<31-1))
+	v := clamp32(n)
 	return &v
 }
 
-// int32Ptr is *p as an int32 (callers validate the range), or nil.
+// clamp32 is n as an int32, saturated at its bounds: a value out of an
+// integer parameter's range reaches the database as one it refuses with
+// its own error, never wrapped around into another.
+func clamp32(n int) int32 {
+	return int32(min(max(n, math.MinInt32), math.MaxInt32))
+}
+
+// int32Ptr is *p as an int32 (saturated, as clamp32), or nil.
 func int32Ptr(p *int) *int32 {
 	if p == nil {
 		return nil
 	}
-	v := int32(*p)
+	v := clamp32(*p)
 	return &v
 }
 

@@ -31,7 +31,7 @@ func (e *Engine) RetryRun(ctx context.Context, p RetryParams) error {
 	}
 	var attempts *int32
 	if p.Attempts > 0 {
-		a := int32(p.Attempts)
+		a := clamp32(p.Attempts)
 		attempts = &a
 	}
 	row, err := e.q.RunRetry(ctx, queries.RunRetryParams{ID: p.ID, Attempts: attempts, By: eventLabel(p.By)})

@@ -280,7 +280,7 @@ func (e *Engine) ListRuns(ctx context.Context, p ListParams) (ListPage, error) {
 	for _, s := range p.Statuses {
 		statuses = append(statuses, string(s))
 	}
-	arg := queries.RunListParams{TypePrefix: nullIfEmpty(p.TypePrefix), Statuses: statuses, MaxRows: int32(limit + 1)}
+	arg := queries.RunListParams{TypePrefix: nullIfEmpty(p.TypePrefix), Statuses: statuses, MaxRows: clamp32(limit + 1)}
 	if p.Cursor != "" {
 		at, id, err := DecodeCursor(p.Cursor)
 		if err != nil {

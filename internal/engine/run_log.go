@@ -95,7 +95,7 @@ type RunLogLine struct {
 // None when the run is missing or the caller may not read it.
 func (e *Engine) RunLogs(ctx context.Context, runID string, afterAttempt int, afterSeq int64, limit int) ([]RunLogLine, error) {
 	rows, err := e.q.LogList(ctx, queries.LogListParams{
-		ID: runID, AfterAttempt: int32(afterAttempt), AfterSeq: afterSeq, MaxRows: int32(limit),
+		ID: runID, AfterAttempt: clamp32(afterAttempt), AfterSeq: afterSeq, MaxRows: clamp32(limit),
 	})
 	if err != nil {
 		return nil, translate("read the log of run "+runID, err)

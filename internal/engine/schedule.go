@@ -211,12 +211,12 @@ func (e *Engine) PutSchedule(ctx context.Context, spec ScheduleSpec) (Schedule, 
 	}
 	var starting *int32
 	if spec.StartingDeadline != nil {
-		s := int32(min(*spec.StartingDeadline/time.Second, 1<<31-1))
+		s := clamp32(int(*spec.StartingDeadline / time.Second))
 		starting = &s
 	}
 	_, err := e.q.SchedulePut(ctx, queries.SchedulePutParams{
 		Name: spec.Name, Cron: spec.Cron, Type: spec.Type, Payload: payload, TimeZone: zone,
-		Priority: int32(priority), MaxAttempts: int32(attempts), DeadlineUs: deadline,
+		Priority: clamp32(priority), MaxAttempts: clamp32(attempts), DeadlineUs: deadline,
 		ConcurrencyPolicy: string(policy), StartingDeadlineSeconds: starting, Suspend: spec.Suspend,
 		Namespace: nullIfEmpty(spec.Namespace), Uid: nullIfEmpty(spec.UID),
 		RetryBaseMs: retryBase, RetryMaxMs: retryMax, ConcurrencyKey: nullIfEmpty(spec.ConcurrencyKey),
@@ -255,7 +255,7 @@ func (e *Engine) DeleteSchedule(ctx context.Context, namespace, name string) (bo
 // whoever calls this and however many call it at once; a caller that fails
 // before committing leaves its ticks due for the next call.
 func (e *Engine) FireDueSchedules(ctx context.Context, limit int) ([]ScheduleFiring, error) {
-	rows, err := e.q.ScheduleFire(ctx, int32(limit))
+	rows, err := e.q.ScheduleFire(ctx, clamp32(limit))
 	if err != nil {
 		return nil, translate("fire due schedules", err)
 	}
@@ -348,7 +348,7 @@ func (e *Engine) ScheduleLatestRuns(ctx context.Context, namespace, name string,
 		}
 	}
 	rows, err := e.q.ScheduleLatestRuns(ctx, queries.ScheduleLatestRunsParams{
-		Namespace: nullIfEmpty(namespace), Name: name, MaxRows: int32(limit),
+		Namespace: nullIfEmpty(namespace), Name: name, MaxRows: clamp32(limit),
 	})
 	if err != nil {
 		return nil, translate("schedule runs", err)

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -145,5 +146,63 @@ func TestFullClaimWakesTheOthersAgain(t *testing.T) {
 	}
 	if p := next(500 * time.Millisecond); p != "" {
 		t.Fatalf("a woken claim short of its limit notified %q", p)
+	}
+}
+
+// A woken claim that finds nothing, even of limit 1, wakes no one again
+// (its limit was not filled), and commits without waiting for the WAL
+// (it wrote nothing but its bucket's lock).
+func TestEmptyWokenClaimWakesNoOneAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	listener, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = listener.Close(context.WithoutCancel(b.ctx)) }()
+	if _, err := listener.Exec(b.ctx, "listen workflow_run_created"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(b.ctx)) }()
+	for _, limit := range []int{1, 2} {
+		tx, err := conn.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		err = tx.QueryRow(b.ctx, `select count(*) from workflow.claim_runs('w1', '{empty.}', 'go', $1, 30000,
+			null, 'team-e', null, true)`, limit).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sync string
+		if err := tx.QueryRow(b.ctx, "select current_setting('synchronous_commit')").Scan(&sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 || sync != "off" {
+			t.Errorf("an empty woken claim of limit %d: claimed %d, synchronous_commit %q; want 0 and off", limit, n, sync)
+		}
+		// Notifications arrive in commit order: the marker, sent after the
+		// claim committed, comes first unless the claim notified.
+		marker := fmt.Sprintf("marker-%d", limit)
+		if _, err := conn.Exec(b.ctx, "select pg_notify('workflow_run_created', $1)", marker); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		got, err := listener.WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("waiting for the marker: %v", err)
+		}
+		if got.Payload != marker {
+			t.Errorf("an empty woken claim of limit %d notified %q", limit, got.Payload)
+		}
 	}
 }

@@ -3229,11 +3229,12 @@ begin
         end if;
     end if;
 
+    v_claimed := 0;
     if cardinality(v_admitted) > 0 then
         return query
         select * from workflow.claim_lease(p_worker_id, v_admitted, p_lease_ms, v_now, v_journal_cap, v_span);
+        get diagnostics v_claimed = row_count;
     end if;
-    get diagnostics v_claimed = row_count;
     -- A full woken claim may have left runs behind: the workers of its
     -- bucket that it made skip (above) are woken again. (Only a woken
     -- claim makes others skip; a NOTIFY from every full claim serialised
