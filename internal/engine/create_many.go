@@ -76,10 +76,7 @@ func (e *Engine) CreateRunsIn(ctx context.Context, db Querier, ps []CreateParams
 		traces[i] = nullIfEmpty(p.TraceParent)
 		flowKeys[i] = nullIfEmpty(p.ConcurrencyKey)
 		keys[i] = nullIfEmpty(p.IdempotencyKey)
-		if p.MaxAttempts > 0 {
-			v := int32(p.MaxAttempts)
-			maxAttempts[i] = &v
-		}
+		maxAttempts[i] = int32OrNil(p.MaxAttempts)
 		deadlineMS[i] = millisOrNil(p.Deadline)
 		if p.RetryPolicy != nil {
 			baseMS[i], maxMS[i] = millisOrNil(p.RetryPolicy.BaseDelay), millisOrNil(p.RetryPolicy.MaxDelay)

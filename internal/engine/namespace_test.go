@@ -118,6 +118,22 @@ func TestProducerOfOneNamespaceReachesNoOther(t *testing.T) {
 	if got := a.visibleIDs(t, b, "select id::text from workflow.workflow_run"); !slices.Equal(got, []string{mine}) {
 		t.Errorf("team-a's producer sees %v, want its own run", got)
 	}
+	// And through the engine's typed queries, with the login's own pool.
+	for _, id := range []string{pending, parked, failed} {
+		if _, err := a.eng.GetRun(b.ctx, id); !errors.Is(err, engine.ErrNotFound) {
+			t.Errorf("get team-b's run %s as team-a's producer: %v, want not found", id, err)
+		}
+		evs, err1 := a.eng.ListEventsAfter(b.ctx, id, -1<<62)
+		steps, err2 := a.eng.ListSteps(b.ctx, id)
+		sigs, err3 := a.eng.ListSignals(b.ctx, id)
+		if len(evs)+len(steps)+len(sigs) != 0 || err1 != nil || err2 != nil || err3 != nil {
+			t.Errorf("team-b's run %s as team-a's producer: %d events, %d steps, %d signals (%v %v %v)",
+				id, len(evs), len(steps), len(sigs), err1, err2, err3)
+		}
+	}
+	if page, err := a.eng.ListRuns(b.ctx, engine.ListParams{Limit: 1000}); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != mine {
+		t.Errorf("ListRuns as team-a's producer: %+v (%v), want its own run alone", page.Runs, err)
+	}
 
 	// Writes on team-b's runs reach nothing.
 	if tag := a.requireAllowed(t, b.ctx, seedCancel, pending); tag.RowsAffected() != 0 {

@@ -29,12 +29,7 @@ func (e *Engine) RetryRun(ctx context.Context, p RetryParams) error {
 	if p.Attempts < 0 || p.Attempts > MaxAttemptsLimit {
 		return fmt.Errorf("retry run %s: %w: attempts must be between 1 and %d, or 0 for the run's own", p.ID, ErrInvalid, MaxAttemptsLimit)
 	}
-	var attempts *int32
-	if p.Attempts > 0 {
-		a := clamp32(p.Attempts)
-		attempts = &a
-	}
-	row, err := e.q.RunRetry(ctx, queries.RunRetryParams{ID: p.ID, Attempts: attempts, By: eventLabel(p.By)})
+	row, err := e.q.RunRetry(ctx, queries.RunRetryParams{ID: p.ID, Attempts: int32OrNil(p.Attempts), By: eventLabel(p.By)})
 	if err != nil {
 		return translate("retry run "+p.ID, err)
 	}

@@ -332,12 +332,29 @@ func TestPriorityBounded(t *testing.T) {
 			t.Fatalf("create_runs with priority %d: %v", p, err)
 		}
 	}
+	// Past an integer's range the value reaches the database saturated, and
+	// is refused there: never wrapped around into a valid priority.
+	for _, p := range []int{1<<32 + 5, -(1 << 32)} {
+		pr := p
+		if _, err := b.eng.CreateRun(b.ctx, engine.CreateParams{Type: "prio.a.v1", Priority: &pr}); !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("create_run with priority %d: %v", p, err)
+		}
+		if _, err := b.eng.CreateRuns(b.ctx, []engine.CreateParams{{Type: "prio.a.v1", Priority: &pr}}); !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("create_runs with priority %d: %v", p, err)
+		}
+	}
+	if runs, err := b.eng.ListRuns(b.ctx, engine.ListParams{TypePrefix: "prio.a."}); err != nil || len(runs.Runs) != 0 {
+		t.Fatalf("runs recorded with a refused priority: %+v (%v)", runs.Runs, err)
+	}
 	b.create(t, engine.CreateParams{Type: "prio.p.v1"})
 	c := b.claimOne(t, "w", "prio.p.")
 	low := -5
-	if r, err := b.eng.StartChild(b.ctx, engine.ChildParams{LeaseRef: c.Ref(), WorkerID: "w", Step: "kid", Position: 0, Type: "prio.kid.v1", Priority: &low}); err != nil ||
-		r.Status != engine.WriteInvalid || !strings.Contains(r.Message, "priority must be between 0 and 1000000") {
-		t.Fatalf("a child with priority -5: %+v, %v", r, err)
+	huge := 1<<32 + 5
+	for _, p := range []*int{&low, &huge} {
+		if r, err := b.eng.StartChild(b.ctx, engine.ChildParams{LeaseRef: c.Ref(), WorkerID: "w", Step: "kid", Position: 0, Type: "prio.kid.v1", Priority: p}); err != nil ||
+			r.Status != engine.WriteInvalid || !strings.Contains(r.Message, "priority must be between 0 and 1000000") {
+			t.Fatalf("a child with priority %d: %+v, %v", *p, r, err)
+		}
 	}
 }
 
