@@ -68,3 +68,19 @@ func intPtr(p *int32) *int {
 	v := int(*p)
 	return &v
 }
+
+// retryPolicyOf is the retry policy stored as two delays in milliseconds,
+// or nil when neither is set (the run's or schedule's defaults apply).
+func retryPolicyOf(baseMS, maxMS *int64) *RetryPolicy {
+	if baseMS == nil && maxMS == nil {
+		return nil
+	}
+	rp := &RetryPolicy{}
+	if baseMS != nil {
+		rp.BaseDelay = time.Duration(*baseMS) * time.Millisecond
+	}
+	if maxMS != nil {
+		rp.MaxDelay = time.Duration(*maxMS) * time.Millisecond
+	}
+	return rp
+}

@@ -218,16 +218,7 @@ func runFromRow(row queries.RunGetRow) Run {
 			r.Wait.Until = &until
 		}
 	}
-	baseMS, maxMS := row.RetryBaseMs, row.RetryMaxMs
-	if baseMS != nil || maxMS != nil {
-		r.RetryPolicy = &RetryPolicy{}
-		if baseMS != nil {
-			r.RetryPolicy.BaseDelay = time.Duration(*baseMS) * time.Millisecond
-		}
-		if maxMS != nil {
-			r.RetryPolicy.MaxDelay = time.Duration(*maxMS) * time.Millisecond
-		}
-	}
+	r.RetryPolicy = retryPolicyOf(row.RetryBaseMs, row.RetryMaxMs)
 	if row.SourceUid != nil || row.SourceName != nil {
 		r.Source = &Source{Namespace: deref(row.SourceNamespace), Name: deref(row.SourceName), UID: deref(row.SourceUid)}
 	}

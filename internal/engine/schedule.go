@@ -312,15 +312,7 @@ func scheduleFromRow(row queries.ScheduleListRow) Schedule {
 		d := time.Duration(*row.StartingDeadlineSeconds) * time.Second
 		s.StartingDeadline = &d
 	}
-	if row.RetryBaseMs != nil || row.RetryMaxMs != nil {
-		s.RetryPolicy = &RetryPolicy{}
-		if row.RetryBaseMs != nil {
-			s.RetryPolicy.BaseDelay = time.Duration(*row.RetryBaseMs) * time.Millisecond
-		}
-		if row.RetryMaxMs != nil {
-			s.RetryPolicy.MaxDelay = time.Duration(*row.RetryMaxMs) * time.Millisecond
-		}
-	}
+	s.RetryPolicy = retryPolicyOf(row.RetryBaseMs, row.RetryMaxMs)
 	return s
 }
 
