@@ -262,7 +262,7 @@ begin
     return v_version;
 end $$;
 
-select workflow.begin_schema(17);
+select workflow.begin_schema(18);
 
 
 -- ===========================================================================
@@ -355,11 +355,18 @@ comment on table workflow.workflow_settings is
 insert into workflow.workflow_settings default values on conflict do nothing;
 
 -- The clock of every rule: now() moved by the owner's clock_offset (zero
--- unless a test moved it). Inlined where it is called: one read of the
--- settings row per statement.
+-- unless a test moved it). PL/pgSQL, not SQL: a SQL function that reads a
+-- table is never inlined, and the server parses and plans its body again
+-- in every statement that calls it (about 50 µs), where PL/pgSQL keeps
+-- the plan for the session. Statements that need it for many rows read it
+-- once, as (select workflow.now()). Every name is qualified, the operator
+-- too: the body is parsed with the caller's search_path.
 create or replace function workflow.now() returns timestamptz
-language sql stable parallel safe
-return pg_catalog.now() + coalesce((select st.clock_offset from workflow.workflow_settings st), '0');
+language plpgsql stable parallel safe as $$
+begin
+    return pg_catalog.now() operator(pg_catalog.+)
+           coalesce((select st.clock_offset from workflow.workflow_settings st), '0'::pg_catalog.interval);
+end $$;
 
 
 -- NAMESPACES. Every run belongs to a namespace (a Kubernetes namespace, or
@@ -484,17 +491,23 @@ return pg_catalog.pg_has_role(session_user, current_user, 'MEMBER');
 -- 'worker', 'reader', or 'read': producer or reader), through a binding of
 -- its own or of a role it is a member of; null for the owner (every
 -- namespace), '{}' for a login bound to none.
+-- (PL/pgSQL, so that the session keeps its plan: as a SQL function with a
+-- SET clause it was parsed and planned at every call, about 0.3 ms of a
+-- one-run insert.)
 create or replace function workflow.caller_namespaces(p_capacity text) returns text[]
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-    select case when workflow.session_is_owner() then null
-                else coalesce((
-                    select array_agg(distinct g.namespace order by g.namespace)
-                    from workflow.workflow_namespace_grant g
-                    join pg_catalog.pg_roles r on r.rolname = g.role_name
-                    where g.capacity = any (case when p_capacity = 'read' then array['producer', 'reader']
-                                                 else array[p_capacity] end)
-                      and pg_has_role(session_user, r.oid, 'MEMBER')), '{}') end
-$$;
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    if workflow.session_is_owner() then
+        return null;
+    end if;
+    return coalesce((
+        select array_agg(distinct g.namespace order by g.namespace)
+        from workflow.workflow_namespace_grant g
+        join pg_catalog.pg_roles r on r.rolname = g.role_name
+        where g.capacity = any (case when p_capacity = 'read' then array['producer', 'reader']
+                                     else array[p_capacity] end)
+          and pg_has_role(session_user, r.oid, 'MEMBER')), '{}');
+end $$;
 
 -- Whether the session's login acts on p_namespace as p_capacity (inlined
 -- where it is called: the owner's answer costs one membership test).
@@ -645,13 +658,18 @@ create index if not exists idx_workflow_registry_owner on workflow.workflow_regi
 -- p_namespace may then ask for it (type_namespace), and run among
 -- p_type_namespace's workers. A run of a type its own namespace runs needs
 -- no share.
+-- (PL/pgSQL: row-level security asks it for every row a login inserts,
+-- and a SQL function with a SET clause is planned again at every call.)
 create or replace function workflow.type_shared(p_type_namespace text, p_type text, p_namespace text) returns boolean
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-    select p_type_namespace = p_namespace
-        or exists (select 1 from workflow.workflow_registry g
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    if p_type_namespace = p_namespace then
+        return true;
+    end if;
+    return exists (select 1 from workflow.workflow_registry g
                    where g.namespace = p_type_namespace and g.workflow_name = p_type
-                     and p_namespace = any (g.shared_with))
-$$;
+                     and p_namespace = any (g.shared_with));
+end $$;
 
 
 -- The durable inbox: one row per recorded intent. The checks are written
@@ -1510,7 +1528,7 @@ begin
                 -- changed under a running workflow): it fails, and so does
                 -- its workflow, instead of nesting without end.
                 update workflow.workflow_run r
-                set status = 'failed', finished_at = workflow.now(), updated_at = workflow.now(),
+                set status = 'failed', finished_at = (select workflow.now()), updated_at = (select workflow.now()),
                     last_error = format('%s has steps of its own; a step must be a type that workers run', v_dag.type)
                 where r.id = v_dag.id;
                 insert into workflow.workflow_event (workflow_id, event_type, data)
@@ -1519,7 +1537,7 @@ begin
                 continue;
             end if;
             update workflow.workflow_run r
-            set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = workflow.now()
+            set dag = v_dag.def, run_at = workflow.far_future(), wait_kind = 'dag', updated_at = (select workflow.now())
             where r.id = v_dag.id;
             insert into workflow.workflow_event (workflow_id, event_type, data)
             values (v_dag.id, 'waiting', jsonb_build_object('kind', 'dag',
@@ -1746,10 +1764,10 @@ begin
         insert into workflow.workflow_run (id, type, payload, priority, run_at, max_attempts,
                                            retry_base_delay, retry_max_delay, deadline_at, traceparent,
                                            concurrency_key, namespace, type_namespace)
-        select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()),
+        select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, (select workflow.now())),
                coalesce(t.max_attempts, 3),
                t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-               workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey, v_ns, v_tns
+               (select workflow.now()) + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey, v_ns, v_tns
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, p_max_attempts,
                     p_retry_base_ms, p_retry_max_ms, p_deadline_ms, p_traceparents, p_concurrency_keys)
              as t(id, type, payload, priority, run_at, max_attempts, base_ms, max_ms, deadline_ms,
@@ -1768,10 +1786,10 @@ begin
     insert into workflow.workflow_run (id, type, payload, priority, run_at, idempotency_key, max_attempts,
                                        retry_base_delay, retry_max_delay, deadline_at, traceparent, concurrency_key,
                                        namespace, type_namespace)
-    select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, workflow.now()), t.key,
+    select t.id, t.type, t.payload, coalesce(t.priority, 100), coalesce(t.run_at, (select workflow.now())), t.key,
            coalesce(t.max_attempts, 3),
            t.base_ms * interval '1 millisecond', t.max_ms * interval '1 millisecond',
-           workflow.now() + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey, v_ns, v_tns
+           (select workflow.now()) + t.deadline_ms * interval '1 millisecond', t.traceparent, t.ckey, v_ns, v_tns
     from (
         select u.*, row_number() over (partition by u.key order by u.ord) as nth
         from unnest(v_ids, p_types, v_payloads, p_priorities, p_run_ats, v_keys, p_max_attempts,
@@ -1828,7 +1846,7 @@ begin
     -- fail_runs use is off, whoever set it; see set_marks.)
     perform set_config('workflow.ends_children', '', true);
     update workflow.workflow_run
-    set status = 'cancelled', updated_at = workflow.now()
+    set status = 'cancelled', updated_at = (select workflow.now())
     where id = p_id and status in ('pending', 'leased') and workflow.acts_on(namespace, 'producer');
     v_done := found;
     perform set_config('workflow.cancel_reason', '', true);
@@ -2660,7 +2678,7 @@ begin
     for update skip locked;
     if found then
         update workflow.workflow_run r
-        set wait_kind = null, run_at = workflow.now(), updated_at = workflow.now()
+        set wait_kind = null, run_at = (select workflow.now()), updated_at = (select workflow.now())
         where r.id = v_id;
     end if;
     return null;
@@ -2701,7 +2719,7 @@ begin
         return 0;
     end if;
     update workflow.workflow_run r
-    set wait_kind = null, run_at = workflow.now(), updated_at = workflow.now()
+    set wait_kind = null, run_at = (select workflow.now()), updated_at = (select workflow.now())
     from (select x.id
           from (select t.ns, t.type, t.key, count(*)::integer as n
                 from unnest(p_namespaces, p_types, p_keys) as t(ns, type, key)
@@ -3468,15 +3486,16 @@ create or replace function workflow.retry_delay(
     p_max interval,
     p_jitter double precision
 ) returns interval
-language sql immutable parallel safe as $$
-    select make_interval(secs => least(
-               s.d,
-               coalesce(extract(epoch from p_max)::double precision, s.d),
-               3153600000::double precision))
-    from (select extract(epoch from coalesce(p_base, interval '1 minute'))::double precision
-                 * p_attempt::double precision * p_attempt::double precision
-                 * (1 + 0.1 * greatest(0, least(p_jitter, 1))) as d) s
-$$;
+language sql immutable parallel safe
+-- (One expression naming p_jitter once, so that it is inlined with a
+-- volatile jitter: least(d, coalesce(max, cap), cap) is least(d, max, cap)
+-- with a cap, least(d, cap) without.)
+return make_interval(secs => least(
+           extract(epoch from coalesce(p_base, interval '1 minute'))::double precision
+               * p_attempt::double precision * p_attempt::double precision
+               * (1 + 0.1 * greatest(0, least(p_jitter, 1))),
+           coalesce(extract(epoch from p_max)::double precision, 3153600000::double precision),
+           3153600000::double precision));
 
 -- fail_runs records handler errors of runs a worker holds: a retryable
 -- error with attempts left makes the run pending again after retry_delay
@@ -3995,12 +4014,12 @@ begin
         select * into v_oldest from workflow.workflow_signal g
         where g.run_id = p_run_id and g.name = p_name and g.consumed_at is null
         order by g.id limit 1;
-        update workflow.workflow_signal set consumed_at = workflow.now(), consumed_by = v_run.wait_step
+        update workflow.workflow_signal set consumed_at = (select workflow.now()), consumed_by = v_run.wait_step
         where id = v_oldest.id;
-        update workflow.workflow_step s set outcome = 'ok', output = v_oldest.payload, finished_at = workflow.now()
+        update workflow.workflow_step s set outcome = 'ok', output = v_oldest.payload, finished_at = (select workflow.now())
         where s.run_id = p_run_id and s.name = v_run.wait_step and s.finished_at is null;
         update workflow.workflow_run r
-        set run_at = workflow.now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = workflow.now()
+        set run_at = (select workflow.now()), wait_kind = null, wait_step = null, wait_signal = null, updated_at = (select workflow.now())
         where r.id = p_run_id;
         insert into workflow.workflow_event (workflow_id, event_type, data)
         values (p_run_id, 'woken', jsonb_build_object('reason', 'signal', 'step', v_run.wait_step,
@@ -4244,7 +4263,7 @@ begin
         error       = case p_child.status
                           when 'failed' then left(coalesce(p_child.last_error, 'child run failed'), 8192)
                           when 'cancelled' then 'child run cancelled' end,
-        finished_at = workflow.now()
+        finished_at = (select workflow.now())
     where s.run_id = p_child.parent_id and s.name = p_child.parent_step and s.finished_at is null;
 end $$;
 
@@ -4436,7 +4455,7 @@ begin
     loop
         perform workflow.resolve_child_entry(v_child);
         update workflow.workflow_run p
-        set run_at = workflow.now(), wait_kind = null, wait_step = null, wait_signal = null, updated_at = workflow.now()
+        set run_at = (select workflow.now()), wait_kind = null, wait_step = null, wait_signal = null, updated_at = (select workflow.now())
         where p.id = v_child.parent_id and p.status = 'pending'
           and p.wait_kind = 'child' and p.wait_step = v_child.parent_step
         returning * into v_parent;
@@ -4476,7 +4495,7 @@ declare
 begin
     perform set_config('workflow.cancel_reason', 'parent_ended', true);
     update workflow.workflow_run c
-    set status = 'cancelled', updated_at = workflow.now()
+    set status = 'cancelled', updated_at = (select workflow.now())
     where c.parent_id = new.id and c.status in ('pending', 'leased')
       -- a DAG's final step, once started, runs to its end whatever ends
       -- the workflow
@@ -4594,13 +4613,14 @@ end $$;
 -- skipped) and result.
 create or replace function workflow.dag_step_input(p_run workflow.workflow_run, p_results jsonb, p_def jsonb)
 returns jsonb
-language sql stable set search_path = pg_catalog, pg_temp as $$
-    select jsonb_build_object('payload', p_run.payload, 'steps', coalesce(
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+begin
+    return jsonb_build_object('payload', p_run.payload, 'steps', coalesce(
         (select jsonb_object_agg(d, jsonb_build_object(
                     'status', case when d = any (coalesce(p_run.dag_skipped, '{}')) then 'skipped' else 'succeeded' end,
                     'result', p_results->d))
-         from jsonb_array_elements_text(coalesce(p_def->'dependsOn', '[]')) d), '{}'::jsonb))
-$$;
+         from jsonb_array_elements_text(coalesce(p_def->'dependsOn', '[]')) d), '{}'::jsonb));
+end $$;
 
 -- dag_path_value evaluates a step's SQL/JSON path over its input: with
 -- p_predicate, whether it holds (a condition: true, false, or null for no
@@ -4919,7 +4939,7 @@ begin
     update workflow.workflow_run r
     set status = p_status, result = p_result, last_error = p_error,
         wait_kind = null, wait_step = null, wait_signal = null,
-        finished_at = workflow.now(), updated_at = workflow.now()
+        finished_at = (select workflow.now()), updated_at = (select workflow.now())
     where r.id = p_run.id;
     insert into workflow.workflow_event (workflow_id, event_type, data)
     values (p_run.id, p_status, jsonb_strip_nulls(p_data || jsonb_build_object('error', p_error)));
@@ -4994,12 +5014,16 @@ end;
 
 -- dag_final_step is a definition's final step (the one with "final":
 -- true), or null.
+-- (PL/pgSQL, as are dag_unshared_step and dag_step_input: a SQL function
+-- with a SET clause is planned again at every call, and a DAG's every
+-- step calls them.)
 create or replace function workflow.dag_final_step(p_dag jsonb) returns jsonb
-language sql immutable set search_path = pg_catalog, pg_temp as $$
-    select s from jsonb_array_elements(p_dag->'steps') s
-    where coalesce((s->>'final')::boolean, false)
-    limit 1
-$$;
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
+begin
+    return (select s from jsonb_array_elements(p_dag->'steps') s
+            where coalesce((s->>'final')::boolean, false)
+            limit 1);
+end $$;
 
 -- dag_finally starts a DAG run's final step, if it has one and it has not
 -- started: its payload is the workflow's, the step's own merged over it,
@@ -5090,7 +5114,7 @@ begin
     perform set_config('workflow.cancel_reason', 'requested', true);
     perform set_config('workflow.cancelled_by', 'its workflow, which is failing (' || left(p_error, 200) || ')', true);
     update workflow.workflow_run c
-    set status = 'cancelled', updated_at = workflow.now()
+    set status = 'cancelled', updated_at = (select workflow.now())
     where c.parent_id = p_run.id and c.status in ('pending', 'leased')
       and c.parent_step <> workflow.dag_final_step(p_run.dag)->>'name';
     perform set_config('workflow.cancel_reason', v_outer, true);
@@ -5127,16 +5151,19 @@ end $$;
 -- workflow itself does. Only definitions that name a typeNamespace read
 -- the registry.
 create or replace function workflow.dag_unshared_step(p_run workflow.workflow_run) returns text
-language sql stable set search_path = pg_catalog, pg_temp as $$
-    select s->>'name'
-    from jsonb_array_elements(p_run.dag->'steps') with ordinality x(s, i)
-    where jsonb_path_exists(p_run.dag, '$.steps[*].typeNamespace')
-      and s ? 'typeNamespace'
-      and s->>'typeNamespace' not in (p_run.namespace, p_run.type_namespace)
-      and not workflow.type_shared(s->>'typeNamespace', s->>'type', p_run.namespace)
-    order by x.i
-    limit 1
-$$;
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+begin
+    if not jsonb_path_exists(p_run.dag, '$.steps[*].typeNamespace') then
+        return null;
+    end if;
+    return (select s->>'name'
+            from jsonb_array_elements(p_run.dag->'steps') with ordinality x(s, i)
+            where s ? 'typeNamespace'
+              and s->>'typeNamespace' not in (p_run.namespace, p_run.type_namespace)
+              and not workflow.type_shared(s->>'typeNamespace', s->>'type', p_run.namespace)
+            order by x.i
+            limit 1);
+end $$;
 
 -- dag_final_started ends a DAG run p_run whose final step (p_final) has
 -- started, once that step ended: failed when a step before it or the final
@@ -5331,7 +5358,7 @@ begin
     on conflict do nothing;
     update workflow.workflow_run r
     set dag_fanout = coalesce(r.dag_fanout, '{}') || jsonb_build_object(v_fan.name, jsonb_array_length(v_list)),
-        updated_at = workflow.now()
+        updated_at = (select workflow.now())
     where r.id = v_run.id
     returning * into v_run;
     return v_run;
@@ -5516,7 +5543,7 @@ begin
                 end if;
                 if not coalesce(v_holds, false) then
                     update workflow.workflow_run r
-                    set dag_skipped = coalesce(r.dag_skipped, '{}') || v_cond.name, updated_at = workflow.now()
+                    set dag_skipped = coalesce(r.dag_skipped, '{}') || v_cond.name, updated_at = (select workflow.now())
                     where r.id = p_run
                     returning * into v_run;
                     v_skipped_any := true;
@@ -5888,7 +5915,7 @@ begin
     perform set_config('workflow.retention', 'on', true);
     with doomed as (
         select r.ctid from workflow.workflow_run r
-        where r.finished_at < workflow.now() - p_retention
+        where r.finished_at < (select workflow.now()) - p_retention
           and r.status in ('succeeded', 'failed', 'cancelled')
           and (r.parent_id is null
                or not exists (select 1 from workflow.workflow_run p
@@ -5924,12 +5951,15 @@ end $$;
 -- The smallest run id of a millisecond: ids begin with their creation time,
 -- so a span of creation times is the range of ids between two of these.
 -- Times before 1970 give the smallest id, times past the 48 bits' end
--- (year 10889) the largest millisecond's.
+-- (year 10889) the largest millisecond's. One expression (32 hex digits
+-- are a uuid without its dashes) and stable, as extract from a timestamptz
+-- is: a body with a subquery, or more volatile than its function, is never
+-- inlined, and the server then plans it again in every statement that
+-- calls it.
 create or replace function workflow.run_id_at(p_at timestamptz) returns uuid
-language sql immutable parallel safe
-return (select (substr(x.h, 1, 8) || '-' || substr(x.h, 9, 4) || '-0000-0000-000000000000')::uuid
-        from (select lpad(to_hex(least(greatest(floor(extract(epoch from p_at) * 1000), 0),
-                                       281474976710655)::bigint), 12, '0') as h) x);
+language sql stable parallel safe
+return (lpad(to_hex(least(greatest(floor(extract(epoch from p_at) * 1000), 0), 281474976710655)::bigint), 12, '0')
+        || '00000000000000000000')::uuid;
 
 -- The creation time a run id carries (new_run_id's first 48 bits).
 create or replace function workflow.run_id_time(p_id uuid) returns timestamptz
@@ -5939,7 +5969,7 @@ return to_timestamp((('x' || substr(replace(p_id::text, '-', ''), 1, 12))::bit(4
 -- The start of the span of p_width that holds p_at (spans are aligned to
 -- the epoch).
 create or replace function workflow.history_span_start(p_at timestamptz, p_width interval) returns timestamptz
-language sql immutable parallel safe
+language sql stable parallel safe
 return to_timestamp(floor(extract(epoch from p_at) / extract(epoch from p_width)) * extract(epoch from p_width));
 
 -- The history span of width p_width that holds run p_id, and the run ids
@@ -5948,9 +5978,11 @@ return to_timestamp(floor(extract(epoch from p_at) / extract(epoch from p_width)
 -- of claim_runs and complete_runs, for all runs of the span of their
 -- oldest). The end is counted in seconds, as history_span_start counts: a
 -- day added to a time would be a calendar day of the session's time zone.
-create or replace function workflow.history_span_bounds(
-    p_id uuid, p_width interval, out start timestamptz, out lo uuid, out hi uuid)
-language sql immutable parallel safe as $$
+-- A set of one row: only a function returning a set is inlined where it
+-- stands in a FROM list.
+create or replace function workflow.history_span_bounds(p_id uuid, p_width interval)
+returns table (start timestamptz, lo uuid, hi uuid)
+language sql stable parallel safe rows 1 as $$
     select s.start, workflow.run_id_at(s.start),
            workflow.run_id_at(to_timestamp(extract(epoch from s.start) + extract(epoch from p_width)))
     from (select workflow.history_span_start(workflow.run_id_time(p_id), p_width) as start) s
@@ -6226,7 +6258,7 @@ begin
         v_n := (select count(*) from (
                     select 1 from workflow.workflow_run r
                     where r.type_namespace = v_ns and r.type collate "C" = v_type and r.status = 'pending'
-                      and r.deleted_at is null and r.run_at <= workflow.now()
+                      and r.deleted_at is null and r.run_at <= (select workflow.now())
                     order by r.type collate "C", r.status, r.run_at
                     limit p_cap - v_runnable) x);
         -- Only as many as the type's flow limits let start (runs parked on
@@ -6298,16 +6330,16 @@ begin
         select t.type,
                (select count(*) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at <= workflow.now()) as runnable,
+                  and r.deleted_at is null and r.run_at <= (select workflow.now())) as runnable,
                (select count(*) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'leased'
                   and r.deleted_at is null) as leased,
                (select count(*) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at > workflow.now()) as parked,
+                  and r.deleted_at is null and r.run_at > (select workflow.now())) as parked,
                (select min(r.run_at) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at <= workflow.now()) as oldest_due
+                  and r.deleted_at is null and r.run_at <= (select workflow.now())) as oldest_due
         from workflow.active_namespace_types(workflow.caller_namespaces('read')) t
     ) t
     group by t.type
@@ -6611,10 +6643,10 @@ $$;
 create or replace function workflow.oldest_runnable()
 returns table (segment text, age_seconds double precision, namespace text)
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    select split_part(r.type, '.', 1), extract(epoch from workflow.now() - min(r.run_at))::double precision,
+    select split_part(r.type, '.', 1), extract(epoch from (select workflow.now()) - min(r.run_at))::double precision,
            r.namespace::text
     from workflow.workflow_run r
-    where r.status = 'pending' and r.deleted_at is null and r.run_at <= workflow.now()
+    where r.status = 'pending' and r.deleted_at is null and r.run_at <= (select workflow.now())
     group by 1, 3
 $$;
 
@@ -6951,10 +6983,10 @@ create or replace function workflow.namespace_type_depths(p_namespaces text[])
 returns table (type text, runnable bigint, leased bigint, parked bigint, oldest_due timestamptz)
 language sql stable set search_path = pg_catalog, pg_temp as $$
     select r.type,
-           count(*) filter (where r.status = 'pending' and r.run_at <= workflow.now()),
+           count(*) filter (where r.status = 'pending' and r.run_at <= (select workflow.now())),
            count(*) filter (where r.status = 'leased'),
-           count(*) filter (where r.status = 'pending' and r.run_at > workflow.now()),
-           min(r.run_at) filter (where r.status = 'pending' and r.run_at <= workflow.now())
+           count(*) filter (where r.status = 'pending' and r.run_at > (select workflow.now())),
+           min(r.run_at) filter (where r.status = 'pending' and r.run_at <= (select workflow.now()))
     from workflow.workflow_run r
     where r.namespace = any (p_namespaces) and r.status in ('pending', 'leased') and r.deleted_at is null
     group by 1
@@ -6968,10 +7000,10 @@ $$;
 create or replace function workflow.finished_last_hour(p_namespaces text[] default null)
 returns table (type text, bucket integer, succeeded bigint, ended_otherwise bigint)
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    select r.type, least(floor(extract(epoch from (workflow.now() - r.finished_at)) / 300)::int, 11),
+    select r.type, least(floor(extract(epoch from ((select workflow.now()) - r.finished_at)) / 300)::int, 11),
            count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
     from workflow.workflow_run r
-    where r.finished_at > workflow.now() - interval '1 hour'
+    where r.finished_at > (select workflow.now()) - interval '1 hour'
       and (p_namespaces is null or r.namespace = any (p_namespaces))
     group by 1, 2
 $$;
