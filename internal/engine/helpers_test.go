@@ -137,6 +137,27 @@ func session(t *testing.T, ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Co
 	}
 }
 
+// leased is a claimed run as a claim_runs query selecting id::text and
+// lease_token returns it.
+type leased struct {
+	ID    string
+	Token int64
+}
+
+// claimLeases runs such a claim_runs query on q.
+func (b *bundle) claimLeases(t *testing.T, q querier, sql string, args ...any) []leased {
+	t.Helper()
+	rows, err := q.Query(b.ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	runs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leased])
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return runs
+}
+
 // querier is a test's session: a pooled connection or one of its own.
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

@@ -165,19 +165,8 @@ func (b *bundle) theWay(t *testing.T, tx pgx.Tx) {
 	exec("create_run", `select * from workflow.create_run('hotsql.run.v1', '{"n": 1}')`)
 	exec("plain insert", `insert into workflow.workflow_run (type, payload) values ('hotsql.run.v1', '{"n": 2}')`)
 	exec("DAG insert", `insert into workflow.workflow_run (type, payload) values ('hotsql.dag.v1', '{"n": 3}')`)
-	rows, err := tx.Query(b.ctx, `select id::text, lease_token
+	runs := b.claimLeases(t, tx, `select id::text, lease_token
 		from workflow.claim_runs('hotsql-w', '{hotsql.run.}', null, 10, 30000, null, null, null, true)`)
-	if err != nil {
-		t.Fatalf("claim: %v", err)
-	}
-	type claimed struct {
-		ID    string
-		Token int64
-	}
-	runs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claimed])
-	if err != nil {
-		t.Fatalf("claim: %v", err)
-	}
 	if len(runs) != 2 {
 		t.Fatalf("claimed %d runs, want the 2 just recorded", len(runs))
 	}

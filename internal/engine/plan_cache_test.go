@@ -32,18 +32,7 @@ func TestWorkerCallsKeepIndexPlansMadeWhileTheTableWasSmall(t *testing.T) {
 	// third failed (to be retried) and the rest released.
 	cycle := func(n int) int {
 		t.Helper()
-		rows, err := conn.Query(b.ctx, `select id::text, lease_token from workflow.claim_runs('plan-w', '{plancache.}', null, $1, 30000)`, n)
-		if err != nil {
-			t.Fatalf("claim: %v", err)
-		}
-		type claimed struct {
-			ID    string
-			Token int64
-		}
-		runs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claimed])
-		if err != nil {
-			t.Fatalf("claim: %v", err)
-		}
+		runs := b.claimLeases(t, conn, `select id::text, lease_token from workflow.claim_runs('plan-w', '{plancache.}', null, $1, 30000)`, n)
 		ids, tokens := make([]string, len(runs)), make([]int64, len(runs))
 		names, positions, outputs := make([]string, len(runs)), make([]int32, len(runs)), make([]string, len(runs))
 		for i, r := range runs {
