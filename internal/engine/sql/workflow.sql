@@ -358,9 +358,13 @@ insert into workflow.workflow_settings default values on conflict do nothing;
 -- unless a test moved it). PL/pgSQL, not SQL: a SQL function that reads a
 -- table is never inlined, and the server parses and plans its body again
 -- in every statement that calls it (about 50 µs), where PL/pgSQL keeps
--- the plan for the session. Statements that need it for many rows read it
--- once, as (select workflow.now()). Every name is qualified, the operator
--- too: the body is parsed with the caller's search_path.
+-- the plan for the session. A statement that needs it for many rows (a
+-- SET list, a select list, an aggregate's FILTER) reads it once, as
+-- (select workflow.now()); a WHERE condition an index serves calls it as
+-- it is: the scan evaluates it once, and the planner estimates the range
+-- with its value (it cannot with the subquery's). Every name is
+-- qualified, the operator too: the body is parsed with the caller's
+-- search_path (no SET clause: it is called in nearly every statement).
 create or replace function workflow.now() returns timestamptz
 language plpgsql stable parallel safe as $$
 begin
@@ -5915,7 +5919,7 @@ begin
     perform set_config('workflow.retention', 'on', true);
     with doomed as (
         select r.ctid from workflow.workflow_run r
-        where r.finished_at < (select workflow.now()) - p_retention
+        where r.finished_at < workflow.now() - p_retention
           and r.status in ('succeeded', 'failed', 'cancelled')
           and (r.parent_id is null
                or not exists (select 1 from workflow.workflow_run p
@@ -6258,7 +6262,7 @@ begin
         v_n := (select count(*) from (
                     select 1 from workflow.workflow_run r
                     where r.type_namespace = v_ns and r.type collate "C" = v_type and r.status = 'pending'
-                      and r.deleted_at is null and r.run_at <= (select workflow.now())
+                      and r.deleted_at is null and r.run_at <= workflow.now()
                     order by r.type collate "C", r.status, r.run_at
                     limit p_cap - v_runnable) x);
         -- Only as many as the type's flow limits let start (runs parked on
@@ -6330,16 +6334,16 @@ begin
         select t.type,
                (select count(*) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at <= (select workflow.now())) as runnable,
+                  and r.deleted_at is null and r.run_at <= workflow.now()) as runnable,
                (select count(*) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'leased'
                   and r.deleted_at is null) as leased,
                (select count(*) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at > (select workflow.now())) as parked,
+                  and r.deleted_at is null and r.run_at > workflow.now()) as parked,
                (select min(r.run_at) from workflow.workflow_run r
                 where r.type_namespace = t.namespace and r.type collate "C" = t.type and r.status = 'pending'
-                  and r.deleted_at is null and r.run_at <= (select workflow.now())) as oldest_due
+                  and r.deleted_at is null and r.run_at <= workflow.now()) as oldest_due
         from workflow.active_namespace_types(workflow.caller_namespaces('read')) t
     ) t
     group by t.type
@@ -6646,7 +6650,7 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     select split_part(r.type, '.', 1), extract(epoch from (select workflow.now()) - min(r.run_at))::double precision,
            r.namespace::text
     from workflow.workflow_run r
-    where r.status = 'pending' and r.deleted_at is null and r.run_at <= (select workflow.now())
+    where r.status = 'pending' and r.deleted_at is null and r.run_at <= workflow.now()
     group by 1, 3
 $$;
 
@@ -7003,7 +7007,7 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     select r.type, least(floor(extract(epoch from ((select workflow.now()) - r.finished_at)) / 300)::int, 11),
            count(*) filter (where r.status = 'succeeded'), count(*) filter (where r.status <> 'succeeded')
     from workflow.workflow_run r
-    where r.finished_at > (select workflow.now()) - interval '1 hour'
+    where r.finished_at > workflow.now() - interval '1 hour'
       and (p_namespaces is null or r.namespace = any (p_namespaces))
     group by 1, 2
 $$;
